@@ -1,0 +1,258 @@
+"""The case-file schema (pydantic v2). Unknown keys are errors everywhere.
+
+A YAML case file holds one :class:`CaseFile`. ``matrix:`` expansion and preset
+resolution turn it into one or more :class:`Case` objects (see ``expand.py``),
+which is what every other part of the harness consumes.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------- model
+class ModelSpec(_Strict):
+    """Model shape: a preset plus optional overrides of any of its fields."""
+
+    preset: str = "tiny"
+    layers: Optional[int] = Field(default=None, ge=1)
+    hidden: Optional[int] = Field(default=None, ge=1)
+    heads: Optional[int] = Field(default=None, ge=1)
+    kv_heads: Optional[int] = Field(default=None, ge=1)
+    head_dim: Optional[int] = Field(default=None, ge=2)
+    experts: Optional[int] = Field(default=None, ge=1)
+    experts_per_token: Optional[int] = Field(default=None, ge=1)
+    moe_ffn: Optional[int] = Field(default=None, ge=1)
+    vocab: Optional[int] = Field(default=None, ge=2)
+    rope_theta: Optional[float] = Field(default=None, gt=0)
+    norm_eps: Optional[float] = Field(default=None, gt=0)
+    # Megatron's moe_aux_loss_coeff; 0 turns the load-balancing loss off.
+    aux_loss_coeff: float = Field(default=1e-2, ge=0)
+
+
+class ResolvedModel(_Strict):
+    """A model with every field known (preset + overrides)."""
+
+    preset: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    experts: int
+    experts_per_token: int
+    moe_ffn: int
+    vocab: int
+    rope_theta: float
+    norm_eps: float
+    aux_loss_coeff: float
+
+
+# --------------------------------------------------------------------------- parallel
+class ParallelSpec(_Strict):
+    """Parallel layout. DP is derived: world / (pp * cp) for fixed CP; with dynamic CP the
+    world / pp ranks of a stage form one DP x CP pool that each microbatch carves into CP groups."""
+
+    pp: int = Field(default=1, ge=1)
+    vpp: int = Field(default=1, ge=1)
+    ep: int = Field(default=1, ge=1)
+    cp: Optional[int] = Field(default=None, ge=1)
+    dynamic_cp: Optional[list[int]] = None
+    # Megatron's microbatch_group_size_per_vp_stage; default = pp.
+    microbatch_group: Optional[int] = Field(default=None, ge=1)
+
+    @field_validator("dynamic_cp")
+    @classmethod
+    def _sorted_unique(cls, v: Optional[list[int]]) -> Optional[list[int]]:
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("dynamic_cp must list at least one CP size")
+        if any(x < 1 for x in v):
+            raise ValueError("dynamic_cp sizes must be >= 1")
+        if len(set(v)) != len(v):
+            raise ValueError(f"dynamic_cp has repeated sizes: {v}")
+        return sorted(v)
+
+    @model_validator(mode="after")
+    def _cp_xor_dynamic(self) -> "ParallelSpec":
+        if self.cp is not None and self.dynamic_cp is not None:
+            raise ValueError("give either cp (fixed CP) or dynamic_cp, not both")
+        return self
+
+    @property
+    def is_dynamic(self) -> bool:
+        return self.dynamic_cp is not None
+
+    @property
+    def cp_sizes(self) -> tuple[int, ...]:
+        if self.dynamic_cp is not None:
+            return tuple(self.dynamic_cp)
+        return (self.cp or 1,)
+
+    @property
+    def max_cp(self) -> int:
+        return max(self.cp_sizes)
+
+    @property
+    def group_size(self) -> int:
+        return self.microbatch_group or self.pp
+
+
+# --------------------------------------------------------------------------- train / data
+class OptimizerSpec(_Strict):
+    name: Literal["adam", "adamw"] = "adamw"
+    beta1: float = Field(default=0.9, ge=0, lt=1)
+    beta2: float = Field(default=0.95, ge=0, lt=1)
+    eps: float = Field(default=1e-8, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    # Global grad-norm clip; null turns clipping off.
+    grad_clip: Optional[float] = Field(default=1.0, gt=0)
+
+
+class TrainSpec(_Strict):
+    steps: int = Field(ge=1)
+    # Sequences per optimizer step (the whole DP x CP world together).
+    global_batch: int = Field(ge=1)
+    # Longest sequence the data may hold, and the packed-microbatch capacity per CP group
+    # for fixed CP (tokens). Sequences are clipped to it.
+    seq_length: int = Field(ge=2)
+    # Dynamic CP: tokens one rank may hold; CP size per sequence follows Megatron's rule.
+    max_seqlen_per_rank: Optional[int] = Field(default=None, ge=1)
+    # Microbatches per step per pipeline (fixed CP). None: derived from the packing.
+    microbatches: Optional[int] = Field(default=None, ge=1)
+    lr: float = Field(gt=0)
+    seed: int = 1234
+    deterministic: bool = True
+    dtype: Literal["fp32", "bf16"] = "fp32"
+    optimizer: OptimizerSpec = OptimizerSpec()
+
+
+class LengthSpec(_Strict):
+    distribution: Literal["lognormal", "uniform", "fixed"] = "lognormal"
+    min: int = Field(default=16, ge=1)
+    max: int = Field(default=256, ge=1)
+    # lognormal: median length (default: geometric mean of min and max) and log-space sigma.
+    median: Optional[float] = Field(default=None, gt=0)
+    sigma: float = Field(default=0.75, gt=0)
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> "LengthSpec":
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is larger than max ({self.max})")
+        return self
+
+
+class DataSpec(_Strict):
+    lengths: LengthSpec = LengthSpec()
+
+
+# --------------------------------------------------------------------------- compare
+class Tolerance(_Strict):
+    max_abs: Optional[float] = Field(default=None, ge=0)
+    max_rel: Optional[float] = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _some_bound(self) -> "Tolerance":
+        if self.max_abs is None and self.max_rel is None:
+            raise ValueError("give max_abs, max_rel or both")
+        return self
+
+
+LossBound = Union[Literal["exact"], Tolerance]
+
+
+class RepeatContract(_Strict):
+    """Run the same arm twice with the same seed; deterministic runs must match bitwise."""
+
+    arm: str = "eager"
+    loss: LossBound = "exact"
+
+
+class GraphVsEagerContract(_Strict):
+    loss: LossBound = "exact"
+    grad_norm: Optional[LossBound] = None
+
+
+class DcpVsFixedCpContract(_Strict):
+    fixed_cp: int = Field(ge=1)
+    loss: LossBound = Tolerance(max_rel=0.02)
+    aux_loss: LossBound = Tolerance(max_rel=0.10)
+    # Memory deltas (CUDA only): DCP arm vs fixed-CP arm, in percent of the fixed-CP figure.
+    device_delta_pct: Optional[float] = Field(default=None, ge=0)
+    reserved_delta_pct: Optional[float] = Field(default=None, ge=0)
+
+
+class CompareSpec(_Strict):
+    repeat: Optional[RepeatContract] = None
+    graph_vs_eager: Optional[GraphVsEagerContract] = None
+    dcp_vs_fixed_cp: Optional[DcpVsFixedCpContract] = None
+
+
+# --------------------------------------------------------------------------- resources
+class ResourcesSpec(_Strict):
+    nodes: int = Field(default=1, ge=1)
+    # Ranks per node. Without GPUs the local launcher runs this many CPU (gloo) processes.
+    gpus_per_node: int = Field(default=1, ge=1)
+    time_min: float = Field(default=30, gt=0)
+    profile: str = "local"
+
+
+# --------------------------------------------------------------------------- file / case
+class CaseFile(_Strict):
+    """One YAML file as written by a user (before matrix expansion and preset resolution)."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    description: Optional[str] = None
+    tags: list[str] = []
+    model: ModelSpec = ModelSpec()
+    parallel: ParallelSpec = ParallelSpec()
+    train: TrainSpec
+    data: DataSpec = DataSpec()
+    compare: CompareSpec = CompareSpec()
+    resources: ResourcesSpec = ResourcesSpec()
+    # Dotted field path -> list of values; the cartesian product gives one case each.
+    matrix: Optional[dict[str, list]] = None
+
+
+class Case(_Strict):
+    """One runnable case: matrix expanded, preset resolved, preflight passed."""
+
+    id: str = Field(pattern=NAME_PATTERN)
+    name: str
+    source: str  # path of the YAML file it came from
+    description: Optional[str] = None
+    tags: tuple[str, ...] = ()
+    model: ResolvedModel
+    parallel: ParallelSpec
+    train: TrainSpec
+    data: DataSpec
+    compare: CompareSpec
+    resources: ResourcesSpec
+    # The matrix values that produced this case (dotted path -> value), for ids and reports.
+    matrix_values: dict[str, object] = {}
+
+    @property
+    def world_size(self) -> int:
+        return self.resources.nodes * self.resources.gpus_per_node
+
+    @property
+    def dp_cp(self) -> int:
+        """Ranks of one pipeline stage: the DP x CP pool (world / pp)."""
+        return self.world_size // self.parallel.pp
+
+    @property
+    def dp(self) -> int:
+        """Static data-parallel degree: dp_cp / cp for fixed CP; for dynamic CP the whole DP x CP
+        pool is the static DP group, carved into CP groups per microbatch."""
+        if self.parallel.is_dynamic:
+            return self.dp_cp
+        return self.dp_cp // self.parallel.max_cp
