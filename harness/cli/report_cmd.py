@@ -1,0 +1,52 @@
+"""`dcp-harness report DIR` and `dcp-harness gate DIR`: summaries and the merge gate."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from harness.errors import ConfigError
+from harness.report import console_table, gate, write_reports
+
+DEFAULT_SWEEP = Path("results") / "latest"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "report",
+        help="(re)write summary.md, junit.xml, index.json and plots of a sweep folder",
+    )
+    p.add_argument("dir", nargs="?", type=Path, default=DEFAULT_SWEEP, metavar="DIR",
+                   help=f"sweep folder (default: {DEFAULT_SWEEP})")
+    p.set_defaults(func=run_report)
+
+    g = subparsers.add_parser(
+        "gate",
+        help="merge gate: exit 0 all pass, 1 a check failed, 2 errors without failures",
+    )
+    g.add_argument("dir", nargs="?", type=Path, default=DEFAULT_SWEEP, metavar="DIR",
+                   help=f"sweep folder (default: {DEFAULT_SWEEP})")
+    g.set_defaults(func=run_gate)
+
+
+def _sweep_dir(path: Path) -> Path:
+    if not path.is_dir():
+        raise ConfigError(
+            f"sweep folder {path} does not exist; pass the --out folder of `dcp-harness run` "
+            f"(default {DEFAULT_SWEEP})"
+        )
+    return path.resolve()
+
+
+def run_report(args: argparse.Namespace) -> int:
+    sweep = _sweep_dir(args.dir)
+    summary = write_reports(sweep)
+    console_table(summary, Console())
+    print(f"wrote {sweep / 'summary.md'}, {sweep / 'junit.xml'}, {sweep / 'index.json'}")
+    return 0
+
+
+def run_gate(args: argparse.Namespace) -> int:
+    return gate(_sweep_dir(args.dir))

@@ -1,0 +1,45 @@
+"""`dcp-harness validate PATHS...`: load, expand and preflight case files; run nothing."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from harness.spec import load_cases, select_cases
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "validate",
+        help="check case files (schema, matrix, preflight) without running anything",
+        description="Load case files or folders, expand matrices and run the preflight checks. "
+        "Exit 0 when every case is valid, 2 with one clear error otherwise.",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="case file or folder of case files")
+    p.add_argument("-k", dest="k", default=None, metavar="EXPR", help="select case ids (pytest -k style)")
+    p.add_argument("--tags", nargs="+", default=None, metavar="TAG", help="keep cases with any of these tags")
+    p.set_defaults(func=run)
+
+
+def _layout(case) -> str:
+    par = case.parallel
+    cp = "dcp" + "/".join(str(c) for c in par.dynamic_cp) if par.is_dynamic else f"cp{par.cp or 1}"
+    return f"pp{par.pp} vpp{par.vpp} {cp} ep{par.ep} dp{case.dp}"
+
+
+def run(args: argparse.Namespace) -> int:
+    cases = select_cases(load_cases(args.paths), k=args.k, tags=args.tags)
+    console = Console()
+    table = Table(title=f"{len(cases)} valid case(s)", show_lines=False)
+    for col in ("case", "layout", "ranks", "steps", "arms/pairs", "source"):
+        table.add_column(col)
+    for case in cases:
+        pairs = [name for name, v in case.compare if v is not None] or ["checks"]
+        table.add_row(
+            case.id, _layout(case), str(case.world_size), str(case.train.steps),
+            ", ".join(pairs), case.source,
+        )
+    console.print(table)
+    return 0
