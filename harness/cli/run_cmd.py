@@ -1,0 +1,102 @@
+"""`dcp-harness run PATHS...`: run cases on this machine, judge them, report, gate.
+
+Everything that can be wrong with the input (case files, selection, arms, ``--out`` holding other
+results, ``--timeout-min``) is checked before anything is written (exit 2). The exit code is then
+the gate's: 0 all pass, 1 a check failed, 2 errors (crash, timeout) without failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+from rich.console import Console
+
+from harness.arms import arms_for_case
+from harness.errors import ConfigError
+from harness.launch.local import LocalLauncher
+from harness.launch.progress import make_progress
+from harness.launch.sweep import check_resumable, run_sweep
+from harness.report import console_table, gate
+from harness.spec import load_cases, select_cases
+
+RESULTS_ROOT = Path("results")
+LATEST = "latest"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="run cases on this machine (one process per rank), compare, report and gate",
+        description="Run every arm of the selected cases on this machine, one process per rank "
+        "(CUDA/NCCL when there are enough GPUs, else CPU/gloo), evaluate the pairs, write "
+        "summary.md, junit.xml and index.json, and exit with the gate's code (0 pass, 1 a check "
+        "failed, 2 errors without failures). Re-running into the same --out resumes.",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="case file or folder of case files")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help=f"sweep folder (default: {RESULTS_ROOT}/<UTC timestamp>, "
+                        f"with {RESULTS_ROOT}/{LATEST} pointing at it)")
+    p.add_argument("-k", dest="k", default=None, metavar="EXPR", help="select case ids (pytest -k style)")
+    p.add_argument("--tags", nargs="+", default=None, metavar="TAG", help="keep cases with any of these tags")
+    p.add_argument("--timeout-min", type=float, default=None, metavar="M",
+                   help="per-arm time limit in minutes (default: each case's resources.time_min)")
+    p.set_defaults(func=run)
+
+
+def default_out_dir(root: Path, now: datetime) -> Path:
+    """``root/<UTC timestamp>``, suffixed ``-2``, ``-3`` ... when that folder exists."""
+    stamp = now.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    candidate = root / stamp
+    n = 2
+    while candidate.exists():
+        candidate = root / f"{stamp}-{n}"
+        n += 1
+    return candidate
+
+
+def check_latest(root: Path) -> None:
+    """ConfigError when ``root/latest`` exists and is not a symlink (it could not be re-pointed)."""
+    link = root / LATEST
+    if link.exists() and not link.is_symlink():
+        raise ConfigError(f"{link} exists and is not a symlink; move it away so `latest` can be set")
+
+
+def point_latest(root: Path, target: Path) -> Path:
+    """Make ``root/latest`` a relative symlink to ``target`` (replaced atomically)."""
+    check_latest(root)
+    link = root / LATEST
+    tmp = root / f".{LATEST}.{os.getpid()}.tmp"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(os.path.relpath(target, root))
+    os.replace(tmp, link)
+    return link
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.timeout_min is not None and not args.timeout_min > 0:
+        raise ConfigError(f"--timeout-min must be a positive number of minutes, got {args.timeout_min}")
+    cases = select_cases(load_cases(args.paths), k=args.k, tags=args.tags)
+    if not cases:
+        raise ConfigError(f"no case selected from {' '.join(args.paths)} "
+                          f"(-k {args.k!r}, --tags {args.tags}); `dcp-harness validate` lists them")
+    for case in cases:
+        arms_for_case(case)  # an arm the case cannot have is a config error, raised here
+    out: Path = args.out if args.out is not None else default_out_dir(RESULTS_ROOT, datetime.now(timezone.utc))
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} exists and is not a folder")
+    check_resumable(cases, out)
+    if args.out is None:
+        check_latest(RESULTS_ROOT)
+
+    result = run_sweep(cases, out, LocalLauncher(timeout_min=args.timeout_min),
+                       progress=make_progress(sys.stderr))
+    if args.out is None:
+        point_latest(RESULTS_ROOT, out)
+    console_table(result.summary, Console())
+    print(f"results: {out}  (summary.md, junit.xml, index.json)")
+    return gate(out)

@@ -1,0 +1,567 @@
+"""Pairs, contracts and checks: turn arms' step records into a verdict.
+
+A *pair* is two arms plus a *contract*: ``arms = (candidate, reference)``; relative differences
+and memory deltas are measured against the reference arm. Every arm also gets the *arm checks*
+(all steps present on every rank, no NaN/Inf loss or grad norm, no skipped step).
+
+Verdict status of a pair:
+* ``fail``  a check failed on recorded values (a regression), even if an arm later crashed;
+* ``error`` otherwise, when an arm did not finish ``ok`` (crash, timeout, infra), has no results,
+  or the contract itself could not be evaluated;
+* ``fail``  when only the completeness check failed on arms that all exited ok;
+* ``pass``  every applicable check passed.
+
+Tolerances follow numpy/torch ``isclose``: a step passes when ``|a - b| <= max_abs +
+max_rel * |ref|`` (a missing bound counts as 0); ``exact`` means bitwise-equal floats.
+This module is a leaf: no torch, no workload.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
+
+from pydantic import BaseModel, ValidationError
+
+from harness.results import (
+    VERDICT_FILE,
+    ArmOutcome,
+    PathLike,
+    ResultsError,
+    decode_float,
+    read_json,
+    write_json_atomic,
+)
+from harness.spec.schema import (
+    DcpVsFixedCpContract,
+    GraphVsEagerContract,
+    LossBound,
+    RepeatContract,
+    Tolerance,
+)
+
+PAIR_STATUSES = ("pass", "fail", "error")
+ARM_CHECKS_PAIR = "checks"  # verdict entry holding arm checks of arms in no pair
+COMPLETENESS = "steps_complete"
+
+Steps = Mapping[int, Sequence[Mapping[str, Any]]]
+ArmData = Mapping[str, tuple[Optional[ArmOutcome], Steps]]
+
+
+# --------------------------------------------------------------------------- records
+@dataclass(frozen=True)
+class Check:
+    """One check: passed when ``value <= bound``. ``applicable=False`` marks a check that does
+    not apply to this run (e.g. memory deltas on CPU): it is recorded, counted as passed, and
+    never fails a verdict."""
+
+    name: str
+    value: Optional[float]
+    bound: Optional[float]
+    passed: bool
+    detail: str = ""
+    applicable: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "value": self.value,
+            "bound": self.bound,
+            "passed": self.passed,
+            "applicable": self.applicable,
+            "detail": self.detail,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Check":
+        return cls(
+            name=str(data["name"]),
+            value=decode_float(data.get("value")),
+            bound=decode_float(data.get("bound")),
+            passed=bool(data["passed"]),
+            detail=str(data.get("detail", "")),
+            applicable=bool(data.get("applicable", True)),
+        )
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two (or, for arm-only entries, more) arms and the contract comparing them.
+    ``params``: the contract's settings as in the case file (``case.compare.<contract>``)."""
+
+    name: str
+    contract: str
+    arms: tuple[str, ...]
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "contract": self.contract, "arms": list(self.arms),
+                "params": dict(self.params)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Pair":
+        return cls(str(data["name"]), str(data["contract"]), tuple(data["arms"]),
+                   dict(data.get("params") or {}))
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    case_id: str
+    pair: str
+    contract: str
+    arms: tuple[str, ...]
+    checks: tuple[Check, ...]
+    status: str
+    error: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.status not in PAIR_STATUSES:
+            raise ValueError(f"PairVerdict.status must be one of {PAIR_STATUSES}, got {self.status!r}")
+
+    @property
+    def failed_checks(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if not c.passed)
+
+    @property
+    def checks_passed(self) -> int:
+        return sum(1 for c in self.checks if c.passed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "case_id": self.case_id,
+            "pair": self.pair,
+            "contract": self.contract,
+            "arms": list(self.arms),
+            "status": self.status,
+            "error": self.error,
+            "checks": [c.to_dict() for c in self.checks],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "PairVerdict":
+        return cls(
+            case_id=str(data["case_id"]),
+            pair=str(data["pair"]),
+            contract=str(data["contract"]),
+            arms=tuple(data["arms"]),
+            checks=tuple(Check.from_dict(c) for c in data.get("checks", [])),
+            status=str(data["status"]),
+            error=data.get("error"),
+        )
+
+
+@dataclass(frozen=True)
+class CaseVerdict:
+    case_id: str
+    pairs: tuple[PairVerdict, ...]
+    status: str
+
+    def __post_init__(self) -> None:
+        if self.status not in PAIR_STATUSES:
+            raise ValueError(f"CaseVerdict.status must be one of {PAIR_STATUSES}, got {self.status!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"case_id": self.case_id, "status": self.status,
+                "pairs": [p.to_dict() for p in self.pairs]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "CaseVerdict":
+        try:
+            return cls(
+                case_id=str(data["case_id"]),
+                pairs=tuple(PairVerdict.from_dict(p) for p in data["pairs"]),
+                status=str(data["status"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ResultsError(f"bad verdict ({type(exc).__name__}: {exc})") from exc
+
+
+def combine_status(statuses: Sequence[str]) -> str:
+    """fail beats error beats pass (a regression is reported even when something else broke)."""
+    if "fail" in statuses:
+        return "fail"
+    if "error" in statuses:
+        return "error"
+    return "pass"
+
+
+def write_verdict(case_dir: PathLike, verdict: CaseVerdict) -> Path:
+    path = Path(case_dir) / VERDICT_FILE
+    write_json_atomic(path, verdict.to_dict())
+    return path
+
+
+def read_verdict(case_dir: PathLike) -> Optional[CaseVerdict]:
+    """The case's verdict, or None when it has none (never finished)."""
+    path = Path(case_dir) / VERDICT_FILE
+    if not path.is_file():
+        return None
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ResultsError(f"{path}: expected a JSON object")
+    try:
+        return CaseVerdict.from_dict(data)
+    except ResultsError as exc:
+        raise ResultsError(f"{path}: {exc}") from exc
+
+
+# --------------------------------------------------------------------------- series helpers
+def _fmt(x: Optional[float]) -> str:
+    if x is None:
+        return "null"
+    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+        return repr(x)
+    return f"{x:.6g}"
+
+
+def _first_rank(steps: Steps) -> list[Mapping[str, Any]]:
+    """The records of the lowest rank that has any (losses are identical on every rank)."""
+    for rank in sorted(steps):
+        if steps[rank]:
+            return list(steps[rank])
+    return []
+
+
+def _series(steps: Steps, key: str) -> dict[int, Optional[float]]:
+    out: dict[int, Optional[float]] = {}
+    for rec in _first_rank(steps):
+        step = rec.get("step")
+        if isinstance(step, int) and step not in out:
+            value = rec.get(key)
+            out[step] = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return out
+
+
+def _same_bits(a: float, b: float) -> bool:
+    if math.isnan(a) and math.isnan(b):
+        return True
+    return struct.pack("<d", a) == struct.pack("<d", b)
+
+
+def _rel(a: float, ref: float) -> float:
+    diff = abs(a - ref)
+    if diff == 0:
+        return 0.0
+    return diff / abs(ref) if ref != 0 else math.inf
+
+
+def compare_series(
+    name: str,
+    cand: Mapping[int, Optional[float]],
+    ref: Mapping[int, Optional[float]],
+    bound: Union[str, Tolerance, Mapping[str, Any]],
+    labels: tuple[str, str],
+) -> Check:
+    """Compare two per-step series under ``exact`` or a tolerance; report the worst step.
+
+    Value/bound: exact -> (max |a-b|, 0); max_rel only -> (worst rel, max_rel); max_abs only
+    -> (worst abs, max_abs); both -> (|a-b| at the worst step, max_abs + max_rel*|ref| there).
+    Steps missing from either arm are compared only where both have them (the arm checks
+    report missing steps); a step where a value is null counts as a mismatch.
+    """
+    tol: Optional[Tolerance]
+    if isinstance(bound, str):
+        if bound != "exact":
+            raise ValueError(f"{name}: a bound is 'exact' or a tolerance, got {bound!r}")
+        tol = None
+    elif isinstance(bound, Tolerance):
+        tol = bound
+    else:
+        tol = Tolerance.model_validate(bound)
+    common = sorted(set(cand) & set(ref))
+    if not common:
+        return Check(name, None, 0.0 if tol is None else _tol_bound(tol), False,
+                     f"no step recorded by both {labels[0]} and {labels[1]}")
+    worst_step, worst_ratio = common[0], -1.0
+    mismatches = 0
+    max_abs_diff = 0.0
+    for step in common:
+        a, b = cand[step], ref[step]
+        if a is None or b is None:
+            ratio, diff = math.inf, math.inf
+        elif tol is None:
+            diff = 0.0 if _same_bits(a, b) else (abs(a - b) if not math.isnan(a - b) else math.inf)
+            ratio = 0.0 if _same_bits(a, b) else math.inf
+        else:
+            diff = abs(a - b) if not math.isnan(a - b) else math.inf
+            allowed = (tol.max_abs or 0.0) + (tol.max_rel or 0.0) * abs(b)
+            ratio = 0.0 if diff == 0 else (diff / allowed if allowed > 0 else math.inf)
+        if ratio > 1.0 or (tol is None and ratio > 0):
+            mismatches += 1
+        max_abs_diff = max(max_abs_diff, diff)
+        if ratio > worst_ratio:
+            worst_step, worst_ratio = step, ratio
+    a, b = cand[worst_step], ref[worst_step]
+    passed = mismatches == 0
+    where = (f"step {worst_step}: {_fmt(a)} ({labels[0]}) vs {_fmt(b)} ({labels[1]})")
+    if a is not None and b is not None and math.isfinite(a - b):
+        where += f", abs {abs(a - b):.2g}, rel {_rel(a, b):.2g}"
+    summary = f"{mismatches} of {len(common)} steps out of bound" if mismatches else f"all {len(common)} steps within bound"
+    if tol is None:
+        return Check(name, max_abs_diff, 0.0, passed,
+                     f"exact: {summary}; worst {where}" if not passed else f"exact: bitwise equal over {len(common)} steps")
+    if tol.max_rel is not None and tol.max_abs is None:
+        value = _rel(a, b) if a is not None and b is not None else math.inf
+        bnd = tol.max_rel
+    elif tol.max_abs is not None and tol.max_rel is None:
+        value = abs(a - b) if a is not None and b is not None and not math.isnan(a - b) else math.inf
+        bnd = tol.max_abs
+    else:
+        value = abs(a - b) if a is not None and b is not None and not math.isnan(a - b) else math.inf
+        bnd = (tol.max_abs or 0.0) + (tol.max_rel or 0.0) * (abs(b) if b is not None else 0.0)
+    return Check(name, value, bnd, passed, f"{summary}; worst {where}")
+
+
+def _tol_bound(tol: Tolerance) -> float:
+    if tol.max_rel is not None and tol.max_abs is None:
+        return tol.max_rel
+    return tol.max_abs or 0.0
+
+
+# --------------------------------------------------------------------------- arm checks
+def _records(steps: Steps) -> list[tuple[int, Mapping[str, Any]]]:
+    return [(rank, rec) for rank in sorted(steps) for rec in steps[rank]]
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def arm_checks(
+    arm: str,
+    steps: Steps,
+    expected_steps: Optional[int] = None,
+    expected_ranks: Optional[int] = None,
+) -> tuple[Check, ...]:
+    """The checks every arm gets, named ``<arm>.steps_complete``, ``<arm>.no_nan_inf``,
+    ``<arm>.no_skipped_step``. Without ``expected_steps``/``expected_ranks`` the largest step
+    and rank seen in this arm are expected."""
+    ranks = sorted(steps)
+    n_ranks = expected_ranks if expected_ranks is not None else (max(ranks) + 1 if ranks else 1)
+    seen_steps = [rec.get("step") for _, rec in _records(steps) if isinstance(rec.get("step"), int)]
+    n_steps = expected_steps if expected_steps is not None else max(seen_steps, default=0)
+    missing: list[str] = []
+    duplicates: list[str] = []
+    n_missing = 0
+    want = set(range(1, n_steps + 1))
+    for rank in range(n_ranks):
+        counts = Counter(rec.get("step") for rec in steps.get(rank, ()))
+        absent = sorted(want - set(counts))
+        n_missing += len(absent)
+        if absent:
+            missing.append(f"rank {rank}: " + _ranges(absent))
+        dup = sorted(s for s, n in counts.items() if n > 1 and isinstance(s, int))
+        if dup:
+            duplicates.append(f"rank {rank}: " + _ranges(dup))
+    problems = n_missing + len(duplicates)
+    if n_steps == 0:
+        detail = f"no step recorded on any of {n_ranks} rank(s)"
+        complete = Check(f"{arm}.{COMPLETENESS}", float(n_ranks), 0.0, False, detail)
+    else:
+        parts = []
+        if missing:
+            parts.append("missing " + "; ".join(missing))
+        if duplicates:
+            parts.append("duplicated " + "; ".join(duplicates))
+        detail = ", ".join(parts) if parts else f"{n_steps} steps on each of {n_ranks} rank(s)"
+        complete = Check(f"{arm}.{COMPLETENESS}", float(problems), 0.0, problems == 0, detail)
+
+    bad: list[str] = []
+    for rank, rec in _records(steps):
+        fields = [k for k in ("loss", "grad_norm") if not _finite_number(rec.get(k))]
+        if rec.get("aux_loss") is not None and not _finite_number(rec.get("aux_loss")):
+            fields.append("aux_loss")
+        if rec.get("nan") and not fields:
+            fields.append("nan flag")
+        if fields:
+            vals = ", ".join(f"{k}={rec.get(k)!r}" for k in fields if k != "nan flag") or "nan=true"
+            bad.append(f"rank {rank} step {rec.get('step')}: {vals}")
+    finite = Check(
+        f"{arm}.no_nan_inf", float(len(bad)), 0.0, not bad,
+        ("first " + bad[0] + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else "")) if bad
+        else "loss and grad norm finite on every step",
+    )
+    skipped = [f"rank {rank} step {rec.get('step')}" for rank, rec in _records(steps) if rec.get("skipped")]
+    no_skip = Check(
+        f"{arm}.no_skipped_step", float(len(skipped)), 0.0, not skipped,
+        ("optimizer step skipped at " + ", ".join(skipped[:5]) + (" ..." if len(skipped) > 5 else ""))
+        if skipped else "no optimizer step skipped",
+    )
+    return (complete, finite, no_skip)
+
+
+def _ranges(values: Sequence[int]) -> str:
+    """[1,2,3,7] -> '1-3, 7'."""
+    out: list[str] = []
+    start = prev = values[0]
+    for v in list(values[1:]) + [None]:  # type: ignore[list-item]
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ", ".join(out)
+
+
+# --------------------------------------------------------------------------- contracts
+ContractFn = Callable[[Pair, Mapping[str, Steps]], tuple[Check, ...]]
+
+
+def _params(model: type[BaseModel], pair: Pair) -> Any:
+    try:
+        return model.model_validate(dict(pair.params))
+    except ValidationError as exc:
+        raise ValueError(f"pair '{pair.name}': bad {pair.contract} params: {exc}") from exc
+
+
+def _two(pair: Pair) -> tuple[str, str]:
+    if len(pair.arms) != 2:
+        raise ValueError(f"pair '{pair.name}' ({pair.contract}) needs exactly 2 arms, got {list(pair.arms)}")
+    return pair.arms[0], pair.arms[1]
+
+
+def _series_check(name: str, key: str, data: Mapping[str, Steps], arms: tuple[str, str],
+                  bound: LossBound) -> Check:
+    return compare_series(name, _series(data[arms[0]], key), _series(data[arms[1]], key), bound, arms)
+
+
+def _repeat(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
+    p: RepeatContract = _params(RepeatContract, pair)
+    arms = _two(pair)
+    return (_series_check("loss", "loss", data, arms, p.loss),
+            _series_check("grad_norm", "grad_norm", data, arms, p.loss))
+
+
+def _graph_vs_eager(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
+    p: GraphVsEagerContract = _params(GraphVsEagerContract, pair)
+    arms = _two(pair)
+    gn = p.grad_norm if p.grad_norm is not None else p.loss
+    return (_series_check("loss", "loss", data, arms, p.loss),
+            _series_check("grad_norm", "grad_norm", data, arms, gn))
+
+
+def _peak(steps: Steps, key: str) -> Optional[float]:
+    vals = [float(rec[key]) for _, rec in _records(steps) if _finite_number(rec.get(key))]
+    return max(vals) if vals else None
+
+
+def _memory_check(name: str, key: str, data: Mapping[str, Steps], arms: tuple[str, str],
+                  bound_pct: float) -> Check:
+    cand, ref = _peak(data[arms[0]], key), _peak(data[arms[1]], key)
+    if cand is None or ref is None:
+        return Check(name, None, bound_pct, True,
+                     f"not applicable: no '{key}' figures in {arms[0] if cand is None else arms[1]} "
+                     "(CPU run: memory is recorded only with CUDA)", applicable=False)
+    if ref <= 0:
+        return Check(name, None, bound_pct, False, f"{arms[1]} peak {key} is {ref:.0f}: cannot form a percentage")
+    delta = (cand - ref) / ref * 100.0
+    gib = 1024.0 ** 3
+    return Check(name, delta, bound_pct, delta <= bound_pct,
+                 f"peak {key} {cand / gib:.3f} GiB ({arms[0]}) vs {ref / gib:.3f} GiB ({arms[1]}): "
+                 f"{delta:+.2f}% (bound +{bound_pct:g}%)")
+
+
+def _dcp_vs_fixed_cp(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
+    p: DcpVsFixedCpContract = _params(DcpVsFixedCpContract, pair)
+    arms = _two(pair)
+    checks = [_series_check("loss", "loss", data, arms, p.loss),
+              _series_check("aux_loss", "aux_loss", data, arms, p.aux_loss)]
+    if p.device_delta_pct is not None:
+        checks.append(_memory_check("device_delta_pct", "max_allocated_bytes", data, arms, p.device_delta_pct))
+    if p.reserved_delta_pct is not None:
+        checks.append(_memory_check("reserved_delta_pct", "reserved_bytes", data, arms, p.reserved_delta_pct))
+    return tuple(checks)
+
+
+CONTRACTS: Mapping[str, ContractFn] = MappingProxyType({
+    "repeat": _repeat,
+    "graph_vs_eager": _graph_vs_eager,
+    "dcp_vs_fixed_cp": _dcp_vs_fixed_cp,
+})
+
+
+# --------------------------------------------------------------------------- evaluation
+def _arm_error(arm: str, outcome: Optional[ArmOutcome], present: bool) -> Optional[str]:
+    if not present:
+        return f"arm '{arm}' has no results"
+    if outcome is None:
+        return f"arm '{arm}' has no outcome (it never finished; re-run the sweep to resume it)"
+    if not outcome.ok:
+        return f"arm '{arm}' {outcome.describe()}"
+    return None
+
+
+def _status(checks: Sequence[Check], errors: Sequence[str]) -> str:
+    # Evidence of a regression: a failed check on recorded values. Missing data (the
+    # completeness check, a comparison without common steps: value None) is not evidence.
+    evidence = [c for c in checks if not c.passed and c.value is not None
+                and not c.name.endswith("." + COMPLETENESS)]
+    if evidence:
+        return "fail"
+    if errors:
+        return "error"
+    return "pass" if all(c.passed for c in checks) else "fail"
+
+
+def evaluate_pair(
+    case_id: str,
+    pair: Pair,
+    arm_data: ArmData,
+    *,
+    expected_steps: Optional[int] = None,
+    expected_ranks: Optional[int] = None,
+) -> PairVerdict:
+    """Arm checks of the pair's arms + the contract's checks -> one PairVerdict."""
+    checks: list[Check] = []
+    errors: list[str] = []
+    for arm in pair.arms:
+        outcome, steps = arm_data.get(arm, (None, {}))
+        err = _arm_error(arm, outcome, arm in arm_data)
+        if err:
+            errors.append(err)
+        checks.extend(arm_checks(arm, steps, expected_steps, expected_ranks))
+    if pair.contract != "arm_checks":
+        fn = CONTRACTS.get(pair.contract)
+        if fn is None:
+            errors.append(f"unknown contract '{pair.contract}' (known: {', '.join(sorted(CONTRACTS))})")
+        elif all(arm in arm_data for arm in pair.arms):
+            try:
+                checks.extend(fn(pair, {a: arm_data[a][1] for a in pair.arms}))
+            except (ValueError, KeyError, TypeError) as exc:
+                errors.append(f"contract '{pair.contract}' could not be evaluated: {exc}")
+    return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), tuple(checks),
+                       _status(checks, errors), "; ".join(errors) or None)
+
+
+def evaluate_case(
+    case_id: str,
+    pairs: Sequence[Pair],
+    arm_data: ArmData,
+    *,
+    expected_steps: Optional[int] = None,
+    expected_ranks: Optional[int] = None,
+) -> CaseVerdict:
+    """Evaluate every pair of a case. ``arm_data``: arm name -> (outcome or None, rank -> step
+    records). ``expected_steps`` (``case.train.steps``) and ``expected_ranks``
+    (``case.world_size``) make the completeness check exact; without them the largest step and
+    rank seen are expected. Arms in no pair (or a case with no pairs) get one extra entry named
+    ``checks`` with their arm checks."""
+    verdicts = [evaluate_pair(case_id, p, arm_data, expected_steps=expected_steps,
+                              expected_ranks=expected_ranks) for p in pairs]
+    in_pairs = {a for p in pairs for a in p.arms}
+    loose = tuple(a for a in sorted(arm_data) if a not in in_pairs)
+    if loose or not pairs:
+        extra = Pair(ARM_CHECKS_PAIR, "arm_checks", loose)
+        if not loose:
+            verdicts.append(PairVerdict(case_id, ARM_CHECKS_PAIR, "arm_checks", (), (), "error",
+                                        "the case has no arms with results"))
+        else:
+            verdicts.append(evaluate_pair(case_id, extra, arm_data, expected_steps=expected_steps,
+                                          expected_ranks=expected_ranks))
+    return CaseVerdict(case_id, tuple(verdicts), combine_status([v.status for v in verdicts]))

@@ -1,0 +1,315 @@
+"""Run one arm of a case on this machine: one process per rank.
+
+Ranks rendezvous over TCP on 127.0.0.1 at a port picked by binding port 0 (retried on a fresh port
+when a rank reports "address already in use"). They train on CUDA (NCCL) when this machine has at
+least as many CUDA GPUs as the case has ranks, otherwise on CPU (gloo; GPUs hidden from the ranks).
+Every line a rank prints goes to ``<arm_dir>/log.txt`` prefixed with ``[rank k]``.
+
+A rank that exits non-zero fails the arm; an arm past its time limit times out. Either way the ranks
+still alive get SIGUSR1 first (``rank_main`` dumps their Python stacks to ``stacks.rank<k>.txt``),
+then their process groups are terminated (SIGTERM, then SIGKILL). The outcome carries the log tail,
+those stacks and a one-line repro command. Nothing here raises for a failing arm.
+
+    python -m harness.launch.local --case CASE_JSON --arm NAME --out ARM_DIR [--timeout-min M]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Deque, Mapping, Optional, Sequence
+
+from harness.launch.ports import is_addr_in_use, pick_free_port
+from harness.launch.rank_main import FAULT_ENV, stacks_path
+from harness.results import LOG_FILE, ArmOutcome, read_steps, write_outcome
+from harness.spec.schema import Case
+
+if TYPE_CHECKING:
+    from harness.arms import Arm
+
+TAIL_LINES = 60
+STACK_LINES = 80
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class RankCommand:
+    """What to spawn for every rank of one arm (the rank environment is added per rank)."""
+
+    argv: tuple[str, ...]
+    world_size: int
+    arm_dir: Path
+    timeout_s: float
+    env: Mapping[str, str] = field(default_factory=dict)
+    repro: str = ""
+
+
+@dataclass
+class _Rank:
+    rank: int
+    proc: subprocess.Popen
+    tail: Deque[str]
+    reader: threading.Thread
+
+
+# --------------------------------------------------------------------------- helpers
+def cuda_device_count() -> int:
+    """CUDA GPUs visible to this process (0 without CUDA); does not create a CUDA context."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def device_env(world_size: int, gpus: int) -> tuple[dict[str, str], str]:
+    """Extra environment for the ranks, and a line saying where they run."""
+    if gpus >= world_size:
+        return {}, f"{world_size} rank(s) on CUDA (NCCL), {gpus} GPU(s) visible"
+    why = "no CUDA GPU" if gpus == 0 else f"{gpus} CUDA GPU(s) < {world_size} ranks"
+    return {"CUDA_VISIBLE_DEVICES": ""}, f"{world_size} rank(s) on CPU (gloo): {why}"
+
+
+def rank_env(base: Mapping[str, str], rank: int, world_size: int, port: int,
+             extra: Mapping[str, str]) -> dict[str, str]:
+    env = dict(base)
+    env.update(extra)
+    env.update(
+        RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+        PYTHONUNBUFFERED="1",
+    )
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world_size)))
+    path = env.get("PYTHONPATH", "")
+    if str(_REPO_ROOT) not in path.split(os.pathsep):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), path) if p)
+    return env
+
+
+def _pump(stream: IO[bytes], prefix: str, log: IO[str], lock: threading.Lock,
+          tail: Deque[str]) -> None:
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", errors="replace").rstrip("\n")
+        tail.append(line)
+        with lock:
+            log.write(f"{prefix}{line}\n")
+            log.flush()
+    stream.close()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _tail_file(path: Path, lines: int) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+# --------------------------------------------------------------------------- the process group
+def run_ranks(cmd: RankCommand, *, stack_wait_s: float = 3.0, kill_grace_s: float = 5.0,
+              port_retries: int = 3, poll_s: float = 0.05) -> ArmOutcome:
+    """Spawn ``cmd.world_size`` processes of ``cmd.argv`` and wait for them (see module doc)."""
+    arm_dir = Path(cmd.arm_dir)
+    arm_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    restarts = 0
+    with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
+        while True:
+            port = pick_free_port()
+            outcome, attempt_text = _attempt(cmd, port, log, started, stack_wait_s, kill_grace_s,
+                                             poll_s)
+            retry = (outcome.status == "failed" and restarts < port_retries
+                     and is_addr_in_use(attempt_text) and not read_steps(arm_dir))
+            if not retry:
+                break
+            restarts += 1
+            log.write(f"[launcher] port {port} was taken; retrying on a fresh port "
+                      f"({restarts}/{port_retries})\n")
+            log.flush()
+    return ArmOutcome(
+        status=outcome.status, returncode=outcome.returncode,
+        wall_s=round(time.monotonic() - started, 3), log_tail=outcome.log_tail,
+        repro=cmd.repro, restarts=restarts, detail=outcome.detail,
+    )
+
+
+def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wait_s: float,
+             kill_grace_s: float, poll_s: float) -> tuple[ArmOutcome, str]:
+    arm_dir = Path(cmd.arm_dir)
+    for k in range(cmd.world_size):
+        stacks_path(arm_dir, k).unlink(missing_ok=True)
+    lock = threading.Lock()
+    log.write(f"[launcher] {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} "
+              f"{shlex.join(cmd.argv)} x{cmd.world_size} port {port} "
+              f"timeout {cmd.timeout_s:.0f}s\n")
+    log.flush()
+    ranks: list[_Rank] = []
+    try:
+        for k in range(cmd.world_size):
+            proc = subprocess.Popen(
+                list(cmd.argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, start_new_session=True,
+                env=rank_env(os.environ, k, cmd.world_size, port, cmd.env),
+            )
+            tail: Deque[str] = collections.deque(maxlen=TAIL_LINES)
+            reader = threading.Thread(target=_pump, args=(proc.stdout, f"[rank {k}] ", log, lock, tail),
+                                      daemon=True)
+            reader.start()
+            ranks.append(_Rank(k, proc, tail, reader))
+        status, detail, returncode = _wait(ranks, started + cmd.timeout_s, poll_s, cmd.timeout_s)
+        hung = [r for r in ranks if r.proc.poll() is None]
+        stacks = _dump_stacks(hung, arm_dir, stack_wait_s) if hung else ""
+    finally:
+        _terminate([r for r in ranks if r.proc.poll() is None], kill_grace_s)
+        for r in ranks:  # whatever a rank left behind in its process group (workers, children)
+            _signal_group(r.proc, signal.SIGKILL)
+        for r in ranks:
+            r.reader.join(timeout=5)
+    if status == "ok":
+        return ArmOutcome(status="ok", returncode=0, detail=detail), ""
+    if hung:
+        detail += f"; killed rank(s) {', '.join(str(r.rank) for r in hung)}"
+    with lock:
+        log.flush()
+    tail = _tail_file(arm_dir / LOG_FILE, TAIL_LINES)
+    if stacks:
+        tail += "\n--- Python stacks of the ranks still running (SIGUSR1) ---\n" + stacks
+    attempt_text = "\n".join(line for r in ranks for line in r.tail)
+    return ArmOutcome(status=status, returncode=returncode, log_tail=tail, detail=detail), attempt_text
+
+
+def _wait(ranks: list[_Rank], deadline: float, poll_s: float,
+          timeout_s: float) -> tuple[str, str, Optional[int]]:
+    while True:
+        codes = [r.proc.poll() for r in ranks]
+        bad = [(r.rank, c) for r, c in zip(ranks, codes) if c not in (None, 0)]
+        if bad:
+            rank, code = bad[0]
+            how = f"signal {-code}" if code < 0 else f"exit code {code}"
+            others = f" (also rank(s) {', '.join(str(b[0]) for b in bad[1:])})" if len(bad) > 1 else ""
+            return "failed", f"rank {rank} exited with {how}{others}", code
+        if all(c == 0 for c in codes):
+            return "ok", "", 0
+        if time.monotonic() > deadline:
+            live = [str(r.rank) for r, c in zip(ranks, codes) if c is None]
+            return "timeout", (f"timed out after {timeout_s:.0f}s with rank(s) {', '.join(live)} "
+                               "still running"), None
+        time.sleep(poll_s)
+
+
+def _dump_stacks(live: list[_Rank], arm_dir: Path, wait_s: float) -> str:
+    for r in live:
+        if r.proc.poll() is None:
+            try:
+                os.kill(r.proc.pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + wait_s
+    paths = {r.rank: stacks_path(arm_dir, r.rank) for r in live}
+    while time.monotonic() < deadline:
+        if all(p.is_file() and p.stat().st_size > 0 for p in paths.values()):
+            time.sleep(0.1)  # let the last frames land
+            break
+        time.sleep(0.05)
+    parts = []
+    for rank, path in paths.items():
+        text = _tail_file(path, STACK_LINES).strip()
+        parts.append(f"[rank {rank}]\n{text or '(no stack written: the rank did not answer SIGUSR1)'}")
+    return "\n".join(parts)
+
+
+def _terminate(live: list[_Rank], grace_s: float) -> None:
+    for r in live:
+        _signal_group(r.proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for r in live:
+        try:
+            r.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for r in live:
+        if r.proc.poll() is None:
+            _signal_group(r.proc, signal.SIGKILL)
+            r.proc.wait()
+
+
+# --------------------------------------------------------------------------- the launcher
+def repro_command(python: str, case_json: Path, arm_name: str, case_id: str,
+                  fault: Optional[str]) -> str:
+    """One shell line that re-runs just this arm into a fresh folder."""
+    argv = [python, "-m", "harness.launch.local", "--case", str(case_json),
+            "--arm", arm_name, "--out", f"/tmp/dcp-repro/{case_id}/{arm_name}"]
+    prefix = f"{FAULT_ENV}={shlex.quote(fault)} " if fault else ""
+    return f"cd {shlex.quote(str(_REPO_ROOT))} && {prefix}{shlex.join(argv)}"
+
+
+@dataclass(frozen=True)
+class LocalLauncher:
+    """Runs arms on this machine. ``timeout_min`` overrides ``case.resources.time_min``."""
+
+    timeout_min: Optional[float] = None
+    python: str = sys.executable
+    stack_wait_s: float = 3.0
+    kill_grace_s: float = 5.0
+    port_retries: int = 3
+
+    def timeout_s(self, case: Case) -> float:
+        return 60.0 * (self.timeout_min if self.timeout_min is not None else case.resources.time_min)
+
+    def run_arm(self, case: Case, arm: Arm, arm_dir: Path, case_json: Path) -> ArmOutcome:
+        """Run every rank of ``arm``; never raises for a failing arm (see :class:`ArmOutcome`)."""
+        arm_dir = Path(arm_dir)
+        extra, where = device_env(case.world_size, cuda_device_count())
+        arm_dir.mkdir(parents=True, exist_ok=True)
+        with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
+            log.write(f"[launcher] case {case.id} arm {arm.name}: {where}\n")
+        cmd = RankCommand(
+            argv=(self.python, "-u", "-m", "harness.launch.rank_main", "--case", str(case_json),
+                  "--arm", arm.name, "--out", str(arm_dir)),
+            world_size=case.world_size, arm_dir=arm_dir, timeout_s=self.timeout_s(case),
+            env=extra,
+            repro=repro_command(self.python, Path(case_json).resolve(), arm.name, case.id, os.environ.get(FAULT_ENV)),
+        )
+        return run_ranks(cmd, stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s,
+                         port_retries=self.port_retries)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m harness.launch.local",
+                                description="Run one arm of a case on this machine.")
+    p.add_argument("--case", required=True, type=Path, metavar="CASE_JSON")
+    p.add_argument("--arm", required=True, metavar="NAME")
+    p.add_argument("--out", required=True, type=Path, metavar="ARM_DIR")
+    p.add_argument("--timeout-min", type=float, default=None, metavar="M")
+    args = p.parse_args(argv)
+    from harness.arms import arm_by_name
+
+    case = Case.model_validate(json.loads(args.case.read_text(encoding="utf-8")))
+    arm = arm_by_name(case, args.arm)
+    outcome = LocalLauncher(timeout_min=args.timeout_min).run_arm(case, arm, args.out, args.case)
+    write_outcome(args.out, outcome)
+    print(f"{case.id} / {arm.name}: {outcome.describe()}  (log: {args.out / LOG_FILE})")
+    if not outcome.ok:
+        print(outcome.log_tail)
+    return 0 if outcome.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""Progress of a sweep for people: cases done/total and the running arm's step.
+
+``make_progress()`` picks a live rich display on a terminal and plain lines otherwise (CI logs).
+The running arm's step comes from tailing its rank-0 JSONL file (:class:`StepTail`), so it works
+for any launcher that writes through the results store.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from pathlib import Path
+from typing import IO, Any, Optional, Protocol
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from harness.compare import CaseVerdict
+from harness.results import ArmOutcome, rank_file
+
+_POLL_S = 0.25
+
+
+class SweepProgress(Protocol):
+    def sweep_started(self, total_cases: int) -> None: ...
+    def case_started(self, case_id: str, index: int, arms: int) -> None: ...
+    def arm_started(self, case_id: str, arm: str, arm_dir: Path, steps: int) -> None: ...
+    def arm_skipped(self, case_id: str, arm: str, reason: str) -> None: ...
+    def arm_finished(self, case_id: str, arm: str, outcome: ArmOutcome) -> None: ...
+    def case_finished(self, case_id: str, verdict: CaseVerdict) -> None: ...
+    def close(self) -> None: ...
+
+
+class StepTail:
+    """Reads the complete lines appended to a JSONL file since the last poll."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._offset = 0
+        self._partial = b""
+
+    def poll(self) -> Optional[dict[str, Any]]:
+        """The newest complete record appended since the last call, or None."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return None
+        self._offset += len(data)
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()  # b"" after a complete line
+        for raw in reversed(lines):
+            try:
+                rec = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                return rec
+        return None
+
+
+class NullProgress:
+    """Shows nothing."""
+
+    def sweep_started(self, total_cases: int) -> None: pass
+    def case_started(self, case_id: str, index: int, arms: int) -> None: pass
+    def arm_started(self, case_id: str, arm: str, arm_dir: Path, steps: int) -> None: pass
+    def arm_skipped(self, case_id: str, arm: str, reason: str) -> None: pass
+    def arm_finished(self, case_id: str, arm: str, outcome: ArmOutcome) -> None: pass
+    def case_finished(self, case_id: str, verdict: CaseVerdict) -> None: pass
+    def close(self) -> None: pass
+
+
+class LineProgress:
+    """One plain line per event (for logs and non-terminals)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._out = stream
+        self._total = 0
+        self._index = 0
+
+    def _say(self, text: str) -> None:
+        print(text, file=self._out, flush=True)
+
+    def sweep_started(self, total_cases: int) -> None:
+        self._total = total_cases
+
+    def case_started(self, case_id: str, index: int, arms: int) -> None:
+        self._index = index
+        self._say(f"[{index + 1}/{self._total}] {case_id}: {arms} arm(s)")
+
+    def arm_started(self, case_id: str, arm: str, arm_dir: Path, steps: int) -> None:
+        self._say(f"[{self._index + 1}/{self._total}] {case_id} / {arm}: running {steps} step(s) "
+                  f"(log: {arm_dir / 'log.txt'})")
+
+    def arm_skipped(self, case_id: str, arm: str, reason: str) -> None:
+        self._say(f"[{self._index + 1}/{self._total}] {case_id} / {arm}: skipped ({reason})")
+
+    def arm_finished(self, case_id: str, arm: str, outcome: ArmOutcome) -> None:
+        self._say(f"[{self._index + 1}/{self._total}] {case_id} / {arm}: {outcome.describe()}")
+
+    def case_finished(self, case_id: str, verdict: CaseVerdict) -> None:
+        self._say(f"[{self._index + 1}/{self._total}] {case_id}: {verdict.status}")
+
+    def close(self) -> None:
+        pass
+
+
+class RichProgress:
+    """A live display: a bar of cases done/total and one of the running arm's steps."""
+
+    def __init__(self, console: Console) -> None:
+        self._progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=console, transient=True,
+        )
+        self._cases = self._progress.add_task("cases", total=0)
+        self._arm: Optional[int] = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._progress.start()
+
+    def sweep_started(self, total_cases: int) -> None:
+        self._progress.update(self._cases, total=total_cases)
+
+    def case_started(self, case_id: str, index: int, arms: int) -> None:
+        self._progress.update(self._cases, description=f"cases (now {case_id})")
+
+    def arm_started(self, case_id: str, arm: str, arm_dir: Path, steps: int) -> None:
+        label = f"  {case_id} / {arm}"
+        self._arm = self._progress.add_task(label, total=steps)
+        self._stop.clear()
+        tail = StepTail(rank_file(arm_dir, 0))
+        self._thread = threading.Thread(target=self._follow, args=(tail, self._arm, label),
+                                        daemon=True)
+        self._thread.start()
+
+    def _follow(self, tail: StepTail, task: int, label: str) -> None:
+        while not self._stop.wait(_POLL_S):
+            rec = tail.poll()
+            if rec is not None and isinstance(rec.get("step"), int):
+                loss = rec.get("loss")
+                loss_txt = f" loss {loss:.4f}" if isinstance(loss, float) else ""
+                self._progress.update(task, completed=rec["step"], description=label + loss_txt)
+
+    def arm_skipped(self, case_id: str, arm: str, reason: str) -> None:
+        self._progress.console.print(f"{case_id} / {arm}: skipped ({reason})")
+
+    def arm_finished(self, case_id: str, arm: str, outcome: ArmOutcome) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._arm is not None:
+            self._progress.remove_task(self._arm)
+            self._arm = None
+        style = "green" if outcome.ok else "red"
+        self._progress.console.print(f"{case_id} / {arm}: [{style}]{outcome.describe()}[/{style}]",
+                                     highlight=False)
+
+    def case_finished(self, case_id: str, verdict: CaseVerdict) -> None:
+        self._progress.advance(self._cases)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._progress.stop()
+
+
+def make_progress(stream: IO[str] = sys.stderr) -> SweepProgress:
+    """Rich live progress on a terminal, plain lines otherwise."""
+    if stream.isatty():
+        return RichProgress(Console(file=stream))
+    return LineProgress(stream)

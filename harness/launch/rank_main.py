@@ -1,0 +1,271 @@
+"""The process every rank runs, locally (spawned by ``local.py``) and under Slurm.
+
+    python -m harness.launch.rank_main --case CASE_JSON --arm NAME --out ARM_DIR
+
+The rendezvous comes from the environment: RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR /
+MASTER_PORT (torchrun, the local launcher), or Slurm's SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID
+(srun) when RANK is absent; a one-rank case needs none of them. CUDA_VISIBLE_DEVICES is never
+changed here: the device is chosen from LOCAL_RANK by the workload.
+
+Each completed step is appended to ``ARM_DIR/rank<k>.jsonl`` through the results store and logged
+as one line for people; model, optimizer and data position are checkpointed under
+``ARM_DIR/checkpoint`` so a re-run (or a Slurm requeue) resumes after the last completed step.
+``kill -USR1 <pid>`` writes the Python stacks of all threads to ``ARM_DIR/stacks.rank<k>.txt``.
+
+Test-only fault injection: ``DCP_HARNESS_FAULT=KIND@STEP[:RANK]`` with KIND ``crash`` (raise),
+``hang`` (sleep forever) or ``exit`` (``os._exit(FAULT_EXIT_CODE)`` without a traceback) makes the
+rank (every rank, or only RANK) fail when step STEP completes, before that step is recorded. It is
+read only here, set only by tests, and never by case files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import math
+import os
+import re
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Callable, Mapping, Optional, Sequence
+
+FAULT_ENV = "DCP_HARNESS_FAULT"
+FAULT_EXIT_CODE = 43
+CHECKPOINT_DIR = "checkpoint"
+_FAULT = re.compile(r"^(crash|hang|exit)@([1-9][0-9]*)(?::([0-9]+))?$")
+# Port for a Slurm job without MASTER_PORT: derived from the job id so every task agrees on it.
+_SLURM_PORT_BASE = 15000
+_SLURM_PORT_SPAN = 20000
+
+
+def stacks_path(arm_dir: Path, rank: int) -> Path:
+    """Where rank ``rank`` writes its Python stacks on SIGUSR1."""
+    return Path(arm_dir) / f"stacks.rank{rank}.txt"
+
+
+# --------------------------------------------------------------------------- environment
+def first_slurm_host(nodelist: str) -> str:
+    """The first host of a Slurm node list (``gpu[003-010,012],cpu1`` -> ``gpu003``)."""
+    nodelist = nodelist.strip()
+    if not nodelist:
+        raise ValueError("empty Slurm node list")
+    depth = 0
+    end = len(nodelist)
+    for i, ch in enumerate(nodelist):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            end = i
+            break
+    first = nodelist[:end]
+    match = re.match(r"^([^\[]*)\[([^\]]+)\](.*)$", first)
+    if not match:
+        return first
+    prefix, ranges, suffix = match.groups()
+    lo = ranges.split(",")[0].split("-")[0]
+    return f"{prefix}{lo}{suffix}"
+
+
+def resolve_rank_env(environ: Mapping[str, str], world_size: int) -> dict[str, str]:
+    """The torch.distributed variables for this process, from ``environ``.
+
+    RANK given: used as is (the other four must be there too). Otherwise Slurm's SLURM_PROCID /
+    SLURM_NTASKS / SLURM_LOCALID, with MASTER_ADDR from the job's first node and MASTER_PORT from the
+    job id when absent. Otherwise a one-rank case runs alone on 127.0.0.1.
+    """
+    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    if "RANK" in environ:
+        env = {k: environ[k] for k in keys if k in environ}
+        missing = [k for k in keys if not env.get(k)]
+        if missing:
+            raise RuntimeError(
+                f"RANK is set but {', '.join(missing)} is not; set all of {', '.join(keys)} "
+                "(torchrun and the local launcher do)"
+            )
+    elif "SLURM_PROCID" in environ:
+        env = {
+            "RANK": environ["SLURM_PROCID"],
+            "WORLD_SIZE": environ.get("SLURM_NTASKS", ""),
+            "LOCAL_RANK": environ.get("SLURM_LOCALID", ""),
+        }
+        if not env["WORLD_SIZE"] or not env["LOCAL_RANK"]:
+            raise RuntimeError("SLURM_PROCID is set but SLURM_NTASKS or SLURM_LOCALID is not; "
+                               "launch ranks with srun")
+        addr = environ.get("MASTER_ADDR") or first_slurm_host(
+            environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or "127.0.0.1")
+        port = environ.get("MASTER_PORT")
+        if not port:
+            job = int(re.sub(r"\D", "", environ.get("SLURM_JOB_ID", "0")) or 0)
+            port = str(_SLURM_PORT_BASE + job % _SLURM_PORT_SPAN)
+        env.update(MASTER_ADDR=addr, MASTER_PORT=port)
+    elif world_size == 1:
+        from harness.launch.ports import pick_free_port
+
+        env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(pick_free_port())}
+    else:
+        raise RuntimeError(
+            f"this case has {world_size} ranks but RANK is not set; start it with "
+            "`python -m harness.launch.local` (or torchrun / srun)"
+        )
+    if int(env["WORLD_SIZE"]) != world_size:
+        raise RuntimeError(
+            f"WORLD_SIZE={env['WORLD_SIZE']} but the case needs {world_size} ranks "
+            "(resources.nodes * resources.gpus_per_node)"
+        )
+    return env
+
+
+# --------------------------------------------------------------------------- faults (test-only)
+@dataclass(frozen=True)
+class Fault:
+    kind: str  # crash | hang | exit
+    step: int
+    rank: Optional[int] = None  # None: every rank
+
+    def applies(self, rank: int, step: int) -> bool:
+        return step == self.step and (self.rank is None or self.rank == rank)
+
+
+def parse_fault(text: Optional[str]) -> Optional[Fault]:
+    """``crash@3``, ``hang@2:1`` (rank 1 only), ``exit@1``; empty or None: no fault."""
+    if not text:
+        return None
+    match = _FAULT.match(text.strip())
+    if not match:
+        raise ValueError(f"{FAULT_ENV}={text!r}: expected KIND@STEP[:RANK], KIND crash|hang|exit")
+    kind, step, rank = match.groups()
+    return Fault(kind=kind, step=int(step), rank=None if rank is None else int(rank))
+
+
+def trigger_fault(fault: Fault, rank: int, step: int) -> None:
+    print(f"[rank {rank}] injected fault {fault.kind}@{step} ({FAULT_ENV})", flush=True)
+    if fault.kind == "crash":
+        raise RuntimeError(f"injected fault: crash at step {step} on rank {rank} ({FAULT_ENV})")
+    if fault.kind == "exit":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(FAULT_EXIT_CODE)
+    while True:  # hang
+        time.sleep(3600)
+
+
+# --------------------------------------------------------------------------- logging
+def _fmt(value: object, spec: str) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return format(value, spec)
+
+
+def step_line(arm_name: str, rank: int, steps: int, record: Mapping[str, object]) -> str:
+    """One human-readable line for a completed step."""
+    mem = record.get("max_allocated_bytes")
+    mem_txt = f" maxalloc {int(mem) / 2**20:.0f}MiB" if isinstance(mem, (int, float)) else ""
+    flags = "".join(f" {k.upper()}" for k in ("nan", "skipped") if record.get(k))
+    return (
+        f"[{arm_name} r{rank}] step {record.get('step')}/{steps} loss {_fmt(record.get('loss'), '.6f')} "
+        f"aux {_fmt(record.get('aux_loss'), '.4g')} gnorm {_fmt(record.get('grad_norm'), '.4g')} "
+        f"tokens {record.get('tokens')} cp {record.get('cp_sizes')} "
+        f"{_fmt(record.get('step_time_s'), '.3f')}s{mem_txt}{flags}"
+    )
+
+
+# --------------------------------------------------------------------------- entry points
+def _step_callback(writer, fault: Optional[Fault], rank: int, arm_name: str,
+                   steps: int) -> Callable[[dict], None]:
+    def on_step(record: dict) -> None:
+        step = int(record["step"])
+        if fault is not None and fault.applies(rank, step):
+            trigger_fault(fault, rank, step)
+        # A step re-run after resuming from an older checkpoint is already recorded: the store
+        # keeps the first record and append() returns False.
+        if writer.append(record):
+            print(step_line(arm_name, rank, steps, record), flush=True)
+
+    return on_step
+
+
+def _register_stack_dump(path: Path) -> IO[str]:
+    handle = open(path, "w", encoding="utf-8")
+    faulthandler.register(signal.SIGUSR1, file=handle, all_threads=True, chain=False)
+    return handle
+
+
+def run_rank(case, arm_name: str, arm_dir: Path, resume: bool = True) -> None:
+    """Train arm ``arm_name`` of ``case`` as this process's rank, writing ``arm_dir``.
+
+    ``resume=False`` refuses an arm folder that already holds steps or a checkpoint of this rank.
+    """
+    from harness.arms import arm_by_name
+    from harness.results import StepWriter
+    from harness.workload import init_distributed, train_arm
+
+    arm = arm_by_name(case, arm_name)
+    arm_dir = Path(arm_dir)
+    arm_dir.mkdir(parents=True, exist_ok=True)
+    os.environ.update(resolve_rank_env(os.environ, case.world_size))
+    rank = int(os.environ["RANK"])
+    fault = parse_fault(os.environ.get(FAULT_ENV))
+    writer = StepWriter(arm_dir, rank)
+    done = writer.completed_steps()
+    checkpoint_dir = arm_dir / CHECKPOINT_DIR
+    if not resume and (done or (checkpoint_dir.is_dir() and any(checkpoint_dir.iterdir()))):
+        raise RuntimeError(
+            f"{arm_dir} already holds steps or a checkpoint of this arm; pass a fresh --out "
+            "folder, or leave out --no-resume to continue after the last completed step"
+        )
+    stack_file = _register_stack_dump(stacks_path(arm_dir, rank))
+    try:
+        ctx = init_distributed()
+        steps = case.train.steps
+        print(
+            f"[{arm.name} r{rank}] case {case.id} arm {arm.name} {arm.options} rank {rank}/"
+            f"{ctx.world_size} on {ctx.device} ({ctx.backend}); "
+            f"{done}/{steps} steps already recorded",
+            flush=True,
+        )
+        started = time.monotonic()
+        train_arm(case, arm.options, ctx,
+                  _step_callback(writer, fault, rank, arm.name, steps),
+                  checkpoint_dir=checkpoint_dir)
+        print(f"[{arm.name} r{rank}] done: {writer.completed_steps()}/{steps} steps recorded in "
+              f"{time.monotonic() - started:.1f}s", flush=True)
+    finally:
+        faulthandler.unregister(signal.SIGUSR1)
+        stack_file.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m harness.launch.rank_main",
+        description="Run one rank of one arm of a case (rendezvous from the environment).",
+    )
+    p.add_argument("--case", required=True, type=Path, metavar="CASE_JSON",
+                   help="case.json written by the sweep (Case.model_dump)")
+    p.add_argument("--arm", required=True, metavar="NAME", help="arm name, e.g. eager, graph, dcp")
+    p.add_argument("--out", required=True, type=Path, metavar="ARM_DIR", help="the arm's results folder")
+    p.add_argument("--no-resume", dest="resume", action="store_false",
+                   help="refuse an arm folder that already holds steps instead of resuming")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from harness.spec.schema import Case
+
+    args = build_parser().parse_args(argv)
+    case = Case.model_validate(json.loads(args.case.read_text(encoding="utf-8")))
+    faulthandler.enable(file=sys.stderr, all_threads=True)  # segfaults/aborts print stacks too
+    run_rank(case, args.arm, args.out, resume=args.resume)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

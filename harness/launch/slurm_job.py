@@ -1,0 +1,287 @@
+"""What runs inside a Slurm allocation: every arm of one case, one after another, on every task.
+
+:class:`CaseJob` is the callable submitit pickles. srun starts it once per task (one task per GPU);
+each task takes its rank from Slurm's variables (submitit's ``JobEnvironment``), exports the
+torch.distributed variables for the arm (``CUDA_VISIBLE_DEVICES`` is left as Slurm set it) and
+calls :func:`harness.launch.rank_main.run_rank`, which resumes after the last completed step.
+
+* An arm whose outcome is final (``ok`` with every step, ``failed``, ``timeout``) is skipped, so a
+  requeued or retried job continues where the last one stopped.
+* An arm that raises on some rank gets a ``failed`` outcome with the traceback and the job ends
+  (srun ``--kill-on-bad-exit`` stops the other ranks; a crashed process cannot run more arms).
+* An arm running past ``case.resources.time_min`` gets a ``timeout`` outcome with the Python stacks
+  of that rank, and the job ends.
+* Preemption or the time-limit warning (USR2): submitit calls :meth:`CaseJob.checkpoint` on rank 0
+  and requeues the job; the next start resumes the arm in flight. ``SLURM_RESTART_COUNT`` becomes
+  the outcome's ``restarts`` (plus the ``--retry-infra`` round).
+
+Every line a rank prints during an arm is also appended to ``<arm>/log.txt`` as ``[rank k] ...``,
+like the local launcher does. Rank 0 appends one JSON line per arm start/end to
+``<case>/slurm_events.jsonl`` (job id, restart, the step it resumed after).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import io
+import json
+import os
+import random
+import shlex
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, TextIO
+
+from harness.results import LOG_FILE, ArmOutcome, read_outcome, read_steps, write_outcome
+
+EVENTS_FILE = "slurm_events.jsonl"
+TAIL_LINES = 60
+TIMEOUT_EXIT_CODE = 124
+FINAL_STATUSES = ("failed", "timeout")
+
+
+@dataclass(frozen=True)
+class TaskIdentity:
+    """Who this task is in the job (from Slurm through submitit)."""
+
+    job_id: str
+    rank: int
+    local_rank: int
+    world_size: int
+    master_addr: str
+    restarts: int
+
+
+def task_identity(environ: Optional[dict] = None) -> TaskIdentity:
+    import submitit
+
+    env = submitit.JobEnvironment()
+    environ = os.environ if environ is None else environ
+    return TaskIdentity(
+        job_id=str(env.job_id), rank=env.global_rank, local_rank=env.local_rank,
+        world_size=env.num_tasks, master_addr=env.hostnames[0],
+        restarts=int(environ.get("SLURM_RESTART_COUNT", "0") or 0),
+    )
+
+
+def arm_port(job_id: str, arm: str, restarts: int) -> int:
+    """Rendezvous port of one arm of one job start: every task computes the same number, and
+    consecutive arms / restarts use different ports (no clash with a socket in TIME_WAIT)."""
+    return random.Random(f"{job_id}/{arm}/{restarts}").randint(20000, 59999)
+
+
+def distributed_env(ident: TaskIdentity, port: int) -> dict[str, str]:
+    """The torch.distributed variables of this task. CUDA_VISIBLE_DEVICES is not among them."""
+    return {
+        "RANK": str(ident.rank), "WORLD_SIZE": str(ident.world_size),
+        "LOCAL_RANK": str(ident.local_rank), "MASTER_ADDR": ident.master_addr,
+        "MASTER_PORT": str(port),
+    }
+
+
+def arm_needs_run(case: Any, arm_dir: Path) -> bool:
+    """False when the arm's outcome is final: complete ``ok``, or ``failed`` / ``timeout``."""
+    from harness.launch.sweep import arm_is_complete
+
+    outcome = read_outcome(arm_dir)
+    if outcome is None or outcome.status == "infra":
+        return True
+    if outcome.status in FINAL_STATUSES:
+        return False
+    return not arm_is_complete(case, arm_dir)
+
+
+def repro_line(case_dir: Path, arm: str) -> str:
+    return (f"python -m harness.launch.local --case {shlex.quote(str(case_dir / 'case.json'))} "
+            f"--arm {arm} --out /tmp/dcp-repro/{case_dir.name}/{arm}")
+
+
+def append_event(case_dir: Path, event: dict) -> None:
+    line = (json.dumps(event, sort_keys=True) + "\n").encode()
+    fd = os.open(case_dir / EVENTS_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def read_events(case_dir: Path) -> list[dict]:
+    try:
+        text = (Path(case_dir) / EVENTS_FILE).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a torn last line
+    return out
+
+
+class _TeeLines(io.TextIOBase):
+    """Writes to ``stream`` and appends each complete line, prefixed, to ``path`` (O_APPEND)."""
+
+    def __init__(self, stream: TextIO, path: Path, prefix: str) -> None:
+        self._stream = stream
+        self._fd: Optional[int] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._prefix = prefix
+        self._partial = ""
+        self._lock = threading.Lock()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._stream.write(text)
+        with self._lock:
+            data = self._partial + text
+            *lines, self._partial = data.split("\n")
+            if lines and self._fd is not None:
+                os.write(self._fd, "".join(f"{self._prefix}{ln}\n" for ln in lines).encode())
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is None:
+                return
+            if self._partial:
+                os.write(self._fd, f"{self._prefix}{self._partial}\n".encode())
+                self._partial = ""
+            os.close(self._fd)
+            self._fd = None
+        super().close()
+
+
+def _tail(path: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return ""
+
+
+class _ArmWatchdog:
+    """Ends this task when one arm runs past its limit: stacks to the log, a timeout outcome,
+    exit code 124 (srun then stops the other tasks)."""
+
+    def __init__(self, limit_s: float, arm_dir: Path, ident: TaskIdentity, started: float,
+                 repro: str) -> None:
+        self._timer = threading.Timer(limit_s, self._fire)
+        self._timer.daemon = True
+        self._limit_s = limit_s
+        self._arm_dir = arm_dir
+        self._ident = ident
+        self._started = started
+        self._repro = repro
+
+    def __enter__(self) -> "_ArmWatchdog":
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+    def _fire(self) -> None:
+        stacks = self._arm_dir / f"stacks.rank{self._ident.rank}.txt"
+        with open(stacks, "w", encoding="utf-8") as fh:
+            faulthandler.dump_traceback(file=fh, all_threads=True)
+        write_outcome(self._arm_dir, ArmOutcome(
+            status="timeout", returncode=TIMEOUT_EXIT_CODE,
+            wall_s=round(time.monotonic() - self._started, 3),
+            log_tail=_tail(self._arm_dir / LOG_FILE) + "\n--- Python stacks (rank "
+            f"{self._ident.rank}) ---\n" + _tail(stacks, 80),
+            repro=self._repro, restarts=self._ident.restarts,
+            detail=f"rank {self._ident.rank} ran past the arm limit of {self._limit_s:.0f}s "
+                   f"(slurm job {self._ident.job_id})"))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(TIMEOUT_EXIT_CODE)
+
+
+def run_case_arms(case: Any, case_dir: Path, ident: TaskIdentity, retry_round: int = 0) -> dict:
+    """Run every arm of ``case`` that still needs it, as this task's rank (see module doc)."""
+    from harness.arms import arms_for_case
+    from harness.launch.rank_main import run_rank
+
+    case_dir = Path(case_dir)
+    restarts = ident.restarts + retry_round
+    ident = TaskIdentity(ident.job_id, ident.rank, ident.local_rank, ident.world_size,
+                         ident.master_addr, restarts)
+    ran, skipped = [], []
+    for arm in arms_for_case(case):
+        arm_dir = case_dir / arm.name
+        if not arm_needs_run(case, arm_dir):
+            skipped.append(arm.name)
+            continue
+        arm_dir.mkdir(parents=True, exist_ok=True)
+        if ident.rank == 0:
+            (arm_dir / "outcome.json").unlink(missing_ok=True)  # no stale outcome in flight
+            done = read_steps(arm_dir).get(0, [])
+            append_event(case_dir, {"event": "arm_start", "arm": arm.name, "job_id": ident.job_id,
+                                    "restarts": restarts, "resumed_after_step": len(done),
+                                    "time": time.time()})
+        os.environ.update(distributed_env(ident, arm_port(ident.job_id, arm.name, restarts)))
+        repro = repro_line(case_dir, arm.name)
+        started = time.monotonic()
+        out, err = sys.stdout, sys.stderr
+        tee_out = _TeeLines(out, arm_dir / LOG_FILE, f"[rank {ident.rank}] ")
+        tee_err = _TeeLines(err, arm_dir / LOG_FILE, f"[rank {ident.rank}] ")
+        sys.stdout, sys.stderr = tee_out, tee_err
+        try:
+            with _ArmWatchdog(60.0 * case.resources.time_min, arm_dir, ident, started, repro):
+                run_rank(case, arm.name, arm_dir, resume=True)
+        except Exception as exc:
+            tb = traceback.format_exc()
+            print(tb, file=sys.stderr, flush=True)
+            write_outcome(arm_dir, ArmOutcome(
+                status="failed", returncode=1, wall_s=round(time.monotonic() - started, 3),
+                log_tail=_tail(arm_dir / LOG_FILE), repro=repro, restarts=restarts,
+                detail=f"rank {ident.rank} raised {type(exc).__name__}: {exc} "
+                       f"(slurm job {ident.job_id})"))
+            raise
+        finally:
+            sys.stdout, sys.stderr = out, err
+            tee_out.close()
+            tee_err.close()
+        wall = round(time.monotonic() - started, 3)
+        if ident.rank == 0:
+            if read_outcome(arm_dir) is None:
+                write_outcome(arm_dir, ArmOutcome(
+                    status="ok", returncode=0, wall_s=wall, repro=repro, restarts=restarts,
+                    detail=f"slurm job {ident.job_id}"))
+            append_event(case_dir, {"event": "arm_end", "arm": arm.name, "job_id": ident.job_id,
+                                    "restarts": restarts, "wall_s": wall, "time": time.time()})
+        ran.append(arm.name)
+    return {"case": case.id, "rank": ident.rank, "ran": ran, "skipped": skipped}
+
+
+@dataclass(frozen=True)
+class CaseJob:
+    """The submitit callable of one case (picklable: the case travels as its JSON dump)."""
+
+    case_data: dict
+    case_dir: str
+    retry_round: int = 0
+
+    def __call__(self) -> dict:
+        from harness.spec.schema import Case
+
+        case = Case.model_validate(self.case_data)
+        return run_case_arms(case, Path(self.case_dir), task_identity(), self.retry_round)
+
+    def checkpoint(self) -> Any:
+        """Called by submitit on rank 0 at preemption / time-limit warning: requeue the same
+        job. Progress lives in the case folder (steps + checkpoints), so nothing else to save."""
+        from submitit.core.utils import DelayedSubmission
+
+        return DelayedSubmission(self)

@@ -1,0 +1,63 @@
+"""Reports of a sweep folder: summary.md, junit.xml, index.json, plots, console table, gate.
+
+Everything is built from the folder alone (``*/case.json``, ``*/verdict.json``,
+``*/<arm>/outcome.json``, ``*/<arm>/rank<k>.jsonl``); a case folder without a verdict counts
+as an error. A leaf package: no torch, no workload, no launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from harness.errors import ConfigError
+from harness.results import (
+    INDEX_FILE,
+    JUNIT_FILE,
+    SUMMARY_FILE,
+    PathLike,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
+
+from .console import console_table
+from .gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, GateResult, exit_code, gate, gate_result
+from .index import build_index
+from .junit import render_junit
+from .load import ArmView, CaseView, SweepView, load_sweep
+from .plots import write_plots
+from .summary import render_summary
+
+__all__ = [
+    "ArmView", "CaseView", "EXIT_ERROR", "EXIT_FAIL", "EXIT_PASS", "GateResult", "ReportFiles",
+    "SweepView", "console_table", "gate", "gate_result", "load_sweep", "write_reports",
+]
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    summary: Path
+    junit: Path
+    index: Path
+    plots: tuple[Path, ...]
+    exit_code: int
+    sweep: SweepView
+
+
+def write_reports(sweep_dir: PathLike, *, plots: bool = True) -> ReportFiles:
+    """Write summary.md, junit.xml, index.json (and plots/<case>.png with matplotlib) into the
+    sweep folder, atomically. Raises ConfigError when the folder does not exist."""
+    sweep = load_sweep(sweep_dir)
+    if not sweep.exists:
+        raise ConfigError(f"no sweep folder at {sweep_dir}: give the --out folder of a "
+                          "`dcp-harness run`")
+    root = sweep.sweep_dir
+    now = datetime.now(timezone.utc)
+    code = exit_code(sweep)
+    plot_paths = write_plots(sweep) if plots else ()
+    write_text_atomic(root / SUMMARY_FILE, render_summary(sweep, code))
+    write_bytes_atomic(root / JUNIT_FILE, render_junit(sweep, now))
+    write_json_atomic(root / INDEX_FILE, build_index(sweep, code, now, plot_paths))
+    return ReportFiles(root / SUMMARY_FILE, root / JUNIT_FILE, root / INDEX_FILE, plot_paths, code, sweep)

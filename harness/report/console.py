@@ -1,0 +1,49 @@
+"""A rich table of a sweep for the terminal."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from rich.console import Console
+from rich.table import Table
+
+from harness.results import PathLike
+
+from .load import SweepView, load_sweep
+from .text import checks_cell, failed_names, final_loss_cell, loss_delta_cell, peak_mem_cell, step_time_cell
+
+_STYLE = {"pass": "green", "fail": "bold red", "error": "yellow"}
+
+
+def console_table(sweep: Any, console: Optional[Console] = None) -> Table:
+    """Case, pair, checks, verdict and key figures; failed checks or the error in the last column.
+
+    ``sweep``: a SweepView, anything with a ``.sweep`` SweepView (what ``write_reports``
+    returns) or a sweep folder path. Printed on ``console`` when one is given; returned always.
+    """
+    view = _view(sweep)
+    counts = view.counts()
+    table = Table(title=f"sweep {view.name}: {counts['pass']} pass, {counts['fail']} fail, "
+                        f"{counts['error']} error")
+    for col in ("case", "pair", "checks", "verdict", "final loss", "worst loss delta",
+                "peak mem", "step time", "why"):
+        table.add_column(col, overflow="fold")
+    for case, p in view.rows:
+        why = ", ".join(failed_names(p)) if p.status == "fail" else (p.error or "")
+        table.add_row(case.case_id, p.pair, checks_cell(p),
+                      f"[{_STYLE[p.status]}]{p.status.upper()}[/]",
+                      final_loss_cell(case, p), loss_delta_cell(case, p),
+                      peak_mem_cell(case, p), step_time_cell(case, p), why)
+    if console is not None:
+        console.print(table)
+    return table
+
+
+def _view(sweep: Any) -> SweepView:
+    if isinstance(sweep, SweepView):
+        return sweep
+    inner = getattr(sweep, "sweep", None)
+    if isinstance(inner, SweepView):
+        return inner
+    path: PathLike = sweep
+    return load_sweep(path)

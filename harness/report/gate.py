@@ -1,0 +1,57 @@
+"""The merge gate: 0 all pass, 1 a check failed (regression), 2 errors without failures."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import TextIO, Optional
+
+from harness.results import PathLike
+
+from .load import SweepView, load_sweep
+
+EXIT_PASS = 0
+EXIT_FAIL = 1
+EXIT_ERROR = 2
+
+
+@dataclass(frozen=True)
+class GateResult:
+    code: int
+    message: str
+
+
+def exit_code(sweep: SweepView) -> int:
+    if not sweep.cases:
+        return EXIT_ERROR
+    return {"pass": EXIT_PASS, "fail": EXIT_FAIL, "error": EXIT_ERROR}[sweep.status]
+
+
+def gate_result(sweep: SweepView) -> GateResult:
+    where = sweep.sweep_dir
+    if not sweep.exists:
+        return GateResult(EXIT_ERROR, f"gate: no sweep folder at {where}; run "
+                                      f"`dcp-harness run CASES --out {where}` first")
+    if not sweep.cases:
+        return GateResult(EXIT_ERROR, f"gate: {where} holds no case folders (case.json or "
+                                      "verdict.json); nothing was run, so nothing can pass")
+    code = exit_code(sweep)
+    c = sweep.counts()
+    head = (f"gate: {sweep.status.upper()}: {c['cases']} case(s), {c['pass']} pass, "
+            f"{c['fail']} fail, {c['error']} error")
+    lines = [head]
+    for case, p in sweep.rows:
+        if p.status == "fail":
+            names = ", ".join(x.name for x in p.failed_checks) or "(no check named)"
+            lines.append(f"  FAIL  {case.case_id} / {p.pair}: {names}")
+        elif p.status == "error":
+            lines.append(f"  ERROR {case.case_id} / {p.pair}: {p.error}")
+    return GateResult(code, "\n".join(lines))
+
+
+def gate(sweep_dir: PathLike, out: Optional[TextIO] = None) -> int:
+    """Judge a sweep from its folder alone and print one summary line (plus one per failed or
+    errored entry) to ``out`` (default stdout). Returns the exit code."""
+    result = gate_result(load_sweep(sweep_dir))
+    print(result.message, file=out if out is not None else sys.stdout)
+    return result.code

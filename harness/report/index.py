@@ -1,0 +1,84 @@
+"""index.json: the machine-readable view of a sweep (cases, pairs, statuses, paths)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Sequence
+
+from harness.results import CASE_FILE, INDEX_FILE, JUNIT_FILE, SUMMARY_FILE, VERDICT_FILE
+
+from .load import ArmView, SweepView
+
+INDEX_VERSION = 1
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _arm(arm: ArmView, root: Path) -> dict[str, Any]:
+    f = arm.figures
+    return {
+        "dir": _rel(arm.dir, root),
+        "status": arm.outcome.status if arm.outcome else None,
+        "returncode": arm.outcome.returncode if arm.outcome else None,
+        "wall_s": arm.outcome.wall_s if arm.outcome else None,
+        "restarts": arm.outcome.restarts if arm.outcome else None,
+        "repro": arm.outcome.repro if arm.outcome else None,
+        "outcome": _rel(arm.dir / "outcome.json", root) if arm.outcome else None,
+        "log": _rel(arm.log, root) if arm.log else None,
+        "ranks": {str(k): _rel(arm.dir / f"rank{k}.jsonl", root) for k in sorted(arm.steps)},
+        "problem": arm.problem,
+        "figures": {
+            "steps": f.steps,
+            "final_loss": f.final_loss,
+            "peak_allocated_bytes": f.peak_allocated_bytes,
+            "peak_reserved_bytes": f.peak_reserved_bytes,
+            "median_step_time_s": f.median_step_time_s,
+        },
+    }
+
+
+def build_index(sweep: SweepView, exit_code: int, generated_at: datetime,
+                plots: Sequence[Path] = ()) -> dict[str, Any]:
+    root = sweep.sweep_dir
+    plot_by_case = {p.stem: _rel(p, root) for p in plots}
+    cases = []
+    for case in sweep.cases:
+        cases.append({
+            "id": case.case_id,
+            "status": case.verdict.status,
+            "dir": _rel(case.dir, root),
+            "case_json": _rel(case.dir / CASE_FILE, root) if (case.dir / CASE_FILE).is_file() else None,
+            "verdict_json": _rel(case.dir / VERDICT_FILE, root) if case.verdict_found else None,
+            "tags": list(case.tags),
+            "plot": plot_by_case.get(case.case_id),
+            "arms": {name: _arm(arm, root) for name, arm in case.arms.items()},
+            "pairs": [{
+                "name": p.pair,
+                "contract": p.contract,
+                "arms": list(p.arms),
+                "status": p.status,
+                "error": p.error,
+                "checks_passed": p.checks_passed,
+                "checks_total": len(p.checks),
+                "failed_checks": [c.name for c in p.failed_checks],
+                "not_applicable": [c.name for c in p.checks if not c.applicable],
+            } for p in case.verdict.pairs],
+        })
+    return {
+        "version": INDEX_VERSION,
+        "sweep": sweep.name,
+        "generated_at": generated_at.replace(microsecond=0).isoformat(),
+        "status": sweep.status,
+        "exit_code": exit_code,
+        "counts": sweep.counts(),
+        "reports": {"summary": SUMMARY_FILE, "junit": JUNIT_FILE, "index": INDEX_FILE,
+                    "plots": sorted(plot_by_case.values())},
+        "cases": cases,
+    }
+

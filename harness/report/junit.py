@@ -1,0 +1,81 @@
+"""junit.xml: one <testcase> per case x pair (classname = case id, name = pair).
+
+Follows the common JUnit schema (Jenkins/GitLab flavour): <testsuites> > <testsuite> (with
+<properties>, its <testcase>s, then <system-out>/<system-err>); a <testcase> holds at most one
+<failure> (a check failed: a regression) or <error> (crash, timeout, infra, unfinished case),
+then <system-out> with the checks and each arm's outcome, repro command and log tail.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import xml.etree.ElementTree as ET
+from datetime import datetime, timezone
+from typing import Optional
+
+from .load import SweepView
+from .text import arm_report, check_line, failed_names, pair_arms
+
+# Characters XML 1.0 forbids (control characters other than tab/newline/CR, surrogates, FFFE/FFFF).
+_BAD_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def xml_text(text: str) -> str:
+    """Strip ANSI colour codes and characters XML 1.0 cannot hold."""
+    return _BAD_XML.sub("", _ANSI.sub("", text))
+
+
+def _short(text: str, limit: int = 500) -> str:
+    text = " ".join(xml_text(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def render_junit(sweep: SweepView, timestamp: Optional[datetime] = None) -> bytes:
+    ts = (timestamp or datetime.now(timezone.utc)).replace(microsecond=0).isoformat()
+    counts = sweep.counts()
+    total_time = 0.0
+    suite = ET.Element("testsuite", name=xml_text(sweep.name), timestamp=ts,
+                       hostname=xml_text(socket.gethostname() or "localhost"), id="0",
+                       package="dcp-harness")
+    props = ET.SubElement(suite, "properties")
+    for key, value in (("sweep_dir", str(sweep.sweep_dir)), ("status", sweep.status)):
+        ET.SubElement(props, "property", name=key, value=xml_text(value))
+    for case, p in sweep.rows:
+        arms = pair_arms(case, p)
+        time_s = sum(a.outcome.wall_s for a in arms if a is not None and a.outcome is not None)
+        total_time += time_s
+        tc = ET.SubElement(suite, "testcase", classname=xml_text(case.case_id),
+                           name=xml_text(p.pair), time=f"{time_s:.3f}")
+        if p.status == "fail":
+            names = failed_names(p)
+            el = ET.SubElement(tc, "failure", type="CheckFailed",
+                               message=_short(f"{len(names)} check(s) failed: {', '.join(names)}"))
+            body = [check_line(c) for c in p.failed_checks]
+            if p.error:
+                body.append(f"also: {p.error}")
+            el.text = xml_text("\n".join(body))
+        elif p.status == "error":
+            el = ET.SubElement(tc, "error", type="HarnessError", message=_short(p.error or "error"))
+            el.text = xml_text(p.error or "error")
+        out = arm_report(arms, p.arms)
+        checks = "\n".join(check_line(c) for c in p.checks)
+        if checks or out:
+            ET.SubElement(tc, "system-out").text = xml_text(
+                "\n".join(x for x in (f"contract: {p.contract}", checks, out) if x))
+    ET.SubElement(suite, "system-out").text = xml_text(
+        f"{counts['cases']} case(s): {counts['pass']} pass, {counts['fail']} fail, "
+        f"{counts['error']} error")
+    ET.SubElement(suite, "system-err")
+    suite.set("tests", str(counts["entries"]))
+    suite.set("failures", str(counts["fail"]))
+    suite.set("errors", str(counts["error"]))
+    suite.set("skipped", "0")
+    suite.set("time", f"{total_time:.3f}")
+    root = ET.Element("testsuites", name="dcp-harness", tests=str(counts["entries"]),
+                      failures=str(counts["fail"]), errors=str(counts["error"]),
+                      time=f"{total_time:.3f}")
+    root.append(suite)
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"

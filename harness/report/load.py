@@ -1,0 +1,225 @@
+"""Read a sweep folder into plain records (the only input every report is built from)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from harness.compare import (
+    ARM_CHECKS_PAIR,
+    CaseVerdict,
+    PairVerdict,
+    combine_status,
+    read_verdict,
+)
+from harness.results import (
+    CASE_FILE,
+    LOG_FILE,
+    VERDICT_FILE,
+    ArmOutcome,
+    PathLike,
+    ResultsError,
+    list_arm_dirs,
+    read_json,
+    read_outcome,
+    read_steps,
+)
+
+NOT_FINISHED = (
+    "no verdict.json: the case never finished (interrupted or still running); "
+    "re-run the sweep with the same --out to resume it"
+)
+
+
+@dataclass(frozen=True)
+class ArmFigures:
+    """Key figures of one arm, from its step records (None where not recorded)."""
+
+    steps: int
+    final_loss: Optional[float]
+    peak_allocated_bytes: Optional[float]
+    peak_reserved_bytes: Optional[float]
+    median_step_time_s: Optional[float]
+
+
+@dataclass(frozen=True)
+class ArmView:
+    name: str
+    dir: Path
+    outcome: Optional[ArmOutcome]
+    steps: Mapping[int, Sequence[Mapping[str, Any]]]
+    figures: ArmFigures
+    problem: Optional[str] = None  # an unreadable outcome or step file
+
+    @property
+    def log(self) -> Optional[Path]:
+        path = self.dir / LOG_FILE
+        return path if path.is_file() else None
+
+    def loss_series(self) -> dict[int, float]:
+        return _series(self.steps, "loss")
+
+
+@dataclass(frozen=True)
+class CaseView:
+    case_id: str
+    dir: Path
+    case: Optional[Mapping[str, Any]]
+    verdict: CaseVerdict
+    verdict_found: bool
+    arms: Mapping[str, ArmView]
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return tuple((self.case or {}).get("tags", ()) or ())
+
+
+@dataclass(frozen=True)
+class SweepView:
+    sweep_dir: Path
+    exists: bool
+    cases: tuple[CaseView, ...]
+
+    @property
+    def name(self) -> str:
+        return self.sweep_dir.resolve().name
+
+    @property
+    def rows(self) -> tuple[tuple[CaseView, PairVerdict], ...]:
+        return tuple((c, p) for c in self.cases for p in c.verdict.pairs)
+
+    @property
+    def status(self) -> str:
+        if not self.cases:
+            return "error"
+        return combine_status([c.verdict.status for c in self.cases])
+
+    def counts(self) -> dict[str, int]:
+        statuses = [p.status for _, p in self.rows]
+        return {"cases": len(self.cases), "entries": len(statuses),
+                "pass": statuses.count("pass"), "fail": statuses.count("fail"),
+                "error": statuses.count("error")}
+
+
+# --------------------------------------------------------------------------- figures
+def _num(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _first_rank(steps: Mapping[int, Sequence[Mapping[str, Any]]]) -> Sequence[Mapping[str, Any]]:
+    for rank in sorted(steps):
+        if steps[rank]:
+            return steps[rank]
+    return ()
+
+
+def _series(steps: Mapping[int, Sequence[Mapping[str, Any]]], key: str) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for rec in _first_rank(steps):
+        step, value = rec.get("step"), _num(rec.get(key))
+        if isinstance(step, int) and value is not None and step not in out:
+            out[step] = value
+    return dict(sorted(out.items()))
+
+
+def arm_figures(steps: Mapping[int, Sequence[Mapping[str, Any]]]) -> ArmFigures:
+    records = [rec for rank in sorted(steps) for rec in steps[rank]]
+
+    def peak(key: str) -> Optional[float]:
+        vals = [v for v in (_num(r.get(key)) for r in records) if v is not None and math.isfinite(v)]
+        return max(vals) if vals else None
+
+    loss = _series(steps, "loss")
+    # Step time of a step = its slowest rank; median over steps after the first (warm-up).
+    per_step: dict[int, float] = {}
+    for rec in records:
+        step, t = rec.get("step"), _num(rec.get("step_time_s"))
+        if isinstance(step, int) and t is not None:
+            per_step[step] = max(per_step.get(step, 0.0), t)
+    times = [t for s, t in sorted(per_step.items()) if s > 1] or list(per_step.values())
+    return ArmFigures(
+        steps=len(_first_rank(steps)),
+        final_loss=loss[max(loss)] if loss else None,
+        peak_allocated_bytes=peak("max_allocated_bytes"),
+        peak_reserved_bytes=peak("reserved_bytes"),
+        median_step_time_s=statistics.median(times) if times else None,
+    )
+
+
+def worst_loss_delta(cand: ArmView, ref: ArmView) -> Optional[tuple[int, float, float]]:
+    """(step, |a-b|, rel) at the step with the largest absolute loss difference."""
+    a, b = cand.loss_series(), ref.loss_series()
+    common = sorted(set(a) & set(b))
+    if not common:
+        return None
+    step = max(common, key=lambda s: (abs(a[s] - b[s]) if not math.isnan(a[s] - b[s]) else math.inf))
+    diff = abs(a[step] - b[step]) if not math.isnan(a[step] - b[step]) else math.inf
+    if diff == 0:
+        rel = 0.0
+    elif math.isinf(diff) or b[step] == 0:
+        rel = math.inf
+    else:
+        rel = diff / abs(b[step])
+    return step, diff, rel
+
+
+# --------------------------------------------------------------------------- loading
+def _load_arm(name: str, path: Path) -> ArmView:
+    problems: list[str] = []
+    outcome: Optional[ArmOutcome] = None
+    steps: Mapping[int, Sequence[Mapping[str, Any]]] = {}
+    try:
+        outcome = read_outcome(path)
+    except (ResultsError, OSError) as exc:
+        problems.append(str(exc))
+    try:
+        steps = read_steps(path)
+    except (ResultsError, OSError) as exc:
+        problems.append(str(exc))
+    return ArmView(name, path, outcome, steps, arm_figures(steps), "; ".join(problems) or None)
+
+
+def _error_verdict(case_id: str, arms: Sequence[str], message: str) -> CaseVerdict:
+    entry = PairVerdict(case_id, ARM_CHECKS_PAIR, "arm_checks", tuple(arms), (), "error", message)
+    return CaseVerdict(case_id, (entry,), "error")
+
+
+def load_case(path: Path) -> CaseView:
+    case: Optional[Mapping[str, Any]] = None
+    problems: list[str] = []
+    if (path / CASE_FILE).is_file():
+        try:
+            data = read_json(path / CASE_FILE)
+            case = data if isinstance(data, dict) else None
+        except (ResultsError, OSError) as exc:
+            problems.append(str(exc))
+    case_id = str((case or {}).get("id") or path.name)
+    arms = {name: _load_arm(name, d) for name, d in list_arm_dirs(path).items()}
+    verdict: Optional[CaseVerdict] = None
+    try:
+        verdict = read_verdict(path)
+    except (ResultsError, OSError) as exc:
+        problems.append(str(exc))
+    found = verdict is not None
+    if verdict is None:
+        msg = "; ".join(problems) if problems else NOT_FINISHED
+        verdict = _error_verdict(case_id, sorted(arms), msg)
+    return CaseView(case_id, path, case, verdict, found, arms)
+
+
+def is_case_dir(path: Path) -> bool:
+    return path.is_dir() and ((path / CASE_FILE).is_file() or (path / VERDICT_FILE).is_file())
+
+
+def load_sweep(sweep_dir: PathLike) -> SweepView:
+    """Every case folder (one holding case.json or verdict.json) of a sweep, sorted by name."""
+    root = Path(sweep_dir)
+    if not root.is_dir():
+        return SweepView(root, False, ())
+    cases = tuple(load_case(child) for child in sorted(root.iterdir()) if is_case_dir(child))
+    return SweepView(root, True, cases)

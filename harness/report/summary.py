@@ -1,0 +1,69 @@
+"""summary.md: one table row per case x pair, then the failures and errors in detail."""
+
+from __future__ import annotations
+
+from .load import SweepView
+from .text import (
+    check_line,
+    checks_cell,
+    final_loss_cell,
+    loss_delta_cell,
+    peak_mem_cell,
+    step_time_cell,
+)
+
+
+def _md(text: str) -> str:
+    """A table cell: pipes escaped, one line."""
+    return _line(text).replace("|", "\\|")
+
+
+def _line(text: str) -> str:
+    return " ".join(text.split("\n"))
+
+
+def render_summary(sweep: SweepView, exit_code: int) -> str:
+    counts = sweep.counts()
+    out = [f"# dcp-harness sweep `{sweep.name}`", ""]
+    out.append(
+        f"**{sweep.status.upper()}** (gate exit {exit_code}): {counts['cases']} case(s), "
+        f"{counts['entries']} verdict entr{'y' if counts['entries'] == 1 else 'ies'}: "
+        f"{counts['pass']} pass, {counts['fail']} fail, {counts['error']} error."
+    )
+    out.append("")
+    if not sweep.cases:
+        out.append("No case folders found (a case folder holds case.json or verdict.json).")
+        return "\n".join(out) + "\n"
+    out.append("Figures per arm, in pair order (candidate / reference); memory is the peak "
+               "`max_allocated_bytes` over ranks (CUDA only); step time is the median over steps "
+               "after the first, of the slowest rank.")
+    out.append("")
+    out.append("| Case | Pair (arms) | Checks | Verdict | Final loss | Worst loss delta | Peak mem | Step time |")
+    out.append("|---|---|---|---|---|---|---|---|")
+    for case, p in sweep.rows:
+        pair = f"{p.pair} ({' vs '.join(p.arms)})" if p.arms else p.pair
+        out.append("| " + " | ".join(_md(x) for x in (
+            case.case_id, pair, checks_cell(p), p.status.upper(), final_loss_cell(case, p),
+            loss_delta_cell(case, p), peak_mem_cell(case, p), step_time_cell(case, p),
+        )) + " |")
+    failures = [(c, p) for c, p in sweep.rows if p.status == "fail"]
+    errors = [(c, p) for c, p in sweep.rows if p.status == "error"]
+    if failures:
+        out += ["", "## Failures", ""]
+        for case, p in failures:
+            out.append(f"### {case.case_id} / {p.pair}")
+            out += [f"- {_line(check_line(c))}" for c in p.failed_checks]
+            if p.error:
+                out.append(f"- also: {_line(p.error)}")
+            out.append("")
+    if errors:
+        out += ["", "## Errors", ""]
+        for case, p in errors:
+            out.append(f"### {case.case_id} / {p.pair}")
+            out.append(f"- {_line(p.error or 'error')}")
+            for name in p.arms:
+                arm = case.arms.get(name)
+                if arm and arm.outcome and arm.outcome.repro:
+                    out.append(f"- repro {name}: `{arm.outcome.repro}`")
+            out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"

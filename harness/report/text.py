@@ -1,0 +1,107 @@
+"""Small text formatters shared by the summary, the console table and JUnit."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+from harness.compare import Check, PairVerdict
+
+from .load import ArmView, CaseView, worst_loss_delta
+
+DASH = "-"
+
+
+def fmt_num(x: Optional[float], digits: int = 5) -> str:
+    if x is None:
+        return DASH
+    if math.isnan(x) or math.isinf(x):
+        return repr(x)
+    return f"{x:.{digits}g}"
+
+
+def fmt_gib(x: Optional[float]) -> str:
+    return DASH if x is None else f"{x / 1024 ** 3:.2f}"
+
+
+def fmt_s(x: Optional[float]) -> str:
+    return DASH if x is None else f"{x:.3f}"
+
+
+def checks_cell(p: PairVerdict) -> str:
+    na = sum(1 for c in p.checks if not c.applicable)
+    text = f"{p.checks_passed}/{len(p.checks)}"
+    return f"{text} ({na} n/a)" if na else text
+
+
+def pair_arms(case: CaseView, p: PairVerdict) -> list[Optional[ArmView]]:
+    return [case.arms.get(a) for a in p.arms]
+
+
+def per_arm(case: CaseView, p: PairVerdict, fn) -> str:  # type: ignore[no-untyped-def]
+    arms = pair_arms(case, p)
+    if not arms:
+        return DASH
+    return " / ".join(fn(a) if a is not None else DASH for a in arms)
+
+
+def final_loss_cell(case: CaseView, p: PairVerdict) -> str:
+    return per_arm(case, p, lambda a: fmt_num(a.figures.final_loss))
+
+
+def peak_mem_cell(case: CaseView, p: PairVerdict) -> str:
+    cell = per_arm(case, p, lambda a: fmt_gib(a.figures.peak_allocated_bytes))
+    return DASH if set(cell.split(" / ")) == {DASH} else cell + " GiB"
+
+
+def step_time_cell(case: CaseView, p: PairVerdict) -> str:
+    cell = per_arm(case, p, lambda a: fmt_s(a.figures.median_step_time_s))
+    return DASH if set(cell.split(" / ")) == {DASH} else cell + " s"
+
+
+def loss_delta_cell(case: CaseView, p: PairVerdict) -> str:
+    arms = pair_arms(case, p)
+    if len(arms) != 2 or arms[0] is None or arms[1] is None:
+        return DASH
+    worst = worst_loss_delta(arms[0], arms[1])
+    if worst is None:
+        return DASH
+    step, diff, rel = worst
+    if diff == 0:
+        return "0 (identical)"
+    return f"{diff:.2g} (rel {rel:.2g}, step {step})"
+
+
+def check_line(c: Check) -> str:
+    value = fmt_num(c.value, 4)
+    bound = fmt_num(c.bound, 4)
+    state = "passed" if c.passed else "FAILED"
+    if not c.applicable:
+        state = "n/a"
+    return f"{c.name}: {state} (value {value}, bound {bound}): {c.detail}"
+
+
+def failed_names(p: PairVerdict) -> list[str]:
+    return [c.name for c in p.failed_checks]
+
+
+def arm_report(arms: Sequence[Optional[ArmView]], names: Sequence[str]) -> str:
+    """Per arm: outcome line, repro command and log tail (the JUnit system-out)."""
+    blocks: list[str] = []
+    for name, arm in zip(names, arms):
+        if arm is None:
+            blocks.append(f"== arm {name}: no results folder")
+            continue
+        head = f"== arm {name}: " + (arm.outcome.describe() if arm.outcome else "no outcome.json (never finished)")
+        lines = [head]
+        if arm.outcome and arm.outcome.restarts:
+            lines.append(f"restarts: {arm.outcome.restarts}")
+        if arm.problem:
+            lines.append(f"problem: {arm.problem}")
+        if arm.outcome and arm.outcome.repro:
+            lines.append(f"repro: {arm.outcome.repro}")
+        if arm.outcome and arm.outcome.log_tail:
+            lines.append("log tail:")
+            lines.append(arm.outcome.log_tail.rstrip("\n"))
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)

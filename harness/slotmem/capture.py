@@ -1,0 +1,563 @@
+"""Slot-shared CUDA graph capture across dynamic-CP variants in ONE ``torch.cuda.MemPool``.
+
+Design (see docs in bench/RESULTS.md and the module contracts):
+* everything that outlives one graph lives in one *backing* allocation inside the pool, carved into
+  explicit arenas: per saved colour (static inputs, outputs, native saved tensors of a frame), per
+  grad colour (returned input grads), and two scratch regions (incoming output grads, param grads);
+  each arena is sized max over its members, so CP variants of one slot share bytes by construction;
+* the pool otherwise holds only per-graph transients;
+* the variants of one schedule event are captured in lockstep; after each variant the allocator is
+  rewound to the event's checkpoint (validate -> detach stale owners -> restore -> verify live set)
+  so every variant leaves the identical allocator state;
+* replay picks the graphs by ``(cp_size, microbatch % slots)``.
+
+Public: :func:`make_graphed_callables`, :class:`SlotGraphs`, :class:`GraphedLayer`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import torch
+
+from . import allocator as alloc
+from .arenas import (
+    NATIVE,
+    BackingLayout,
+    ForwardPlan,
+    FrameLayout,
+    GradLayout,
+    align,
+    arena_sizes,
+    contiguous_meta,
+    dense_bytes,
+    frame_layout,
+    grad_layout,
+    pack_backing,
+    view_at,
+)
+from .protocol import CaptureStep, PlanError, SlotMap, build_slot_map, capture_steps, check_liveness
+from .saved import ArenaPacker
+from .warmup import as_tuple, external_storages, observe, trainable_params
+
+SampleFn = Callable[[int, int, int], Sequence[torch.Tensor]]  # (cp_size, chunk 1-based, layer) -> inputs
+
+# test-only fault injection; each must be caught by a check or by the mixed-replay test
+FAULTS = frozenset({"skip_restore", "skip_param_grad_clone", "drop_stale_owner", "skip_liveness_check"})
+
+
+class CaptureError(RuntimeError):
+    """Capture failed; nothing of it is left in the process (graphs reset, pool released)."""
+
+
+@dataclass
+class Frame:
+    """Graphs and static tensors of one (cp_size, chunk, layer, slot)."""
+
+    name: str
+    static_inputs: tuple[torch.Tensor, ...]
+    static_outputs: tuple[torch.Tensor, ...]
+    out_differentiable: tuple[bool, ...]
+    grad_outputs: tuple[torch.Tensor, ...]  # scratch views, one per differentiable output
+    input_grads: tuple[torch.Tensor | None, ...]
+    param_grads: tuple[torch.Tensor | None, ...]
+    fwd: torch.cuda.CUDAGraph
+    bwd: torch.cuda.CUDAGraph | None = None
+    roots: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass(frozen=True)
+class GraphMemory:
+    pool_reserved: int
+    pool_allocated: int
+    backing: int  # arenas + scratch (inside the pool)
+    outside_pool: int  # static buffers the graphs own outside the pool (0 on this path)
+
+    @property
+    def total(self) -> int:
+        return self.pool_reserved + self.outside_pool
+
+
+@dataclass(frozen=True)
+class CaptureStats:
+    warmup_s: float
+    capture_s: float
+    graphs: int
+    captures_per_variant_s: Mapping[int, float]
+    peak_allocated_during_capture: int
+    summary: str
+
+
+def run_forward(frame: Frame, inputs: Sequence[torch.Tensor]) -> None:
+    """Stage inputs into the frame's static inputs (unless already there) and replay its forward."""
+    if len(inputs) != len(frame.static_inputs):
+        raise TypeError(f"{frame.name}: expected {len(frame.static_inputs)} inputs, got {len(inputs)}")
+    with torch.no_grad():
+        for i, (s, x) in enumerate(zip(frame.static_inputs, inputs)):
+            if x.shape != s.shape or x.dtype != s.dtype:
+                raise ValueError(f"{frame.name}: input {i} is {tuple(x.shape)} {x.dtype}, the graph was "
+                                 f"captured for {tuple(s.shape)} {s.dtype}")
+            if x.data_ptr() != s.data_ptr():
+                s.copy_(x)
+    frame.fwd.replay()
+
+
+def run_backward(
+    frame: Frame, grads: Sequence[torch.Tensor | None], clone_param_grads: bool
+) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
+    """Stage output grads, replay the backward; param grads are cloned so ``.grad`` never aliases
+    a graph buffer."""
+    if frame.bwd is None:
+        raise RuntimeError(f"{frame.name}: no backward graph was captured")
+    diff_grads = [g for g, d in zip(grads, frame.out_differentiable) if d]
+    with torch.no_grad():
+        for buf, g in zip(frame.grad_outputs, diff_grads):
+            if g is None:
+                buf.zero_()
+            elif g.data_ptr() != buf.data_ptr():
+                buf.copy_(g)
+    frame.bwd.replay()
+    in_grads = [None if g is None else g.detach() for g in frame.input_grads]
+    if clone_param_grads:
+        p_grads = [None if g is None else g.clone() for g in frame.param_grads]
+    else:
+        p_grads = [None if g is None else g.detach() for g in frame.param_grads]
+    return in_grads, p_grads
+
+
+class _Replay(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, owner: Any, frame: Frame, n_user: int, *tensors: torch.Tensor) -> Any:
+        owner._run_forward(frame, tensors[:n_user])
+        ctx.owner = owner
+        ctx.frame = frame
+        outs = tuple(o.detach() for o in frame.static_outputs)
+        ctx.mark_non_differentiable(*(o for o, d in zip(outs, frame.out_differentiable) if not d))
+        return outs if len(outs) > 1 else outs[0]
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> Any:
+        in_grads, p_grads = ctx.owner._run_backward(ctx.frame, grads)
+        return (None, None, None, *in_grads, *p_grads)
+
+
+class GraphedLayer:
+    """Callable replaying the graphs of one (chunk, layer): ``layer(*inputs, cp_size=, microbatch=)``."""
+
+    def __init__(self, owner: Any, chunk: int, layer: int) -> None:
+        self._owner = owner
+        self.chunk = chunk
+        self.layer = layer
+
+    def __call__(self, *inputs: torch.Tensor, cp_size: int, microbatch: int) -> Any:
+        o = self._owner
+        frame = o.frame(cp_size, self.chunk, self.layer, microbatch)
+        params = o._params[(self.chunk, self.layer)]
+        return _Replay.apply(o, frame, len(inputs), *inputs, *params)
+
+
+@dataclass
+class SlotGraphs:
+    """Owns the pool, the backing arenas, every graph and every static tensor the graphs touch."""
+
+    smap: SlotMap
+    pool: Any
+    stream: torch.cuda.Stream
+    backing: torch.Tensor
+    layout: BackingLayout
+    frames: dict[tuple[int, int, int, int], Frame]
+    plans: Mapping[tuple[int, int, int], ForwardPlan]
+    modules: Mapping[tuple[int, int], Any]
+    _params: Mapping[tuple[int, int], tuple[torch.nn.Parameter, ...]]
+    clone_param_grads: bool = True
+    stats: CaptureStats | None = None
+    _closed: bool = field(default=False)
+
+    # -- replay -------------------------------------------------------------------------------
+    def frame(self, cp_size: int, chunk: int, layer: int, microbatch: int) -> Frame:
+        if self._closed:
+            raise RuntimeError("these graphs were closed")
+        if chunk not in self.smap.slots:
+            raise KeyError(f"no graphs for chunk {chunk}; chunks are {sorted(self.smap.slots)}")
+        key = (cp_size, chunk, layer, microbatch % self.smap.slots[chunk])
+        if key not in self.frames:
+            raise KeyError(f"no graph for CP size {cp_size} (variants {self.smap.variants}), chunk {chunk}, layer {layer}")
+        return self.frames[key]
+
+    def layer(self, chunk: int, layer: int) -> GraphedLayer:
+        if (chunk, layer) not in self.modules:
+            raise KeyError(f"no layer {layer} in chunk {chunk}")
+        return GraphedLayer(self, chunk, layer)
+
+    def _run_forward(self, frame: Frame, inputs: Sequence[torch.Tensor]) -> None:
+        run_forward(frame, inputs)
+
+    def _run_backward(
+        self, frame: Frame, grads: Sequence[torch.Tensor | None]
+    ) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
+        return run_backward(frame, grads, self.clone_param_grads)
+
+    # -- inspection ---------------------------------------------------------------------------
+    def memory(self) -> GraphMemory:
+        b = alloc.pool_bytes(self.pool.id)
+        return GraphMemory(b.reserved, b.allocated, self.backing.numel(), 0)
+
+    def region(self, kind: str, colour: int) -> torch.Tensor:
+        off = self.layout.offsets[(kind, colour)]
+        return self.backing.narrow(0, off, self.layout.sizes[(kind, colour)])
+
+    def poison(self, live_saved: Iterable[int], live_grad: Iterable[int], byte_value: int = 0xFF) -> int:
+        """Fill every byte no live frame needs: dead arenas, scratch, free pool blocks (NaN for 0xFF)."""
+        keep = {("saved", c) for c in live_saved} | {("grad", c) for c in live_grad}
+        n = 0
+        for key in self.layout.offsets:
+            if key not in keep:
+                self.region(*key).fill_(byte_value)
+                n += self.layout.sizes[key]
+        return n + alloc.fill_free_blocks(self.pool.id, byte_value, self.backing.device)
+
+    def close(self) -> None:
+        """Release graphs and arenas (the pool goes when its last graph and this object are gone)."""
+        for f in self.frames.values():
+            f.fwd.reset()
+            if f.bwd is not None:
+                f.bwd.reset()
+            f.roots = None
+        self.frames.clear()
+        self._closed = True
+
+
+# ---------------------------------------------------------------------------------------------
+# Capture
+
+
+def _summary(smap: SlotMap, pool_bytes: int) -> str:
+    slots = sum(smap.slots.values())
+    return (f"{len(smap.variants)} dynamic-CP variants over {slots} slot-aliased physical pool slots "
+            f"(CP sizes {list(smap.variants)}, pool {pool_bytes / 2**20:.1f} MiB)")
+
+
+def _owner_candidates(module: Any, outs: Sequence[torch.Tensor]) -> list[torch.UntypedStorage]:
+    """Storages that may still own pool blocks after a capture: tensors the module keeps in its
+    ``__dict__`` (one level into lists/tuples/dicts) and the bases of the outputs."""
+    found: list[torch.Tensor] = []
+
+    def visit(v: Any) -> None:
+        if isinstance(v, torch.Tensor):
+            found.append(v)
+        elif isinstance(v, (list, tuple)):
+            found.extend(x for x in v if isinstance(x, torch.Tensor))
+        elif isinstance(v, dict):
+            found.extend(x for x in v.values() if isinstance(x, torch.Tensor))
+
+    if isinstance(module, torch.nn.Module):
+        for m in module.modules():
+            for k, v in vars(m).items():
+                if k not in ("_parameters", "_buffers", "_modules"):
+                    visit(v)
+    for o in outs:
+        if o._base is not None:
+            found.append(o._base)
+    seen: dict[int, torch.UntypedStorage] = {}
+    for t in found:
+        if t.is_cuda:
+            s = t.untyped_storage()
+            seen.setdefault(s._cdata, s)
+    return list(seen.values())
+
+
+class _Capturer:
+    def __init__(
+        self,
+        modules: Mapping[tuple[int, int], Any],
+        sample: SampleFn,
+        smap: SlotMap,
+        faults: frozenset[str],
+        log: Callable[[str], None],
+    ) -> None:
+        self.modules = modules
+        self.sample = sample
+        self.smap = smap
+        self.faults = faults
+        self.log = log
+        self.device = torch.device("cuda", torch.cuda.current_device())
+        self.stream = torch.cuda.Stream(self.device)
+        self.pool = torch.cuda.MemPool()
+        self.frames: dict[tuple[int, int, int, int], Frame] = {}
+        self.params = {k: trainable_params(m) for k, m in modules.items()}
+        self.external = {k: external_storages(m) for k, m in modules.items()}
+        self.plans: dict[tuple[int, int, int], ForwardPlan] = {}
+        self.per_variant_s: dict[int, float] = {v: 0.0 for v in smap.variants}
+        self.peak = 0
+
+    # -- warmup and layout --------------------------------------------------------------------
+    def warmup(self, iters: int) -> None:
+        keys = sorted(
+            ((v, c, l) for v in self.smap.variants for (c, l) in self.modules),
+            key=lambda k: (self.smap.warmup_group.get(k, 0), self.smap.variants.index(k[0]), k[1], k[2]),
+        )
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.stream):
+            for v, c, l in keys:
+                self.plans[(v, c, l)] = observe(f"cp{v}/chunk{c}/layer{l}", self.modules[(c, l)], self.sample(v, c, l), iters)
+        torch.cuda.current_stream(self.device).wait_stream(self.stream)
+        torch.cuda.synchronize(self.device)
+        for c, l in self.modules:
+            sigs = {v: self.plans[(v, c, l)].signature() for v in self.smap.variants}
+            if len(set(sigs.values())) != 1:
+                raise PlanError(
+                    f"chunk {c} layer {l}: CP variants disagree on tensor count, rank, dtype or requires_grad of "
+                    f"inputs/outputs/grads ({sigs}); variants of one slot must be compatible"
+                )
+
+    def build_layout(self) -> None:
+        sm = self.smap
+        self.frame_layouts: dict[tuple[int, int, int], FrameLayout] = {k: frame_layout(p) for k, p in self.plans.items()}
+        self.grad_layouts: dict[tuple[int, int], GradLayout] = {
+            (v, c): grad_layout([self.plans[(v, c, l)] for l in range(sm.layers[c])])
+            for v in sm.variants for c in sm.layers
+        }
+        saved = arena_sizes(
+            (colour, self.frame_layouts[(v, c, l)].nbytes)
+            for (c, s, l), colour in sm.saved_colour.items() for v in sm.variants
+        )
+        grads = arena_sizes(
+            (colour, self.grad_layouts[(v, c)].nbytes) for (c, s), colour in sm.grad_colour.items() for v in sm.variants
+        )
+        gout = max(sum(align(dense_bytes(m)) for m in p.outputs) for p in self.plans.values())
+        pgrad = max(p.param_grad_bytes + 256 * len(p.params_used) for p in self.plans.values())
+        regions: dict[tuple[str, int], int] = {("saved", c): n for c, n in saved.items()}
+        regions.update({("grad", c): n for c, n in grads.items()})
+        regions[("gout", 0)] = gout
+        regions[("pgrad", 0)] = pgrad
+        self.layout = pack_backing(regions)
+        with torch.cuda.use_mem_pool(self.pool):
+            self.backing = torch.empty(self.layout.nbytes, dtype=torch.uint8, device=self.device)
+        self.backing.fill_(0)
+
+    def _saved_base(self, c: int, s: int, l: int) -> int:
+        return self.layout.offsets[("saved", self.smap.saved_colour[(c, s, l)])]
+
+    # -- one capture and its rewind -----------------------------------------------------------
+    def _rewind(self, pre: alloc.Checkpoint, module: Any, outs: Sequence[torch.Tensor], name: str) -> None:
+        alloc.quiesce()
+        extra = alloc.live_ptrs(self.pool.id) - pre.live
+        stale = [s for s in _owner_candidates(module, outs) if s.data_ptr() in extra]
+        if "drop_stale_owner" in self.faults and stale:
+            stale = stale[1:]
+        owned = {s.data_ptr() for s in stale}
+        if extra - owned:
+            raise alloc.PoolStateError(
+                f"{name}: {len(extra - owned)} pool block(s) allocated during capture are still live and no known "
+                f"stale owner holds them ({[hex(p) for p in sorted(extra - owned)[:8]]}); everything that outlives a "
+                "graph must live in the arenas (do not keep capture-time tensors outside the module's attributes)"
+            )
+        if stale:
+            self.log(f"[slotmem] {name}: detaching {len(stale)} stale owner(s) of capture-time memory")
+        if "skip_restore" in self.faults:
+            alloc.verify_live(pre)
+            return
+        alloc.restore(pre, stale)
+
+    def _forward(self, v: int, step: CaptureStep) -> None:
+        c, s, l = step.chunk, step.slot, step.layer
+        name = f"forward cp{v}/chunk{c}/slot{s}/layer{l}"
+        plan = self.plans[(v, c, l)]
+        fl = self.frame_layouts[(v, c, l)]
+        base = self._saved_base(c, s, l)
+        module = self.modules[(c, l)]
+        inputs = tuple(
+            view_at(self.backing, base + off, contiguous_meta(m.shape, m.dtype)).detach().requires_grad_(m.requires_grad)
+            for off, m in zip(fl.inputs, plan.inputs)
+        )
+        with torch.no_grad():
+            for t, smp in zip(inputs, self.sample(v, c, l)):
+                t.copy_(smp)
+        out_views = tuple(
+            view_at(self.backing, base + off, contiguous_meta(m.shape, m.dtype)) for off, m in zip(fl.outputs, plan.outputs)
+        )
+        saved_views = [
+            view_at(self.backing, base + fl.components[e.component] + e.rel_byte, e.meta) if e.kind == NATIVE else None
+            for e in plan.saved
+        ]
+        packer = ArenaPacker(name, plan.saved, saved_views, self.external[(c, l)], inputs)
+        graph = torch.cuda.CUDAGraph()
+        alloc.clear_cublas_workspaces()
+        with torch.autograd.graph.saved_tensors_hooks(packer.pack, packer.unpack):
+            with torch.cuda.graph(graph, pool=self.pool.id, stream=self.stream):
+                outs = as_tuple(module(*inputs))
+                with torch.no_grad():
+                    for o, dst in zip(outs, out_views):
+                        dst.copy_(o)
+        alloc.clear_cublas_workspaces()
+        packer.finish()
+        self.peak = max(self.peak, torch.cuda.max_memory_allocated(self.device))
+        for o, dst in zip(outs, out_views):
+            o.data = dst  # keep o as autograd root; its pool bytes are free now
+        self._rewind(self._pre, module, outs, name)
+        diff = tuple(o.requires_grad for o in outs)
+        self.frames[(v, c, l, s)] = Frame(
+            name=f"cp{v}/chunk{c}/slot{s}/layer{l}",
+            static_inputs=inputs,
+            static_outputs=out_views,
+            out_differentiable=diff,
+            grad_outputs=(),
+            input_grads=(),
+            param_grads=(),
+            fwd=graph,
+            roots=outs,
+        )
+
+    def _backward(self, v: int, step: CaptureStep) -> None:
+        c, s, l = step.chunk, step.slot, step.layer
+        name = f"backward cp{v}/chunk{c}/slot{s}/layer{l}"
+        frame = self.frames[(v, c, l, s)]
+        plan = self.plans[(v, c, l)]
+        assert frame.roots is not None
+        gl = self.grad_layouts[(v, c)]
+        gbase = self.layout.offsets[("grad", self.smap.grad_colour[(c, s)])]
+        gout_off = self.layout.offsets[("gout", 0)]
+        grad_outputs = []
+        for o, d in zip(plan.outputs, frame.out_differentiable):
+            if d:
+                meta = contiguous_meta(o.shape, o.dtype)
+                grad_outputs.append(view_at(self.backing, gout_off, meta))
+                gout_off += align(dense_bytes(meta))
+        input_grads = tuple(
+            view_at(self.backing, gbase + gl.offsets[(l, i)], contiguous_meta(m.shape, m.dtype)) if want else None
+            for i, (m, want) in enumerate(zip(plan.inputs, plan.input_grads))
+        )
+        params = self.params[(c, l)]
+        poff = self.layout.offsets[("pgrad", 0)]
+        param_grads: list[torch.Tensor | None] = []
+        for p, used in zip(params, plan.params_used):
+            if used:
+                param_grads.append(view_at(self.backing, poff, contiguous_meta(p.shape, p.dtype)))
+                poff += align(p.numel() * p.element_size())
+            else:
+                param_grads.append(None)
+        roots = [r for r, d in zip(frame.roots, frame.out_differentiable) if d]
+        wrt_in = [t for t, want in zip(frame.static_inputs, plan.input_grads) if want]
+        wrt_p = [p for p, used in zip(params, plan.params_used) if used]
+        graph = torch.cuda.CUDAGraph()
+        alloc.clear_cublas_workspaces()
+        with torch.cuda.graph(graph, pool=self.pool.id, stream=self.stream):
+            if roots and (wrt_in or wrt_p):
+                grads = torch.autograd.grad(roots, wrt_in + wrt_p, grad_outputs=grad_outputs, allow_unused=True)
+            else:
+                grads = ()
+            with torch.no_grad():
+                dsts = [g for g in input_grads if g is not None] + [g for g in param_grads if g is not None]
+                for g, dst in zip(grads, dsts):
+                    if g is None:
+                        dst.zero_()
+                    else:
+                        dst.copy_(g)
+        alloc.clear_cublas_workspaces()
+        self.peak = max(self.peak, torch.cuda.max_memory_allocated(self.device))
+        del grads
+        frame.roots = None
+        frame.bwd = graph
+        frame.grad_outputs = tuple(grad_outputs)
+        frame.input_grads = input_grads
+        frame.param_grads = tuple(param_grads)
+        self._rewind(self._pre, self.modules[(c, l)], (), name)
+
+    def run(self, steps: Sequence[CaptureStep]) -> None:
+        for step in steps:
+            self._pre = alloc.checkpoint(self.pool.id, self.device)
+            for v in self.smap.variants:
+                t0 = time.perf_counter()
+                if step.forward:
+                    self._forward(v, step)
+                else:
+                    self._backward(v, step)
+                self.per_variant_s[v] += time.perf_counter() - t0
+            alloc.verify_live(self._pre)
+        for key, f in self.frames.items():
+            if f.bwd is None and any(f.out_differentiable):
+                raise PlanError(f"no backward event captured frame {key}; the order must drain every forward")
+
+    def teardown(self) -> None:
+        for f in self.frames.values():
+            f.roots = None
+            f.fwd.reset()
+            if f.bwd is not None:
+                f.bwd.reset()
+        self.frames.clear()
+
+
+def make_graphed_callables(
+    layers: Sequence[Sequence[Any]],
+    sample_args: SampleFn,
+    order: Sequence[int],
+    records: Iterable[Any],
+    *,
+    num_warmup_iters: int = 2,
+    extra_orders: Sequence[Sequence[int]] = (),
+    log: Callable[[str], None] = print,
+    _faults: Iterable[str] = (),
+) -> SlotGraphs:
+    """Capture slot-shared forward/backward graphs for every (CP variant, chunk, layer, slot).
+
+    ``layers[c-1][l]`` is layer ``l`` of chunk ``c`` (chunks 1-based as in ``order``).
+    ``sample_args(cp_size, chunk, layer)`` gives that variant's sample inputs (their
+    ``requires_grad`` says which input grads are returned). ``order`` is this rank's base schedule;
+    ``records`` the slot plan (one record per captured forward, see :mod:`.protocol`);
+    ``extra_orders`` are other reachable orders the plan must also be safe for.
+    """
+    faults = frozenset(_faults)
+    if faults - FAULTS:
+        raise ValueError(f"unknown faults {sorted(faults - FAULTS)}; known: {sorted(FAULTS)}")
+    smap = build_slot_map(records)
+    modules = {(c + 1, l): m for c, chunk in enumerate(layers) for l, m in enumerate(chunk)}
+    for c, n in smap.layers.items():
+        if c > len(layers) or len(layers[c - 1]) != n:
+            raise PlanError(f"the plan has {n} layers in chunk {c}, the callables have "
+                            f"{len(layers[c - 1]) if c <= len(layers) else 0}")
+    if "skip_liveness_check" not in faults:
+        for o in (order, *extra_orders):
+            check_liveness(o, smap)
+    steps = capture_steps(order, smap)
+    cap: _Capturer | None = None
+    with alloc.CaptureGuard():
+        try:
+            cap = _Capturer(modules, sample_args, smap, faults, log)
+            t0 = time.perf_counter()
+            torch.cuda.reset_peak_memory_stats(cap.device)
+            rng = torch.cuda.get_rng_state(cap.device)
+            cap.warmup(num_warmup_iters)
+            torch.cuda.set_rng_state(rng, cap.device)
+            t1 = time.perf_counter()
+            cap.build_layout()
+            cap.run(steps)
+            torch.cuda.synchronize(cap.device)
+            t2 = time.perf_counter()
+        except BaseException as err:
+            if cap is not None:
+                cap.teardown()
+            if isinstance(err, (PlanError, alloc.AllocatorUnsupported, alloc.PoolStateError)):
+                raise
+            if isinstance(err, Exception):
+                raise CaptureError(f"slot-shared capture failed: {err}") from err
+            raise
+    owner = SlotGraphs(
+        smap=smap,
+        pool=cap.pool,
+        stream=cap.stream,
+        backing=cap.backing,
+        layout=cap.layout,
+        frames=cap.frames,
+        plans=cap.plans,
+        modules=modules,
+        _params=cap.params,
+        clone_param_grads="skip_param_grad_clone" not in faults,
+    )
+    mem = owner.memory()
+    graphs = sum(1 + (f.bwd is not None) for f in cap.frames.values())
+    summary = _summary(smap, mem.pool_reserved)
+    owner.stats = CaptureStats(t1 - t0, t2 - t1, graphs, dict(cap.per_variant_s), cap.peak, summary)
+    log(f"[slotmem] {summary}; {graphs} graphs, arenas {mem.backing / 2**20:.1f} MiB, capture {t2 - t1:.2f}s")
+    return owner

@@ -1,0 +1,591 @@
+"""The slot planner: physical slot ring, liveness colours, CP variants, lockstep order, records.
+
+:func:`plan_pipeline` turns a pipeline layout, the reachable microbatch counts and the CP sizes
+into one :class:`SlotPlan` per PP rank:
+
+1. **Physical slots.** For every reachable microbatch count and every PP rank, the most forwards
+   of one chunk whose backward has not run yet; the maximum over all of them (all-reduced over PP
+   so every rank uses the same ring) is ``physical_slots``; microbatch ``m`` uses slot
+   ``m % physical_slots``. Capture runs ``physical_slots`` microbatches (the capture order).
+2. **Liveness colours** over the union of the rank's reachable orders (and the capture order):
+   saved frames ``(chunk, slot, layer)`` conflict when live at the same time; input-grad frames
+   ``(chunk, slot)`` conflict with the frame of the next backward (its PP send is in flight; only
+   with PP > 1). DSATUR gives ``saved_colour`` and ``grad_colour``.
+3. **CP variants**: sizes sorted ascending; variant 0 (smallest CP) is canonical. The **lockstep
+   order** repeats every base event once per variant, canonical first.
+4. One :class:`SlotRecord` per captured forward (variant x forward event x layer), in capture order.
+
+:meth:`SlotPlan.validate` re-checks a plan from scratch by walking every reachable order with the
+plan's own slots and colours (independent of how they were computed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Sequence, Union
+
+from harness.slotmem.colouring import dsatur
+from harness.slotmem.liveness import ConflictBuilder, OutstandingCounter, walk_orders
+from harness.slotmem.planerrors import PlanError, ScheduleError, SlotPeriodError
+from harness.slotmem.records import CaptureEvent, SlotRecord
+from harness.slotmem.schedule import (
+    check_layout,
+    microbatch_count_problem,
+    order_events,
+    rank_order,
+    rank_orders,
+)
+
+LayersSpec = Union[int, Sequence[int], Sequence[Sequence[int]]]
+
+
+# --------------------------------------------------------------------------- inputs
+def cp_variants(cp_sizes: Iterable[int]) -> tuple[int, ...]:
+    """Validated CP sizes, sorted ascending (index = variant; index 0 = canonical, the smallest)."""
+    sizes = list(cp_sizes)
+    if not sizes:
+        raise PlanError("give at least one CP size")
+    for size in sizes:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1 or size & (size - 1):
+            raise PlanError(f"CP sizes must be powers of two (1, 2, 4, ...), got {size!r}")
+    if len(set(sizes)) != len(sizes):
+        raise PlanError(f"CP sizes repeat: {sizes}")
+    return tuple(sorted(sizes))
+
+
+def layers_per_rank(layers: LayersSpec, pp: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+    """Layers of every chunk of every rank, from one int (every chunk), one list of ``vpp`` ints
+    (the same on every rank) or ``pp`` lists of ``vpp`` ints (uneven stages). Zero-layer chunks
+    are allowed; a rank with no layer at all is not."""
+    if isinstance(layers, int):
+        table: list[list[int]] = [[layers] * vpp for _ in range(pp)]
+    else:
+        items = list(layers)
+        if items and all(isinstance(x, int) for x in items):
+            table = [list(items) for _ in range(pp)]  # type: ignore[arg-type]
+        else:
+            table = [list(x) for x in items]  # type: ignore[arg-type]
+            if len(table) != pp:
+                raise PlanError(f"layers per chunk: got {len(table)} per-rank lists for PP={pp}")
+    for rank, row in enumerate(table):
+        if len(row) != vpp:
+            raise PlanError(
+                f"layers per chunk of rank {rank}: got {len(row)} values {row} for VPP={vpp} "
+                f"chunks; give one value per chunk"
+            )
+        for n in row:
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise PlanError(f"layers per chunk must be integers >= 0, got {n!r}")
+        if sum(row) == 0:
+            raise PlanError(f"rank {rank} has no layer in any chunk")
+    return tuple(tuple(row) for row in table)
+
+
+def reachable_counts(pp: int, vpp: int, group: int, counts: Iterable[int]) -> tuple[int, ...]:
+    """Sorted unique counts; every one must be schedulable (else :class:`ScheduleError`)."""
+    unique = sorted(set(counts))
+    if not unique:
+        raise ScheduleError("give at least one microbatch count")
+    for m in unique:
+        problem = microbatch_count_problem(pp, vpp, group, m)
+        if problem is not None:
+            raise ScheduleError(problem)
+    return tuple(unique)
+
+
+def lockstep_order(order: Sequence[int], chunks: int, variants: int) -> tuple[int, ...]:
+    """Each base entry repeated once per variant, canonical first: ``±c`` becomes
+    ``±c, ±(c+chunks), ±(c+2*chunks), ...`` (each variant looks like its own set of chunks).
+
+    ``[1,2,1,2,-1,-2,-1,-2]`` with 2 variants and 2 chunks gives
+    ``[1,3,2,4,1,3,2,4,-1,-3,-2,-4,-1,-3,-2,-4]``.
+    """
+    out: list[int] = []
+    for entry in order:
+        sign = 1 if entry > 0 else -1
+        out.extend(sign * (abs(entry) + v * chunks) for v in range(variants))
+    return tuple(out)
+
+
+def _labelled(counts: Sequence[int], orders: Sequence[tuple[int, ...]], rank: int):
+    return [(f"PP rank {rank}, {m} microbatches", order) for m, order in zip(counts, orders)]
+
+
+# --------------------------------------------------------------------------- the plan
+@dataclass(frozen=True)
+class SlotPlan:
+    """The slot plan of one PP rank.
+
+    Fields:
+      pp, rank, chunks, group  pipeline layout (chunks = VPP size; group = microbatch group size).
+      layers_per_chunk   layers of each chunk on this rank (may be uneven, may hold zeros).
+      cp_sizes           CP size of each variant, ascending; variant 0 is canonical.
+      microbatch_counts  the reachable microbatch counts the plan is safe for.
+      order              the base capture order (Megatron ``_order``) for ``physical_slots``
+                         microbatches.
+      slots_per_chunk    per chunk, the most outstanding forwards on this rank over the reachable
+                         counts.
+      physical_slots     ring size shared by every rank and chunk (max over ranks and chunks).
+      lockstep_order     ``order`` with each entry repeated per variant (see :func:`lockstep_order`).
+      records            one :class:`SlotRecord` per captured forward, in capture order.
+      saved_colours      number of saved-arena colours used.
+      grad_colours       number of input-grad-arena colours used.
+    """
+
+    pp: int
+    rank: int
+    chunks: int
+    group: int
+    layers_per_chunk: tuple[int, ...]
+    cp_sizes: tuple[int, ...]
+    microbatch_counts: tuple[int, ...]
+    order: tuple[int, ...]
+    slots_per_chunk: tuple[int, ...]
+    physical_slots: int
+    lockstep_order: tuple[int, ...]
+    records: tuple[SlotRecord, ...]
+    saved_colours: int
+    grad_colours: int
+
+    @property
+    def variants(self) -> int:
+        return len(self.cp_sizes)
+
+    @property
+    def canonical_cp(self) -> int:
+        return self.cp_sizes[0]
+
+    @property
+    def capture_microbatches(self) -> int:
+        """Microbatches in the capture order (one per physical slot)."""
+        return self.physical_slots
+
+    def capture_events(self) -> tuple[CaptureEvent, ...]:
+        """The lockstep order decoded into typed events (same length and order)."""
+        out: list[CaptureEvent] = []
+        for ev in order_events(self.order, self.chunks):
+            slot = ev.microbatch % self.physical_slots
+            for v, cp in enumerate(self.cp_sizes):
+                out.append(CaptureEvent(ev.forward, ev.chunk, v, cp, ev.microbatch, slot))
+        return tuple(out)
+
+    def compact_records(self) -> tuple[tuple[int, ...], ...]:
+        """Every record's :meth:`SlotRecord.compact` tuple, in capture order."""
+        return tuple(r.compact() for r in self.records)
+
+    def warmup_group(self, variant: int, chunk: int, layer: int) -> int:
+        """Warmup group of a callable: largest CP size first, then chunk-major layer index."""
+        total = sum(self.layers_per_chunk)
+        offset = sum(self.layers_per_chunk[:chunk])
+        return (self.variants - 1 - variant) * total + offset + layer
+
+    def reachable_orders(self) -> list[tuple[str, tuple[int, ...]]]:
+        """``(label, order)`` for every reachable count plus the capture order."""
+        counts = list(self.microbatch_counts)
+        orders = rank_orders(self.pp, counts, self.chunks, self.group, ranks=(self.rank,))[0]
+        labelled = _labelled(counts, orders, self.rank)
+        labelled.append((f"PP rank {self.rank}, capture order", self.order))
+        return labelled
+
+    def validate(self) -> None:
+        """Raise :class:`PlanError` unless the plan is self-consistent and safe.
+
+        Checks: the order is the capture order of this layout and drains; the lockstep order
+        matches it; there is exactly one record per (variant, captured forward, layer) with the
+        derived fields (cp size, slot, branch, warmup group) right and one colour per frame; and,
+        walking every reachable order with this plan's slot ring, no slot is reused while live, no
+        two live saved frames share a saved colour, and no input-grad frame shares its colour with
+        the frame of the next backward.
+        """
+        cp_variants(self.cp_sizes)
+        if self.cp_sizes != tuple(sorted(self.cp_sizes)):
+            raise PlanError(f"cp_sizes must be ascending (variant 0 canonical), got {self.cp_sizes}")
+        check_layout(self.pp, self.chunks, self.group)
+        if len(self.layers_per_chunk) != self.chunks:
+            raise PlanError(
+                f"layers_per_chunk has {len(self.layers_per_chunk)} entries for {self.chunks} chunks"
+            )
+        if len(self.slots_per_chunk) != self.chunks:
+            raise PlanError(
+                f"slots_per_chunk has {len(self.slots_per_chunk)} entries for {self.chunks} chunks"
+            )
+        if self.physical_slots < max(self.slots_per_chunk):
+            raise SlotPeriodError(
+                f"rank {self.rank}: physical_slots {self.physical_slots} is fewer than the "
+                f"{max(self.slots_per_chunk)} outstanding forwards one chunk can have"
+            )
+        expected = rank_order(self.pp, self.rank, self.physical_slots, self.chunks, self.group)
+        if self.order != expected:
+            raise PlanError(
+                f"rank {self.rank}: order is not the capture order for {self.physical_slots} "
+                f"microbatches; expected {list(expected)}"
+            )
+        if self.lockstep_order != lockstep_order(self.order, self.chunks, self.variants):
+            raise PlanError(f"rank {self.rank}: lockstep_order does not expand order per variant")
+        saved, grad = self._check_records()
+        walker = _LivenessChecker(
+            self.chunks, self.physical_slots, self.layers_per_chunk, saved, grad, self.pp > 1
+        )
+        walk_orders(self.reachable_orders(), walker)
+
+    def _check_records(self) -> tuple[dict[tuple[int, int, int], int], dict[tuple[int, int], int]]:
+        wanted = [
+            (ev.variant, ev.chunk, layer, ev.microbatch)
+            for ev in self.capture_events()
+            if ev.forward
+            for layer in range(self.layers_per_chunk[ev.chunk])
+        ]
+        have = [(r.variant, r.chunk, r.layer, r.microbatch) for r in self.records]
+        if have != wanted:
+            extra = sorted(set(have) - set(wanted))[:3]
+            missing = sorted(set(wanted) - set(have))[:3]
+            raise PlanError(
+                f"rank {self.rank}: records do not match the captured forwards one to one in "
+                f"capture order ((variant, chunk, layer, microbatch) extra {extra}, missing "
+                f"{missing}, {len(have)} records for {len(wanted)} forwards)"
+            )
+        saved: dict[tuple[int, int, int], int] = {}
+        grad: dict[tuple[int, int], int] = {}
+        S = self.physical_slots
+        for r in self.records:
+            derived = {
+                "cp_size": self.cp_sizes[r.variant],
+                "slot": r.microbatch % S,
+                "branch": r.variant * S + r.microbatch % S,
+                "warmup_group": self.warmup_group(r.variant, r.chunk, r.layer),
+            }
+            for name, value in derived.items():
+                if getattr(r, name) != value:
+                    raise PlanError(
+                        f"rank {self.rank}: record {r} has {name}={getattr(r, name)}, "
+                        f"expected {value}"
+                    )
+            if r.saved_colour < 0 or r.grad_colour < 0:
+                raise PlanError(f"rank {self.rank}: record {r} has a negative colour")
+            if saved.setdefault(r.saved_frame, r.saved_colour) != r.saved_colour:
+                raise PlanError(
+                    f"rank {self.rank}: saved frame (chunk, slot, layer)={r.saved_frame} has two "
+                    f"saved colours ({saved[r.saved_frame]} and {r.saved_colour})"
+                )
+            if grad.setdefault(r.grad_frame, r.grad_colour) != r.grad_colour:
+                raise PlanError(
+                    f"rank {self.rank}: input-grad frame (chunk, slot)={r.grad_frame} has two "
+                    f"grad colours ({grad[r.grad_frame]} and {r.grad_colour})"
+                )
+        return saved, grad
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` form of one rank."""
+        return {
+            "rank": self.rank,
+            "order": list(self.order),
+            "slots_per_chunk": list(self.slots_per_chunk),
+            "physical_slots": self.physical_slots,
+            "lockstep_order": list(self.lockstep_order),
+            "layers_per_chunk": list(self.layers_per_chunk),
+            "saved_colours": self.saved_colours,
+            "grad_colours": self.grad_colours,
+            "records": [r.as_dict() for r in self.records],
+        }
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    """Slot plans of every PP rank of one layout (``ranks[k].rank == k``)."""
+
+    pp: int
+    vpp: int
+    group: int
+    cp_sizes: tuple[int, ...]
+    microbatch_counts: tuple[int, ...]
+    physical_slots: int
+    ranks: tuple[SlotPlan, ...]
+
+    @property
+    def variants(self) -> int:
+        return len(self.cp_sizes)
+
+    def summary(self) -> str:
+        """``K dynamic-CP variants over S slot-aliased physical pool slots``."""
+        k, s = self.variants, self.physical_slots
+        return (
+            f"{k} dynamic-CP variant{'s' if k != 1 else ''} over {s} slot-aliased physical "
+            f"pool slot{'s' if s != 1 else ''}"
+        )
+
+    def validate(self) -> None:
+        """Validate every rank and that all ranks share one layout and one slot ring."""
+        if [p.rank for p in self.ranks] != list(range(self.pp)):
+            raise PlanError(f"expected plans for ranks 0..{self.pp - 1} in order")
+        for p in self.ranks:
+            shared = (p.pp, p.chunks, p.group, p.cp_sizes, p.microbatch_counts, p.physical_slots)
+            want = (self.pp, self.vpp, self.group, self.cp_sizes, self.microbatch_counts,
+                    self.physical_slots)
+            if shared != want:
+                raise PlanError(
+                    f"rank {p.rank}: (pp, chunks, group, cp_sizes, counts, physical_slots) = "
+                    f"{shared} differs from the pipeline's {want}"
+                )
+        required = max(max(p.slots_per_chunk) for p in self.ranks)
+        if self.physical_slots < required:
+            raise SlotPeriodError(
+                f"physical_slots {self.physical_slots} is fewer than the {required} the schedule "
+                f"needs"
+            )
+        for p in self.ranks:
+            p.validate()
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"ranks": [...], "summary": {...}}`` (see :meth:`SlotPlan.to_json`)."""
+        return {
+            "ranks": [p.to_json() for p in self.ranks],
+            "summary": {
+                "pp": self.pp,
+                "vpp": self.vpp,
+                "group": self.group,
+                "cp_sizes": list(self.cp_sizes),
+                "canonical_cp": self.cp_sizes[0],
+                "variants": self.variants,
+                "microbatch_counts": list(self.microbatch_counts),
+                "physical_slots": self.physical_slots,
+                "records": sum(len(p.records) for p in self.ranks),
+                "text": self.summary(),
+            },
+        }
+
+
+# --------------------------------------------------------------------------- planning
+def required_slots(
+    pp: int, vpp: int, counts: Sequence[int], group: Optional[int] = None
+) -> tuple[tuple[int, ...], ...]:
+    """Per rank and chunk, the most outstanding forwards over every order of ``counts``."""
+    g = check_layout(pp, vpp, group)
+    counts = reachable_counts(pp, vpp, g, counts)
+    orders = rank_orders(pp, counts, vpp, g)
+    out = []
+    for rank in range(pp):
+        counter = OutstandingCounter(vpp)
+        walk_orders(_labelled(counts, orders[rank], rank), counter)
+        out.append(tuple(counter.peak))
+    return tuple(out)
+
+
+def _layer_graph(
+    frame_adj: Sequence[int], layers: Sequence[int], slots: int
+) -> tuple[list[int], list[tuple[int, int, int]]]:
+    """Expand the (chunk, slot) conflict graph to (chunk, slot, layer) vertices: layers of one
+    frame conflict with each other and with every layer of a conflicting frame."""
+    nodes: list[tuple[int, int, int]] = []
+    frame_mask: list[int] = []
+    for c, n in enumerate(layers):
+        for s in range(slots):
+            frame_mask.append(((1 << n) - 1) << len(nodes))
+            nodes.extend((c, s, l) for l in range(n))
+    adj: list[int] = []
+    for f, mask in enumerate(frame_mask):
+        others = 0
+        m = frame_adj[f]
+        while m:
+            low = m & -m
+            others |= frame_mask[low.bit_length() - 1]
+            m ^= low
+        first = (mask & -mask).bit_length() - 1
+        for i in range(first, first + mask.bit_count()):
+            adj.append(others | (mask & ~(1 << i)))
+    return adj, nodes
+
+
+def _plan_rank(
+    pp: int,
+    rank: int,
+    group: int,
+    layers: tuple[int, ...],
+    cp_sizes: tuple[int, ...],
+    counts: tuple[int, ...],
+    orders: Sequence[tuple[int, ...]],
+    slots_per_chunk: tuple[int, ...],
+    physical_slots: int,
+) -> SlotPlan:
+    chunks = len(layers)
+    capture = rank_order(pp, rank, physical_slots, chunks, group)
+    builder = ConflictBuilder(chunks, physical_slots, [n > 0 for n in layers], pp > 1)
+    labelled = _labelled(counts, orders, rank)
+    labelled.append((f"PP rank {rank}, capture order", capture))
+    walk_orders(labelled, builder)
+
+    adj, nodes = _layer_graph(builder.symmetric_saved(), layers, physical_slots)
+    saved_of = dict(zip(nodes, dsatur(adj)))
+    grad_of_frame = dsatur(builder.grad_adj)
+    total = sum(layers)
+    offsets = [sum(layers[:c]) for c in range(chunks)]
+    K = len(cp_sizes)
+    records: list[SlotRecord] = []
+    for ev in order_events(capture, chunks):
+        if not ev.forward:
+            continue
+        slot = ev.microbatch % physical_slots
+        for v, cp in enumerate(cp_sizes):
+            for layer in range(layers[ev.chunk]):
+                records.append(
+                    SlotRecord(
+                        variant=v,
+                        cp_size=cp,
+                        chunk=ev.chunk,
+                        layer=layer,
+                        microbatch=ev.microbatch,
+                        slot=slot,
+                        branch=v * physical_slots + slot,
+                        saved_colour=saved_of[(ev.chunk, slot, layer)],
+                        grad_colour=grad_of_frame[ev.chunk * physical_slots + slot],
+                        warmup_group=(K - 1 - v) * total + offsets[ev.chunk] + layer,
+                    )
+                )
+    return SlotPlan(
+        pp=pp,
+        rank=rank,
+        chunks=chunks,
+        group=group,
+        layers_per_chunk=layers,
+        cp_sizes=cp_sizes,
+        microbatch_counts=counts,
+        order=capture,
+        slots_per_chunk=slots_per_chunk,
+        physical_slots=physical_slots,
+        lockstep_order=lockstep_order(capture, chunks, K),
+        records=tuple(records),
+        saved_colours=len({r.saved_colour for r in records}),
+        grad_colours=len({r.grad_colour for r in records}),
+    )
+
+
+def plan_pipeline(
+    pp: int,
+    vpp: int,
+    microbatches: Union[int, Iterable[int]],
+    cp_sizes: Iterable[int] = (1,),
+    layers_per_chunk: LayersSpec = 1,
+    group: Optional[int] = None,
+    physical_slots: Optional[int] = None,
+) -> PipelinePlan:
+    """Plan every PP rank.
+
+    ``microbatches``: one count or every reachable count (each must be schedulable, see
+    :func:`harness.slotmem.schedule.allowed_microbatch_counts` to filter a range first).
+    ``layers_per_chunk``: see :func:`layers_per_rank`. ``group``: microbatch group size (default
+    PP). ``physical_slots``: force a ring size (at least the required one); default the required.
+    Raises :class:`ScheduleError`, :class:`SlotPeriodError` or :class:`PlanError`.
+    """
+    g = check_layout(pp, vpp, group)
+    counts = reachable_counts(
+        pp, vpp, g, [microbatches] if isinstance(microbatches, int) else microbatches
+    )
+    cps = cp_variants(cp_sizes)
+    layers = layers_per_rank(layers_per_chunk, pp, vpp)
+    orders = rank_orders(pp, counts, vpp, g)
+    per_rank_slots: list[tuple[int, ...]] = []
+    for rank in range(pp):
+        counter = OutstandingCounter(vpp)
+        walk_orders(_labelled(counts, orders[rank], rank), counter)
+        per_rank_slots.append(tuple(counter.peak))
+    required = max(max(row) for row in per_rank_slots)
+    if physical_slots is None:
+        slots = required
+    elif not isinstance(physical_slots, int) or physical_slots < required:
+        worst = max(range(pp), key=lambda r: max(per_rank_slots[r]))
+        raise SlotPeriodError(
+            f"physical_slots={physical_slots!r} is shorter than the slot period the schedule "
+            f"needs: PP rank {worst} keeps up to {required} forwards of one chunk outstanding "
+            f"(slots per chunk {list(per_rank_slots[worst])}); use at least {required}"
+        )
+    else:
+        slots = physical_slots
+    ranks = tuple(
+        _plan_rank(pp, r, g, layers[r], cps, counts, orders[r], per_rank_slots[r], slots)
+        for r in range(pp)
+    )
+    return PipelinePlan(
+        pp=pp,
+        vpp=vpp,
+        group=g,
+        cp_sizes=cps,
+        microbatch_counts=counts,
+        physical_slots=slots,
+        ranks=ranks,
+    )
+
+
+class _LivenessChecker:
+    """Walker for :meth:`SlotPlan.validate`: checks slots and colours event by event."""
+
+    def __init__(
+        self,
+        chunks: int,
+        slots: int,
+        layers: Sequence[int],
+        saved: dict[tuple[int, int, int], int],
+        grad: dict[tuple[int, int], int],
+        grad_in_flight: bool,
+    ) -> None:
+        self.chunks, self.slots, self.layers = chunks, slots, tuple(layers)
+        self.saved, self.grad, self.grad_in_flight = saved, grad, grad_in_flight
+        self.start()
+
+    def start(self) -> None:
+        self._fwd = [0] * self.chunks
+        self._bwd = [0] * self.chunks
+        self._live: dict[tuple[int, int], int] = {}  # live (chunk, slot) -> microbatch
+        self._colours: dict[int, tuple[int, int, int]] = {}  # live saved colour -> frame
+        self._prev: Optional[tuple[int, int]] = None
+
+    def save(self) -> tuple:
+        return (tuple(self._fwd), tuple(self._bwd), dict(self._live), dict(self._colours),
+                self._prev)
+
+    def load(self, state: tuple) -> None:
+        fwd, bwd, live, colours, self._prev = state
+        self._fwd, self._bwd = list(fwd), list(bwd)
+        self._live, self._colours = dict(live), dict(colours)
+
+    def feed(self, events: Sequence[int]) -> None:
+        S = self.slots
+        for e in events:
+            c = abs(e) - 1
+            if e > 0:
+                m = self._fwd[c]
+                self._fwd[c] += 1
+                frame = (c, m % S)
+                if frame in self._live:
+                    raise SlotPeriodError(
+                        f"slot {m % S} of chunk {c} is reused by microbatch {m} while microbatch "
+                        f"{self._live[frame]} still holds it (physical_slots {S} too small)"
+                    )
+                self._live[frame] = m
+                for layer in range(self.layers[c]):
+                    key = (c, m % S, layer)
+                    colour = self.saved[key]
+                    if colour in self._colours:
+                        raise PlanError(
+                            f"saved frames (chunk, slot, layer) {self._colours[colour]} and {key} "
+                            f"are live at the same time but share saved colour {colour}"
+                        )
+                    self._colours[colour] = key
+            else:
+                m = self._bwd[c]
+                self._bwd[c] += 1
+                frame = (c, m % S)
+                if self._live.pop(frame, None) != m:
+                    raise ScheduleError(f"backward of chunk {c + 1} microbatch {m} was never live")
+                for layer in range(self.layers[c]):
+                    del self._colours[self.saved[(c, m % S, layer)]]
+                if self.grad_in_flight and self.layers[c]:
+                    prev = self._prev
+                    if prev is not None and (prev == frame or self.grad[prev] == self.grad[frame]):
+                        raise PlanError(
+                            f"input-grad frames (chunk, slot) {prev} and {frame} belong to "
+                            f"consecutive backwards but share grad colour {self.grad[frame]}"
+                        )
+                    self._prev = frame
+
+    def finish(self) -> None:
+        if self._live:
+            raise ScheduleError(f"order does not drain: frames {sorted(self._live)} still live")

@@ -1,0 +1,107 @@
+"""Saved-tensor hooks: observe what a forward saves (warmup) and pack saves into arena views (capture)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from .arenas import EXTERNAL, INPUT, NATIVE, SavedEntry, TensorMeta, group_saves
+
+
+class CaptureMismatch(RuntimeError):
+    """A captured forward does not match what warmup observed for it."""
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+class SaveObserver:
+    """Pack hook for warmup: records every save, returns it unchanged."""
+
+    def __init__(self, external: set[int], inputs: Sequence[torch.Tensor]) -> None:
+        self._external = external
+        self._inputs = {_storage_key(t): i for i, t in enumerate(inputs)}
+        self.raw: list[tuple[str, int, TensorMeta, int]] = []
+
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        key = _storage_key(t)
+        meta = TensorMeta.of(t)
+        if key in self._external:
+            self.raw.append((EXTERNAL, key, meta, -1))
+        elif key in self._inputs:
+            self.raw.append((INPUT, key, meta, self._inputs[key]))
+        else:
+            self.raw.append((NATIVE, key, meta, -1))
+        return t
+
+    @staticmethod
+    def unpack(t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def plan(self) -> tuple[tuple[SavedEntry, ...], tuple[int, ...]]:
+        return group_saves(self.raw)
+
+
+class ArenaPacker:
+    """Pack hook for capture: the k-th save is copied into its planned arena view.
+
+    ``views[k]`` is the arena view for a NATIVE save (``None`` otherwise). External and input saves
+    are returned unchanged after checking they are what warmup saw.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        entries: Sequence[SavedEntry],
+        views: Sequence[torch.Tensor | None],
+        external: set[int],
+        inputs: Sequence[torch.Tensor],
+    ) -> None:
+        self._name = name
+        self._entries = entries
+        self._views = views
+        self._external = external
+        self._inputs = {_storage_key(t): i for i, t in enumerate(inputs)}
+        self._component_base: dict[int, tuple[int, int]] = {}  # component -> (storage key, start - rel)
+        self._k = 0
+
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        k = self._k
+        self._k += 1
+        if k >= len(self._entries):
+            raise CaptureMismatch(f"{self._name}: saves more tensors during capture than warmup saw ({len(self._entries)})")
+        entry = self._entries[k]
+        meta = TensorMeta.of(t)
+        if (meta.shape, meta.stride, meta.dtype) != (entry.meta.shape, entry.meta.stride, entry.meta.dtype):
+            raise CaptureMismatch(f"{self._name}: saved tensor {k} is {meta}, warmup saw {entry.meta}")
+        key = _storage_key(t)
+        if entry.kind == EXTERNAL:
+            if key not in self._external:
+                raise CaptureMismatch(f"{self._name}: saved tensor {k} was a parameter/buffer in warmup, not now")
+            return t
+        if entry.kind == INPUT:
+            if self._inputs.get(key) != entry.source:
+                raise CaptureMismatch(f"{self._name}: saved tensor {k} was a view of input {entry.source} in warmup, not now")
+            return t
+        if key in self._external or key in self._inputs:
+            raise CaptureMismatch(f"{self._name}: saved tensor {k} was native in warmup but is a parameter/input now")
+        base = (key, meta.start_byte - entry.rel_byte)
+        if self._component_base.setdefault(entry.component, base) != base:
+            raise CaptureMismatch(
+                f"{self._name}: saved tensor {k} does not share storage with the other saves of its group as in warmup"
+            )
+        dst = self._views[k]
+        assert dst is not None
+        with torch.no_grad():
+            dst.copy_(t)
+        return dst
+
+    @staticmethod
+    def unpack(t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def finish(self) -> None:
+        if self._k != len(self._entries):
+            raise CaptureMismatch(f"{self._name}: saved {self._k} tensors during capture, warmup saw {len(self._entries)}")

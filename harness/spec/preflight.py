@@ -1,0 +1,269 @@
+"""Preflight: layout and shape checks that need no GPU, run on every case before anything starts.
+
+Each check is a pure function ``Case -> list[Problem]``; :func:`preflight` runs them all. Every
+problem names the field to change. Rules (``world = resources.nodes * resources.gpus_per_node``,
+``dp_cp = world / pp``, the DP x CP ranks of one pipeline stage):
+
+* Layout. Fixed CP: ``world`` divisible by ``pp * cp`` (so ``world = pp * dp * cp``). Dynamic CP:
+  ``world`` divisible by ``pp``; every ``dynamic_cp`` size a power of two dividing ``dp_cp``.
+  ``vpp > 1`` needs ``pp > 1`` (Megatron's interleaved schedule).
+* ``model.layers`` divisible by ``pp * vpp``.
+* ``model.experts`` divisible by ``ep``; ``ep`` divides ``dp_cp``; ``experts_per_token <= experts``.
+* ``model.heads`` divisible by ``kv_heads``; ``head_dim`` even (RoPE rotates pairs).
+* Sequences. Fixed CP with ``cp > 1``: ``seq_length % (2 * cp) == 0`` (load-balanced causal split
+  into 2*cp chunks; Megatron asserts it only when CP is on). Dynamic CP: ``max_seqlen_per_rank``
+  given, even, and ``max_seqlen_per_rank * max(dynamic_cp) >= seq_length``. Fixed CP must not set
+  ``max_seqlen_per_rank`` (it would be silently unused). ``data.lengths.max <= seq_length``.
+* ``train.global_batch``: fixed CP, divisible by ``dp``; dynamic CP, at least ``dp_cp`` (no rank
+  of the pool may be left without data).
+* Microbatches (Megatron ``schedules.py`` rules, ``group = parallel.microbatch_group or pp``):
+  with ``vpp > 1`` the group must be ``>= pp``. When ``train.microbatches = M`` is given:
+  ``M >= pp`` when ``pp > 1``; with ``vpp > 1`` also ``group <= M`` and ``M % group`` is 0 or
+  ``>= pp`` (Megatron lets the last group be short as long as it still fills the pipeline, so M
+  need not be a multiple of the group); with fixed CP ``M <= global_batch / dp`` (one sequence at
+  least per microbatch). ``microbatch_group`` is ignored when ``vpp == 1`` (as in Megatron).
+* ``compare.dcp_vs_fixed_cp`` needs ``parallel.dynamic_cp``; its ``fixed_cp`` is a power of two
+  dividing ``dp_cp`` and the fixed-CP arm's layout must hold too (``global_batch`` divisible by
+  ``dp_cp / fixed_cp``; ``seq_length % (2 * fixed_cp) == 0`` when ``fixed_cp > 1``).
+* ``compare.repeat`` with ``loss: exact`` needs ``train.deterministic: true``.
+* ``compare.graph_vs_eager`` is allowed anywhere; that it needs CUDA is decided at run time.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+from harness.spec.problems import Loc, Problem
+from harness.spec.schema import Case
+
+
+def _at(field: str) -> Loc:
+    return tuple(field.split("."))
+
+
+def _pow2(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
+def _world_text(case: Case) -> str:
+    r = case.resources
+    return (
+        f"world size {case.world_size} (resources.nodes {r.nodes} x "
+        f"resources.gpus_per_node {r.gpus_per_node})"
+    )
+
+
+def _layout_ok(case: Case) -> bool:
+    """Whether dp/dp_cp are well defined (the checks that use them are skipped otherwise)."""
+    p = case.parallel
+    if case.world_size % p.pp:
+        return False
+    if p.is_dynamic:
+        return True
+    return case.world_size % (p.pp * p.max_cp) == 0
+
+
+def check_layout(case: Case) -> list[Problem]:
+    p = case.parallel
+    problems: list[Problem] = []
+    if case.world_size % p.pp:
+        problems.append(Problem(_at("parallel.pp"),
+                                f"pp={p.pp} does not divide the {_world_text(case)}"))
+    elif not p.is_dynamic:
+        cp = p.max_cp
+        if case.world_size % (p.pp * cp):
+            problems.append(Problem(
+                _at("parallel.cp"),
+                f"the {_world_text(case)} is not divisible by pp*cp = {p.pp}*{cp} = "
+                f"{p.pp * cp}; world must equal pp*dp*cp"))
+    else:
+        dp_cp = case.dp_cp
+        bad = [s for s in p.cp_sizes if not _pow2(s) or dp_cp % s]
+        if bad:
+            problems.append(Problem(
+                _at("parallel.dynamic_cp"),
+                f"CP sizes {bad} must be powers of two dividing the {dp_cp} DP x CP ranks of a "
+                f"pipeline stage (world {case.world_size} / pp {p.pp})"))
+    if p.vpp > 1 and p.pp == 1:
+        problems.append(Problem(_at("parallel.vpp"),
+                                f"vpp={p.vpp} needs pp > 1 (interleaved pipeline schedule)"))
+    return problems
+
+
+def check_layers(case: Case) -> list[Problem]:
+    p, m = case.parallel, case.model
+    if m.layers % (p.pp * p.vpp):
+        return [Problem(_at("model.layers"),
+                        f"{m.layers} layers cannot be split over pp*vpp = {p.pp}*{p.vpp} = "
+                        f"{p.pp * p.vpp} model chunks; use a multiple of {p.pp * p.vpp}")]
+    return []
+
+
+def check_experts(case: Case) -> list[Problem]:
+    p, m = case.parallel, case.model
+    problems: list[Problem] = []
+    if m.experts % p.ep:
+        problems.append(Problem(_at("parallel.ep"),
+                                f"ep={p.ep} does not divide model.experts={m.experts}"))
+    if case.world_size % p.pp == 0 and case.dp_cp % p.ep:
+        problems.append(Problem(
+            _at("parallel.ep"),
+            f"ep={p.ep} does not divide the {case.dp_cp} DP x CP ranks of a pipeline stage "
+            f"(world {case.world_size} / pp {p.pp})"))
+    if m.experts_per_token > m.experts:
+        problems.append(Problem(
+            _at("model.experts_per_token"),
+            f"{m.experts_per_token} experts per token but only {m.experts} experts"))
+    return problems
+
+
+def check_attention(case: Case) -> list[Problem]:
+    m = case.model
+    problems: list[Problem] = []
+    if m.heads % m.kv_heads:
+        problems.append(Problem(_at("model.kv_heads"),
+                                f"kv_heads={m.kv_heads} does not divide heads={m.heads} (GQA)"))
+    if m.head_dim % 2:
+        problems.append(Problem(_at("model.head_dim"),
+                                f"head_dim={m.head_dim} must be even (RoPE rotates pairs)"))
+    return problems
+
+
+def check_sequences(case: Case) -> list[Problem]:
+    p, t = case.parallel, case.train
+    problems: list[Problem] = []
+    if p.is_dynamic:
+        top = p.max_cp
+        if t.max_seqlen_per_rank is None:
+            problems.append(Problem(
+                _at("train.max_seqlen_per_rank"),
+                "dynamic CP needs max_seqlen_per_rank (tokens one rank may hold)"))
+        elif t.max_seqlen_per_rank % 2:
+            problems.append(Problem(
+                _at("train.max_seqlen_per_rank"),
+                f"max_seqlen_per_rank={t.max_seqlen_per_rank} must be even"))
+        elif t.max_seqlen_per_rank * top < t.seq_length:
+            problems.append(Problem(
+                _at("train.max_seqlen_per_rank"),
+                f"max_seqlen_per_rank {t.max_seqlen_per_rank} x largest CP size {top} = "
+                f"{t.max_seqlen_per_rank * top} tokens cannot hold a sequence of "
+                f"seq_length {t.seq_length}"))
+    else:
+        cp = p.max_cp
+        if cp > 1 and t.seq_length % (2 * cp):
+            problems.append(Problem(
+                _at("train.seq_length"),
+                f"seq_length {t.seq_length} must be divisible by 2*cp = {2 * cp}"))
+        if t.max_seqlen_per_rank is not None:
+            problems.append(Problem(
+                _at("train.max_seqlen_per_rank"),
+                "max_seqlen_per_rank only applies to dynamic CP (parallel.dynamic_cp); "
+                "remove it for fixed CP"))
+    if case.data.lengths.max > t.seq_length:
+        problems.append(Problem(
+            _at("data.lengths.max"),
+            f"longest sequence {case.data.lengths.max} exceeds train.seq_length {t.seq_length}"))
+    return problems
+
+
+def check_batch(case: Case) -> list[Problem]:
+    if not _layout_ok(case):
+        return []
+    t = case.train
+    if case.parallel.is_dynamic:
+        if t.global_batch < case.dp_cp:
+            return [Problem(
+                _at("train.global_batch"),
+                f"global_batch {t.global_batch} is smaller than the {case.dp_cp} DP x CP ranks "
+                f"of a pipeline stage; every rank needs data")]
+    elif t.global_batch % case.dp:
+        return [Problem(_at("train.global_batch"),
+                        f"global_batch {t.global_batch} is not divisible by dp={case.dp}")]
+    return []
+
+
+def check_microbatches(case: Case) -> list[Problem]:
+    p, t = case.parallel, case.train
+    problems: list[Problem] = []
+    group = p.group_size
+    if p.vpp > 1 and group < p.pp:
+        problems.append(Problem(
+            _at("parallel.microbatch_group"),
+            f"microbatch group {group} is smaller than pp={p.pp} (interleaved schedule)"))
+    m = t.microbatches
+    if m is None:
+        return problems
+    field = _at("train.microbatches")
+    if p.pp > 1 and m < p.pp:
+        problems.append(Problem(field, f"{m} microbatches cannot fill pp={p.pp} stages; "
+                                       f"use at least {p.pp}"))
+    if p.vpp > 1 and group >= p.pp:
+        if group > m:
+            problems.append(Problem(field, f"{m} microbatches are fewer than the microbatch "
+                                           f"group {group} (interleaved schedule)"))
+        elif 0 < m % group < p.pp:
+            problems.append(Problem(
+                field,
+                f"{m} microbatches leave a last group of {m % group} (< pp={p.pp}); use a "
+                f"multiple of {group} or a remainder of at least {p.pp}"))
+    if not p.is_dynamic and _layout_ok(case):
+        per_rank = t.global_batch // case.dp
+        if m > per_rank:
+            problems.append(Problem(
+                field,
+                f"{m} microbatches but only {per_rank} sequences per DP rank "
+                f"(global_batch {t.global_batch} / dp {case.dp})"))
+    return problems
+
+
+def check_compare(case: Case) -> list[Problem]:
+    p, t, c = case.parallel, case.train, case.compare
+    problems: list[Problem] = []
+    pair = c.dcp_vs_fixed_cp
+    if pair is not None:
+        if not p.is_dynamic:
+            problems.append(Problem(_at("compare.dcp_vs_fixed_cp"),
+                                    "needs parallel.dynamic_cp (a dynamic-CP case)"))
+        elif case.world_size % p.pp == 0:
+            dp_cp = case.dp_cp
+            field = _at("compare.dcp_vs_fixed_cp.fixed_cp")
+            if not _pow2(pair.fixed_cp) or dp_cp % pair.fixed_cp:
+                problems.append(Problem(
+                    field, f"fixed_cp={pair.fixed_cp} must be a power of two dividing the "
+                           f"{dp_cp} DP x CP ranks of a pipeline stage"))
+            else:
+                fixed_dp = dp_cp // pair.fixed_cp
+                if t.global_batch % fixed_dp:
+                    problems.append(Problem(
+                        field, f"the fixed-CP arm has dp={fixed_dp}, which does not divide "
+                               f"train.global_batch {t.global_batch}"))
+                if pair.fixed_cp > 1 and t.seq_length % (2 * pair.fixed_cp):
+                    problems.append(Problem(
+                        field, f"the fixed-CP arm needs train.seq_length {t.seq_length} "
+                               f"divisible by 2*fixed_cp = {2 * pair.fixed_cp}"))
+    if c.repeat is not None and c.repeat.loss == "exact" and not t.deterministic:
+        problems.append(Problem(
+            _at("compare.repeat.loss"),
+            "an exact repeat needs train.deterministic: true (or give a tolerance)"))
+    return problems
+
+
+CHECKS: tuple[Callable[[Case], list[Problem]], ...] = (
+    check_layout,
+    check_layers,
+    check_experts,
+    check_attention,
+    check_sequences,
+    check_batch,
+    check_microbatches,
+    check_compare,
+)
+
+
+def preflight(case: Case, checks: Optional[Sequence[Callable[[Case], list[Problem]]]] = None
+              ) -> list[Problem]:
+    """Every problem found in ``case`` (empty when it may run), in check order."""
+    found: list[Problem] = []
+    for check in checks if checks is not None else CHECKS:
+        found.extend(check(case))
+    return found

@@ -1,0 +1,70 @@
+"""Rank-local, atomic per-step checkpoints and resume at the last step every rank saved.
+
+Each rank writes ``<dir>/rank<k>/step<NNNNNNNN>.pt`` (temp file + ``os.replace``) after every
+completed step and keeps the last two, so a rank killed while saving still has the previous one.
+On resume the ranks agree (all-reduce MIN) on the newest step all of them saved and load it. The
+data position is the step number itself (data is a pure function of seed and step).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from harness.workload.comm import GroupHandle
+
+KEEP = 2
+_STEP_FILE = re.compile(r"^step(\d{8})\.pt$")
+
+
+def rank_dir(root: Path, rank: int) -> Path:
+    return Path(root) / f"rank{rank}"
+
+
+def saved_steps(root: Path, rank: int) -> list[int]:
+    d = rank_dir(root, rank)
+    if not d.is_dir():
+        return []
+    return sorted(int(m.group(1)) for f in d.iterdir() if (m := _STEP_FILE.match(f.name)))
+
+
+def save(root: Path, rank: int, step: int, state: dict[str, Any]) -> Path:
+    d = rank_dir(root, rank)
+    d.mkdir(parents=True, exist_ok=True)
+    final = d / f"step{step:08d}.pt"
+    tmp = d / f".step{step:08d}.pt.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    for old in saved_steps(root, rank)[:-KEEP]:
+        (d / f"step{old:08d}.pt").unlink(missing_ok=True)
+    return final
+
+
+def agreed_resume_step(root: Optional[Path], rank: int, world: GroupHandle) -> int:
+    """The newest step every rank has a checkpoint of (0: start from scratch)."""
+    mine = saved_steps(root, rank)[-1] if root is not None and saved_steps(root, rank) else 0
+    if not world.active:
+        return mine
+    t = torch.tensor([mine], dtype=torch.int64)
+    if dist.get_backend(world.group) == "nccl":
+        t = t.cuda()
+    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=world.group)
+    return int(t.item())
+
+
+def load(root: Path, rank: int, step: int) -> dict[str, Any]:
+    path = rank_dir(root, rank) / f"step{step:08d}.pt"
+    if not path.is_file():
+        raise RuntimeError(
+            f"rank {rank} has no checkpoint of step {step} in {rank_dir(root, rank)} (have "
+            f"{saved_steps(root, rank)}); the checkpoint folder is inconsistent, remove it to restart"
+        )
+    return torch.load(path, map_location="cpu", weights_only=False)

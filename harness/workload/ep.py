@@ -1,0 +1,65 @@
+"""Token dispatch to experts and combine back, locally or over an expert-parallel group.
+
+Rows are ordered by expert (stable sort of the ``T * k`` (token, expert) pairs), sent to the EP rank
+owning the expert with an all-to-all, regrouped by local expert, run through the experts, and
+brought back the same way. Every step is a permutation or a split, so the result equals the local
+computation row for row; the combine is a gather plus a weighted sum over the ``k`` choices
+(deterministic, no scatter-add).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+from harness.workload.comm import GroupHandle, all_to_all_counts, all_to_all_rows
+
+
+def _inverse(perm: torch.Tensor) -> torch.Tensor:
+    inv = torch.empty_like(perm)
+    inv[perm] = torch.arange(perm.numel(), device=perm.device)
+    return inv
+
+
+def dispatch_and_compute(
+    x: torch.Tensor,
+    top_i: torch.Tensor,
+    weights: torch.Tensor,
+    experts: Callable[[torch.Tensor, list[int]], torch.Tensor],
+    num_experts: int,
+    ep: Optional[GroupHandle],
+) -> torch.Tensor:
+    """``sum_j weights[t, j] * expert_{top_i[t, j]}(x[t])`` for every token ``t``."""
+    t, k = top_i.shape
+    flat = top_i.reshape(-1)
+    order = torch.sort(flat, stable=True).indices
+    rows = x[order // k]  # [T*k, H], grouped by expert
+    counts = torch.bincount(flat, minlength=num_experts)  # per global expert
+    if ep is None or not ep.active:
+        out = experts(rows, counts.tolist())
+    else:
+        out = _ep_compute(rows, counts, experts, num_experts, ep)
+    unsorted = out[_inverse(order)].view(t, k, -1)
+    return (unsorted * weights[:, :, None]).sum(dim=1)
+
+
+def _ep_compute(
+    rows: torch.Tensor,
+    counts: torch.Tensor,
+    experts: Callable[[torch.Tensor, list[int]], torch.Tensor],
+    num_experts: int,
+    ep: GroupHandle,
+) -> torch.Tensor:
+    local = num_experts // ep.size
+    recv_counts = all_to_all_counts(counts, ep).view(ep.size, local)  # [source, local expert]
+    send = counts.view(ep.size, local).sum(dim=1).tolist()
+    recv = recv_counts.sum(dim=1).tolist()
+    got = all_to_all_rows(rows, send, recv, ep)  # by source, then by expert within source
+    expert_of_row = torch.repeat_interleave(
+        torch.arange(local, device=rows.device).repeat(ep.size), recv_counts.reshape(-1)
+    )
+    regroup = torch.sort(expert_of_row, stable=True).indices
+    out_local = experts(got[regroup], recv_counts.sum(dim=0).tolist())
+    back = out_local[_inverse(regroup)]
+    return all_to_all_rows(back, recv, send, ep)

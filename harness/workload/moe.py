@@ -1,0 +1,115 @@
+"""Top-k MoE: softmax router, Megatron-style load-balancing loss, dropless SwiGLU experts.
+
+Experts may be sharded over an expert-parallel (EP) group: EP rank ``j`` owns the contiguous experts
+``[j * E/ep, (j + 1) * E/ep)`` and tokens travel there and back by all-to-all (``ep.py``).
+
+Load-balancing (aux) loss, per *unit* (one CP group's share of a microbatch, i.e. the tokens that one
+Megatron microbatch on one DP rank routes): ``E / (T^2 k) * sum_e P_e * n_e`` with ``T`` the unit's
+real tokens, ``P_e`` the summed router probability of expert ``e`` and ``n_e`` the tokens routed to
+it (both over the whole unit: ``n_e`` is all-reduced over the CP group, ``P_e`` stays local so the
+CP ranks' pieces sum to the unit's loss). A perfectly balanced router gives 1. The training objective
+adds ``aux_loss_coeff * (T / N) * aux`` per unit and layer (``N`` = real tokens of the step), whose
+gradient is injected in backward as Megatron's ``MoEAuxLossAutoScaler`` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness.workload.comm import GroupHandle, all_reduce_sum_
+from harness.workload.ep import dispatch_and_compute
+
+
+@dataclass(frozen=True)
+class MoEContext:
+    """Per-microbatch inputs of every MoE layer on this rank."""
+
+    valid: torch.Tensor  # [T] bool: real (not padding) tokens
+    unit_tokens: int  # real tokens of this rank's unit (its CP group's share of the microbatch)
+    step_tokens: int  # real tokens of the whole step (all microbatches, all ranks)
+    cp: Optional[GroupHandle]  # group over which the unit is sharded (expert counts are summed)
+    ep: Optional[GroupHandle]  # expert-parallel group (None: all experts local)
+    # Detached aux-loss pieces, (T/N) * aux_local per layer call, collected for reporting.
+    aux_sink: list = field(default_factory=list)
+
+
+class _AuxLossInjector(torch.autograd.Function):
+    """Identity on ``x``; in backward gives ``aux`` the gradient ``scale`` (MoEAuxLossAutoScaler)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, aux: torch.Tensor, scale: float) -> torch.Tensor:  # type: ignore[override]
+        ctx.scale = scale
+        ctx.aux_shape = aux.shape
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor):  # type: ignore[override]
+        return grad, torch.full(ctx.aux_shape, ctx.scale, dtype=torch.float32, device=grad.device), None
+
+
+class Experts(nn.Module):
+    """``local`` SwiGLU experts stored as stacked weights."""
+
+    def __init__(self, local: int, hidden: int, ffn: int) -> None:
+        super().__init__()
+        self.gate = nn.Parameter(torch.empty(local, hidden, ffn))
+        self.up = nn.Parameter(torch.empty(local, hidden, ffn))
+        self.down = nn.Parameter(torch.empty(local, ffn, hidden))
+
+    def forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        """``x`` rows grouped by local expert (``counts[e]`` rows for expert ``e``)."""
+        outs = []
+        for e, rows in enumerate(torch.split(x, counts, dim=0)):
+            h = F.silu(rows @ self.gate[e].to(rows.dtype)) * (rows @ self.up[e].to(rows.dtype))
+            outs.append(h @ self.down[e].to(rows.dtype))
+        return torch.cat(outs, dim=0) if outs else x[:0]
+
+
+class MoE(nn.Module):
+    def __init__(
+        self,
+        hidden: int,
+        experts: int,
+        top_k: int,
+        ffn: int,
+        aux_loss_coeff: float,
+        ep_size: int = 1,
+        ep_rank: int = 0,
+    ) -> None:
+        super().__init__()
+        if experts % ep_size:
+            raise ValueError(f"experts ({experts}) must be divisible by the EP size ({ep_size})")
+        if not 1 <= top_k <= experts:
+            raise ValueError(f"experts_per_token ({top_k}) must be in [1, experts={experts}]")
+        self.num_experts, self.top_k, self.coeff = experts, top_k, aux_loss_coeff
+        self.local_experts = experts // ep_size
+        self.first_expert = ep_rank * self.local_experts
+        self.router = nn.Linear(hidden, experts, bias=False)
+        self.experts = Experts(self.local_experts, hidden, ffn)
+
+    def forward(self, x: torch.Tensor, ctx: MoEContext) -> torch.Tensor:
+        t, e, k = x.shape[0], self.num_experts, self.top_k
+        logits = F.linear(x.float(), self.router.weight.float())
+        probs = torch.softmax(logits, dim=-1)  # [T, E] fp32
+        top_p, top_i = probs.topk(k, dim=-1)
+        weights = top_p / top_p.sum(dim=-1, keepdim=True)
+
+        valid = ctx.valid.to(probs.dtype)[:, None]
+        # one_hot + sum rather than index_add_: deterministic on every device.
+        counts = (F.one_hot(top_i, e).to(torch.float32) * valid[:, :, None]).sum(dim=(0, 1))
+        all_reduce_sum_(counts, ctx.cp)
+        prob_sum = (probs * valid).sum(dim=0)
+        unit = max(ctx.unit_tokens, 1)
+        aux_local = (prob_sum * counts).sum() * (e / (unit * unit * k))
+        weight = ctx.unit_tokens / ctx.step_tokens
+        ctx.aux_sink.append(aux_local.detach() * weight)
+
+        y = dispatch_and_compute(x, top_i, weights.to(x.dtype), self.experts, e, ctx.ep)
+        if self.coeff > 0 and torch.is_grad_enabled():
+            y = _AuxLossInjector.apply(y, aux_local, self.coeff * weight)
+        return y

@@ -1,0 +1,222 @@
+"""Packing a step's global batch into microbatches of CP groups (fixed or dynamic CP).
+
+The ``pool`` is the DP x CP ranks of one pipeline stage (``case.dp_cp``); every stage carves it
+identically. A microbatch tiles the pool with CP groups (contiguous, size-aligned blocks), each
+holding whole packed sequences. Every pool rank runs every microbatch, so all ranks of a stage run
+the same microbatch count (as the pipeline schedule and EP all-to-alls need).
+
+* Fixed CP ``c``: ``pool / c`` DP groups of ``c`` ranks; sequences go to bins of ``train.seq_length``
+  tokens (longest first, least-loaded bin), the bin count a multiple of DP (or ``train.microbatches
+  * dp`` when given); microbatch ``j`` gives bin ``j * dp + i`` to DP group ``i``.
+* Dynamic CP (Megatron's rule): a sequence of ``L`` tokens needs
+  ``max(min_cp, next_pow2(ceil(L / max_seqlen_per_rank)))`` ranks (the next allowed size if that one
+  is not listed). Microbatches are filled longest first: a sequence joins an open group of at least
+  its size with room (``size * max_seqlen_per_rank`` tokens), else opens a group of its size while
+  ranks are free. Idle ranks are then absorbed by widening the smallest groups to the next allowed
+  size, so no DP x CP rank is idle.
+
+Sequences are padded to a multiple of ``2 * cp`` (for load-balanced CP chunks); padding is masked
+out of the loss and the aux loss, so padding never changes the result.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from harness.errors import ConfigError
+from harness.spec.schema import Case
+from harness.workload.data import Sequence, step_sequences
+
+
+def pad_multiple(cp: int) -> int:
+    return 2 * cp if cp > 1 else 1
+
+
+def padded_length(length: int, cp: int) -> int:
+    m = pad_multiple(cp)
+    return -(-length // m) * m
+
+
+@dataclass(frozen=True)
+class GroupWork:
+    """One CP group's share of a microbatch."""
+
+    start: int  # first pool rank of the group
+    size: int  # CP size
+    sequences: tuple[Sequence, ...]  # ordered by global-batch index
+
+    @property
+    def tokens(self) -> int:
+        return sum(s.length for s in self.sequences)
+
+    @property
+    def padded_tokens(self) -> int:
+        return sum(padded_length(s.length, self.size) for s in self.sequences)
+
+
+@dataclass(frozen=True)
+class MicrobatchPlan:
+    index: int
+    groups: tuple[GroupWork, ...]  # tile pool ranks [0, pool) in order
+
+    def group_of(self, pool_rank: int) -> GroupWork:
+        for g in self.groups:
+            if g.start <= pool_rank < g.start + g.size:
+                return g
+        raise ValueError(f"pool rank {pool_rank} is in no CP group of microbatch {self.index}")
+
+    @property
+    def cp_sizes(self) -> tuple[int, ...]:
+        return tuple(g.size for g in self.groups)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    step: int
+    pool: int
+    microbatches: tuple[MicrobatchPlan, ...]
+    total_tokens: int  # real tokens of the step (the loss is averaged over these)
+
+    @property
+    def sequences(self) -> int:
+        return sum(len(g.sequences) for mb in self.microbatches for g in mb.groups)
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(n, 1))))
+
+
+def dynamic_cp_need(length: int, sizes: tuple[int, ...], max_seqlen_per_rank: int) -> int:
+    """Megatron's CP size for a sequence, rounded up to an allowed size that holds it padded."""
+    want = max(min(sizes), next_pow2(-(-length // max_seqlen_per_rank)))
+    for s in sizes:
+        if s >= want and padded_length(length, s) <= s * max_seqlen_per_rank:
+            return s
+    raise ConfigError(
+        f"a sequence of {length} tokens needs CP > {max(sizes)} at train.max_seqlen_per_rank="
+        f"{max_seqlen_per_rank}; raise parallel.dynamic_cp or train.max_seqlen_per_rank"
+    )
+
+
+def plan_step(case: Case, step: int, fixed_cp: Optional[int] = None) -> StepPlan:
+    """The microbatches of 1-based ``step`` for ``case`` (``fixed_cp`` overrides dynamic CP)."""
+    seqs = step_sequences(case.train, case.data, step)
+    pool = case.dp_cp
+    if case.parallel.is_dynamic and fixed_cp is None:
+        mbs = _pack_dynamic(case, seqs, pool, step)
+    else:
+        cp = fixed_cp if fixed_cp is not None else (case.parallel.cp or 1)
+        if pool % cp:
+            raise ConfigError(f"CP size {cp} does not divide the DP x CP ranks of a stage ({pool})")
+        mbs = _pack_fixed(case, seqs, pool, cp, step)
+    return StepPlan(step, pool, tuple(mbs), sum(s.length for s in seqs))
+
+
+def _pack_fixed(case: Case, seqs: tuple[Sequence, ...], pool: int, cp: int, step: int) -> list[MicrobatchPlan]:
+    dp = pool // cp
+    cap = -(-case.train.seq_length // pad_multiple(cp)) * pad_multiple(cp)
+    order = sorted(seqs, key=lambda s: (-s.length, s.index))
+    fixed = case.train.microbatches
+    total = sum(padded_length(s.length, cp) for s in seqs)
+    nbins = fixed * dp if fixed else dp * -(-(-(-total // cap)) // dp)
+    while True:
+        loads = [0] * nbins
+        bins: list[list[Sequence]] = [[] for _ in range(nbins)]
+        ok = True
+        for s in order:
+            need = padded_length(s.length, cp)
+            fits = [b for b in range(nbins) if loads[b] + need <= cap]
+            if not fits:
+                ok = False
+                break
+            b = min(fits, key=lambda i: (loads[i], i))
+            loads[b] += need
+            bins[b].append(s)
+        if ok:
+            break
+        if fixed:
+            raise ConfigError(
+                f"step {step}: {len(seqs)} sequences do not fit in train.microbatches={fixed} x dp={dp} "
+                f"bins of train.seq_length={case.train.seq_length} tokens; raise train.microbatches"
+            )
+        nbins += dp
+    if any(not b for b in bins):
+        raise ConfigError(
+            f"step {step}: {len(seqs)} sequences cannot fill {nbins} microbatch bins (dp={dp}); "
+            f"raise train.global_batch or lower train.microbatches"
+        )
+    out = []
+    for j in range(nbins // dp):
+        groups = tuple(
+            GroupWork(i * cp, cp, tuple(sorted(bins[j * dp + i], key=lambda s: s.index)))
+            for i in range(dp)
+        )
+        out.append(MicrobatchPlan(j, groups))
+    return out
+
+
+def _pack_dynamic(case: Case, seqs: tuple[Sequence, ...], pool: int, step: int) -> list[MicrobatchPlan]:
+    sizes = tuple(s for s in case.parallel.cp_sizes if s <= pool)
+    if not sizes:
+        raise ConfigError(f"parallel.dynamic_cp {case.parallel.cp_sizes} has no size <= DP x CP ({pool})")
+    msr = case.train.max_seqlen_per_rank
+    if msr is None:
+        raise ConfigError("dynamic CP needs train.max_seqlen_per_rank (tokens one rank may hold)")
+    need = {s.index: dynamic_cp_need(s.length, sizes, msr) for s in seqs}
+    remaining = sorted(seqs, key=lambda s: (-s.length, s.index))
+    out: list[MicrobatchPlan] = []
+    while remaining:
+        groups: list[list] = []  # [size, sequences, padded load]
+        free = pool
+        left = []
+        for s in remaining:
+            placed = False
+            for g in sorted(groups, key=lambda g: (g[2] / g[0], g[0])):
+                room = g[0] * msr - g[2]
+                if g[0] >= need[s.index] and padded_length(s.length, g[0]) <= room:
+                    g[1].append(s)
+                    g[2] += padded_length(s.length, g[0])
+                    placed = True
+                    break
+            if not placed and need[s.index] <= free:
+                groups.append([need[s.index], [s], padded_length(s.length, need[s.index])])
+                free -= need[s.index]
+                placed = True
+            if not placed:
+                left.append(s)
+        free = _widen(groups, free, sizes, msr)
+        if free:
+            raise ConfigError(
+                f"step {step}: microbatch {len(out)} leaves {free} of {pool} DP x CP ranks idle and no "
+                f"allowed CP size {sizes} can absorb them; add {pool} to parallel.dynamic_cp or raise "
+                f"train.global_batch"
+            )
+        groups.sort(key=lambda g: (-g[0], min(s.index for s in g[1])))
+        start, works = 0, []
+        for size, members, _ in groups:
+            works.append(GroupWork(start, size, tuple(sorted(members, key=lambda s: s.index))))
+            start += size
+        out.append(MicrobatchPlan(len(out), tuple(works)))
+        remaining = left
+    return out
+
+
+def _widen(groups: list[list], free: int, sizes: tuple[int, ...], msr: int) -> int:
+    """Grow the smallest groups to larger allowed sizes until no rank is idle (or none can grow)."""
+    while free:
+        grown = False
+        for g in sorted(groups, key=lambda g: (g[0], g[2])):
+            bigger = [s for s in sizes if g[0] < s <= g[0] + free]
+            if not bigger:
+                continue
+            new = min(bigger)
+            free -= new - g[0]
+            g[0] = new
+            g[2] = sum(padded_length(s.length, new) for s in g[1])
+            grown = True
+            break
+        if not grown:
+            return free
+    return 0

@@ -1,0 +1,148 @@
+"""Execute one step's forwards and backwards in this PP rank's order (interleaved 1F1B).
+
+The order comes from :mod:`harness.slotmem.schedule` (Megatron's ``_order``: ``+c`` forward,
+``-c`` backward of 1-based chunk ``c``; the logical microbatch of every event is FIFO per chunk).
+Chunk ``c`` of PP rank ``r`` is virtual stage ``v = c*pp + r``: its input comes from virtual stage
+``v-1`` (PP rank ``r-1``, or the last PP rank's chunk ``c-1`` when ``r == 0``) and its output goes to
+``v+1``; gradients flow back the same way. Sends are non-blocking (waited at the end of the step),
+receives block, and every message carries a tag naming (microbatch, receiving virtual stage,
+direction), so the interleaving of activation and gradient messages between two ranks cannot be
+confused. With PP=1 and VPP=1 the order is forward, backward, forward, ... on one rank.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from harness.errors import ConfigError
+from harness.slotmem.schedule import microbatch_count_problem, order_events, rank_order
+from harness.workload.model import LayerContext, ModelChunk
+from harness.workload.runtime import ProcessGroups
+
+
+@dataclass(frozen=True)
+class MicrobatchInput:
+    """What a rank needs to run microbatch ``m``: its token ids, targets, loss mask, context."""
+
+    inputs: torch.Tensor  # [T] int64
+    targets: torch.Tensor  # [T] int64
+    valid: torch.Tensor  # [T] bool
+    ctx: LayerContext
+
+
+@dataclass
+class StepTotals:
+    """This rank's contributions to the step (summed over ranks by the caller)."""
+
+    loss_sum: float = 0.0  # sum of per-token CE over real tokens, divided by the step's tokens
+    aux_sum: float = 0.0  # sum over layers and units of (T/N) * aux piece
+
+
+def pipeline_order(pp: int, vpp: int, group: int, pp_rank: int, microbatches: int) -> tuple[int, ...]:
+    problem = microbatch_count_problem(pp, vpp, group, microbatches)
+    if problem is not None:
+        raise ConfigError(f"pipeline schedule (pp={pp}, vpp={vpp}, group={group}): {problem}")
+    return rank_order(pp, pp_rank, microbatches, vpp, group)
+
+
+def _tag(microbatch: int, virtual: int, stages: int, backward: bool) -> int:
+    return (microbatch * stages + virtual) * 2 + int(backward)
+
+
+def run_step(
+    chunks: list[ModelChunk],
+    groups: ProcessGroups,
+    pp: int,
+    group: int,
+    microbatches: int,
+    get_input: Callable[[int], MicrobatchInput],
+    step_tokens: int,
+    hidden: int,
+    autocast_dtype: torch.dtype | None,
+    device: torch.device,
+) -> StepTotals:
+    """Run every forward and backward of the step on this rank; gradients accumulate in place."""
+    vpp = len(chunks)
+    stages = pp * vpp
+    pp_rank = groups.pp_rank
+    order = pipeline_order(pp, vpp, group, pp_rank, microbatches)
+    totals = StepTotals()
+    inputs: dict[int, MicrobatchInput] = {}
+    saved: dict[tuple[int, int], tuple[torch.Tensor | None, torch.Tensor]] = {}
+    backwards_left = {m: vpp for m in range(microbatches)}
+    pending: list[tuple[object, torch.Tensor]] = []
+
+    def prev_of(c: int) -> tuple[int, int]:  # (global rank, chunk) of virtual stage v-1
+        v = c * pp + pp_rank - 1
+        return groups.pp.ranks[v % pp], v // pp
+
+    def next_of(c: int) -> int:
+        v = c * pp + pp_rank + 1
+        return groups.pp.ranks[v % pp]
+
+    def mb_input(m: int) -> MicrobatchInput:
+        if m not in inputs:
+            inputs[m] = get_input(m)
+        return inputs[m]
+
+    for ev in order_events(order, vpp):
+        c, m = ev.chunk, ev.microbatch
+        v = c * pp + pp_rank
+        chunk = chunks[c]
+        mb = mb_input(m)
+        tokens = mb.inputs.shape[0]
+        if ev.forward:
+            if chunk.first:
+                x_in, x = None, mb.inputs
+            else:
+                src, _ = prev_of(c)
+                buf = torch.empty(tokens, hidden, dtype=torch.float32, device=device)
+                dist.recv(buf, src=src, tag=_tag(m, v, stages, False))
+                x_in = buf.requires_grad_()
+                x = x_in
+            amp = (
+                torch.autocast(device.type, dtype=autocast_dtype)
+                if autocast_dtype is not None
+                else nullcontext()
+            )
+            with amp:
+                out = chunk(x, mb.ctx)
+            if chunk.last:
+                ce = F.cross_entropy(out.float(), mb.targets, reduction="none")
+                ce_sum = (ce * mb.valid.to(ce.dtype)).sum()
+                loss = ce_sum / step_tokens
+                totals.loss_sum += float(loss.detach())
+                saved[(c, m)] = (x_in, loss)
+            else:
+                send = out.detach().float().contiguous()
+                work = dist.isend(send, dst=next_of(c), tag=_tag(m, v + 1, stages, False))
+                pending.append((work, send))
+                saved[(c, m)] = (x_in, out)
+        else:
+            x_in, out = saved.pop((c, m))
+            if chunk.last:
+                out.backward()
+            else:
+                grad = torch.empty(tokens, hidden, dtype=torch.float32, device=device)
+                dist.recv(grad, src=next_of(c), tag=_tag(m, v, stages, True))
+                out.backward(grad.to(out.dtype))
+            if x_in is not None:
+                dst, _ = prev_of(c)
+                g = x_in.grad.detach().float().contiguous()
+                work = dist.isend(g, dst=dst, tag=_tag(m, v - 1, stages, True))
+                pending.append((work, g))
+            backwards_left[m] -= 1
+            if backwards_left[m] == 0:
+                totals.aux_sum += float(sum(t.item() for t in inputs[m].ctx.moe.aux_sink))
+                del inputs[m]
+    for work, _ in pending:
+        work.wait()  # type: ignore[attr-defined]
+    if saved or inputs:
+        raise RuntimeError(f"pipeline order left work behind: saved {sorted(saved)}, inputs {sorted(inputs)}")
+    return totals

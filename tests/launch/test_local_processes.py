@@ -1,0 +1,146 @@
+"""The local launcher's process management, with small stand-in rank programs.
+
+The rank programs here are plain Python scripts (no training), so these tests exercise exactly
+the launcher: spawning, log merging, failure detection, stack dumps, killing, port retries.
+"""
+
+import os
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from harness.launch.local import RankCommand, device_env, rank_env, run_ranks
+from harness.results import LOG_FILE
+
+PRELUDE = """
+import os, sys, time, subprocess
+from pathlib import Path
+from harness.launch.rank_main import _register_stack_dump, stacks_path
+rank = int(os.environ["RANK"])
+arm_dir = Path(sys.argv[1])
+(arm_dir / f"pid.rank{rank}").write_text(str(os.getpid()))
+stacks = _register_stack_dump(stacks_path(arm_dir, rank))
+print(f"up {rank} of {os.environ['WORLD_SIZE']} port {os.environ['MASTER_PORT']}", flush=True)
+"""
+
+
+def _cmd(tmp_path: Path, body: str, world: int = 2, timeout_s: float = 30.0) -> RankCommand:
+    script = tmp_path / "rank.py"
+    script.write_text(PRELUDE + textwrap.dedent(body))
+    arm_dir = tmp_path / "arm"
+    arm_dir.mkdir(exist_ok=True)
+    return RankCommand(argv=(sys.executable, str(script), str(arm_dir)), world_size=world,
+                       arm_dir=arm_dir, timeout_s=timeout_s, repro="echo repro")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "\nState:\tZ" in status.read_text()  # zombie: dead, not reaped
+
+
+def _pid(arm_dir: Path, name: str) -> int:
+    return int((arm_dir / name).read_text())
+
+
+def test_all_ranks_ok_and_logs_merged_with_rank_prefix(tmp_path):
+    cmd = _cmd(tmp_path, 'print(f"hello from {rank}")\n')
+    out = run_ranks(cmd)
+    assert out.status == "ok" and out.returncode == 0 and out.restarts == 0
+    assert out.repro == "echo repro"
+    log = (cmd.arm_dir / LOG_FILE).read_text()
+    assert "[rank 0] hello from 0" in log and "[rank 1] hello from 1" in log
+    assert "[rank 1] up 1 of 2" in log
+
+
+def test_crashing_rank_fails_arm_and_kills_siblings(tmp_path):
+    cmd = _cmd(tmp_path, """
+        child = subprocess.Popen(["sleep", "600"])       # a grandchild in the rank's group
+        (arm_dir / f"child.rank{rank}").write_text(str(child.pid))
+        if rank == 1:
+            time.sleep(0.5)
+            raise SystemExit("rank 1 lost its mind")
+        time.sleep(600)
+    """)
+    started = time.monotonic()
+    out = run_ranks(cmd, stack_wait_s=2.0, kill_grace_s=2.0)
+    assert time.monotonic() - started < 20
+    assert out.status == "failed" and out.returncode == 1
+    assert "rank 1 exited with exit code 1" in out.detail
+    assert "killed rank(s) 0" in out.detail
+    assert "rank 1 lost its mind" in out.log_tail
+    for name in ("pid.rank0", "pid.rank1", "child.rank0", "child.rank1"):
+        assert _gone(_pid(cmd.arm_dir, name)), name
+
+
+def test_hung_rank_times_out_with_python_stacks(tmp_path):
+    cmd = _cmd(tmp_path, """
+        def wait_for_peer_that_never_comes():
+            time.sleep(600)
+        if rank == 1:
+            wait_for_peer_that_never_comes()
+    """, timeout_s=3.0)
+    out = run_ranks(cmd, stack_wait_s=3.0, kill_grace_s=2.0)
+    assert out.status == "timeout" and out.returncode is None
+    assert "rank(s) 1 still running" in out.detail
+    assert "Python stacks" in out.log_tail
+    assert "wait_for_peer_that_never_comes" in out.log_tail
+    assert "[rank 1]" in out.log_tail
+    assert _gone(_pid(cmd.arm_dir, "pid.rank1"))
+    assert out.wall_s >= 3.0
+
+
+def test_rank_killed_by_signal_is_reported(tmp_path):
+    cmd = _cmd(tmp_path, """
+        import signal
+        if rank == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(600)
+    """)
+    out = run_ranks(cmd, stack_wait_s=1.0, kill_grace_s=1.0)
+    assert out.status == "failed"
+    assert "rank 0 exited with signal 9" in out.detail
+
+
+def test_port_taken_is_retried_on_a_fresh_port(tmp_path):
+    # The first attempt reports EADDRINUSE (as torch's TCPStore does); the second succeeds.
+    cmd = _cmd(tmp_path, """
+        marker = arm_dir / "first_try_done"
+        if rank == 0 and not marker.exists():
+            marker.write_text("x")
+            raise SystemExit("RuntimeError: ... name: EADDRINUSE, message: address already in use")
+        if not marker.exists():
+            time.sleep(600)
+    """)
+    out = run_ranks(cmd, stack_wait_s=0.5, kill_grace_s=1.0)
+    assert out.status == "ok" and out.restarts == 1
+    log = (cmd.arm_dir / LOG_FILE).read_text()
+    assert "retrying on a fresh port" in log
+    ports = {line.split("port ")[1] for line in log.splitlines() if "] up " in line}
+    assert len(ports) >= 2
+
+
+def test_port_retry_gives_up(tmp_path):
+    cmd = _cmd(tmp_path, 'raise SystemExit("Address already in use")\n', world=1)
+    out = run_ranks(cmd, port_retries=2, stack_wait_s=0.5, kill_grace_s=1.0)
+    assert out.status == "failed" and out.restarts == 2
+
+
+def test_rank_environment(tmp_path):
+    env = rank_env({"PATH": "/bin", "OMP_NUM_THREADS": "3"}, 1, 4, 29555,
+                   {"CUDA_VISIBLE_DEVICES": ""})
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("1", "4", "1")
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", "29555")
+    assert env["OMP_NUM_THREADS"] == "3" and env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["PYTHONPATH"]
+
+
+def test_device_choice():
+    assert device_env(2, 4)[0] == {}
+    extra, why = device_env(2, 1)
+    assert extra == {"CUDA_VISIBLE_DEVICES": ""} and "gloo" in why
+    assert device_env(1, 0)[0] == {"CUDA_VISIBLE_DEVICES": ""}

@@ -1,0 +1,93 @@
+import pytest
+
+from harness.launch.rank_main import (
+    Fault,
+    first_slurm_host,
+    parse_fault,
+    resolve_rank_env,
+    step_line,
+)
+
+TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
+            "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+
+
+def test_torchrun_variables_used_as_given():
+    env = resolve_rank_env({**TORCHRUN, "SLURM_PROCID": "7"}, world_size=2)
+    assert env == TORCHRUN
+
+
+def test_rank_without_master_is_an_error():
+    with pytest.raises(RuntimeError, match="MASTER_PORT"):
+        resolve_rank_env({k: v for k, v in TORCHRUN.items() if k != "MASTER_PORT"}, world_size=2)
+
+
+def test_world_size_must_match_case():
+    with pytest.raises(RuntimeError, match="needs 4 ranks"):
+        resolve_rank_env(TORCHRUN, world_size=4)
+
+
+def test_slurm_variables_when_rank_absent():
+    environ = {"SLURM_PROCID": "3", "SLURM_NTASKS": "8", "SLURM_LOCALID": "3",
+               "SLURM_JOB_NODELIST": "gpu[007-008]", "SLURM_JOB_ID": "123456",
+               "CUDA_VISIBLE_DEVICES": "4,5,6,7"}
+    env = resolve_rank_env(environ, world_size=8)
+    assert env == {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "3",
+                   "MASTER_ADDR": "gpu007", "MASTER_PORT": str(15000 + 123456 % 20000)}
+    assert "CUDA_VISIBLE_DEVICES" not in env
+
+
+def test_slurm_master_from_environment_wins():
+    environ = {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
+               "SLURM_JOB_NODELIST": "n1", "MASTER_ADDR": "head", "MASTER_PORT": "4000"}
+    env = resolve_rank_env(environ, world_size=2)
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("head", "4000")
+
+
+def test_single_rank_runs_without_any_variable():
+    env = resolve_rank_env({}, world_size=1)
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("0", "1", "0")
+    assert int(env["MASTER_PORT"]) > 0
+
+
+def test_multi_rank_without_variables_says_how_to_launch():
+    with pytest.raises(RuntimeError, match="harness.launch.local"):
+        resolve_rank_env({}, world_size=2)
+
+
+@pytest.mark.parametrize("nodelist, first", [
+    ("node1", "node1"),
+    ("node1,node2", "node1"),
+    ("gpu[003-010,012],cpu1", "gpu003"),
+    ("rack[1-2]-n[5-6]", "rack1-n[5-6]"),
+    ("a[12,3]", "a12"),
+])
+def test_first_slurm_host(nodelist, first):
+    assert first_slurm_host(nodelist) == first
+
+
+def test_parse_fault():
+    assert parse_fault(None) is None
+    assert parse_fault("") is None
+    assert parse_fault("crash@3") == Fault("crash", 3, None)
+    assert parse_fault("hang@2:1") == Fault("hang", 2, 1)
+    assert parse_fault("exit@1") == Fault("exit", 1, None)
+    for bad in ("boom@1", "crash@0", "crash", "crash@2:x"):
+        with pytest.raises(ValueError, match="KIND@STEP"):
+            parse_fault(bad)
+
+
+def test_fault_applies_to_its_step_and_rank():
+    fault = Fault("hang", 2, 1)
+    assert fault.applies(rank=1, step=2)
+    assert not fault.applies(rank=0, step=2)
+    assert not fault.applies(rank=1, step=3)
+    assert Fault("crash", 2).applies(rank=5, step=2)
+
+
+def test_step_line_is_one_readable_line():
+    line = step_line("eager", 0, 4, {"step": 2, "loss": 5.25, "aux_loss": 0.01, "grad_norm": float("nan"),
+                                     "tokens": 512, "cp_sizes": [1, 1], "step_time_s": 0.12,
+                                     "max_allocated_bytes": None, "nan": True, "skipped": False})
+    assert "\n" not in line
+    assert "step 2/4" in line and "loss 5.250000" in line and "gnorm nan" in line and "NAN" in line

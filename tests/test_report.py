@@ -1,0 +1,237 @@
+"""Reports and the gate, built from hand-made sweep folders (no training, no torch)."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Optional
+
+import pytest
+from rich.console import Console
+
+from harness.compare import Pair, evaluate_case, write_verdict
+from harness.errors import ConfigError
+from harness.report import console_table, gate, gate_result, load_sweep, write_reports
+from harness.results import ArmOutcome, StepWriter, write_json_atomic, write_outcome
+
+LOSS = [2.5, 2.31, 2.2, 2.1]
+REPEAT = Pair("repeat", "repeat", ("eager", "eager-repeat"), {"arm": "eager", "loss": "exact"})
+DCP = Pair("dcp_vs_fixed_cp", "dcp_vs_fixed_cp", ("dcp", "fixed-cp2"),
+           {"fixed_cp": 2, "device_delta_pct": 1.0, "reserved_delta_pct": 5.0})
+OK = ArmOutcome(status="ok", returncode=0, wall_s=2.0, repro="dcp-harness run cases/focused -k c")
+
+
+def write_arm(case_dir: Path, arm: str, losses: list[float], outcome: Optional[ArmOutcome] = OK,
+              ranks: int = 2, mem: Optional[float] = None) -> None:
+    for rank in range(ranks):
+        w = StepWriter(case_dir / arm, rank)
+        for i, loss in enumerate(losses):
+            w.append({"step": i + 1, "loss": loss, "aux_loss": 0.01, "grad_norm": 1.0,
+                      "nan": not math.isfinite(loss), "skipped": False, "step_time_s": 0.1 * (i + 1),
+                      "device": "cpu", "max_allocated_bytes": mem, "reserved_bytes": mem})
+    if outcome is not None:
+        write_outcome(case_dir / arm, outcome)
+
+
+def make_case(sweep: Path, case_id: str, pairs: list[Pair], arms: dict[str, tuple],
+              finished: bool = True) -> Path:
+    d = sweep / case_id
+    write_json_atomic(d / "case.json", {"id": case_id, "tags": ["focused"], "train": {"steps": 4}})
+    for arm, spec in arms.items():
+        write_arm(d, arm, *spec)
+    if finished:
+        from harness.results import read_outcome, read_steps
+        data = {a: (read_outcome(d / a), read_steps(d / a)) for a in arms}
+        write_verdict(d, evaluate_case(case_id, pairs, data, expected_steps=4, expected_ranks=2))
+    return d
+
+
+def passing(sweep: Path, case_id: str = "a-pass") -> Path:
+    return make_case(sweep, case_id, [REPEAT, DCP], {
+        "eager": (LOSS,), "eager-repeat": (LOSS,), "dcp": (LOSS,), "fixed-cp2": ([*LOSS[:3], 2.1001],)})
+
+
+def failing(sweep: Path, case_id: str = "b-nan") -> Path:
+    return make_case(sweep, case_id, [REPEAT], {
+        "eager": (LOSS,), "eager-repeat": ([2.5, math.nan, math.nan, math.nan],)})
+
+
+CRASH = ArmOutcome(status="failed", returncode=1, wall_s=3.5,
+                   log_tail="Traceback...\n\x1b[31mRuntimeError: boom\x1b[0m \x00\x07",
+                   repro="dcp-harness run cases/focused/c.yaml -k c-crash", detail="rank 1 exited 1")
+
+
+def crashing(sweep: Path, case_id: str = "c-crash") -> Path:
+    return make_case(sweep, case_id, [REPEAT], {"eager": (LOSS,), "eager-repeat": (LOSS[:1], CRASH)})
+
+
+def junit(sweep: Path) -> ET.Element:
+    return ET.parse(sweep / "junit.xml").getroot()
+
+
+# --------------------------------------------------------------------------- gate
+def test_gate_all_pass(tmp_path: Path) -> None:
+    passing(tmp_path)
+    out = io.StringIO()
+    assert gate(tmp_path, out) == 0
+    assert "PASS" in out.getvalue()
+
+
+def test_gate_failure_names_the_check(tmp_path: Path) -> None:
+    passing(tmp_path)
+    failing(tmp_path)
+    out = io.StringIO()
+    assert gate(tmp_path, out) == 1
+    assert "b-nan / repeat" in out.getvalue() and "eager-repeat.no_nan_inf" in out.getvalue()
+
+
+def test_gate_error_without_failure(tmp_path: Path) -> None:
+    passing(tmp_path)
+    crashing(tmp_path)
+    out = io.StringIO()
+    assert gate(tmp_path, out) == 2
+    assert "rank 1 exited 1" in out.getvalue()
+
+
+def test_gate_mixed_failure_and_error_is_one(tmp_path: Path) -> None:
+    failing(tmp_path)
+    crashing(tmp_path)
+    assert gate(tmp_path, io.StringIO()) == 1
+
+
+def test_unfinished_case_counts_as_error(tmp_path: Path) -> None:
+    passing(tmp_path)
+    make_case(tmp_path, "d-unfinished", [REPEAT], {"eager": (LOSS[:2], None)}, finished=False)
+    result = gate_result(load_sweep(tmp_path))
+    assert result.code == 2 and "never finished" in result.message
+
+
+def test_gate_missing_and_empty_sweeps(tmp_path: Path) -> None:
+    out = io.StringIO()
+    assert gate(tmp_path / "absent", out) == 2
+    assert "no sweep folder" in out.getvalue()
+    out = io.StringIO()
+    (tmp_path / "empty").mkdir()
+    assert gate(tmp_path / "empty", out) == 2
+    assert "no case folders" in out.getvalue()
+
+
+def test_corrupt_verdict_is_an_error(tmp_path: Path) -> None:
+    d = passing(tmp_path)
+    (d / "verdict.json").write_text("{not json")
+    result = gate_result(load_sweep(tmp_path))
+    assert result.code == 2 and "verdict.json" in result.message
+
+
+# --------------------------------------------------------------------------- files
+def test_write_reports_junit_counts_and_attributes(tmp_path: Path) -> None:
+    passing(tmp_path)
+    failing(tmp_path)
+    crashing(tmp_path)
+    make_case(tmp_path, "d-unfinished", [REPEAT], {"eager": (LOSS[:2], None)}, finished=False)
+    files = write_reports(tmp_path, plots=False)
+    assert files.exit_code == 1
+    root = junit(tmp_path)
+    assert root.tag == "testsuites"
+    suite = root.find("testsuite")
+    assert suite is not None
+    cases = suite.findall("testcase")
+    # a-pass: repeat + dcp; b-nan: repeat; c-crash: repeat; d-unfinished: checks
+    assert [(c.get("classname"), c.get("name")) for c in cases] == [
+        ("a-pass", "repeat"), ("a-pass", "dcp_vs_fixed_cp"), ("b-nan", "repeat"),
+        ("c-crash", "repeat"), ("d-unfinished", "checks")]
+    for el in (root, suite):
+        assert (el.get("tests"), el.get("failures"), el.get("errors")) == ("5", "1", "2")
+    by = {(c.get("classname"), c.get("name")): c for c in cases}
+    assert by[("a-pass", "repeat")].find("failure") is None and by[("a-pass", "repeat")].find("error") is None
+    failure = by[("b-nan", "repeat")].find("failure")
+    assert failure is not None and "eager-repeat.no_nan_inf" in failure.get("message", "")
+    error = by[("c-crash", "repeat")].find("error")
+    assert error is not None and "rank 1 exited 1" in error.get("message", "")
+    out = by[("c-crash", "repeat")].findtext("system-out") or ""
+    assert "repro: dcp-harness run cases/focused/c.yaml -k c-crash" in out
+    assert "RuntimeError: boom" in out and "\x1b" not in out and "\x00" not in out
+    assert float(by[("c-crash", "repeat")].get("time", "0")) == pytest.approx(5.5)
+    # Element order (JUnit XSD): failure/error before system-out; suite: properties first,
+    # testcases, then system-out and system-err.
+    assert [e.tag for e in by[("c-crash", "repeat")]] == ["error", "system-out"]
+    assert [e.tag for e in by[("b-nan", "repeat")]] == ["failure", "system-out"]
+    tags = [e.tag for e in suite]
+    assert tags == ["properties"] + ["testcase"] * 5 + ["system-out", "system-err"]
+    for c in cases:
+        assert set(c.attrib) == {"classname", "name", "time"}
+        assert len([e for e in c if e.tag in ("failure", "error", "skipped")]) <= 1
+    assert {"name", "tests", "failures", "errors", "skipped", "time", "timestamp"} <= set(suite.attrib)
+
+
+def test_summary_and_index(tmp_path: Path) -> None:
+    passing(tmp_path)
+    failing(tmp_path)
+    crashing(tmp_path)
+    write_reports(tmp_path, plots=False)
+    summary = (tmp_path / "summary.md").read_text()
+    assert "**FAIL** (gate exit 1)" in summary
+    row = next(line for line in summary.splitlines() if line.startswith("| a-pass | dcp_vs_fixed_cp"))
+    assert "| PASS |" in row and "2.1 / 2.1001" in row and "rel 4.8e-05, step 4" in row
+    assert "(2 n/a)" in row and "0.300 / 0.300 s" in row
+    assert "## Failures" in summary and "eager-repeat.no_nan_inf: FAILED" in summary
+    assert "## Errors" in summary and "`dcp-harness run cases/focused/c.yaml -k c-crash`" in summary
+    index = json.loads((tmp_path / "index.json").read_text())
+    assert index["status"] == "fail" and index["exit_code"] == 1
+    assert index["counts"] == {"cases": 3, "entries": 4, "pass": 2, "fail": 1, "error": 1}
+    case = {c["id"]: c for c in index["cases"]}
+    assert case["b-nan"]["pairs"][0]["failed_checks"] == ["eager-repeat.no_nan_inf", "loss"]
+    assert case["c-crash"]["arms"]["eager-repeat"]["status"] == "failed"
+    assert case["c-crash"]["arms"]["eager-repeat"]["ranks"] == {
+        "0": "c-crash/eager-repeat/rank0.jsonl", "1": "c-crash/eager-repeat/rank1.jsonl"}
+    assert case["a-pass"]["verdict_json"] == "a-pass/verdict.json"
+    assert case["a-pass"]["pairs"][1]["not_applicable"] == ["device_delta_pct", "reserved_delta_pct"]
+
+
+def test_memory_figures_in_summary(tmp_path: Path) -> None:
+    make_case(tmp_path, "gpu", [DCP], {"dcp": (LOSS, OK, 2, 2.0 * 1024 ** 3),
+                                       "fixed-cp2": (LOSS, OK, 2, 2.5 * 1024 ** 3)})
+    write_reports(tmp_path, plots=False)
+    summary = (tmp_path / "summary.md").read_text()
+    assert "2.00 / 2.50 GiB" in summary
+
+
+def test_plots_written_when_matplotlib_is_present(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    passing(tmp_path)
+    files = write_reports(tmp_path)
+    assert files.plots == (tmp_path / "plots" / "a-pass.png",)
+    assert (tmp_path / "plots" / "a-pass.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((tmp_path / "index.json").read_text())["cases"][0]["plot"] == "plots/a-pass.png"
+
+
+def test_reports_of_empty_and_missing_sweeps(tmp_path: Path) -> None:
+    files = write_reports(tmp_path)
+    assert files.exit_code == 2
+    assert junit(tmp_path).get("tests") == "0"
+    with pytest.raises(ConfigError, match="no sweep folder"):
+        write_reports(tmp_path / "absent")
+
+
+def test_rewriting_reports_is_idempotent_and_leaves_no_temp_files(tmp_path: Path) -> None:
+    passing(tmp_path)
+    write_reports(tmp_path, plots=False)
+    first = (tmp_path / "summary.md").read_text()
+    write_reports(tmp_path, plots=False)
+    assert (tmp_path / "summary.md").read_text() == first
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+def test_console_table_renders(tmp_path: Path) -> None:
+    passing(tmp_path)
+    failing(tmp_path)
+    files = write_reports(tmp_path, plots=False)
+    buf = io.StringIO()
+    table = console_table(files, Console(file=buf, width=200, color_system=None))
+    text = buf.getvalue()
+    assert table.row_count == 3
+    assert "a-pass" in text and "FAIL" in text and "eager-repeat.no_nan_inf" in text
+    assert console_table(tmp_path).row_count == 3

@@ -1,0 +1,138 @@
+"""The results store: JSONL step records, torn lines, resume, outcomes, atomic JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from harness.results import (
+    ArmOutcome,
+    ResultsError,
+    StepWriter,
+    list_arm_dirs,
+    read_json,
+    read_outcome,
+    read_steps,
+    write_json_atomic,
+    write_outcome,
+)
+
+
+def rec(step: int, loss: float = 2.0, **extra: object) -> dict:
+    return {"step": step, "loss": loss, "grad_norm": 1.0, "nan": False, "skipped": False, **extra}
+
+
+def test_append_and_read_round_trip(tmp_path: Path) -> None:
+    for rank in (0, 1):
+        w = StepWriter(tmp_path, rank)
+        for step in (1, 2, 3):
+            assert w.append(rec(step, loss=step + rank / 10, cp_sizes=[1, 2], device="cpu"))
+        assert w.completed_steps() == 3
+    steps = read_steps(tmp_path)
+    assert sorted(steps) == [0, 1]
+    assert [r["loss"] for r in steps[1]] == [1.1, 2.1, 3.1]
+    assert steps[0][0]["cp_sizes"] == [1, 2]
+    lines = (tmp_path / "rank0.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and all(json.loads(line)["step"] for line in lines)
+
+
+def test_nonfinite_values_are_standard_json_and_round_trip(tmp_path: Path) -> None:
+    w = StepWriter(tmp_path, 0)
+    w.append(rec(1, loss=math.nan, grad_norm=math.inf, aux_loss=-math.inf))
+    text = (tmp_path / "rank0.jsonl").read_text()
+    assert "NaN" in text and json.loads(text, parse_constant=lambda c: pytest.fail(c))
+    r = read_steps(tmp_path)[0][0]
+    assert math.isnan(r["loss"]) and r["grad_norm"] == math.inf and r["aux_loss"] == -math.inf
+
+
+def test_torn_last_line_is_ignored_on_read(tmp_path: Path) -> None:
+    w = StepWriter(tmp_path, 0)
+    w.append(rec(1))
+    w.append(rec(2))
+    with open(tmp_path / "rank0.jsonl", "ab") as fh:
+        fh.write(b'{"step": 3, "loss": 1.')  # killed mid-write
+    assert [r["step"] for r in read_steps(tmp_path)[0]] == [1, 2]
+
+
+def test_corrupt_middle_line_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "rank0.jsonl").write_text('{"step": 1}\nnot json\n{"step": 3}\n')
+    with pytest.raises(ResultsError, match=r"rank0\.jsonl:2"):
+        read_steps(tmp_path)
+
+
+def test_resume_cuts_torn_line_and_appends_without_duplicates(tmp_path: Path) -> None:
+    w = StepWriter(tmp_path, 0)
+    for step in (1, 2, 3):
+        w.append(rec(step))
+    with open(tmp_path / "rank0.jsonl", "ab") as fh:
+        fh.write(b'{"step": 4, "lo')
+    resumed = StepWriter(tmp_path, 0)
+    assert resumed.completed_steps() == 3
+    # A resumed run replays from a checkpoint older than the records: old steps are dropped.
+    assert resumed.append(rec(3, loss=9.0)) is False
+    for step in (4, 5):
+        assert resumed.append(rec(step))
+    records = read_steps(tmp_path)[0]
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
+    assert records[2]["loss"] == 2.0
+    assert (tmp_path / "rank0.jsonl").read_bytes().endswith(b"\n")
+
+
+def test_no_resume_starts_afresh(tmp_path: Path) -> None:
+    w = StepWriter(tmp_path, 0)
+    w.append(rec(1))
+    fresh = StepWriter(tmp_path, 0, resume=False)
+    assert fresh.completed_steps() == 0
+    assert read_steps(tmp_path) == {0: []}
+
+
+@pytest.mark.parametrize("bad", [{}, {"step": 0}, {"step": "1"}, {"step": True}])
+def test_record_without_valid_step_is_rejected(tmp_path: Path, bad: dict) -> None:
+    with pytest.raises(ValueError, match="step"):
+        StepWriter(tmp_path, 0).append(bad)
+
+
+def test_read_steps_of_missing_folder_is_empty(tmp_path: Path) -> None:
+    assert read_steps(tmp_path / "nope") == {}
+
+
+def test_outcome_round_trip_and_validation(tmp_path: Path) -> None:
+    out = ArmOutcome(status="timeout", returncode=None, wall_s=12.5, log_tail="line\n",
+                     repro="dcp-harness run cases/x.yaml -k x", restarts=1, detail="rank 1 hung")
+    write_outcome(tmp_path, out)
+    assert read_outcome(tmp_path) == out
+    assert "timeout after 12.5 s" in out.describe() and "rank 1 hung" in out.describe()
+    assert read_outcome(tmp_path / "missing") is None
+    with pytest.raises(ValueError, match="status"):
+        ArmOutcome(status="crashed")
+    (tmp_path / "outcome.json").write_text('{"status": "ok", "colour": 1}')
+    with pytest.raises(ResultsError, match="unknown keys"):
+        read_outcome(tmp_path)
+
+
+def test_write_json_atomic_replaces_and_leaves_no_temp(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "verdict.json"
+    write_json_atomic(path, {"a": 1, "v": math.nan})
+    write_json_atomic(path, {"a": 2, "t": (1, 2)})
+    assert read_json(path) == {"a": 2, "t": [1, 2]}
+    assert os.listdir(path.parent) == ["verdict.json"]
+
+
+def test_write_json_atomic_keeps_old_file_when_serialisation_fails(tmp_path: Path) -> None:
+    path = tmp_path / "x.json"
+    write_json_atomic(path, {"a": 1})
+    with pytest.raises(TypeError):
+        write_json_atomic(path, {"a": object()})
+    assert read_json(path) == {"a": 1}
+    assert os.listdir(tmp_path) == ["x.json"]
+
+
+def test_list_arm_dirs(tmp_path: Path) -> None:
+    StepWriter(tmp_path / "eager", 0).append(rec(1))
+    write_outcome(tmp_path / "graph", ArmOutcome(status="failed", returncode=1))
+    (tmp_path / "plots").mkdir()
+    assert list(list_arm_dirs(tmp_path)) == ["eager", "graph"]
