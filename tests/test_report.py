@@ -235,3 +235,16 @@ def test_console_table_renders(tmp_path: Path) -> None:
     assert table.row_count == 3
     assert "a-pass" in text and "FAIL" in text and "eager-repeat.no_nan_inf" in text
     assert console_table(tmp_path).row_count == 3
+
+
+def test_results_compare_report_are_leaves() -> None:
+    """They must import without torch, the workload or the launchers (fresh interpreter)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, harness.results, harness.compare, harness.report; "
+            "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('harness.workload', "
+            "'harness.launch', 'harness.arms', 'harness.cli'))]; print(bad); sys.exit(1 if bad else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stdout + proc.stderr

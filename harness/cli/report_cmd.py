@@ -41,10 +41,10 @@ def _sweep_dir(path: Path) -> Path:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    sweep = _sweep_dir(args.dir)
-    summary = write_reports(sweep)
-    console_table(summary, Console())
-    print(f"wrote {sweep / 'summary.md'}, {sweep / 'junit.xml'}, {sweep / 'index.json'}")
+    files = write_reports(_sweep_dir(args.dir))
+    console_table(files, Console())
+    print(f"wrote {files.summary}, {files.junit}, {files.index}"
+          + (f" and {len(files.plots)} plot(s)" if files.plots else ""))
     return 0
 
 

@@ -94,13 +94,14 @@ def shape_of(case: Any, profile: Profile) -> JobShape:
 
 
 def plan_jobs(cases: Sequence[Any], arm_counts: Mapping[str, int],
-              profiles: Mapping[str, Profile], override: Optional[str] = None,
+              profiles: Mapping[str, Profile], profile_of: Optional[Mapping[str, str]] = None,
               max_parallel: Optional[int] = None) -> tuple[JobGroup, ...]:
-    """Group ``cases`` into job submissions (see module doc). ``profiles`` maps a profile name
-    to its profile; ``override`` replaces every case's ``resources.profile``."""
+    """Group ``cases`` into job submissions (see module doc). ``profiles`` maps a profile name to
+    its profile; ``profile_of`` maps a case id to the profile it runs on (default: the case's
+    ``resources.profile``)."""
     by_shape: dict[JobShape, list[Any]] = {}
     for case in cases:
-        name = override or case.resources.profile
+        name = (profile_of or {}).get(case.id, case.resources.profile)
         if name not in profiles:
             raise ConfigError(f"case '{case.id}': profile '{name}' was not loaded")
         by_shape.setdefault(shape_of(case, profiles[name]), []).append(case)

@@ -440,3 +440,38 @@ def reset_infra(case_dir: Path) -> list[str]:
 
 def events_path(case_dir: Path) -> Path:
     return Path(case_dir) / EVENTS_FILE
+
+
+def resubmit(sweep_dir: Path, case_ids: Sequence[str], max_parallel: Optional[int] = None
+             ) -> list[JobRef]:
+    """Submit ``case_ids`` of a sweep again, each on the profile it was submitted with."""
+    from harness.arms import arms_for_case
+    from harness.launch.profiles import load_profile
+    from harness.launch.slurm import plan_jobs, submit_groups
+
+    sweep_dir = Path(sweep_dir).resolve()
+    refs = latest_jobs(sweep_dir)
+    tries = attempts(sweep_dir)
+    cases = {cid: _load_case(sweep_dir / cid) for cid in case_ids}
+    profiles, profile_of, files = {}, {}, {}
+    for cid, case in cases.items():
+        source = refs[cid].profile_file or case.resources.profile
+        profile = load_profile(source)
+        profiles[profile.name] = profile
+        profile_of[cid] = profile.name
+        files[profile.name] = source
+    groups = plan_jobs(list(cases.values()), {cid: len(arms_for_case(c)) for cid, c in cases.items()},
+                       profiles, profile_of, max_parallel)
+    return submit_groups(cases, groups, profiles, sweep_dir, files,
+                         retry_rounds={cid: tries.get(cid, 0) for cid in case_ids})
+
+
+def retry_infra(sweep_dir: Path, max_retries: int, max_parallel: Optional[int] = None
+                ) -> list[JobRef]:
+    """Re-submit the cases with ``infra`` arms that have had at most ``max_retries`` retries;
+    only their infra arms run again (resuming). Returns the new jobs (none: nothing to retry)."""
+    tries = attempts(sweep_dir)
+    todo = [cid for cid in infra_cases(sweep_dir) if tries.get(cid, 1) - 1 < max_retries]
+    for cid in todo:
+        reset_infra(Path(sweep_dir) / cid)
+    return resubmit(sweep_dir, todo, max_parallel) if todo else []

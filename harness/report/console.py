@@ -23,17 +23,20 @@ def console_table(sweep: Any, console: Optional[Console] = None) -> Table:
     """
     view = _view(sweep)
     counts = view.counts()
-    table = Table(title=f"sweep {view.name}: {counts['pass']} pass, {counts['fail']} fail, "
-                        f"{counts['error']} error")
-    for col in ("case", "pair", "checks", "verdict", "final loss", "worst loss delta",
-                "peak mem", "step time", "why"):
+    table = Table(title=f"sweep {view.name}: {counts['cases']} case(s); {counts['pass']} pass, "
+                        f"{counts['fail']} fail, {counts['error']} error")
+    show_why = any(p.status != "pass" for _, p in view.rows)
+    for col in ("case", "pair", "checks", "verdict"):
+        table.add_column(col, no_wrap=True)
+    for col in ("final loss", "max Δloss", "peak GiB", "step s") + (("why",) if show_why else ()):
         table.add_column(col, overflow="fold")
     for case, p in view.rows:
-        why = ", ".join(failed_names(p)) if p.status == "fail" else (p.error or "")
-        table.add_row(case.case_id, p.pair, checks_cell(p),
-                      f"[{_STYLE[p.status]}]{p.status.upper()}[/]",
-                      final_loss_cell(case, p), loss_delta_cell(case, p),
-                      peak_mem_cell(case, p), step_time_cell(case, p), why)
+        cells = [case.case_id, p.pair, checks_cell(p), f"[{_STYLE[p.status]}]{p.status.upper()}[/]",
+                 final_loss_cell(case, p), loss_delta_cell(case, p),
+                 peak_mem_cell(case, p, unit=False), step_time_cell(case, p, unit=False)]
+        if show_why:
+            cells.append(", ".join(failed_names(p)) if p.status == "fail" else (p.error or ""))
+        table.add_row(*cells)
     if console is not None:
         console.print(table)
     return table

@@ -37,8 +37,8 @@ def gate_result(sweep: SweepView) -> GateResult:
                                       "verdict.json); nothing was run, so nothing can pass")
     code = exit_code(sweep)
     c = sweep.counts()
-    head = (f"gate: {sweep.status.upper()}: {c['cases']} case(s), {c['pass']} pass, "
-            f"{c['fail']} fail, {c['error']} error")
+    head = (f"gate: {sweep.status.upper()} (exit {code}): {c['cases']} case(s), {c['entries']} "
+            f"verdict entries: {c['pass']} pass, {c['fail']} fail, {c['error']} error")
     lines = [head]
     for case, p in sweep.rows:
         if p.status == "fail":

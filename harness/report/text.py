@@ -49,14 +49,14 @@ def final_loss_cell(case: CaseView, p: PairVerdict) -> str:
     return per_arm(case, p, lambda a: fmt_num(a.figures.final_loss))
 
 
-def peak_mem_cell(case: CaseView, p: PairVerdict) -> str:
+def peak_mem_cell(case: CaseView, p: PairVerdict, unit: bool = True) -> str:
     cell = per_arm(case, p, lambda a: fmt_gib(a.figures.peak_allocated_bytes))
-    return DASH if set(cell.split(" / ")) == {DASH} else cell + " GiB"
+    return DASH if set(cell.split(" / ")) == {DASH} else cell + (" GiB" if unit else "")
 
 
-def step_time_cell(case: CaseView, p: PairVerdict) -> str:
+def step_time_cell(case: CaseView, p: PairVerdict, unit: bool = True) -> str:
     cell = per_arm(case, p, lambda a: fmt_s(a.figures.median_step_time_s))
-    return DASH if set(cell.split(" / ")) == {DASH} else cell + " s"
+    return DASH if set(cell.split(" / ")) == {DASH} else cell + (" s" if unit else "")
 
 
 def loss_delta_cell(case: CaseView, p: PairVerdict) -> str:
@@ -68,7 +68,7 @@ def loss_delta_cell(case: CaseView, p: PairVerdict) -> str:
         return DASH
     step, diff, rel = worst
     if diff == 0:
-        return "0 (identical)"
+        return "0"
     return f"{diff:.2g} (rel {rel:.2g}, step {step})"
 
 

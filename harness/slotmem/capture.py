@@ -42,7 +42,7 @@ from .protocol import CaptureStep, PlanError, SlotMap, build_slot_map, capture_s
 from .saved import ArenaPacker
 from .warmup import as_tuple, external_storages, observe, trainable_params
 
-SampleFn = Callable[[int, int, int], Sequence[torch.Tensor]]  # (cp_size, chunk 1-based, layer) -> inputs
+SampleFn = Callable[[int, int, int], Sequence[torch.Tensor]]  # (cp_size, chunk 0-based, layer) -> inputs
 
 # test-only fault injection; each must be caught by a check or by the mixed-replay test
 FAULTS = frozenset({"skip_restore", "skip_param_grad_clone", "drop_stale_owner", "skip_liveness_check"})
@@ -234,7 +234,7 @@ class SlotGraphs:
 
 
 def _summary(smap: SlotMap, pool_bytes: int) -> str:
-    slots = sum(smap.slots.values())
+    slots = max(smap.slots.values())
     return (f"{len(smap.variants)} dynamic-CP variants over {slots} slot-aliased physical pool slots "
             f"(CP sizes {list(smap.variants)}, pool {pool_bytes / 2**20:.1f} MiB)")
 
@@ -317,7 +317,7 @@ class _Capturer:
         self.frame_layouts: dict[tuple[int, int, int], FrameLayout] = {k: frame_layout(p) for k, p in self.plans.items()}
         self.grad_layouts: dict[tuple[int, int], GradLayout] = {
             (v, c): grad_layout([self.plans[(v, c, l)] for l in range(sm.layers[c])])
-            for v in sm.variants for c in sm.layers
+            for v in sm.variants for c, n in enumerate(sm.layers) if n
         }
         saved = arena_sizes(
             (colour, self.frame_layouts[(v, c, l)].nbytes)
@@ -497,29 +497,27 @@ def make_graphed_callables(
     *,
     num_warmup_iters: int = 2,
     extra_orders: Sequence[Sequence[int]] = (),
+    grads_in_flight: bool = True,
     log: Callable[[str], None] = print,
     _faults: Iterable[str] = (),
 ) -> SlotGraphs:
     """Capture slot-shared forward/backward graphs for every (CP variant, chunk, layer, slot).
 
-    ``layers[c-1][l]`` is layer ``l`` of chunk ``c`` (chunks 1-based as in ``order``).
+    ``layers[c][l]`` is layer ``l`` of 0-based chunk ``c`` (order entries use ``c + 1``).
     ``sample_args(cp_size, chunk, layer)`` gives that variant's sample inputs (their
     ``requires_grad`` says which input grads are returned). ``order`` is this rank's base schedule;
     ``records`` the slot plan (one record per captured forward, see :mod:`.protocol`);
-    ``extra_orders`` are other reachable orders the plan must also be safe for.
+    ``extra_orders`` are other reachable orders the plan must also be safe for;
+    ``grads_in_flight``: returned input grads stay live until the end of the next backward (PP > 1).
     """
     faults = frozenset(_faults)
     if faults - FAULTS:
         raise ValueError(f"unknown faults {sorted(faults - FAULTS)}; known: {sorted(FAULTS)}")
-    smap = build_slot_map(records)
-    modules = {(c + 1, l): m for c, chunk in enumerate(layers) for l, m in enumerate(chunk)}
-    for c, n in smap.layers.items():
-        if c > len(layers) or len(layers[c - 1]) != n:
-            raise PlanError(f"the plan has {n} layers in chunk {c}, the callables have "
-                            f"{len(layers[c - 1]) if c <= len(layers) else 0}")
+    smap = build_slot_map(records, [len(chunk) for chunk in layers])
+    modules = {(c, l): m for c, chunk in enumerate(layers) for l, m in enumerate(chunk)}
     if "skip_liveness_check" not in faults:
         for o in (order, *extra_orders):
-            check_liveness(o, smap)
+            check_liveness(o, smap, grads_in_flight)
     steps = capture_steps(order, smap)
     cap: _Capturer | None = None
     with alloc.CaptureGuard():
@@ -561,3 +559,18 @@ def make_graphed_callables(
     owner.stats = CaptureStats(t1 - t0, t2 - t1, graphs, dict(cap.per_variant_s), cap.peak, summary)
     log(f"[slotmem] {summary}; {graphs} graphs, arenas {mem.backing / 2**20:.1f} MiB, capture {t2 - t1:.2f}s")
     return owner
+
+
+def capture_plan(
+    layers: Sequence[Sequence[Any]],
+    sample_args: SampleFn,
+    plan: Any,
+    **kwargs: Any,
+) -> SlotGraphs:
+    """:func:`make_graphed_callables` from the planner's per-rank ``SlotPlan``: validates the plan,
+    captures its order and records, and checks liveness over every reachable order."""
+    plan.validate()
+    extra = tuple(o for _, o in plan.reachable_orders())
+    return make_graphed_callables(
+        layers, sample_args, plan.order, plan.records, extra_orders=extra, grads_in_flight=plan.pp > 1, **kwargs
+    )

@@ -19,7 +19,8 @@ Frames are numbered ``chunk * slots + slot`` and sets of frames are int bitmasks
 from __future__ import annotations
 
 from array import array
-from typing import Callable, Optional, Protocol, Sequence, TypeVar
+from dataclasses import dataclass
+from typing import Callable, Optional, Protocol, Sequence, TypeVar, Union
 
 from harness.slotmem.planerrors import PlanError, ScheduleError, SlotPeriodError
 
@@ -57,31 +58,52 @@ def _common_prefix(a: bytes, b: bytes) -> int:
     return lo
 
 
-_ITEM = array("i").itemsize
-
-
 def _key(order: Sequence[int]) -> bytes:
-    return array("i", order).tobytes()
+    return (order if isinstance(order, array) else array("i", order)).tobytes()
 
 
-def walk_orders(orders: Sequence[tuple[str, tuple[int, ...]]], walker: Walker[State]) -> None:
+@dataclass(frozen=True)
+class OrderSet:
+    """Labelled orders plus, for each, how long a prefix it shares with the longest one
+    (``master``). Build once with :meth:`build`, then walk as often as needed."""
+
+    labels: tuple[str, ...]
+    orders: tuple[Sequence[int], ...]
+    master: int
+    cuts: tuple[int, ...]
+
+    @classmethod
+    def build(cls, labelled: Sequence[tuple[str, Sequence[int]]]) -> "OrderSet":
+        if not labelled:
+            return cls((), (), -1, ())
+        labels = tuple(label for label, _ in labelled)
+        orders = tuple(order for _, order in labelled)
+        master = max(range(len(orders)), key=lambda i: len(orders[i]))
+        master_key = _key(orders[master])
+        item = array("i").itemsize
+        cuts = tuple(_common_prefix(master_key, _key(order)) // item for order in orders)
+        return cls(labels, orders, master, cuts)
+
+
+def walk_orders(
+    orders: Union[OrderSet, Sequence[tuple[str, Sequence[int]]]], walker: Walker[State]
+) -> None:
     """Walk every ``(label, order)`` as if each ran alone from a fresh walker state.
 
     Errors raised by the walker are re-raised with the label of an order that hits them.
     """
-    if not orders:
+    todo = orders if isinstance(orders, OrderSet) else OrderSet.build(orders)
+    if not todo.orders:
         return
-    master_label, master = max(orders, key=lambda item: len(item[1]))
-    master_key = _key(master)
-    cuts = [_common_prefix(master_key, _key(order)) // _ITEM for _, order in orders]
+    master, master_label = todo.orders[todo.master], todo.labels[todo.master]
     snapshots: dict[int, State] = {}
     walker.start()
     position = 0
-    for cut in sorted(set(cuts)):
+    for cut in sorted(set(todo.cuts)):
         _guarded(walker.feed, master[position:cut], master_label)
         position = cut
         snapshots[cut] = walker.save()
-    for (label, order), cut in zip(orders, cuts):
+    for label, order, cut in zip(todo.labels, todo.orders, todo.cuts):
         walker.load(snapshots[cut])
         _guarded(walker.feed, order[cut:], label)
         _guarded(walker.finish, None, label)

@@ -81,7 +81,7 @@ def make_ordinary_graphed_callables(
     if pool_mode not in ("shared", "separate"):
         raise ValueError("pool_mode must be 'shared' or 'separate'")
     device = torch.device("cuda", torch.cuda.current_device())
-    modules = {(c + 1, l): m for c, chunk in enumerate(layers) for l, m in enumerate(chunk)}
+    modules = {(c, l): m for c, chunk in enumerate(layers) for l, m in enumerate(chunk)}
     params = {k: trainable_params(m) for k, m in modules.items()}
     stream = torch.cuda.Stream(device)
     shared = torch.cuda.MemPool()
@@ -100,8 +100,8 @@ def make_ordinary_graphed_callables(
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()
-        for ev in events(order):
-            n = sum(1 for (c, _) in modules if c == ev.chunk)
+        for ev in events(order, len(layers)):
+            n = len(layers[ev.chunk])
             for l in (range(n) if ev.forward else range(n - 1, -1, -1)):
                 for v in variants:
                     t1 = time.perf_counter()

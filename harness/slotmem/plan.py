@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence, Union
 
 from harness.slotmem.colouring import dsatur
-from harness.slotmem.liveness import ConflictBuilder, OutstandingCounter, walk_orders
+from harness.slotmem.liveness import ConflictBuilder, OrderSet, OutstandingCounter, walk_orders
 from harness.slotmem.planerrors import PlanError, ScheduleError, SlotPeriodError
 from harness.slotmem.records import CaptureEvent, SlotRecord
 from harness.slotmem.schedule import (
@@ -33,7 +33,7 @@ from harness.slotmem.schedule import (
     microbatch_count_problem,
     order_events,
     rank_order,
-    rank_orders,
+    rank_order_arrays,
 )
 
 LayersSpec = Union[int, Sequence[int], Sequence[Sequence[int]]]
@@ -81,12 +81,20 @@ def layers_per_rank(layers: LayersSpec, pp: int, vpp: int) -> tuple[tuple[int, .
     return tuple(tuple(row) for row in table)
 
 
-def reachable_counts(pp: int, vpp: int, group: int, counts: Iterable[int]) -> tuple[int, ...]:
-    """Sorted unique counts; every one must be schedulable (else :class:`ScheduleError`)."""
+def reachable_counts(
+    pp: int, vpp: int, group: int, counts: Iterable[int], strict: bool = True
+) -> tuple[int, ...]:
+    """Sorted unique counts. With ``strict`` every one must be a count Megatron's schedule
+    accepts (else :class:`ScheduleError`); without, any positive count is planned (its order is
+    still built by the same rules and must drain)."""
     unique = sorted(set(counts))
     if not unique:
         raise ScheduleError("give at least one microbatch count")
     for m in unique:
+        if not isinstance(m, int) or isinstance(m, bool) or m < 1:
+            raise ScheduleError(f"microbatch counts must be positive integers, got {m!r}")
+        if not strict:
+            continue
         problem = microbatch_count_problem(pp, vpp, group, m)
         if problem is not None:
             raise ScheduleError(problem)
@@ -107,7 +115,9 @@ def lockstep_order(order: Sequence[int], chunks: int, variants: int) -> tuple[in
     return tuple(out)
 
 
-def _labelled(counts: Sequence[int], orders: Sequence[tuple[int, ...]], rank: int):
+def _labelled(
+    counts: Sequence[int], orders: Sequence[Sequence[int]], rank: int
+) -> list[tuple[str, Sequence[int]]]:
     return [(f"PP rank {rank}, {m} microbatches", order) for m, order in zip(counts, orders)]
 
 
@@ -179,11 +189,11 @@ class SlotPlan:
         offset = sum(self.layers_per_chunk[:chunk])
         return (self.variants - 1 - variant) * total + offset + layer
 
-    def reachable_orders(self) -> list[tuple[str, tuple[int, ...]]]:
+    def reachable_orders(self) -> list[tuple[str, Sequence[int]]]:
         """``(label, order)`` for every reachable count plus the capture order."""
         counts = list(self.microbatch_counts)
-        orders = rank_orders(self.pp, counts, self.chunks, self.group, ranks=(self.rank,))[0]
-        labelled = _labelled(counts, orders, self.rank)
+        orders = rank_order_arrays(self.pp, counts, self.chunks, self.group, ranks=(self.rank,))
+        labelled = _labelled(counts, orders[0], self.rank)
         labelled.append((f"PP rank {self.rank}, capture order", self.order))
         return labelled
 
@@ -356,12 +366,12 @@ class PipelinePlan:
 
 # --------------------------------------------------------------------------- planning
 def required_slots(
-    pp: int, vpp: int, counts: Sequence[int], group: Optional[int] = None
+    pp: int, vpp: int, counts: Sequence[int], group: Optional[int] = None, strict: bool = True
 ) -> tuple[tuple[int, ...], ...]:
     """Per rank and chunk, the most outstanding forwards over every order of ``counts``."""
     g = check_layout(pp, vpp, group)
-    counts = reachable_counts(pp, vpp, g, counts)
-    orders = rank_orders(pp, counts, vpp, g)
+    counts = reachable_counts(pp, vpp, g, counts, strict)
+    orders = rank_order_arrays(pp, counts, vpp, g)
     out = []
     for rank in range(pp):
         counter = OutstandingCounter(vpp)
@@ -402,7 +412,7 @@ def _plan_rank(
     layers: tuple[int, ...],
     cp_sizes: tuple[int, ...],
     counts: tuple[int, ...],
-    orders: Sequence[tuple[int, ...]],
+    orders: Sequence[Sequence[int]],
     slots_per_chunk: tuple[int, ...],
     physical_slots: int,
 ) -> SlotPlan:
@@ -411,7 +421,7 @@ def _plan_rank(
     builder = ConflictBuilder(chunks, physical_slots, [n > 0 for n in layers], pp > 1)
     labelled = _labelled(counts, orders, rank)
     labelled.append((f"PP rank {rank}, capture order", capture))
-    walk_orders(labelled, builder)
+    walk_orders(OrderSet.build(labelled), builder)
 
     adj, nodes = _layer_graph(builder.symmetric_saved(), layers, physical_slots)
     saved_of = dict(zip(nodes, dsatur(adj)))
@@ -466,6 +476,7 @@ def plan_pipeline(
     layers_per_chunk: LayersSpec = 1,
     group: Optional[int] = None,
     physical_slots: Optional[int] = None,
+    strict: bool = True,
 ) -> PipelinePlan:
     """Plan every PP rank.
 
@@ -473,15 +484,17 @@ def plan_pipeline(
     :func:`harness.slotmem.schedule.allowed_microbatch_counts` to filter a range first).
     ``layers_per_chunk``: see :func:`layers_per_rank`. ``group``: microbatch group size (default
     PP). ``physical_slots``: force a ring size (at least the required one); default the required.
+    ``strict=False`` also plans counts Megatron's interleaved schedule rejects (see
+    :func:`reachable_counts`).
     Raises :class:`ScheduleError`, :class:`SlotPeriodError` or :class:`PlanError`.
     """
     g = check_layout(pp, vpp, group)
     counts = reachable_counts(
-        pp, vpp, g, [microbatches] if isinstance(microbatches, int) else microbatches
+        pp, vpp, g, [microbatches] if isinstance(microbatches, int) else microbatches, strict
     )
     cps = cp_variants(cp_sizes)
     layers = layers_per_rank(layers_per_chunk, pp, vpp)
-    orders = rank_orders(pp, counts, vpp, g)
+    orders = rank_order_arrays(pp, counts, vpp, g)
     per_rank_slots: list[tuple[int, ...]] = []
     for rank in range(pp):
         counter = OutstandingCounter(vpp)

@@ -1,13 +1,13 @@
-"""The slot-plan records capture consumes, and the fail-closed checks on them (pure Python).
+"""What capture reads from a slot plan, and the fail-closed checks it runs on it (pure Python).
 
-Capture reads one record per captured forward with these attributes (the planner's ``SlotRecord``
-has them; :class:`CaptureRecord` is this module's own frozen form):
+Capture reads one record per captured forward with these attributes (the planner's
+:class:`~harness.slotmem.records.SlotRecord` has them; :class:`CaptureRecord` is a minimal form):
 
-``cp_size, chunk (1-based, as in the order), layer, microbatch, slot, branch, saved_colour,
-grad_colour, warmup_group``.
+``variant`` (optional; 0 = canonical), ``cp_size``, ``chunk`` (0-based), ``layer``, ``microbatch``,
+``slot``, ``branch``, ``saved_colour``, ``grad_colour``, ``warmup_group``.
 
-``order`` is one rank's schedule in Megatron's ``_order`` convention: ``+c`` forward of chunk ``c``
-for its next microbatch, ``-c`` backward of chunk ``c`` for its oldest outstanding microbatch.
+``order`` is one rank's schedule in Megatron's ``_order`` convention (``+c`` forward of 1-based chunk
+``c`` for its next microbatch, ``-c`` backward of its oldest outstanding microbatch).
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-
-class PlanError(ValueError):
-    """The slot plan is inconsistent or unsafe for the given orders."""
+from .planerrors import PlanError
+from .schedule import OrderEvent, check_order, order_events
 
 
 @dataclass(frozen=True)
@@ -31,9 +30,11 @@ class CaptureRecord:
     saved_colour: int
     grad_colour: int
     warmup_group: int = 0
+    variant: int = -1  # -1: order variants by ascending CP size
 
 
 FIELDS = tuple(CaptureRecord.__dataclass_fields__)
+_OPTIONAL = {"warmup_group": 0, "variant": -1}
 
 
 def as_record(obj: Any) -> CaptureRecord:
@@ -41,70 +42,43 @@ def as_record(obj: Any) -> CaptureRecord:
     if isinstance(obj, CaptureRecord):
         return obj
     get = obj.get if isinstance(obj, Mapping) else (lambda k, d=None: getattr(obj, k, d))
-    missing = [f for f in FIELDS if f != "warmup_group" and get(f) is None]
+    missing = [f for f in FIELDS if f not in _OPTIONAL and get(f) is None]
     if missing:
         raise PlanError(f"slot record {obj!r} lacks fields {missing}; expected {list(FIELDS)}")
-    return CaptureRecord(**{f: int(get(f, 0) or 0) for f in FIELDS})
+    values = {f: get(f, _OPTIONAL.get(f)) for f in FIELDS}
+    return CaptureRecord(**{f: int(_OPTIONAL[f] if v is None else v) for f, v in values.items()})
 
 
-@dataclass(frozen=True)
-class Event:
-    """One schedule event: ``forward`` or backward of ``chunk`` (1-based) for ``microbatch``."""
-
-    index: int
-    forward: bool
-    chunk: int
-    microbatch: int
-
-
-def events(order: Sequence[int]) -> list[Event]:
-    """Assign microbatches to an order's entries (per-chunk FIFO), checking it drains."""
-    fwd: dict[int, int] = {}
-    bwd: dict[int, int] = {}
-    out: list[Event] = []
-    for i, entry in enumerate(order):
-        if entry == 0 or int(entry) != entry:
-            raise PlanError(f"order entry {entry!r} at position {i} is not a non-zero integer chunk id")
-        c = abs(int(entry))
-        if entry > 0:
-            m = fwd.get(c, 0)
-            fwd[c] = m + 1
-            out.append(Event(i, True, c, m))
-        else:
-            m = bwd.get(c, 0)
-            if m >= fwd.get(c, 0):
-                raise PlanError(f"order position {i}: backward of chunk {c} microbatch {m} before its forward")
-            bwd[c] = m + 1
-            out.append(Event(i, False, c, m))
-    for c, n in fwd.items():
-        if bwd.get(c, 0) != n:
-            raise PlanError(f"order does not drain: chunk {c} has {n} forwards and {bwd.get(c, 0)} backwards")
-    return out
+def events(order: Sequence[int], chunks: int) -> tuple[OrderEvent, ...]:
+    """The order's events with 0-based chunk and logical microbatch; it must drain."""
+    check_order(order, chunks)
+    return order_events(order, chunks)
 
 
 @dataclass(frozen=True)
 class SlotMap:
     """Lookup tables derived from the records (validated for internal consistency)."""
 
-    variants: tuple[int, ...]  # CP sizes, canonical (branch 0) first
-    slots: Mapping[int, int]  # chunk -> number of physical slots
-    layers: Mapping[int, int]  # chunk -> number of layers
+    variants: tuple[int, ...]  # CP sizes, canonical first
+    layers: tuple[int, ...]  # layers of each chunk (0-based index; zero-layer chunks allowed)
+    slots: Mapping[int, int]  # chunk -> number of physical slots (chunks with layers only)
     slot_of: Mapping[tuple[int, int], int]  # (chunk, microbatch) -> slot
     saved_colour: Mapping[tuple[int, int, int], int]  # (chunk, slot, layer) -> colour
     grad_colour: Mapping[tuple[int, int], int]  # (chunk, slot) -> colour
     warmup_group: Mapping[tuple[int, int, int], int]  # (cp, chunk, layer) -> group
 
 
-def build_slot_map(records: Iterable[Any]) -> SlotMap:
+def build_slot_map(records: Iterable[Any], layers_per_chunk: Sequence[int]) -> SlotMap:
+    """Validate the records against each other and the callables' ``layers_per_chunk``."""
     recs = [as_record(r) for r in records]
     if not recs:
         raise PlanError("the slot plan has no records")
-    branch_of: dict[int, int] = {}
+    variant_of: dict[int, int] = {}
     slot_of: dict[tuple[int, int], int] = {}
     saved: dict[tuple[int, int, int], int] = {}
     grad: dict[tuple[int, int], int] = {}
     group: dict[tuple[int, int, int], int] = {}
-    layers: dict[int, int] = {}
+    branches: dict[tuple[int, int, int], dict[int, int]] = {}
     seen: set[tuple[int, int, int, int]] = set()
 
     def agree(table: dict[Any, int], key: Any, value: int, what: str, r: CaptureRecord) -> None:
@@ -112,86 +86,121 @@ def build_slot_map(records: Iterable[Any]) -> SlotMap:
             raise PlanError(f"record {r}: {what} {value} disagrees with {table[key]} for {key}")
 
     for r in recs:
-        if r.chunk < 1 or r.layer < 0 or r.microbatch < 0 or r.slot < 0 or r.cp_size < 1:
-            raise PlanError(f"record {r}: chunk is 1-based; layer, microbatch, slot >= 0; cp_size >= 1")
+        if not 0 <= r.chunk < len(layers_per_chunk) or not 0 <= r.layer < layers_per_chunk[r.chunk]:
+            raise PlanError(f"record {r}: no layer {r.layer} in chunk {r.chunk} (0-based); the callables have "
+                            f"layers per chunk {list(layers_per_chunk)}")
+        if r.microbatch < 0 or r.slot < 0 or r.cp_size < 1:
+            raise PlanError(f"record {r}: microbatch and slot must be >= 0, cp_size >= 1")
         key = (r.cp_size, r.chunk, r.layer, r.microbatch)
         if key in seen:
-            raise PlanError(f"two records for cp_size {r.cp_size}, chunk {r.chunk}, layer {r.layer}, microbatch {r.microbatch}")
+            raise PlanError(f"two records for cp_size {r.cp_size}, chunk {r.chunk}, layer {r.layer}, "
+                            f"microbatch {r.microbatch}")
         seen.add(key)
-        agree(branch_of, r.cp_size, r.branch, "branch id", r)
+        agree(variant_of, r.cp_size, r.variant, "variant index", r)
         agree(slot_of, (r.chunk, r.microbatch), r.slot, "physical slot", r)
         agree(saved, (r.chunk, r.slot, r.layer), r.saved_colour, "saved colour", r)
         agree(grad, (r.chunk, r.slot), r.grad_colour, "grad colour", r)
         agree(group, (r.cp_size, r.chunk, r.layer), r.warmup_group, "warmup group", r)
-        layers[r.chunk] = max(layers.get(r.chunk, 0), r.layer + 1)
-    if sorted(branch_of.values()) != list(range(len(branch_of))):
-        raise PlanError(f"branch ids {branch_of} must be 0..K-1, one per CP size")
-    variants = tuple(sorted(branch_of, key=branch_of.__getitem__))
-    # every variant must have every (chunk, layer, microbatch): lockstep needs complete families
+        agree(branches.setdefault((r.slot, r.chunk, r.layer), {}), r.cp_size, r.branch, "branch", r)
+    if all(v == -1 for v in variant_of.values()):
+        variants = tuple(sorted(variant_of))
+    elif sorted(variant_of.values()) == list(range(len(variant_of))):
+        variants = tuple(sorted(variant_of, key=variant_of.__getitem__))
+    else:
+        raise PlanError(f"variant indices {variant_of} must be 0..K-1, one per CP size")
+    for family, by_cp in branches.items():
+        if len(set(by_cp.values())) != len(by_cp):
+            raise PlanError(f"I/O family (slot, chunk, layer) {family}: CP variants share a branch id {by_cp}; "
+                            "the variants of one slot must be distinct, mutually exclusive branches")
     base = {(c, l, m) for (_, c, l, m) in seen}
     for v in variants:
         lacking = sorted(k for k in base if (v, *k) not in seen)
         if lacking:
             raise PlanError(f"CP size {v} has no record for (chunk, layer, microbatch) {lacking[:4]}; "
                             "every variant of a slot must be captured")
-    for c, n in layers.items():
-        for m in {m for (cc, m) in slot_of if cc == c}:
-            if any((variants[0], c, l, m) not in seen for l in range(n)):
-                raise PlanError(f"chunk {c} microbatch {m} lacks records for some of its {n} layers")
-    slots = {c: 1 + max(s for (cc, _), s in slot_of.items() if cc == c) for c in layers}
-    return SlotMap(variants, slots, layers, slot_of, saved, grad, group)
+    for (c, m) in slot_of:
+        if any((variants[0], c, l, m) not in seen for l in range(layers_per_chunk[c])):
+            raise PlanError(f"chunk {c} microbatch {m} lacks records for some of its {layers_per_chunk[c]} layers")
+    for c, n in enumerate(layers_per_chunk):
+        if n and not any(cc == c for (cc, _) in slot_of):
+            raise PlanError(f"chunk {c} has {n} layers but no slot record")
+    slots = {c: 1 + max(s for (cc, _), s in slot_of.items() if cc == c)
+             for c, n in enumerate(layers_per_chunk) if n}
+    return SlotMap(variants, tuple(layers_per_chunk), slots, slot_of, saved, grad, group)
 
 
-def check_liveness(order: Sequence[int], smap: SlotMap) -> None:
+def check_liveness(order: Sequence[int], smap: SlotMap, grads_in_flight: bool = True) -> None:
     """Fail closed unless the slot ring and colours are safe for ``order``.
 
-    Saved frame (chunk, slot, layer) lives from its forward event to its backward event; a grad
-    frame (chunk, slot) from its backward event to the end of the next backward event (the PP send
-    of the returned grad is still in flight). No two live frames may share a slot or a colour.
+    A saved frame (chunk, slot, layer) lives from its forward event to its backward event. A grad
+    frame (chunk, slot) lives from its backward event to the end of the next backward event when
+    ``grads_in_flight`` (PP > 1: the send of the returned grad is still in flight), else only
+    during its own event. Microbatch ``m`` of a chunk runs in slot ``m % slots``. No two live
+    frames may share a slot or a colour.
     """
-    evs = events(order)
+    evs = events(order, len(smap.layers))
     open_saved: dict[int, tuple[int, int, int, int]] = {}  # colour -> frame (chunk, slot, layer, mb)
     open_slots: dict[tuple[int, int], int] = {}  # (chunk, slot) -> microbatch
     open_grad: dict[int, tuple[int, int, int]] = {}  # colour -> (chunk, slot, mb)
-    pending_grad: list[tuple[int, tuple[int, int, int]]] = []  # grads to close at the next backward end
-    for ev in evs:
-        key = (ev.chunk, ev.microbatch)
-        if key not in smap.slot_of:
-            raise PlanError(f"order position {ev.index}: no slot record for chunk {ev.chunk} microbatch {ev.microbatch}")
-        slot = smap.slot_of[key]
+    pending: list[int] = []  # grad colours to close at the end of the next backward
+    for pos, ev in enumerate(evs):
+        n_layers = smap.layers[ev.chunk]
+        if n_layers == 0:
+            continue
+        slot = ev.microbatch % smap.slots[ev.chunk]
         if ev.forward:
             holder = open_slots.get((ev.chunk, slot))
             if holder is not None:
                 raise PlanError(
-                    f"order position {ev.index}: chunk {ev.chunk} microbatch {ev.microbatch} reuses physical "
+                    f"order position {pos}: chunk {ev.chunk} microbatch {ev.microbatch} reuses physical "
                     f"slot {slot} while microbatch {holder} still holds it; the slot ring is too small"
                 )
             open_slots[(ev.chunk, slot)] = ev.microbatch
-            for layer in range(smap.layers[ev.chunk]):
+            for layer in range(n_layers):
                 colour = smap.saved_colour[(ev.chunk, slot, layer)]
                 other = open_saved.get(colour)
                 if other is not None:
                     raise PlanError(
-                        f"order position {ev.index}: saved colour {colour} is given to live frames (chunk, slot, "
+                        f"order position {pos}: saved colour {colour} is given to live frames (chunk, slot, "
                         f"layer, microbatch) {other} and {(ev.chunk, slot, layer, ev.microbatch)}"
                     )
                 open_saved[colour] = (ev.chunk, slot, layer, ev.microbatch)
         else:
             del open_slots[(ev.chunk, slot)]
-            for layer in range(smap.layers[ev.chunk]):
+            for layer in range(n_layers):
                 del open_saved[smap.saved_colour[(ev.chunk, slot, layer)]]
             colour = smap.grad_colour[(ev.chunk, slot)]
             other = open_grad.get(colour)
             if other is not None:
                 raise PlanError(
-                    f"order position {ev.index}: grad colour {colour} is given to live grad frames (chunk, slot, "
+                    f"order position {pos}: grad colour {colour} is given to live grad frames (chunk, slot, "
                     f"microbatch) {other} and {(ev.chunk, slot, ev.microbatch)}"
                 )
-            for c_old, frame in pending_grad:
-                if open_grad.get(c_old) == frame:
-                    del open_grad[c_old]
-            pending_grad = [(colour, (ev.chunk, slot, ev.microbatch))]
+            for c_old in pending:
+                open_grad.pop(c_old, None)
             open_grad[colour] = (ev.chunk, slot, ev.microbatch)
+            pending = [colour]
+            if not grads_in_flight:
+                open_grad.pop(colour)
+                pending = []
+
+
+def live_colours(order: Sequence[int], smap: SlotMap, upto: int, grads_in_flight: bool = True) -> tuple[set[int], set[int]]:
+    """Saved and grad colours live after the first ``upto`` events of ``order`` (for poisoning)."""
+    saved: dict[tuple[int, int], set[int]] = {}
+    grad: set[int] = set()
+    for ev in events(order, len(smap.layers))[:upto]:
+        n = smap.layers[ev.chunk]
+        if n == 0:
+            continue
+        slot = ev.microbatch % smap.slots[ev.chunk]
+        colours = {smap.saved_colour[(ev.chunk, slot, l)] for l in range(n)}
+        if ev.forward:
+            saved[(ev.chunk, ev.microbatch)] = colours
+        else:
+            del saved[(ev.chunk, ev.microbatch)]
+            grad = {smap.grad_colour[(ev.chunk, slot)]} if grads_in_flight else set()
+    return set().union(*saved.values()) if saved else set(), grad
 
 
 @dataclass(frozen=True)
@@ -206,17 +215,22 @@ class CaptureStep:
 
 
 def capture_steps(order: Sequence[int], smap: SlotMap) -> list[CaptureStep]:
-    """Capture order: the base order's events, each (chunk, slot) captured once per direction,
+    """Capture order: the order's events, each (chunk, slot) captured once per direction,
     forward layers ascending, backward layers descending."""
     done: set[tuple[bool, int, int]] = set()
     steps: list[CaptureStep] = []
-    for ev in events(order):
-        slot = smap.slot_of[(ev.chunk, ev.microbatch)]
+    for ev in events(order, len(smap.layers)):
+        n = smap.layers[ev.chunk]
+        if n == 0:
+            continue
+        slot = ev.microbatch % smap.slots[ev.chunk]
+        if smap.slot_of.get((ev.chunk, ev.microbatch), slot) != slot:
+            raise PlanError(f"record slot {smap.slot_of[(ev.chunk, ev.microbatch)]} of chunk {ev.chunk} microbatch "
+                            f"{ev.microbatch} is not microbatch % {smap.slots[ev.chunk]}; replay selects by modulo")
         key = (ev.forward, ev.chunk, slot)
         if key in done:
             continue
         done.add(key)
-        n = smap.layers[ev.chunk]
         layer_iter = range(n) if ev.forward else range(n - 1, -1, -1)
         steps.extend(CaptureStep(ev.forward, ev.chunk, slot, l, ev.microbatch) for l in layer_iter)
     missing = {(c, s) for (c, _), s in smap.slot_of.items()} - {(c, s) for (f, c, s) in done if f}

@@ -18,6 +18,7 @@ microbatch group size must lie in ``[PP, M]`` and the last group's remainder ``M
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
@@ -35,7 +36,7 @@ __all__ = [
     "order_events",
     "order_from_chunks",
     "rank_order",
-    "rank_orders",
+    "rank_order_arrays",
     "schedule_table",
     "warmup_count",
 ]
@@ -198,32 +199,39 @@ def rank_order(pp: int, rank: int, microbatches: int, chunks: int, group: int) -
     return order
 
 
-def rank_orders(
+def rank_order_arrays(
     pp: int,
     counts: Sequence[int],
     chunks: int,
     group: int,
     ranks: Optional[Sequence[int]] = None,
-) -> tuple[tuple[tuple[int, ...], ...], ...]:
+) -> tuple[tuple[array, ...], ...]:
     """``orders[k][i]``: the order of PP rank ``ranks[k]`` (default every rank, so ``k`` is the
-    rank) for every count ``counts[i]``.
+    rank) for every count ``counts[i]``, as ``array('i')`` (fast to slice, compare and walk).
 
-    Faster than calling :func:`rank_order` for each pair (the schedule table is built once per
-    count and shared by the ranks) and without its per-order drain check; walk the result with
-    :class:`harness.slotmem.liveness.OutstandingCounter`, which checks draining on the way.
+    Equal to :func:`rank_order` entry by entry, but the forward/backward sequences are built once
+    per count and shared by the ranks, and there is no per-order drain check: walk the result
+    with :class:`harness.slotmem.liveness.OutstandingCounter`, which checks draining on the way.
     """
     _positive("chunks", chunks)
     _positive("microbatch group", group)
     for m in counts:
         _positive("microbatches", m)
-    sequences = [_chunk_sequence(m, chunks, group) for m in counts]
-    return tuple(
-        tuple(
-            order_from_chunks(seq, chunks, warmup_count(pp, rank, m, chunks, group))
-            for m, seq in zip(counts, sequences)
-        )
-        for rank in (range(pp) if ranks is None else ranks)
-    )
+    rank_list = list(range(pp) if ranks is None else ranks)
+    per_count: list[list[array]] = [[] for _ in rank_list]
+    for m in counts:
+        seq = array("i", _chunk_sequence(m, chunks, group))
+        forward = array("i", [c + 1 for c in seq])
+        backward = array("i", [c - chunks for c in seq])
+        total = len(seq)
+        for k, rank in enumerate(rank_list):
+            warmup = warmup_count(pp, rank, m, chunks, group)
+            steady = total - warmup
+            middle = array("i", bytes(2 * steady * forward.itemsize))  # 2*steady zeros
+            middle[0::2] = forward[warmup:]
+            middle[1::2] = backward[:steady]
+            per_count[k].append(forward[:warmup] + middle + backward[steady:])
+    return tuple(tuple(orders) for orders in per_count)
 
 
 def order_events(order: Sequence[int], chunks: int) -> tuple[OrderEvent, ...]:

@@ -1,0 +1,278 @@
+"""`dcp-harness plan`: print the slot plan (orders, slot ring, colours, lockstep order, records).
+
+Two forms:
+
+* ``dcp-harness plan CASE.yaml [-k EXPR]``: one plan per case. PP, VPP, the microbatch group and
+  the CP sizes come from ``case.parallel``; layers per chunk = ``model.layers / (pp*vpp)``. The
+  microbatch counts are ``train.microbatches`` when set; otherwise every count in
+  ``1..train.global_batch`` that the schedule allows (with VPP: at least one full group and a
+  last-group remainder of 0 or >= PP; without VPP: all), so the slot ring covers any count the
+  data pipeline can produce.
+* ``dcp-harness plan --pp P --vpp V --microbatches SPEC --cp 1,2[,4] [--group G]
+  [--layers-per-chunk SPEC]``. ``--microbatches`` takes ``M``, ``A..B`` or a comma list of both;
+  counts inside ranges that the schedule does not allow are skipped (and reported), an explicit
+  count it does not allow is an error.
+
+Human output ends with ``K dynamic-CP variants over S slot-aliased physical pool slots``;
+``--json`` prints ``{"ranks": [...], "summary": {...}}`` (with ``"case"`` in the case form; several
+cases give a JSON list of such objects).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from harness.errors import ConfigError
+from harness.slotmem.plan import PipelinePlan, plan_pipeline
+from harness.slotmem.planerrors import PlanError
+from harness.slotmem.schedule import microbatch_count_problem
+
+_FLAG_FIELDS = ("pp", "vpp", "microbatches", "group", "cp", "layers_per_chunk")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "plan",
+        help="print the slot plan (per-rank orders, physical slots, colours, lockstep order)",
+        description="Plan slot-shared CUDA-graph memory for a case file or an explicit layout: "
+        "per PP rank the interleaved 1F1B order, the physical slot ring, liveness colours, the "
+        "lockstep capture order and one slot record per captured forward. Exit 2 on bad input.",
+    )
+    p.add_argument("case", nargs="?", default=None, metavar="CASE",
+                   help="case file (or folder); mutually exclusive with the layout flags")
+    p.add_argument("-k", dest="k", default=None, metavar="EXPR",
+                   help="with CASE: select case ids (pytest -k style)")
+    p.add_argument("--pp", type=int, default=None, help="pipeline-parallel size")
+    p.add_argument("--vpp", type=int, default=None, help="virtual pipeline (chunks per rank), default 1")
+    p.add_argument("--microbatches", default=None, metavar="M|A..B[,...]",
+                   help="reachable microbatch counts: M, A..B, or a comma list of both")
+    p.add_argument("--group", type=int, default=None, help="microbatch group size (default PP)")
+    p.add_argument("--cp", default=None, metavar="1,2[,4]", help="CP sizes (powers of two), default 1")
+    p.add_argument("--layers-per-chunk", dest="layers_per_chunk", default=None, metavar="SPEC",
+                   help="N (every chunk), a,b,... (one per chunk) or a,b/c,d/... (one list per "
+                   "PP rank); default 1")
+    p.add_argument("--slots", type=int, default=None,
+                   help="force the physical slot count (must be at least the required one)")
+    p.add_argument("--records", action="store_true", help="also print every slot record")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(func=run)
+
+
+# --------------------------------------------------------------------------- inputs
+@dataclass(frozen=True)
+class PlanRequest:
+    """Everything :func:`plan_pipeline` needs, plus what to say about it."""
+
+    label: Optional[str]
+    pp: int
+    vpp: int
+    group: Optional[int]
+    counts: tuple[int, ...]
+    skipped: tuple[int, ...]
+    cp_sizes: tuple[int, ...]
+    layers: Any
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ConfigError(f"{what}: '{text}' is not an integer") from None
+
+
+def parse_counts(spec: str) -> tuple[list[int], list[int]]:
+    """``(explicit, from_ranges)`` microbatch counts of ``M``, ``A..B`` and comma lists."""
+    explicit: list[int] = []
+    ranged: list[int] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            raise ConfigError(f"--microbatches '{spec}': empty item")
+        if ".." in part:
+            lo_text, hi_text = part.split("..", 1)
+            lo, hi = _int(lo_text, "--microbatches"), _int(hi_text, "--microbatches")
+            if lo < 1 or hi < lo:
+                raise ConfigError(f"--microbatches range '{part}' must satisfy 1 <= A <= B")
+            ranged.extend(range(lo, hi + 1))
+        else:
+            m = _int(part, "--microbatches")
+            if m < 1:
+                raise ConfigError(f"--microbatches: {m} is not a positive count")
+            explicit.append(m)
+    return explicit, ranged
+
+
+def _select(
+    pp: int, vpp: int, group: int, explicit: Sequence[int], ranged: Sequence[int], what: str
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    for m in explicit:
+        problem = microbatch_count_problem(pp, vpp, group, m)
+        if problem is not None:
+            raise ConfigError(f"{what}: {problem}")
+    keep = set(explicit)
+    skipped = set()
+    for m in ranged:
+        if microbatch_count_problem(pp, vpp, group, m) is None:
+            keep.add(m)
+        else:
+            skipped.add(m)
+    if not keep:
+        raise ConfigError(
+            f"{what}: none of the counts can be scheduled with PP={pp}, VPP={vpp}, "
+            f"group={group} (with VPP each count needs at least one full group and a last-group "
+            f"remainder of 0 or >= PP)"
+        )
+    return tuple(sorted(keep)), tuple(sorted(skipped - keep))
+
+
+def parse_layers(spec: str) -> Any:
+    """``N`` -> int; ``a,b`` -> list; ``a,b/c,d`` -> list of lists (validated by the planner)."""
+    if "/" in spec:
+        return [[_int(x, "--layers-per-chunk") for x in row.split(",")] for row in spec.split("/")]
+    if "," in spec:
+        return [_int(x, "--layers-per-chunk") for x in spec.split(",")]
+    return _int(spec, "--layers-per-chunk")
+
+
+def _positive(value: Optional[int], flag: str) -> None:
+    if value is not None and value < 1:
+        raise ConfigError(f"{flag} must be >= 1, got {value}")
+
+
+def request_from_flags(args: argparse.Namespace) -> PlanRequest:
+    if args.pp is None or args.microbatches is None:
+        raise ConfigError("give a CASE file, or --pp and --microbatches (plus --vpp, --cp, ...)")
+    _positive(args.pp, "--pp")
+    _positive(args.vpp, "--vpp")
+    _positive(args.group, "--group")
+    vpp = args.vpp or 1
+    group = args.group or args.pp
+    if vpp > 1 and group < args.pp:
+        raise ConfigError(f"--group {group} is smaller than --pp {args.pp}; the interleaved "
+                          f"schedule needs group >= PP")
+    explicit, ranged = parse_counts(args.microbatches)
+    counts, skipped = _select(args.pp, vpp, group, explicit, ranged, "--microbatches")
+    cp = tuple(_int(x, "--cp") for x in (args.cp or "1").split(","))
+    layers = parse_layers(args.layers_per_chunk) if args.layers_per_chunk else 1
+    return PlanRequest(None, args.pp, vpp, args.group, counts, skipped, cp, layers)
+
+
+def request_from_case(case: Any) -> PlanRequest:
+    par = case.parallel
+    chunks = par.pp * par.vpp
+    if case.model.layers % chunks:
+        raise ConfigError(f"case '{case.id}': {case.model.layers} layers do not split evenly over "
+                          f"PP*VPP = {chunks} chunks")
+    if case.train.microbatches is not None:
+        explicit, ranged = [case.train.microbatches], []
+    else:
+        explicit, ranged = [], list(range(1, case.train.global_batch + 1))
+    counts, skipped = _select(par.pp, par.vpp, par.group_size, explicit, ranged,
+                              f"case '{case.id}'")
+    return PlanRequest(case.id, par.pp, par.vpp, par.group_size, counts, skipped,
+                       tuple(par.cp_sizes), case.model.layers // chunks)
+
+
+def _requests(args: argparse.Namespace) -> list[PlanRequest]:
+    if args.case is None:
+        if args.k is not None:
+            raise ConfigError("-k selects cases; give a CASE file with it")
+        return [request_from_flags(args)]
+    given = [f"--{f.replace('_', '-')}" for f in _FLAG_FIELDS if getattr(args, f) is not None]
+    if given:
+        raise ConfigError(f"give either a CASE file or layout flags, not both (got {args.case} "
+                          f"and {' '.join(given)})")
+    from harness.spec import load_cases, select_cases
+
+    cases = select_cases(load_cases([args.case]), k=args.k)
+    if not cases:
+        raise ConfigError(f"no case in {args.case} matches -k {args.k!r}")
+    return [request_from_case(c) for c in cases]
+
+
+# --------------------------------------------------------------------------- output
+def format_counts(counts: Sequence[int]) -> str:
+    """``8..256 step 8``, ``1..5,9`` and the like."""
+    c = list(counts)
+    if len(c) > 2:
+        step = c[1] - c[0]
+        if step > 1 and all(b - a == step for a, b in zip(c, c[1:])):
+            return f"{c[0]}..{c[-1]} step {step}"
+    parts: list[str] = []
+    start = prev = c[0]
+    for m in c[1:] + [None]:  # type: ignore[list-item]
+        if m is not None and m == prev + 1:
+            prev = m
+            continue
+        parts.append(str(start) if start == prev else f"{start}..{prev}")
+        if m is not None:
+            start = prev = m
+    return ",".join(parts)
+
+
+def _join(values: Sequence[int]) -> str:
+    return " ".join(str(v) for v in values)
+
+
+def render_text(plan: PipelinePlan, req: PlanRequest, records: bool) -> str:
+    lines: list[str] = []
+    if req.label:
+        lines.append(f"case {req.label}")
+    cps = ",".join(str(c) for c in plan.cp_sizes)
+    lines.append(
+        f"PP {plan.pp} x VPP {plan.vpp}, microbatch group {plan.group}, CP sizes {cps} "
+        f"(canonical CP{plan.cp_sizes[0]}), microbatch counts {format_counts(plan.microbatch_counts)}"
+    )
+    if req.skipped:
+        lines.append(f"  skipped counts the schedule does not allow: {format_counts(req.skipped)}")
+    for p in plan.ranks:
+        lines.append(
+            f"rank {p.rank}: layers/chunk {','.join(map(str, p.layers_per_chunk))}; slots/chunk "
+            f"{','.join(map(str, p.slots_per_chunk))}; {p.saved_colours} saved arenas, "
+            f"{p.grad_colours} input-grad arenas, {len(p.records)} slot records"
+        )
+        lines.append(f"  order    {_join(p.order)}")
+        lines.append(f"  lockstep {_join(p.lockstep_order)}")
+        if records:
+            lines.append("  records (variant cp chunk layer microbatch slot branch saved grad warmup)")
+            for r in p.records:
+                lines.append(
+                    f"    {r.variant} {r.cp_size} {r.chunk} {r.layer} {r.microbatch} {r.slot} "
+                    f"{r.branch} {r.saved_colour} {r.grad_colour} {r.warmup_group}"
+                )
+    lines.append(plan.summary())
+    return "\n".join(lines)
+
+
+def build(req: PlanRequest, slots: Optional[int]) -> PipelinePlan:
+    try:
+        plan = plan_pipeline(req.pp, req.vpp, req.counts, req.cp_sizes, req.layers, req.group,
+                             physical_slots=slots)
+        plan.validate()
+    except PlanError as exc:
+        where = f"case '{req.label}': " if req.label else ""
+        raise ConfigError(f"{where}{exc}") from None
+    return plan
+
+
+def run(args: argparse.Namespace) -> int:
+    _positive(getattr(args, "slots", None), "--slots")
+    requests = _requests(args)
+    plans = [(req, build(req, getattr(args, "slots", None))) for req in requests]
+    if getattr(args, "json", False):
+        docs = []
+        for req, plan in plans:
+            doc = plan.to_json()
+            if req.label:
+                doc = {"case": req.label, **doc}
+            if req.skipped:
+                doc["summary"]["skipped_counts"] = list(req.skipped)
+            docs.append(doc)
+        print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=1))
+    else:
+        print("\n\n".join(render_text(plan, req, getattr(args, "records", False))
+                          for req, plan in plans))
+    return 0

@@ -1,0 +1,239 @@
+"""`dcp-harness submit | status | collect`: run a sweep on Slurm through submitit.
+
+    dcp-harness submit PATHS... [--profile P] [--out DIR] [--dry-run] [--wait] [--retry-infra N]
+    dcp-harness status DIR [--watch S]
+    dcp-harness collect DIR [--wait] [--retry-infra N]      then: dcp-harness gate DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from harness.errors import ConfigError
+
+_STATE_STYLE = {"pending": "yellow", "running": "cyan", "done": "green", "failed": "red",
+                "error": "magenta"}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "submit", help="submit cases to Slurm (one job per case, arrays per resource shape)",
+        description="Submit cases to Slurm through submitit: one job per case (its arms run one "
+        "after another in one allocation), cases of one resource shape in one job array. "
+        "--dry-run prints the plan and the sbatch scripts and touches no Slurm.")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="case file or folder of case files")
+    p.add_argument("--profile", default=None, metavar="P",
+                   help="cluster profile name (slurm/profiles/P.yaml) or YAML path; "
+                        "default: each case's resources.profile")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="sweep folder on a filesystem the nodes share "
+                        "(default: results/slurm-<date>-<time>)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan of jobs and the sbatch scripts; submit nothing")
+    p.add_argument("-k", dest="k", default=None, metavar="EXPR", help="select case ids (pytest -k style)")
+    p.add_argument("--tags", nargs="+", default=None, metavar="TAG", help="keep cases with any of these tags")
+    p.add_argument("--max-parallel", type=int, default=None, metavar="N",
+                   help="jobs of one array running at once (default: the profile's array_parallelism)")
+    _add_wait_args(p)
+    p.set_defaults(func=run_submit)
+
+    s = subparsers.add_parser("status", help="table of a submitted sweep: pending / running / "
+                                             "done / failed / error, with a progress bar")
+    s.add_argument("dir", type=Path, metavar="DIR", help="the --out folder of `dcp-harness submit`")
+    s.add_argument("--watch", type=float, default=None, metavar="S",
+                   help="refresh every S seconds until every case has ended")
+    s.set_defaults(func=run_status)
+
+    c = subparsers.add_parser("collect", help="classify ended jobs, write verdicts and reports "
+                                              "(then `dcp-harness gate DIR`)")
+    c.add_argument("dir", type=Path, metavar="DIR", help="the --out folder of `dcp-harness submit`")
+    c.add_argument("--max-parallel", type=int, default=None, metavar="N",
+                   help="array concurrency of --retry-infra submissions")
+    _add_wait_args(c)
+    c.set_defaults(func=run_collect)
+
+
+def _add_wait_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wait", action="store_true",
+                   help="wait until every job has ended, then collect (exit code: the gate's)")
+    p.add_argument("--timeout-min", type=float, default=None, metavar="M",
+                   help="with --wait: stop waiting after M minutes")
+    p.add_argument("--retry-infra", type=int, default=0, metavar="N",
+                   help="re-submit cases that ended with an infrastructure failure (node fail, "
+                        "NCCL timeout, OOM kill, cancelled) up to N times; implies --wait")
+    p.add_argument("--poll-s", type=float, default=5.0, metavar="S", help=argparse.SUPPRESS)
+
+
+# --------------------------------------------------------------------------- submit
+def _default_out() -> Path:
+    return Path("results") / time.strftime("slurm-%Y%m%d-%H%M%S")
+
+
+def _load_profiles(cases, override: Optional[str]):
+    from harness.launch.profiles import find_profile, load_profile
+
+    names = sorted({override} if override else {c.resources.profile for c in cases})
+    profiles, files = {}, {}
+    for name in names:
+        profile = load_profile(name)
+        profiles[profile.name] = profile
+        files[profile.name] = str(find_profile(name).resolve())
+    only = next(iter(profiles)) if override else None
+    profile_of = {c.id: only or c.resources.profile for c in cases}
+    return profiles, files, profile_of
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    from harness.arms import arms_for_case
+    from harness.launch.slurm import (describe_plan, plan_jobs, render_sbatch, round_folder,
+                                      slurm_dir, submit_groups)
+    from harness.spec import load_cases, select_cases
+
+    cases = select_cases(load_cases(args.paths), k=args.k, tags=args.tags)
+    if not cases:
+        raise ConfigError("no case selected; check PATHS, -k and --tags")
+    if args.max_parallel is not None and args.max_parallel < 1:
+        raise ConfigError(f"--max-parallel must be >= 1, got {args.max_parallel}")
+    profiles, files, profile_of = _load_profiles(cases, args.profile)
+    groups = plan_jobs(cases, {c.id: len(arms_for_case(c)) for c in cases}, profiles, profile_of,
+                       args.max_parallel)
+    out = (args.out or _default_out()).resolve()
+    print(describe_plan(groups))
+    if args.dry_run:
+        folder = round_folder(out, 0)
+        for g in groups:
+            print(f"\n# ---- sbatch script of {g.name} ({folder}) ----")
+            print(render_sbatch(g, profiles[g.shape.profile], folder))
+        print(f"\ndry run: nothing submitted (sweep folder would be {out})")
+        return 0
+    if shutil.which("sbatch") is None:
+        raise ConfigError("sbatch is not on PATH: run on a Slurm login node, start the dev cluster "
+                          "(slurm/devcluster/start.sh), or use --dry-run")
+    if (slurm_dir(out) / "jobs.json").is_file():
+        raise ConfigError(f"{out} already holds a submitted sweep; follow it with `dcp-harness "
+                          f"status {out}` / `collect {out}`, or pass a fresh --out")
+    from harness.launch.sweep import check_resumable, prepare_case_dir
+
+    check_resumable(cases, out)
+    for case in cases:
+        prepare_case_dir(case, out)
+    refs = submit_groups({c.id: c for c in cases}, groups, profiles, out, files)
+    for ref in refs:
+        print(f"  {ref.case_id}: job {ref.job_id}")
+    print(f"submitted {len(refs)} job(s); logs in {round_folder(out, refs[0].round)}\n"
+          f"follow: dcp-harness status {out}    then: dcp-harness collect {out} && "
+          f"dcp-harness gate {out}")
+    if args.wait or args.retry_infra:
+        return _wait_collect_gate(out, args)
+    return 0
+
+
+# --------------------------------------------------------------------------- status
+def status_renderable(statuses, sweep_dir: Path):
+    from harness.launch.slurm_track import counts
+
+    table = Table(title=f"sweep {sweep_dir}", show_lines=False)
+    for col in ("case", "job", "slurm", "state", "arms", "progress", "detail"):
+        table.add_column(col)
+    for s in statuses:
+        prog = f"{s.arm} {s.step}/{s.steps}" if s.arm else ""
+        table.add_row(s.case_id, s.job_id, s.slurm_state,
+                      Text(s.state, style=_STATE_STYLE.get(s.state, "")),
+                      f"{s.arms_done}/{s.arms_total}", prog, s.verdict or s.detail)
+    n = counts(statuses)
+    ended = sum(1 for s in statuses if s.terminal)
+    line = Text(f"{ended}/{len(statuses)} ended: " + ", ".join(f"{v} {k}" for k, v in n.items()))
+    bar = ProgressBar(total=max(1, len(statuses)), completed=ended, width=40)
+    return Group(table, bar, line)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from harness.launch.slurm_track import sweep_status
+
+    sweep = _sweep(args.dir)
+    console = Console()
+    if args.watch is None:
+        console.print(status_renderable(sweep_status(sweep), sweep))
+        return 0
+    with Live(console=console, auto_refresh=False) as live:
+        while True:
+            statuses = sweep_status(sweep)
+            live.update(status_renderable(statuses, sweep), refresh=True)
+            if all(s.terminal for s in statuses):
+                return 0
+            time.sleep(max(0.5, args.watch))
+
+
+# --------------------------------------------------------------------------- collect
+def _sweep(path: Path) -> Path:
+    from harness.launch.slurm import slurm_dir
+
+    if not (slurm_dir(path) / "jobs.json").is_file():
+        raise ConfigError(f"{path} holds no submitted sweep (slurm/jobs.json); pass the --out "
+                          "folder of `dcp-harness submit`")
+    return path.resolve()
+
+
+def _print_collect(result, out=sys.stdout) -> None:
+    for p in result.problems:
+        print(f"warning: {p}", file=out)
+    if result.still_active:
+        print(f"{len(result.still_active)} case(s) still queued or running, not collected: "
+              f"{', '.join(result.still_active)}", file=out)
+
+
+def _wait_collect_gate(sweep: Path, args: argparse.Namespace) -> int:
+    from harness.launch.slurm_track import collect, retry_infra, wait_for_sweep
+    from harness.report import gate
+
+    deadline = None if args.timeout_min is None else time.monotonic() + 60 * args.timeout_min
+    last: dict[str, str] = {}
+
+    def on_poll(statuses) -> None:  # one line per case state change (CI-friendly)
+        for s in statuses:
+            if last.get(s.case_id) != s.state:
+                last[s.case_id] = s.state
+                print(f"  {s.case_id}: {s.state} (job {s.job_id}, {s.slurm_state})", flush=True)
+
+    while True:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        wait_for_sweep(sweep, timeout_s=left, poll_s=args.poll_s, on_poll=on_poll)
+        result = collect(sweep)
+        _print_collect(result)
+        if result.still_active:
+            print(f"gave up waiting after {args.timeout_min} min", file=sys.stderr)
+            return 2
+        new = retry_infra(sweep, args.retry_infra, getattr(args, "max_parallel", None)) \
+            if args.retry_infra else []
+        if not new:
+            break
+        print(f"retrying {len(new)} case(s) after infrastructure failures: "
+              + ", ".join(f"{r.case_id} (job {r.job_id})" for r in new), flush=True)
+        last.clear()
+    return gate(sweep)
+
+
+def run_collect(args: argparse.Namespace) -> int:
+    from harness.launch.slurm_track import collect
+    from harness.report import console_table
+
+    sweep = _sweep(args.dir)
+    if args.wait or args.retry_infra:
+        return _wait_collect_gate(sweep, args)
+    result = collect(sweep)
+    _print_collect(result)
+    console_table(sweep, Console())
+    print(f"wrote {sweep / 'summary.md'}, {sweep / 'junit.xml'}, {sweep / 'index.json'}\n"
+          f"next: dcp-harness gate {sweep}")
+    return 0

@@ -1,0 +1,87 @@
+import pytest
+
+from harness.errors import ConfigError
+from harness.workload.packing import dynamic_cp_need, padded_length, plan_step
+
+from conftest import make_case
+
+
+def _all_indices(plan):
+    return sorted(s.index for mb in plan.microbatches for g in mb.groups for s in g.sequences)
+
+
+@pytest.mark.parametrize("world,parallel", [(1, {}), (2, {}), (4, {"cp": 2}), (4, {"pp": 2, "cp": 2})])
+def test_fixed_cp_packs_every_sequence_once_within_capacity(world, parallel):
+    case = make_case(world=world, parallel=parallel, train={"global_batch": 16})
+    for step in (1, 2, 3):
+        plan = plan_step(case, step)
+        assert _all_indices(plan) == list(range(16))
+        cp = parallel.get("cp", 1)
+        for mb in plan.microbatches:
+            assert [g.start for g in mb.groups] == list(range(0, case.dp_cp, cp))
+            for g in mb.groups:
+                assert g.size == cp and g.sequences
+                assert g.padded_tokens <= case.train.seq_length
+        assert plan.total_tokens == sum(s.length for mb in plan.microbatches for g in mb.groups for s in g.sequences)
+
+
+def test_fixed_microbatch_count_is_honoured_or_explained():
+    case = make_case(train={"global_batch": 16, "microbatches": 9})
+    assert len(plan_step(case, 1).microbatches) == 9
+    too_few = make_case(train={"global_batch": 16, "microbatches": 1})
+    with pytest.raises(ConfigError, match="raise train.microbatches"):
+        plan_step(too_few, 1)
+
+
+def test_dynamic_cp_rule_follows_megatron():
+    sizes = (1, 2, 4)
+    assert dynamic_cp_need(10, sizes, 32) == 1
+    assert dynamic_cp_need(32, sizes, 32) == 1
+    assert dynamic_cp_need(33, sizes, 32) == 2
+    assert dynamic_cp_need(100, sizes, 32) == 4
+    assert dynamic_cp_need(10, (2, 4), 32) == 2  # min_cp
+    with pytest.raises(ConfigError, match="needs CP > 4"):
+        dynamic_cp_need(200, sizes, 32)
+
+
+@pytest.mark.parametrize("pool", [2, 4])
+def test_dynamic_cp_tiles_the_pool_with_no_idle_rank(pool):
+    case = make_case(
+        world=pool,
+        parallel={"dynamic_cp": [1, 2, 4][: pool.bit_length()]},
+        train={"global_batch": 24, "seq_length": 32 * pool, "max_seqlen_per_rank": 32},
+        data={"lengths": {"distribution": "lognormal", "min": 4, "max": 32 * pool}},
+    )
+    seen_sizes = set()
+    for step in (1, 2, 3, 4):
+        plan = plan_step(case, step)
+        assert _all_indices(plan) == list(range(24))
+        for mb in plan.microbatches:
+            start = 0
+            for g in mb.groups:
+                assert g.start == start and g.start % g.size == 0
+                start += g.size
+                assert g.padded_tokens <= g.size * 32
+                for s in g.sequences:
+                    assert g.size >= dynamic_cp_need(s.length, case.parallel.cp_sizes, 32)
+                seen_sizes.add(g.size)
+            assert start == pool
+    assert len(seen_sizes) > 1
+
+
+def test_fixed_cp_override_of_a_dynamic_case_packs_the_same_tokens():
+    case = make_case(
+        world=2, parallel={"dynamic_cp": [1, 2]},
+        train={"global_batch": 12, "seq_length": 64, "max_seqlen_per_rank": 32},
+    )
+    dyn, fixed = plan_step(case, 1), plan_step(case, 1, fixed_cp=2)
+    assert _all_indices(dyn) == _all_indices(fixed)
+    assert dyn.total_tokens == fixed.total_tokens
+    assert all(mb.cp_sizes == (2,) for mb in fixed.microbatches)
+
+
+def test_padding():
+    assert padded_length(5, 1) == 5
+    assert padded_length(5, 2) == 8
+    assert padded_length(8, 4) == 8
+    assert padded_length(9, 4) == 16

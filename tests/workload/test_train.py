@@ -1,0 +1,103 @@
+import math
+from pathlib import Path
+
+import pytest
+
+from harness.errors import ConfigError
+from harness.spec import load_cases
+from harness.workload import RankContext, TrainOptions, train_arm
+
+from conftest import make_case
+
+CPU = RankContext(0, 1, 0, "cpu", "none")
+KEYS = {
+    "step", "loss", "aux_loss", "grad_norm", "nan", "skipped", "tokens", "microbatches", "cp_sizes",
+    "lr", "step_time_s", "device", "allocated_bytes", "reserved_bytes", "active_bytes",
+    "max_allocated_bytes",
+}
+
+
+def run(case, options=TrainOptions(), checkpoint_dir=None, stop_after=None):
+    records = []
+
+    def on_step(r):
+        records.append(r)
+        if stop_after is not None and r["step"] == stop_after:
+            raise KeyboardInterrupt  # simulate a kill right after a completed step
+
+    try:
+        train_arm(case, options, CPU, on_step, checkpoint_dir=checkpoint_dir)
+    except KeyboardInterrupt:
+        pass
+    return records
+
+
+def test_records_have_the_documented_keys():
+    recs = run(make_case(train={"steps": 2}))
+    assert [r["step"] for r in recs] == [1, 2]
+    for r in recs:
+        assert set(r) == KEYS
+        assert r["device"] == "cpu" and r["allocated_bytes"] is None and r["max_allocated_bytes"] is None
+        assert r["cp_sizes"] == [1] * r["microbatches"]
+        assert not r["nan"] and not r["skipped"] and r["tokens"] > 0
+        assert 0.9 < r["aux_loss"] < 2.0  # ~1 for a balanced router
+
+
+def test_loss_falls_when_training_works_and_not_when_backward_is_broken():
+    case = make_case(train={"steps": 14, "lr": 5e-3})
+    good = [r["loss"] for r in run(case)]
+    bad = [r["loss"] for r in run(case, TrainOptions(fault="broken_backward"))]
+    assert good[0] == bad[0]  # same model, same data
+    assert sum(good[-3:]) / 3 < good[0] - 0.4
+    assert sum(bad[-3:]) / 3 > bad[0] - 0.1
+
+
+def test_deterministic_runs_repeat_bitwise():
+    case = make_case(train={"steps": 3})
+    a, b = run(case), run(case)
+    assert [(r["loss"], r["grad_norm"], r["aux_loss"]) for r in a] == [
+        (r["loss"], r["grad_norm"], r["aux_loss"]) for r in b
+    ]
+
+
+def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path: Path):
+    case = make_case(train={"steps": 5})
+    whole = run(case)
+    first = run(case, checkpoint_dir=tmp_path, stop_after=2)
+    assert [r["step"] for r in first] == [1, 2]
+    assert sorted(p.name for p in (tmp_path / "rank0").iterdir()) == ["step00000001.pt", "step00000002.pt"]
+    rest = run(case, checkpoint_dir=tmp_path)
+    assert [r["step"] for r in rest] == [3, 4, 5]
+    key = lambda rs: [(r["loss"], r["grad_norm"]) for r in rs]
+    assert key(first + rest) == key(whole)
+    assert run(case, checkpoint_dir=tmp_path) == []  # already complete
+
+
+def test_checkpoint_of_another_case_is_refused(tmp_path: Path):
+    run(make_case(train={"steps": 1}, name="a"), checkpoint_dir=tmp_path)
+    with pytest.raises(RuntimeError, match="checkpoint is of case a"):
+        run(make_case(train={"steps": 2}, name="b"), checkpoint_dir=tmp_path)
+
+
+def test_wrong_world_size_is_a_config_error():
+    with pytest.raises(ConfigError, match="needs 2 ranks"):
+        run(make_case(world=2, parallel={"pp": 2}))
+
+
+def test_diverging_fixture_really_diverges():
+    (case,) = load_cases([str(Path(__file__).parent / "fixtures" / "diverging.yaml")])
+    recs = run(case)
+    assert not recs[0]["nan"]
+    assert all(r["nan"] and r["skipped"] for r in recs[1:])
+    assert all(math.isnan(r["loss"]) for r in recs[1:])
+
+
+def test_focused_cases_train():
+    root = Path(__file__).resolve().parents[2] / "cases" / "focused"
+    cases = [c for c in load_cases([str(root)]) if c.world_size == 1]
+    assert len(cases) >= 2
+    for case in cases:
+        recs = run(case)
+        assert len(recs) == case.train.steps
+        assert not any(r["nan"] or r["skipped"] for r in recs)
+        assert recs[-1]["loss"] < recs[0]["loss"]
