@@ -13,9 +13,10 @@ Two forms:
   counts inside ranges that the schedule does not allow are skipped (and reported), an explicit
   count it does not allow is an error.
 
-Human output ends with ``K dynamic-CP variants over S slot-aliased physical pool slots``;
-``--json`` prints ``{"ranks": [...], "summary": {...}}`` (with ``"case"`` in the case form; several
-cases give a JSON list of such objects).
+Human output ends with ``K dynamic-CP variants over S slot-aliased physical pool slots``.
+``--json`` prints one line of JSON, ``{"ranks": [...], "summary": {...}}`` (plus ``"case"`` in the
+case form; several cases give a JSON list of such objects). Every plan is validated before it is
+printed.
 """
 
 from __future__ import annotations
@@ -271,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
             if req.skipped:
                 doc["summary"]["skipped_counts"] = list(req.skipped)
             docs.append(doc)
-        print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=1))
+        print(json.dumps(docs[0] if len(docs) == 1 else docs))
     else:
         print("\n\n".join(render_text(plan, req, getattr(args, "records", False))
                           for req, plan in plans))

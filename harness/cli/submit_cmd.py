@@ -16,7 +16,6 @@ from typing import Optional
 
 from rich.console import Console, Group
 from rich.live import Live
-from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
@@ -141,8 +140,6 @@ def run_submit(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- status
 def status_renderable(statuses, sweep_dir: Path):
-    from harness.launch.slurm_track import counts
-
     table = Table(title=f"sweep {sweep_dir}", show_lines=False)
     for col in ("case", "job", "slurm", "state", "arms", "progress", "detail"):
         table.add_column(col)
@@ -151,11 +148,22 @@ def status_renderable(statuses, sweep_dir: Path):
         table.add_row(s.case_id, s.job_id, s.slurm_state,
                       Text(s.state, style=_STATE_STYLE.get(s.state, "")),
                       f"{s.arms_done}/{s.arms_total}", prog, s.verdict or s.detail)
-    n = counts(statuses)
+    return Group(table, progress_line(statuses))
+
+
+def progress_line(statuses, width: int = 30) -> Text:
+    """``[#######.......] 3/7 ended: 1 pending, 2 running, 3 done, 0 failed, 1 error``."""
+    from harness.launch.slurm_track import counts
+
     ended = sum(1 for s in statuses if s.terminal)
-    line = Text(f"{ended}/{len(statuses)} ended: " + ", ".join(f"{v} {k}" for k, v in n.items()))
-    bar = ProgressBar(total=max(1, len(statuses)), completed=ended, width=40)
-    return Group(table, bar, line)
+    filled = round(width * ended / len(statuses)) if statuses else width
+    line = Text("[")
+    line.append("#" * filled, style="green")
+    line.append("." * (width - filled))
+    line.append(f"] {ended}/{len(statuses)} ended: ")
+    n = counts(statuses)
+    line.append(", ".join(f"{v} {k}" for k, v in n.items()))
+    return line
 
 
 def run_status(args: argparse.Namespace) -> int:

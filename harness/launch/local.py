@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import os
 import shlex
 import signal
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Deque, Mapping, Optional, Sequence
 
 from harness.launch.ports import is_addr_in_use, pick_free_port
-from harness.launch.rank_main import FAULT_ENV, stacks_path
+from harness.launch.rank_main import FAULT_ENV, LAUNCHER_PID_ENV, stacks_path
 from harness.results import LOG_FILE, ArmOutcome, read_steps, write_outcome
 from harness.spec.schema import Case
 
@@ -56,10 +57,13 @@ class RankCommand:
 
 @dataclass
 class _Rank:
+    """A running rank (mutable: its reader thread records when its output ended)."""
+
     rank: int
     proc: subprocess.Popen
-    tail: Deque[str]
-    reader: threading.Thread
+    tail: Deque[str] = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
+    reader: Optional[threading.Thread] = None
+    output_closed_at: Optional[float] = None  # ~ when it exited; orders simultaneous failures
 
 
 # --------------------------------------------------------------------------- helpers
@@ -87,7 +91,7 @@ def rank_env(base: Mapping[str, str], rank: int, world_size: int, port: int,
     env.update(
         RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
         LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-        PYTHONUNBUFFERED="1",
+        PYTHONUNBUFFERED="1", **{LAUNCHER_PID_ENV: str(os.getpid())},
     )
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world_size)))
     path = env.get("PYTHONPATH", "")
@@ -96,14 +100,16 @@ def rank_env(base: Mapping[str, str], rank: int, world_size: int, port: int,
     return env
 
 
-def _pump(stream: IO[bytes], prefix: str, log: IO[str], lock: threading.Lock,
-          tail: Deque[str]) -> None:
+def _pump(r: _Rank, log: IO[str], lock: threading.Lock) -> None:
+    stream = r.proc.stdout
+    assert stream is not None
     for raw in iter(stream.readline, b""):
         line = raw.decode("utf-8", errors="replace").rstrip("\n")
-        tail.append(line)
+        r.tail.append(line)
         with lock:
-            log.write(f"{prefix}{line}\n")
+            log.write(f"[rank {r.rank}] {line}\n")
             log.flush()
+    r.output_closed_at = time.monotonic()
     stream.close()
 
 
@@ -112,6 +118,10 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _steps_recorded(arm_dir: Path) -> int:
+    return sum(len(records) for records in read_steps(arm_dir).values())
 
 
 def _tail_file(path: Path, lines: int) -> str:
@@ -133,10 +143,12 @@ def run_ranks(cmd: RankCommand, *, stack_wait_s: float = 3.0, kill_grace_s: floa
     with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
         while True:
             port = pick_free_port()
+            steps_before = _steps_recorded(arm_dir)
             outcome, attempt_text = _attempt(cmd, port, log, started, stack_wait_s, kill_grace_s,
                                              poll_s)
+            # Only a rendezvous failure (no step made) is retried on another port.
             retry = (outcome.status == "failed" and restarts < port_retries
-                     and is_addr_in_use(attempt_text) and not read_steps(arm_dir))
+                     and is_addr_in_use(attempt_text) and _steps_recorded(arm_dir) == steps_before)
             if not retry:
                 break
             restarts += 1
@@ -168,12 +180,12 @@ def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wa
                 stderr=subprocess.STDOUT, start_new_session=True,
                 env=rank_env(os.environ, k, cmd.world_size, port, cmd.env),
             )
-            tail: Deque[str] = collections.deque(maxlen=TAIL_LINES)
-            reader = threading.Thread(target=_pump, args=(proc.stdout, f"[rank {k}] ", log, lock, tail),
-                                      daemon=True)
-            reader.start()
-            ranks.append(_Rank(k, proc, tail, reader))
-        status, detail, returncode = _wait(ranks, started + cmd.timeout_s, poll_s, cmd.timeout_s)
+            r = _Rank(k, proc)
+            r.reader = threading.Thread(target=_pump, args=(r, log, lock), daemon=True)
+            r.reader.start()
+            ranks.append(r)
+        status, detail, returncode, culprit = _wait(ranks, started + cmd.timeout_s, poll_s,
+                                                    cmd.timeout_s)
         hung = [r for r in ranks if r.proc.poll() is None]
         stacks = _dump_stacks(hung, arm_dir, stack_wait_s) if hung else ""
     finally:
@@ -181,14 +193,18 @@ def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wa
         for r in ranks:  # whatever a rank left behind in its process group (workers, children)
             _signal_group(r.proc, signal.SIGKILL)
         for r in ranks:
-            r.reader.join(timeout=5)
+            if r.reader is not None:
+                r.reader.join(timeout=5)
     if status == "ok":
         return ArmOutcome(status="ok", returncode=0, detail=detail), ""
     if hung:
         detail += f"; killed rank(s) {', '.join(str(r.rank) for r in hung)}"
     with lock:
         log.flush()
-    tail = _tail_file(arm_dir / LOG_FILE, TAIL_LINES)
+    if culprit is not None:  # the failing rank's own output, not drowned by its siblings'
+        tail = f"--- last lines of rank {culprit} ---\n" + "\n".join(ranks[culprit].tail)
+    else:
+        tail = _tail_file(arm_dir / LOG_FILE, TAIL_LINES)
     if stacks:
         tail += "\n--- Python stacks of the ranks still running (SIGUSR1) ---\n" + stacks
     attempt_text = "\n".join(line for r in ranks for line in r.tail)
@@ -196,21 +212,24 @@ def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wa
 
 
 def _wait(ranks: list[_Rank], deadline: float, poll_s: float,
-          timeout_s: float) -> tuple[str, str, Optional[int]]:
+          timeout_s: float) -> tuple[str, str, Optional[int], Optional[int]]:
+    """(status, detail, returncode, failing rank) once all ranks exit 0, one fails, or time is up."""
     while True:
         codes = [r.proc.poll() for r in ranks]
         bad = [(r.rank, c) for r, c in zip(ranks, codes) if c not in (None, 0)]
         if bad:
+            time.sleep(poll_s)  # let the readers see the end of the output of ranks that just died
+            bad.sort(key=lambda b: (ranks[b[0]].output_closed_at or math.inf, b[0]))
             rank, code = bad[0]
             how = f"signal {-code}" if code < 0 else f"exit code {code}"
             others = f" (also rank(s) {', '.join(str(b[0]) for b in bad[1:])})" if len(bad) > 1 else ""
-            return "failed", f"rank {rank} exited with {how}{others}", code
+            return "failed", f"rank {rank} exited with {how}{others}", code, rank
         if all(c == 0 for c in codes):
-            return "ok", "", 0
+            return "ok", "", 0, None
         if time.monotonic() > deadline:
             live = [str(r.rank) for r, c in zip(ranks, codes) if c is None]
             return "timeout", (f"timed out after {timeout_s:.0f}s with rank(s) {', '.join(live)} "
-                               "still running"), None
+                               "still running"), None, None
         time.sleep(poll_s)
 
 
@@ -223,15 +242,23 @@ def _dump_stacks(live: list[_Rank], arm_dir: Path, wait_s: float) -> str:
                 pass
     deadline = time.monotonic() + wait_s
     paths = {r.rank: stacks_path(arm_dir, r.rank) for r in live}
+
+    def answered(r: _Rank) -> bool:
+        path = paths[r.rank]
+        return r.proc.poll() is not None or (path.is_file() and path.stat().st_size > 0)
+
     while time.monotonic() < deadline:
-        if all(p.is_file() and p.stat().st_size > 0 for p in paths.values()):
+        if all(answered(r) for r in live):
             time.sleep(0.1)  # let the last frames land
             break
         time.sleep(0.05)
     parts = []
-    for rank, path in paths.items():
-        text = _tail_file(path, STACK_LINES).strip()
-        parts.append(f"[rank {rank}]\n{text or '(no stack written: the rank did not answer SIGUSR1)'}")
+    for r in live:
+        text = _tail_file(paths[r.rank], STACK_LINES).strip()
+        if not text:
+            text = ("(no stack: the rank exited meanwhile)" if r.proc.poll() is not None
+                    else "(no stack written: the rank did not answer SIGUSR1)")
+        parts.append(f"[rank {r.rank}]\n{text}")
     return "\n".join(parts)
 
 

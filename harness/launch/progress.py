@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO, Any, Optional, Protocol
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from harness.compare import CaseVerdict
@@ -147,7 +148,8 @@ class RichProgress:
                 self._progress.update(task, completed=rec["step"], description=label + loss_txt)
 
     def arm_skipped(self, case_id: str, arm: str, reason: str) -> None:
-        self._progress.console.print(f"{case_id} / {arm}: skipped ({reason})")
+        self._progress.console.print(escape(f"{case_id} / {arm}: skipped ({reason})"),
+                                     highlight=False)
 
     def arm_finished(self, case_id: str, arm: str, outcome: ArmOutcome) -> None:
         self._stop.set()
@@ -157,12 +159,17 @@ class RichProgress:
         if self._arm is not None:
             self._progress.remove_task(self._arm)
             self._arm = None
+            self._progress.refresh()
         style = "green" if outcome.ok else "red"
-        self._progress.console.print(f"{case_id} / {arm}: [{style}]{outcome.describe()}[/{style}]",
-                                     highlight=False)
+        self._progress.console.print(
+            f"{escape(case_id)} / {escape(arm)}: [{style}]{escape(outcome.describe())}[/{style}]",
+            highlight=False)
 
     def case_finished(self, case_id: str, verdict: CaseVerdict) -> None:
         self._progress.advance(self._cases)
+        style = {"pass": "green", "fail": "red"}.get(verdict.status, "yellow")
+        self._progress.console.print(f"{escape(case_id)}: [{style}]{verdict.status}[/{style}]",
+                                     highlight=False)
 
     def close(self) -> None:
         self._stop.set()

@@ -28,12 +28,16 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Mapping, Optional, Sequence
 
 FAULT_ENV = "DCP_HARNESS_FAULT"
+# Set by the local launcher: its pid. A rank whose launcher is gone stops itself (no orphans).
+LAUNCHER_PID_ENV = "DCP_HARNESS_LAUNCHER_PID"
+_ORPHAN_POLL_S = 1.0
 FAULT_EXIT_CODE = 43
 CHECKPOINT_DIR = "checkpoint"
 _FAULT = re.compile(r"^(crash|hang|exit)@([1-9][0-9]*)(?::([0-9]+))?$")
@@ -193,10 +197,31 @@ def _step_callback(writer, fault: Optional[Fault], rank: int, arm_name: str,
     return on_step
 
 
-def _register_stack_dump(path: Path) -> IO[str]:
+def register_stack_dump(path: Path) -> IO[str]:
+    """``kill -USR1`` this process -> Python stacks of all its threads appended to ``path``."""
     handle = open(path, "w", encoding="utf-8")
     faulthandler.register(signal.SIGUSR1, file=handle, all_threads=True, chain=False)
     return handle
+
+
+def start_orphan_watchdog(environ: Mapping[str, str] = os.environ) -> Optional[threading.Thread]:
+    """Under the local launcher, stop this rank (and its process group, which it leads) as soon as
+    the launcher process is gone, e.g. killed with SIGKILL. Elsewhere (Slurm, torchrun): nothing."""
+    launcher = environ.get(LAUNCHER_PID_ENV)
+    if not launcher:
+        return None
+    parent = int(launcher)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_ORPHAN_POLL_S)
+        if os.getpgrp() == os.getpid():
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="orphan-watchdog", daemon=True)
+    thread.start()
+    return thread
 
 
 def _drop_checkpoints_after(checkpoint_dir: Path, rank: int, last_recorded: int) -> None:
@@ -215,6 +240,13 @@ def _drop_checkpoints_after(checkpoint_dir: Path, rank: int, last_recorded: int)
             print(f"[rank {rank}] dropping checkpoint {path}: step {step} has no record "
                   f"(last recorded step {last_recorded})", flush=True)
             path.unlink(missing_ok=True)
+
+
+def _destroy_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def run_rank(case, arm_name: str, arm_dir: Path, resume: bool = True) -> None:
@@ -241,7 +273,8 @@ def run_rank(case, arm_name: str, arm_dir: Path, resume: bool = True) -> None:
             "folder, or leave out --no-resume to continue after the last completed step"
         )
     _drop_checkpoints_after(checkpoint_dir, rank, done)
-    stack_file = _register_stack_dump(stacks_path(arm_dir, rank))
+    start_orphan_watchdog()
+    stack_file = register_stack_dump(stacks_path(arm_dir, rank))
     try:
         ctx = init_distributed()
         steps = case.train.steps
@@ -257,9 +290,12 @@ def run_rank(case, arm_name: str, arm_dir: Path, resume: bool = True) -> None:
                   checkpoint_dir=checkpoint_dir)
         print(f"[{arm.name} r{rank}] done: {writer.completed_steps()}/{steps} steps recorded in "
               f"{time.monotonic() - started:.1f}s", flush=True)
+        _destroy_process_group()
     finally:
         faulthandler.unregister(signal.SIGUSR1)
         stack_file.close()
+        if stacks_path(arm_dir, rank).stat().st_size == 0:
+            stacks_path(arm_dir, rank).unlink()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,6 +9,7 @@ A failing arm never stops the sweep; only Ctrl-C does.
 
 from __future__ import annotations
 
+import shutil
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any, Optional, Protocol, Sequence
 from harness.arms import Arm, arms_for_case, pairs_for_case
 from harness.compare import ARM_CHECKS_PAIR, CaseVerdict, PairVerdict, evaluate_case, write_verdict
 from harness.errors import ConfigError
+from harness.launch.rank_main import CHECKPOINT_DIR
 from harness.launch.progress import NullProgress, SweepProgress
 from harness.results import (
     CASE_FILE,
@@ -166,6 +168,8 @@ def run_sweep(cases: Sequence[Case], out_dir: Path, launcher: ArmLauncher,
                 shown.arm_started(case.id, arm.name, arm_dir, case.train.steps)
                 outcome = _run_one(launcher, case, arm, arm_dir, case_dir / CASE_FILE)
                 write_outcome(arm_dir, outcome)
+                if arm_is_complete(case, arm_dir):  # finished for good: no resume needed
+                    shutil.rmtree(arm_dir / CHECKPOINT_DIR, ignore_errors=True)
                 ran += 1
                 shown.arm_finished(case.id, arm.name, outcome)
             verdict = _finalize_or_error(case, case_dir)

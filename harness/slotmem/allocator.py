@@ -169,8 +169,24 @@ def quiesce() -> None:
     torch.cuda.empty_cache()
 
 
-def clear_cublas_workspaces() -> None:
+def clear_cublas_workspaces(device: torch.device | int | None = None) -> None:
+    """Drop cached cuBLAS/cuBLASLt workspaces, on this thread and on the autograd engine's thread.
+
+    A capture must allocate its workspace inside its own pool (and free it afterwards), never use
+    one cached in the default pool. The autograd engine runs CUDA backward ops on a per-device
+    worker thread whose workspaces are not cleared from the main thread; a one-element backward
+    with a hook runs the clear on that thread. Never call this during a capture.
+    """
     torch._C._cuda_clearCublasWorkspaces()
+    dev = torch.device("cuda", _device_index(device))
+    leaf = torch.zeros((), device=dev, requires_grad=True)
+
+    def clear_on_engine_thread(grad: torch.Tensor) -> torch.Tensor:
+        torch._C._cuda_clearCublasWorkspaces()
+        return grad
+
+    leaf.register_hook(clear_on_engine_thread)
+    (leaf * 1.0).backward()
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,9 @@ class Frame:
     fwd: torch.cuda.CUDAGraph
     bwd: torch.cuda.CUDAGraph | None = None
     roots: tuple[torch.Tensor, ...] | None = None
+    # fused wgrad accumulation: (param index, param, its main_grad buffer the graph adds into)
+    fused: tuple[tuple[int, torch.nn.Parameter, torch.Tensor], ...] = ()
+    zero: torch.Tensor | None = None  # scalar returned (expanded) for fused params, so hooks fire
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,12 @@ def run_backward(
         p_grads = [None if g is None else g.clone() for g in frame.param_grads]
     else:
         p_grads = [None if g is None else g.detach() for g in frame.param_grads]
+    for i, param, main_grad in frame.fused:
+        if getattr(param, "main_grad", None) is not main_grad:
+            raise RuntimeError(f"{frame.name}: parameter {i}'s main_grad buffer was replaced after capture; the "
+                               "graph accumulates into the captured buffer (keep main_grad fixed, or recapture)")
+        assert frame.zero is not None
+        p_grads[i] = frame.zero.expand(param.shape)  # AccumulateGrad and its hooks still run
     return in_grads, p_grads
 
 
@@ -268,6 +277,25 @@ def _owner_candidates(module: Any, outs: Sequence[torch.Tensor]) -> list[torch.U
     return list(seen.values())
 
 
+def _copy_into(srcs: Sequence[torch.Tensor | None], dsts: Sequence[torch.Tensor]) -> None:
+    """``dst.copy_(src)`` pairwise (zero for a missing src). A function, so that no loop variable
+    keeps a capture-time tensor (and its pool block) alive after the capture."""
+    with torch.no_grad():
+        for src, dst in zip(srcs, dsts):
+            if src is None:
+                dst.zero_()
+            else:
+                dst.copy_(src)
+
+
+def _accumulate_into(srcs: Sequence[torch.Tensor | None], dsts: Sequence[torch.Tensor]) -> None:
+    """``dst += src`` pairwise (fused wgrad accumulation into ``main_grad``)."""
+    with torch.no_grad():
+        for src, dst in zip(srcs, dsts):
+            if src is not None:
+                dst.add_(src)
+
+
 class _Capturer:
     def __init__(
         self,
@@ -276,7 +304,9 @@ class _Capturer:
         smap: SlotMap,
         faults: frozenset[str],
         log: Callable[[str], None],
+        fuse_wgrad: bool = False,
     ) -> None:
+        self.fuse_wgrad = fuse_wgrad
         self.modules = modules
         self.sample = sample
         self.smap = smap
@@ -349,9 +379,11 @@ class _Capturer:
             stale = stale[1:]
         owned = {s.data_ptr() for s in stale}
         if extra - owned:
+            sizes = {b.ptr: b.size for b in alloc.pool_blocks(self.pool.id)}
+            unknown = [f"{hex(p)} ({sizes.get(p, 0)} B)" for p in sorted(extra - owned)[:8]]
             raise alloc.PoolStateError(
                 f"{name}: {len(extra - owned)} pool block(s) allocated during capture are still live and no known "
-                f"stale owner holds them ({[hex(p) for p in sorted(extra - owned)[:8]]}); everything that outlives a "
+                f"stale owner holds them ({unknown}); everything that outlives a "
                 "graph must live in the arenas (do not keep capture-time tensors outside the module's attributes)"
             )
         if stale:
@@ -384,14 +416,12 @@ class _Capturer:
         ]
         packer = ArenaPacker(name, plan.saved, saved_views, self.external[(c, l)], inputs)
         graph = torch.cuda.CUDAGraph()
-        alloc.clear_cublas_workspaces()
+        alloc.clear_cublas_workspaces(self.device)
         with torch.autograd.graph.saved_tensors_hooks(packer.pack, packer.unpack):
             with torch.cuda.graph(graph, pool=self.pool.id, stream=self.stream):
                 outs = as_tuple(module(*inputs))
-                with torch.no_grad():
-                    for o, dst in zip(outs, out_views):
-                        dst.copy_(o)
-        alloc.clear_cublas_workspaces()
+                _copy_into(outs, out_views)
+        alloc.clear_cublas_workspaces(self.device)
         packer.finish()
         self.peak = max(self.peak, torch.cuda.max_memory_allocated(self.device))
         for o, dst in zip(outs, out_views):
@@ -432,30 +462,41 @@ class _Capturer:
         params = self.params[(c, l)]
         poff = self.layout.offsets[("pgrad", 0)]
         param_grads: list[torch.Tensor | None] = []
-        for p, used in zip(params, plan.params_used):
-            if used:
+        fused: list[tuple[int, torch.nn.Parameter, torch.Tensor]] = []
+        copy_srcs: list[int] = []  # indices into the grads tuple copied into scratch
+        accum_srcs: list[int] = []  # indices into the grads tuple added into main_grad
+        k = sum(plan.input_grads)
+        copy_srcs.extend(range(k))
+        for i, (p, used) in enumerate(zip(params, plan.params_used)):
+            main_grad = getattr(p, "main_grad", None) if self.fuse_wgrad else None
+            if used and main_grad is not None:
+                if not isinstance(main_grad, torch.Tensor) or main_grad.shape != p.shape or main_grad.device != p.device:
+                    raise PlanError(f"{name}: parameter {i}.main_grad must be a tensor of the parameter's shape and device")
+                fused.append((i, p, main_grad))
+                param_grads.append(None)
+                accum_srcs.append(k)
+                k += 1
+            elif used:
                 param_grads.append(view_at(self.backing, poff, contiguous_meta(p.shape, p.dtype)))
                 poff += align(p.numel() * p.element_size())
+                copy_srcs.append(k)
+                k += 1
             else:
                 param_grads.append(None)
         roots = [r for r, d in zip(frame.roots, frame.out_differentiable) if d]
         wrt_in = [t for t, want in zip(frame.static_inputs, plan.input_grads) if want]
         wrt_p = [p for p, used in zip(params, plan.params_used) if used]
         graph = torch.cuda.CUDAGraph()
-        alloc.clear_cublas_workspaces()
+        alloc.clear_cublas_workspaces(self.device)
         with torch.cuda.graph(graph, pool=self.pool.id, stream=self.stream):
             if roots and (wrt_in or wrt_p):
                 grads = torch.autograd.grad(roots, wrt_in + wrt_p, grad_outputs=grad_outputs, allow_unused=True)
             else:
                 grads = ()
-            with torch.no_grad():
-                dsts = [g for g in input_grads if g is not None] + [g for g in param_grads if g is not None]
-                for g, dst in zip(grads, dsts):
-                    if g is None:
-                        dst.zero_()
-                    else:
-                        dst.copy_(g)
-        alloc.clear_cublas_workspaces()
+            _copy_into([grads[j] for j in copy_srcs],
+                       [g for g in input_grads if g is not None] + [g for g in param_grads if g is not None])
+            _accumulate_into([grads[j] for j in accum_srcs], [mg for _, _, mg in fused])
+        alloc.clear_cublas_workspaces(self.device)
         self.peak = max(self.peak, torch.cuda.max_memory_allocated(self.device))
         del grads
         frame.roots = None
@@ -463,6 +504,9 @@ class _Capturer:
         frame.grad_outputs = tuple(grad_outputs)
         frame.input_grads = input_grads
         frame.param_grads = tuple(param_grads)
+        frame.fused = tuple(fused)
+        if fused:
+            frame.zero = torch.zeros((), dtype=params[fused[0][0]].dtype, device=self.device)
         self._rewind(self._pre, self.modules[(c, l)], (), name)
 
     def run(self, steps: Sequence[CaptureStep]) -> None:
@@ -498,6 +542,7 @@ def make_graphed_callables(
     num_warmup_iters: int = 2,
     extra_orders: Sequence[Sequence[int]] = (),
     grads_in_flight: bool = True,
+    fuse_wgrad_accumulation: bool = False,
     log: Callable[[str], None] = print,
     _faults: Iterable[str] = (),
 ) -> SlotGraphs:
@@ -509,6 +554,9 @@ def make_graphed_callables(
     ``records`` the slot plan (one record per captured forward, see :mod:`.protocol`);
     ``extra_orders`` are other reachable orders the plan must also be safe for;
     ``grads_in_flight``: returned input grads stay live until the end of the next backward (PP > 1).
+    ``fuse_wgrad_accumulation``: parameters with a ``main_grad`` tensor get their gradient added into
+    it inside the backward graph; replay returns a zero gradient for them so AccumulateGrad and its
+    hooks (e.g. a DDP reduce hook) still fire. Other parameter grads are cloned on return.
     """
     faults = frozenset(_faults)
     if faults - FAULTS:
@@ -522,7 +570,7 @@ def make_graphed_callables(
     cap: _Capturer | None = None
     with alloc.CaptureGuard():
         try:
-            cap = _Capturer(modules, sample_args, smap, faults, log)
+            cap = _Capturer(modules, sample_args, smap, faults, log, fuse_wgrad_accumulation)
             t0 = time.perf_counter()
             torch.cuda.reset_peak_memory_stats(cap.device)
             rng = torch.cuda.get_rng_state(cap.device)

@@ -8,9 +8,11 @@ into one :class:`SlotPlan` per PP rank:
    so every rank uses the same ring) is ``physical_slots``; microbatch ``m`` uses slot
    ``m % physical_slots``. Capture runs ``physical_slots`` microbatches (the capture order).
 2. **Liveness colours** over the union of the rank's reachable orders (and the capture order):
-   saved frames ``(chunk, slot, layer)`` conflict when live at the same time; input-grad frames
-   ``(chunk, slot)`` conflict with the frame of the next backward (its PP send is in flight; only
-   with PP > 1). DSATUR gives ``saved_colour`` and ``grad_colour``.
+   saved frames ``(chunk, slot, layer)`` conflict when live at the same time (forward to
+   backward); an input-grad frame ``(chunk, slot)`` is live from its backward through the next
+   backward (the P2P send is in flight; PP > 1 or VPP > 1) and, with PP = 1 and VPP > 1, until
+   the same-rank consumer chunk's backward of that microbatch. DSATUR gives ``saved_colour`` and
+   ``grad_colour``.
 3. **CP variants**: sizes sorted ascending; variant 0 (smallest CP) is canonical. The **lockstep
    order** repeats every base event once per variant, canonical first.
 4. One :class:`SlotRecord` per captured forward (variant x forward event x layer), in capture order.
@@ -25,94 +27,34 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence, Union
 
 from harness.slotmem.colouring import dsatur
-from harness.slotmem.liveness import ConflictBuilder, OrderSet, OutstandingCounter, walk_orders
-from harness.slotmem.planerrors import PlanError, ScheduleError, SlotPeriodError
+from harness.slotmem.liveness import (
+    ConflictBuilder,
+    OrderSet,
+    OutstandingCounter,
+    PlanChecker,
+    walk_orders,
+)
+from harness.slotmem.planerrors import PlanError, SlotPeriodError
+from harness.slotmem.planinputs import LayersSpec, cp_variants, layers_per_rank, reachable_counts
 from harness.slotmem.records import CaptureEvent, SlotRecord
 from harness.slotmem.schedule import (
     check_layout,
-    microbatch_count_problem,
+    lockstep_order,
     order_events,
     rank_order,
     rank_order_arrays,
 )
 
-LayersSpec = Union[int, Sequence[int], Sequence[Sequence[int]]]
-
-
-# --------------------------------------------------------------------------- inputs
-def cp_variants(cp_sizes: Iterable[int]) -> tuple[int, ...]:
-    """Validated CP sizes, sorted ascending (index = variant; index 0 = canonical, the smallest)."""
-    sizes = list(cp_sizes)
-    if not sizes:
-        raise PlanError("give at least one CP size")
-    for size in sizes:
-        if not isinstance(size, int) or isinstance(size, bool) or size < 1 or size & (size - 1):
-            raise PlanError(f"CP sizes must be powers of two (1, 2, 4, ...), got {size!r}")
-    if len(set(sizes)) != len(sizes):
-        raise PlanError(f"CP sizes repeat: {sizes}")
-    return tuple(sorted(sizes))
-
-
-def layers_per_rank(layers: LayersSpec, pp: int, vpp: int) -> tuple[tuple[int, ...], ...]:
-    """Layers of every chunk of every rank, from one int (every chunk), one list of ``vpp`` ints
-    (the same on every rank) or ``pp`` lists of ``vpp`` ints (uneven stages). Zero-layer chunks
-    are allowed; a rank with no layer at all is not."""
-    if isinstance(layers, int):
-        table: list[list[int]] = [[layers] * vpp for _ in range(pp)]
-    else:
-        items = list(layers)
-        if items and all(isinstance(x, int) for x in items):
-            table = [list(items) for _ in range(pp)]  # type: ignore[arg-type]
-        else:
-            table = [list(x) for x in items]  # type: ignore[arg-type]
-            if len(table) != pp:
-                raise PlanError(f"layers per chunk: got {len(table)} per-rank lists for PP={pp}")
-    for rank, row in enumerate(table):
-        if len(row) != vpp:
-            raise PlanError(
-                f"layers per chunk of rank {rank}: got {len(row)} values {row} for VPP={vpp} "
-                f"chunks; give one value per chunk"
-            )
-        for n in row:
-            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-                raise PlanError(f"layers per chunk must be integers >= 0, got {n!r}")
-        if sum(row) == 0:
-            raise PlanError(f"rank {rank} has no layer in any chunk")
-    return tuple(tuple(row) for row in table)
-
-
-def reachable_counts(
-    pp: int, vpp: int, group: int, counts: Iterable[int], strict: bool = True
-) -> tuple[int, ...]:
-    """Sorted unique counts. With ``strict`` every one must be a count Megatron's schedule
-    accepts (else :class:`ScheduleError`); without, any positive count is planned (its order is
-    still built by the same rules and must drain)."""
-    unique = sorted(set(counts))
-    if not unique:
-        raise ScheduleError("give at least one microbatch count")
-    for m in unique:
-        if not isinstance(m, int) or isinstance(m, bool) or m < 1:
-            raise ScheduleError(f"microbatch counts must be positive integers, got {m!r}")
-        if not strict:
-            continue
-        problem = microbatch_count_problem(pp, vpp, group, m)
-        if problem is not None:
-            raise ScheduleError(problem)
-    return tuple(unique)
-
-
-def lockstep_order(order: Sequence[int], chunks: int, variants: int) -> tuple[int, ...]:
-    """Each base entry repeated once per variant, canonical first: ``±c`` becomes
-    ``±c, ±(c+chunks), ±(c+2*chunks), ...`` (each variant looks like its own set of chunks).
-
-    ``[1,2,1,2,-1,-2,-1,-2]`` with 2 variants and 2 chunks gives
-    ``[1,3,2,4,1,3,2,4,-1,-3,-2,-4,-1,-3,-2,-4]``.
-    """
-    out: list[int] = []
-    for entry in order:
-        sign = 1 if entry > 0 else -1
-        out.extend(sign * (abs(entry) + v * chunks) for v in range(variants))
-    return tuple(out)
+__all__ = [
+    "PipelinePlan",
+    "SlotPlan",
+    "cp_variants",
+    "layers_per_rank",
+    "lockstep_order",
+    "plan_pipeline",
+    "reachable_counts",
+    "required_slots",
+]
 
 
 def _labelled(
@@ -183,7 +125,7 @@ class SlotPlan:
         """Every record's :meth:`SlotRecord.compact` tuple, in capture order."""
         return tuple(r.compact() for r in self.records)
 
-    def warmup_group(self, variant: int, chunk: int, layer: int) -> int:
+    def warmup_group_of(self, variant: int, chunk: int, layer: int) -> int:
         """Warmup group of a callable: largest CP size first, then chunk-major layer index."""
         total = sum(self.layers_per_chunk)
         offset = sum(self.layers_per_chunk[:chunk])
@@ -203,9 +145,8 @@ class SlotPlan:
         Checks: the order is the capture order of this layout and drains; the lockstep order
         matches it; there is exactly one record per (variant, captured forward, layer) with the
         derived fields (cp size, slot, branch, warmup group) right and one colour per frame; and,
-        walking every reachable order with this plan's slot ring, no slot is reused while live, no
-        two live saved frames share a saved colour, and no input-grad frame shares its colour with
-        the frame of the next backward.
+        walking every reachable order with this plan's slot ring, no slot is reused while live and
+        no two frames that are live at the same time share a saved or an input-grad colour.
         """
         cp_variants(self.cp_sizes)
         if self.cp_sizes != tuple(sorted(self.cp_sizes)):
@@ -233,9 +174,7 @@ class SlotPlan:
         if self.lockstep_order != lockstep_order(self.order, self.chunks, self.variants):
             raise PlanError(f"rank {self.rank}: lockstep_order does not expand order per variant")
         saved, grad = self._check_records()
-        walker = _LivenessChecker(
-            self.chunks, self.physical_slots, self.layers_per_chunk, saved, grad, self.pp > 1
-        )
+        walker = PlanChecker(self.physical_slots, self.layers_per_chunk, self.pp, saved, grad)
         walk_orders(self.reachable_orders(), walker)
 
     def _check_records(self) -> tuple[dict[tuple[int, int, int], int], dict[tuple[int, int], int]]:
@@ -262,7 +201,7 @@ class SlotPlan:
                 "cp_size": self.cp_sizes[r.variant],
                 "slot": r.microbatch % S,
                 "branch": r.variant * S + r.microbatch % S,
-                "warmup_group": self.warmup_group(r.variant, r.chunk, r.layer),
+                "warmup_group": self.warmup_group_of(r.variant, r.chunk, r.layer),
             }
             for name, value in derived.items():
                 if getattr(r, name) != value:
@@ -371,11 +310,17 @@ def required_slots(
     """Per rank and chunk, the most outstanding forwards over every order of ``counts``."""
     g = check_layout(pp, vpp, group)
     counts = reachable_counts(pp, vpp, g, counts, strict)
-    orders = rank_order_arrays(pp, counts, vpp, g)
+    return _peaks(counts, rank_order_arrays(pp, counts, vpp, g), vpp)
+
+
+def _peaks(
+    counts: Sequence[int], orders: Sequence[Sequence[Sequence[int]]], chunks: int
+) -> tuple[tuple[int, ...], ...]:
+    """Per rank and chunk, the most outstanding forwards over ``orders[rank][i]``."""
     out = []
-    for rank in range(pp):
-        counter = OutstandingCounter(vpp)
-        walk_orders(_labelled(counts, orders[rank], rank), counter)
+    for rank, rank_orders in enumerate(orders):
+        counter = OutstandingCounter(chunks)
+        walk_orders(_labelled(counts, rank_orders, rank), counter)
         out.append(tuple(counter.peak))
     return tuple(out)
 
@@ -418,14 +363,14 @@ def _plan_rank(
 ) -> SlotPlan:
     chunks = len(layers)
     capture = rank_order(pp, rank, physical_slots, chunks, group)
-    builder = ConflictBuilder(chunks, physical_slots, [n > 0 for n in layers], pp > 1)
+    builder = ConflictBuilder(chunks, physical_slots, layers, pp)
     labelled = _labelled(counts, orders, rank)
     labelled.append((f"PP rank {rank}, capture order", capture))
     walk_orders(OrderSet.build(labelled), builder)
 
     adj, nodes = _layer_graph(builder.symmetric_saved(), layers, physical_slots)
     saved_of = dict(zip(nodes, dsatur(adj)))
-    grad_of_frame = dsatur(builder.grad_adj)
+    grad_of_frame = dsatur(builder.symmetric_grad())
     total = sum(layers)
     offsets = [sum(layers[:c]) for c in range(chunks)]
     K = len(cp_sizes)
@@ -495,11 +440,7 @@ def plan_pipeline(
     cps = cp_variants(cp_sizes)
     layers = layers_per_rank(layers_per_chunk, pp, vpp)
     orders = rank_order_arrays(pp, counts, vpp, g)
-    per_rank_slots: list[tuple[int, ...]] = []
-    for rank in range(pp):
-        counter = OutstandingCounter(vpp)
-        walk_orders(_labelled(counts, orders[rank], rank), counter)
-        per_rank_slots.append(tuple(counter.peak))
+    per_rank_slots = _peaks(counts, orders, vpp)
     required = max(max(row) for row in per_rank_slots)
     if physical_slots is None:
         slots = required
@@ -525,80 +466,3 @@ def plan_pipeline(
         physical_slots=slots,
         ranks=ranks,
     )
-
-
-class _LivenessChecker:
-    """Walker for :meth:`SlotPlan.validate`: checks slots and colours event by event."""
-
-    def __init__(
-        self,
-        chunks: int,
-        slots: int,
-        layers: Sequence[int],
-        saved: dict[tuple[int, int, int], int],
-        grad: dict[tuple[int, int], int],
-        grad_in_flight: bool,
-    ) -> None:
-        self.chunks, self.slots, self.layers = chunks, slots, tuple(layers)
-        self.saved, self.grad, self.grad_in_flight = saved, grad, grad_in_flight
-        self.start()
-
-    def start(self) -> None:
-        self._fwd = [0] * self.chunks
-        self._bwd = [0] * self.chunks
-        self._live: dict[tuple[int, int], int] = {}  # live (chunk, slot) -> microbatch
-        self._colours: dict[int, tuple[int, int, int]] = {}  # live saved colour -> frame
-        self._prev: Optional[tuple[int, int]] = None
-
-    def save(self) -> tuple:
-        return (tuple(self._fwd), tuple(self._bwd), dict(self._live), dict(self._colours),
-                self._prev)
-
-    def load(self, state: tuple) -> None:
-        fwd, bwd, live, colours, self._prev = state
-        self._fwd, self._bwd = list(fwd), list(bwd)
-        self._live, self._colours = dict(live), dict(colours)
-
-    def feed(self, events: Sequence[int]) -> None:
-        S = self.slots
-        for e in events:
-            c = abs(e) - 1
-            if e > 0:
-                m = self._fwd[c]
-                self._fwd[c] += 1
-                frame = (c, m % S)
-                if frame in self._live:
-                    raise SlotPeriodError(
-                        f"slot {m % S} of chunk {c} is reused by microbatch {m} while microbatch "
-                        f"{self._live[frame]} still holds it (physical_slots {S} too small)"
-                    )
-                self._live[frame] = m
-                for layer in range(self.layers[c]):
-                    key = (c, m % S, layer)
-                    colour = self.saved[key]
-                    if colour in self._colours:
-                        raise PlanError(
-                            f"saved frames (chunk, slot, layer) {self._colours[colour]} and {key} "
-                            f"are live at the same time but share saved colour {colour}"
-                        )
-                    self._colours[colour] = key
-            else:
-                m = self._bwd[c]
-                self._bwd[c] += 1
-                frame = (c, m % S)
-                if self._live.pop(frame, None) != m:
-                    raise ScheduleError(f"backward of chunk {c + 1} microbatch {m} was never live")
-                for layer in range(self.layers[c]):
-                    del self._colours[self.saved[(c, m % S, layer)]]
-                if self.grad_in_flight and self.layers[c]:
-                    prev = self._prev
-                    if prev is not None and (prev == frame or self.grad[prev] == self.grad[frame]):
-                        raise PlanError(
-                            f"input-grad frames (chunk, slot) {prev} and {frame} belong to "
-                            f"consecutive backwards but share grad colour {self.grad[frame]}"
-                        )
-                    self._prev = frame
-
-    def finish(self) -> None:
-        if self._live:
-            raise ScheduleError(f"order does not drain: frames {sorted(self._live)} still live")

@@ -17,21 +17,41 @@ def _storage_key(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
 
+class _InputIndex:
+    """Which static input (if any) a tensor is a view of, by storage and byte range.
+
+    Range-based because at capture every static input is a view of the same backing allocation."""
+
+    def __init__(self, inputs: Sequence[torch.Tensor]) -> None:
+        self._spans = []
+        for i, t in enumerate(inputs):
+            lo = t.data_ptr()
+            self._spans.append((_storage_key(t), lo, lo + max(t.numel() * t.element_size(), 1), i))
+
+    def find(self, t: torch.Tensor) -> int:
+        key, ptr = _storage_key(t), t.data_ptr()
+        for skey, lo, hi, i in self._spans:
+            if skey == key and lo <= ptr < hi:
+                return i
+        return -1
+
+
 class SaveObserver:
     """Pack hook for warmup: records every save, returns it unchanged."""
 
     def __init__(self, external: set[int], inputs: Sequence[torch.Tensor]) -> None:
         self._external = external
-        self._inputs = {_storage_key(t): i for i, t in enumerate(inputs)}
+        self._inputs = _InputIndex(inputs)
         self.raw: list[tuple[str, int, TensorMeta, int]] = []
 
     def pack(self, t: torch.Tensor) -> torch.Tensor:
         key = _storage_key(t)
         meta = TensorMeta.of(t)
+        source = self._inputs.find(t)
         if key in self._external:
             self.raw.append((EXTERNAL, key, meta, -1))
-        elif key in self._inputs:
-            self.raw.append((INPUT, key, meta, self._inputs[key]))
+        elif source >= 0:
+            self.raw.append((INPUT, key, meta, source))
         else:
             self.raw.append((NATIVE, key, meta, -1))
         return t
@@ -63,7 +83,7 @@ class ArenaPacker:
         self._entries = entries
         self._views = views
         self._external = external
-        self._inputs = {_storage_key(t): i for i, t in enumerate(inputs)}
+        self._inputs = _InputIndex(inputs)
         self._component_base: dict[int, tuple[int, int]] = {}  # component -> (storage key, start - rel)
         self._k = 0
 
@@ -81,11 +101,12 @@ class ArenaPacker:
             if key not in self._external:
                 raise CaptureMismatch(f"{self._name}: saved tensor {k} was a parameter/buffer in warmup, not now")
             return t
+        source = self._inputs.find(t)
         if entry.kind == INPUT:
-            if self._inputs.get(key) != entry.source:
+            if source != entry.source:
                 raise CaptureMismatch(f"{self._name}: saved tensor {k} was a view of input {entry.source} in warmup, not now")
             return t
-        if key in self._external or key in self._inputs:
+        if key in self._external or source >= 0:
             raise CaptureMismatch(f"{self._name}: saved tensor {k} was native in warmup but is a parameter/input now")
         base = (key, meta.start_byte - entry.rel_byte)
         if self._component_base.setdefault(entry.component, base) != base:

@@ -31,6 +31,7 @@ __all__ = [
     "check_layout",
     "check_microbatch_count",
     "check_order",
+    "lockstep_order",
     "max_outstanding",
     "microbatch_count_problem",
     "order_events",
@@ -291,3 +292,17 @@ def max_outstanding(order: Sequence[int], chunks: int) -> tuple[int, ...]:
         else:
             live[c] -= 1
     return tuple(peak)
+
+
+def lockstep_order(order: Sequence[int], chunks: int, variants: int) -> tuple[int, ...]:
+    """Each base entry repeated once per variant, canonical first: ``±c`` becomes
+    ``±c, ±(c+chunks), ±(c+2*chunks), ...`` (each variant looks like its own set of chunks).
+
+    ``[1,2,1,2,-1,-2,-1,-2]`` with 2 variants and 2 chunks gives
+    ``[1,3,2,4,1,3,2,4,-1,-3,-2,-4,-1,-3,-2,-4]``.
+    """
+    out: list[int] = []
+    for entry in order:
+        sign = 1 if entry > 0 else -1
+        out.extend(sign * (abs(entry) + v * chunks) for v in range(variants))
+    return tuple(out)

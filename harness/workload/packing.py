@@ -6,8 +6,10 @@ holding whole packed sequences. Every pool rank runs every microbatch, so all ra
 the same microbatch count (as the pipeline schedule and EP all-to-alls need).
 
 * Fixed CP ``c``: ``pool / c`` DP groups of ``c`` ranks; sequences go to bins of ``train.seq_length``
-  tokens (longest first, least-loaded bin), the bin count a multiple of DP (or ``train.microbatches
-  * dp`` when given); microbatch ``j`` gives bin ``j * dp + i`` to DP group ``i``.
+  real tokens (longest first, least-loaded bin), the bin count a multiple of DP (or
+  ``train.microbatches * dp`` when given); microbatch ``j`` gives bin ``j * dp + i`` to DP group
+  ``i``. Bins count real tokens, so the grouping does not depend on ``c`` (CP padding adds at most
+  ``2c - 1`` tokens per sequence on top).
 * Dynamic CP (Megatron's rule): a sequence of ``L`` tokens needs
   ``max(min_cp, next_pow2(ceil(L / max_seqlen_per_rank)))`` ranks (the next allowed size if that one
   is not listed). Microbatches are filled longest first: a sequence joins an open group of at least
@@ -23,9 +25,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from harness.errors import ConfigError
+from harness.slotmem.schedule import microbatch_count_problem
 from harness.spec.schema import Case
 from harness.workload.data import Sequence, step_sequences
 
@@ -100,33 +103,63 @@ def dynamic_cp_need(length: int, sizes: tuple[int, ...], max_seqlen_per_rank: in
     )
 
 
+def schedulable(case: Case) -> Callable[[int], Optional[str]]:
+    """Why the case's pipeline schedule cannot run a microbatch count (None: it can)."""
+    par = case.parallel
+    return lambda m: microbatch_count_problem(par.pp, par.vpp, par.group_size, m)
+
+
 def plan_step(case: Case, step: int, fixed_cp: Optional[int] = None) -> StepPlan:
-    """The microbatches of 1-based ``step`` for ``case`` (``fixed_cp`` overrides dynamic CP)."""
+    """The microbatches of 1-based ``step`` for ``case`` (``fixed_cp`` overrides dynamic CP).
+
+    The microbatch count is raised, where needed, to one the interleaved schedule can run (as
+    Megatron's ``align_sample_id_groups`` does for dynamic CP)."""
     seqs = step_sequences(case.train, case.data, step)
     pool = case.dp_cp
+    problem = schedulable(case)
     if case.parallel.is_dynamic and fixed_cp is None:
         mbs = _pack_dynamic(case, seqs, pool, step)
+        target = len(mbs)
+        while problem(len(mbs)) is not None:
+            target += 1
+            if target > len(seqs):
+                raise ConfigError(
+                    f"step {step}: {len(seqs)} sequences cannot make a microbatch count the pipeline "
+                    f"schedule accepts ({problem(len(mbs))}); raise train.global_batch"
+                )
+            mbs = _pack_dynamic(case, seqs, pool, step, max_per_microbatch=-(-len(seqs) // target))
     else:
         cp = fixed_cp if fixed_cp is not None else (case.parallel.cp or 1)
         if pool % cp:
             raise ConfigError(f"CP size {cp} does not divide the DP x CP ranks of a stage ({pool})")
-        mbs = _pack_fixed(case, seqs, pool, cp, step)
+        mbs = _pack_fixed(case, seqs, pool, cp, step, problem)
     return StepPlan(step, pool, tuple(mbs), sum(s.length for s in seqs))
 
 
-def _pack_fixed(case: Case, seqs: tuple[Sequence, ...], pool: int, cp: int, step: int) -> list[MicrobatchPlan]:
+def _pack_fixed(
+    case: Case,
+    seqs: tuple[Sequence, ...],
+    pool: int,
+    cp: int,
+    step: int,
+    problem: Callable[[int], Optional[str]],
+) -> list[MicrobatchPlan]:
     dp = pool // cp
-    cap = -(-case.train.seq_length // pad_multiple(cp)) * pad_multiple(cp)
+    cap = case.train.seq_length
     order = sorted(seqs, key=lambda s: (-s.length, s.index))
     fixed = case.train.microbatches
-    total = sum(padded_length(s.length, cp) for s in seqs)
+    total = sum(s.length for s in seqs)
     nbins = fixed * dp if fixed else dp * -(-(-(-total // cap)) // dp)
+    if fixed and problem(fixed) is not None:
+        raise ConfigError(f"train.microbatches={fixed}: {problem(fixed)}")
+    while not fixed and problem(nbins // dp) is not None:
+        nbins += dp
     while True:
         loads = [0] * nbins
         bins: list[list[Sequence]] = [[] for _ in range(nbins)]
         ok = True
         for s in order:
-            need = padded_length(s.length, cp)
+            need = s.length
             fits = [b for b in range(nbins) if loads[b] + need <= cap]
             if not fits:
                 ok = False
@@ -142,6 +175,8 @@ def _pack_fixed(case: Case, seqs: tuple[Sequence, ...], pool: int, cp: int, step
                 f"bins of train.seq_length={case.train.seq_length} tokens; raise train.microbatches"
             )
         nbins += dp
+        while problem(nbins // dp) is not None:
+            nbins += dp
     if any(not b for b in bins):
         raise ConfigError(
             f"step {step}: {len(seqs)} sequences cannot fill {nbins} microbatch bins (dp={dp}); "
@@ -157,7 +192,13 @@ def _pack_fixed(case: Case, seqs: tuple[Sequence, ...], pool: int, cp: int, step
     return out
 
 
-def _pack_dynamic(case: Case, seqs: tuple[Sequence, ...], pool: int, step: int) -> list[MicrobatchPlan]:
+def _pack_dynamic(
+    case: Case,
+    seqs: tuple[Sequence, ...],
+    pool: int,
+    step: int,
+    max_per_microbatch: Optional[int] = None,
+) -> list[MicrobatchPlan]:
     sizes = tuple(s for s in case.parallel.cp_sizes if s <= pool)
     if not sizes:
         raise ConfigError(f"parallel.dynamic_cp {case.parallel.cp_sizes} has no size <= DP x CP ({pool})")
@@ -171,7 +212,11 @@ def _pack_dynamic(case: Case, seqs: tuple[Sequence, ...], pool: int, step: int) 
         groups: list[list] = []  # [size, sequences, padded load]
         free = pool
         left = []
+        taken = 0
         for s in remaining:
+            if max_per_microbatch is not None and taken >= max_per_microbatch:
+                left.append(s)
+                continue
             placed = False
             for g in sorted(groups, key=lambda g: (g[2] / g[0], g[0])):
                 room = g[0] * msr - g[2]
@@ -184,7 +229,9 @@ def _pack_dynamic(case: Case, seqs: tuple[Sequence, ...], pool: int, step: int) 
                 groups.append([need[s.index], [s], padded_length(s.length, need[s.index])])
                 free -= need[s.index]
                 placed = True
-            if not placed:
+            if placed:
+                taken += 1
+            else:
                 left.append(s)
         free = _widen(groups, free, sizes, msr)
         if free:

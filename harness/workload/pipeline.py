@@ -7,7 +7,9 @@ Chunk ``c`` of PP rank ``r`` is virtual stage ``v = c*pp + r``: its input comes 
 ``v+1``; gradients flow back the same way. Sends are non-blocking (waited at the end of the step),
 receives block, and every message carries a tag naming (microbatch, receiving virtual stage,
 direction), so the interleaving of activation and gradient messages between two ranks cannot be
-confused. With PP=1 and VPP=1 the order is forward, backward, forward, ... on one rank.
+confused. Each one-way (stage pair, kind) channel also has its own process group
+(``ProcessGroups.p2p``), so backends that match point-to-point messages in issue order (NCCL)
+see one FIFO stream per group. With PP=1 and VPP=1 the order is forward, backward, ... on one rank.
 """
 
 from __future__ import annotations
@@ -78,13 +80,16 @@ def run_step(
     backwards_left = {m: vpp for m in range(microbatches)}
     pending: list[tuple[object, torch.Tensor]] = []
 
-    def prev_of(c: int) -> tuple[int, int]:  # (global rank, chunk) of virtual stage v-1
-        v = c * pp + pp_rank - 1
-        return groups.pp.ranks[v % pp], v // pp
+    def prev_of(c: int) -> tuple[int, int]:  # (global rank, PP stage) of virtual stage v-1
+        s = (c * pp + pp_rank - 1) % pp
+        return groups.pp.ranks[s], s
 
-    def next_of(c: int) -> int:
-        v = c * pp + pp_rank + 1
-        return groups.pp.ranks[v % pp]
+    def next_of(c: int) -> tuple[int, int]:  # (global rank, PP stage) of virtual stage v+1
+        s = (c * pp + pp_rank + 1) % pp
+        return groups.pp.ranks[s], s
+
+    def channel(src: int, dst: int, kind: str) -> object:
+        return groups.p2p[(src, dst, kind)]
 
     def mb_input(m: int) -> MicrobatchInput:
         if m not in inputs:
@@ -101,9 +106,9 @@ def run_step(
             if chunk.first:
                 x_in, x = None, mb.inputs
             else:
-                src, _ = prev_of(c)
+                src, src_stage = prev_of(c)
                 buf = torch.empty(tokens, hidden, dtype=torch.float32, device=device)
-                dist.recv(buf, src=src, tag=_tag(m, v, stages, False))
+                dist.recv(buf, src=src, group=channel(src_stage, pp_rank, "act"), tag=_tag(m, v, stages, False))
                 x_in = buf.requires_grad_()
                 x = x_in
             amp = (
@@ -121,7 +126,10 @@ def run_step(
                 saved[(c, m)] = (x_in, loss)
             else:
                 send = out.detach().float().contiguous()
-                work = dist.isend(send, dst=next_of(c), tag=_tag(m, v + 1, stages, False))
+                dst, dst_stage = next_of(c)
+                work = dist.isend(
+                    send, dst=dst, group=channel(pp_rank, dst_stage, "act"), tag=_tag(m, v + 1, stages, False)
+                )
                 pending.append((work, send))
                 saved[(c, m)] = (x_in, out)
         else:
@@ -130,12 +138,15 @@ def run_step(
                 out.backward()
             else:
                 grad = torch.empty(tokens, hidden, dtype=torch.float32, device=device)
-                dist.recv(grad, src=next_of(c), tag=_tag(m, v, stages, True))
+                src, src_stage = next_of(c)
+                dist.recv(grad, src=src, group=channel(src_stage, pp_rank, "grad"), tag=_tag(m, v, stages, True))
                 out.backward(grad.to(out.dtype))
             if x_in is not None:
-                dst, _ = prev_of(c)
+                dst, dst_stage = prev_of(c)
                 g = x_in.grad.detach().float().contiguous()
-                work = dist.isend(g, dst=dst, tag=_tag(m, v - 1, stages, True))
+                work = dist.isend(
+                    g, dst=dst, group=channel(pp_rank, dst_stage, "grad"), tag=_tag(m, v - 1, stages, True)
+                )
                 pending.append((work, g))
             backwards_left[m] -= 1
             if backwards_left[m] == 0:

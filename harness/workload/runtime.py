@@ -123,6 +123,9 @@ class ProcessGroups:
     ep: GroupHandle
     expert_dp: GroupHandle  # expert-grad all-reduce
     cp: dict[int, GroupHandle] = field(default_factory=dict)  # CP size -> this rank's block
+    # (src PP stage, dst PP stage, kind) -> group for one-way pipeline traffic of one kind
+    # ("act" activations, "grad" input grads) between two stages of this rank's pipeline.
+    p2p: dict[tuple[int, int, str], Optional[object]] = field(default_factory=dict)
 
     @property
     def pp_rank(self) -> int:
@@ -176,11 +179,44 @@ def build_groups(layout: Layout, rank: int, cp_sizes: tuple[int, ...], device: t
         if layout.pool % size:
             raise ConfigError(f"CP size {size} does not divide the DP x CP ranks of a stage ({layout.pool})")
         cp[size] = visit(f"cp{size}", [b for s in stages for b in layout.cp_blocks(s, size)])
+    # One group per one-way (stage pair, kind) channel: activations flow s -> s+1 (and the VPP wrap
+    # pp-1 -> 0), grads the other way. Each channel then carries one FIFO stream in one direction,
+    # so in-order matching (NCCL ignores tags) can neither confuse messages nor deadlock.
+    p2p: dict[tuple[int, int, str], Optional[object]] = {}
+    channels = pipeline_channels(layout.pp)
+    my_pool = layout.pool_rank(rank)
+    for i in range(layout.pool):
+        for src, dst, kind in channels:
+            ranks = (layout.global_rank(src, i), layout.global_rank(dst, i))
+            g = make(ranks) if src != dst else None
+            if i == my_pool:
+                p2p[(src, dst, kind)] = g
     if distributed:
         # Same global order on every rank (a rank skips groups it is not in): no deadlock.
         probe = torch.ones(1, device=device)
         for h in warm:
             if h.active:
                 dist.all_reduce(probe, group=h.group)
+        for src, dst, kind in channels:  # warm every channel with one message in its direction
+            g = p2p[(src, dst, kind)]
+            if g is None:
+                continue
+            me = layout.pp_rank(rank)
+            if me == src:
+                dist.send(probe, dst=layout.global_rank(dst, my_pool), group=g)
+            elif me == dst:
+                dist.recv(probe, src=layout.global_rank(src, my_pool), group=g)
         dist.barrier()
-    return ProcessGroups(layout, rank, world, mine["pp"], mine["pool"], mine["ep"], mine["expert_dp"], cp)
+    return ProcessGroups(layout, rank, world, mine["pp"], mine["pool"], mine["ep"], mine["expert_dp"], cp, p2p)
+
+
+def pipeline_channels(pp: int) -> list[tuple[int, int, str]]:
+    """Every one-way pipeline channel ``(src stage, dst stage, kind)``, in a fixed global order."""
+    if pp == 1:
+        return []
+    out = []
+    for s in range(pp):
+        nxt = (s + 1) % pp
+        out.append((s, nxt, "act"))
+        out.append((nxt, s, "grad"))
+    return out

@@ -5,6 +5,7 @@ the launcher: spawning, log merging, failure detection, stack dumps, killing, po
 """
 
 import os
+import subprocess
 import sys
 import textwrap
 import time
@@ -16,11 +17,12 @@ from harness.results import LOG_FILE
 PRELUDE = """
 import os, sys, time, subprocess
 from pathlib import Path
-from harness.launch.rank_main import _register_stack_dump, stacks_path
+from harness.launch.rank_main import register_stack_dump, stacks_path, start_orphan_watchdog
+start_orphan_watchdog()
 rank = int(os.environ["RANK"])
 arm_dir = Path(sys.argv[1])
 (arm_dir / f"pid.rank{rank}").write_text(str(os.getpid()))
-stacks = _register_stack_dump(stacks_path(arm_dir, rank))
+stacks = register_stack_dump(stacks_path(arm_dir, rank))
 print(f"up {rank} of {os.environ['WORLD_SIZE']} port {os.environ['MASTER_PORT']}", flush=True)
 """
 
@@ -128,6 +130,31 @@ def test_port_retry_gives_up(tmp_path):
     cmd = _cmd(tmp_path, 'raise SystemExit("Address already in use")\n', world=1)
     out = run_ranks(cmd, port_retries=2, stack_wait_s=0.5, kill_grace_s=1.0)
     assert out.status == "failed" and out.restarts == 2
+
+
+def test_ranks_stop_when_the_launcher_is_killed(tmp_path):
+    cmd = _cmd(tmp_path, """
+        child = subprocess.Popen(["sleep", "600"])
+        (arm_dir / f"child.rank{rank}").write_text(str(child.pid))
+        time.sleep(600)
+    """)
+    launcher = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        from pathlib import Path
+        from harness.launch.local import RankCommand, run_ranks
+        run_ranks(RankCommand(argv={cmd.argv!r}, world_size=2, arm_dir=Path({str(cmd.arm_dir)!r}),
+                              timeout_s=600))
+    """)], env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    names = ("pid.rank0", "pid.rank1", "child.rank0", "child.rank1")
+    deadline = time.monotonic() + 30
+    while not all((cmd.arm_dir / n).exists() for n in names):
+        assert time.monotonic() < deadline and launcher.poll() is None
+        time.sleep(0.1)
+    launcher.kill()  # SIGKILL: no cleanup code of the launcher runs
+    launcher.wait()
+    deadline = time.monotonic() + 10
+    while not all(_gone(_pid(cmd.arm_dir, n)) for n in names):
+        assert time.monotonic() < deadline, "ranks outlived their launcher"
+        time.sleep(0.1)
 
 
 def test_rank_environment(tmp_path):

@@ -21,7 +21,7 @@ def test_fixed_cp_packs_every_sequence_once_within_capacity(world, parallel):
             assert [g.start for g in mb.groups] == list(range(0, case.dp_cp, cp))
             for g in mb.groups:
                 assert g.size == cp and g.sequences
-                assert g.padded_tokens <= case.train.seq_length
+                assert g.tokens <= case.train.seq_length
         assert plan.total_tokens == sum(s.length for mb in plan.microbatches for g in mb.groups for s in g.sequences)
 
 
@@ -85,3 +85,17 @@ def test_padding():
     assert padded_length(5, 2) == 8
     assert padded_length(8, 4) == 8
     assert padded_length(9, 4) == 16
+
+
+def test_microbatch_counts_are_raised_to_what_the_vpp_schedule_runs():
+    from harness.slotmem.schedule import microbatch_count_problem
+
+    for parallel, world in (({"pp": 2, "vpp": 2}, 2), ({"pp": 2, "vpp": 2, "dynamic_cp": [1, 2]}, 4)):
+        case = make_case(
+            world=world, parallel=parallel,
+            train={"global_batch": 12, "seq_length": 64, "max_seqlen_per_rank": 32},
+        )
+        for step in (1, 2, 3, 4):
+            plan = plan_step(case, step)
+            assert microbatch_count_problem(2, 2, 2, len(plan.microbatches)) is None
+            assert _all_indices(plan) == list(range(12))

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# GPU check: the CUDA-marked tests and the GPU benchmarks, logs under $OUT.
+# Run on a GPU machine from the repository root:  bash bench/gpu_check.sh
+#   OUT=dir        where logs go (default ./gpu-logs)
+#   PYTEST_PATHS   test paths for `pytest -m cuda` (default: tests)
+#   BENCHES        benchmark scripts, space separated (default below; add yours here)
+set -o pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-logs}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+PY=${PYTHON:-python3}
+DEFAULT_BENCHES="bench/graph_memory.py"
+status=0
+$PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())" \
+  2>&1 | tee "$OUT/env.log" || status=1
+$PY -m pytest -m cuda ${PYTEST_PATHS:-tests} -q -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest_cuda.log" || status=1
+for bench in ${BENCHES-$DEFAULT_BENCHES}; do
+  name=$(basename "$bench" .py)
+  $PY "$bench" 2>&1 | tee "$OUT/bench_$name.log" || status=1
+done
+echo "gpu_check: exit $status (logs in $OUT)"
+exit $status

@@ -1,0 +1,224 @@
+"""Graph memory of slot-shared capture vs the alternatives, K = 1..4 dynamic-CP variants (one table).
+
+For one PP rank's interleaved 1F1B schedule (PP2, VPP2, 2 layers per chunk, microbatch counts
+4/6/8 -> 4 physical slots) and CP sizes 1, 2, 4, 8 (variant k has 1/cp of the tokens):
+  (a) the largest variant alone, ordinary capture (one pool, capture order = replay order)
+  (b) K variants, ordinary capture, one pool per variant
+  (c) K variants, ordinary capture, one shared pool, back to back without rewind
+  (d) K variants, slot-shared plan (arenas max over variants, lockstep + allocator rewind)
+Graph memory = pool reserved bytes (every pool) + static buffers the graphs own outside pools.
+Also: peak allocated during capture vs after (d), capture seconds per variant, mismatches vs
+eager under a random variant per microbatch, and replay vs eager time of the whole schedule.
+
+Run on a GPU: python bench/graph_memory.py [--hidden 1024 --tokens 8192 --dtype bf16 --json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.slotmem.capture import capture_plan  # noqa: E402
+from harness.slotmem.ordinary import make_ordinary_graphed_callables  # noqa: E402
+from harness.slotmem.plan import plan_pipeline  # noqa: E402
+from harness.slotmem.schedule import order_events, rank_order  # noqa: E402
+
+MiB = 2**20
+
+
+class GluLayer(torch.nn.Module):
+    def __init__(self, hidden: int, seed: int) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.norm = torch.nn.LayerNorm(hidden)
+        self.fc1 = torch.nn.Linear(hidden, 4 * hidden)
+        self.fc2 = torch.nn.Linear(2 * hidden, hidden)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=g) / hidden**0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.fc1(self.norm(x)).chunk(2, dim=-1)
+        return x + self.fc2(a * torch.sigmoid(b))
+
+
+def run_schedule(call: Callable[..., torch.Tensor], order: tuple[int, ...], chunks: int, layers: int,
+                 cp_of: list[int], tokens: int, hidden: int, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    live: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+    pending: tuple[str, torch.Tensor] | None = None
+    for ev in order_events(order, chunks):
+        c, m = ev.chunk, ev.microbatch
+        cp = cp_of[m]
+        g = torch.Generator(device="cuda").manual_seed(1000 * c + m + (0 if ev.forward else 7))
+        if ev.forward:
+            x = torch.randn(tokens // cp, hidden, device="cuda", generator=g).to(dtype).requires_grad_()
+            h = x
+            for l in range(layers):
+                h = call(c, l, h, cp, m)
+            out[f"out{c}.{m}"] = h.detach().clone()
+            live[(c, m)] = (x, h)
+        else:
+            x, h = live.pop((c, m))
+            h.backward(torch.randn(h.shape, device="cuda", generator=g).to(dtype))
+            if pending is not None:
+                out[pending[0]] = pending[1].grad.clone()
+            pending = (f"dx{c}.{m}", x)
+    if pending is not None:
+        out[pending[0]] = pending[1].grad.clone()
+    return out
+
+
+def take_grads(model: list[list[GluLayer]]) -> dict[str, torch.Tensor]:
+    out = {}
+    for c, chunk in enumerate(model):
+        for l, layer in enumerate(chunk):
+            for n, p in layer.named_parameters():
+                out[f"g{c}.{l}.{n}"] = p.grad.clone()
+                p.grad = None
+    return out
+
+
+def fresh() -> None:
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--tokens", type=int, default=8192, help="tokens of a CP1 microbatch")
+    ap.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
+    ap.add_argument("--max-k", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("graph_memory: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    pp, vpp, layers, counts = 2, 2, 2, (4, 6, 8)
+    model = [[GluLayer(args.hidden, 10 * c + l).cuda().to(dtype) for l in range(layers)] for c in range(vpp)]
+    cps_all = (1, 2, 4, 8)
+    quiet: Callable[[str], None] = lambda s: None
+
+    def sample(cp: int, chunk: int, layer: int) -> tuple[torch.Tensor, ...]:
+        return (torch.randn(args.tokens // cp, args.hidden, device="cuda", dtype=dtype).requires_grad_(),)
+
+    def eager(c: int, l: int, h: torch.Tensor, cp: int, m: int) -> torch.Tensor:
+        return model[c][l](h)
+
+    def mismatches(graphs: Any, order: tuple[int, ...], cp_of: list[int]) -> int:
+        ref = run_schedule(eager, order, vpp, layers, cp_of, args.tokens, args.hidden, dtype)
+        ref.update(take_grads(model))
+        got = run_schedule(lambda c, l, h, cp, m: graphs.layer(c, l)(h, cp_size=cp, microbatch=m),
+                           order, vpp, layers, cp_of, args.tokens, args.hidden, dtype)
+        got.update(take_grads(model))
+        return sum(not torch.equal(ref[k], got[k]) for k in ref)
+
+    def timed(fn: Callable[[], Any]) -> float:
+        for _ in range(2):
+            fn()
+        ts = []
+        for _ in range(args.reps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            ts.append(time.perf_counter() - t0)
+        take_grads(model)
+        return statistics.median(ts) * 1e3
+
+    def capture_ordinary(order: tuple[int, ...], variants: tuple[int, ...], mode: str) -> tuple[Any, float]:
+        fresh()
+        g = make_ordinary_graphed_callables(model, sample, order, variants, pool_mode=mode)
+        return g, g.total_bytes() / MiB
+
+    rows = []
+    rng = random.Random(5)
+    for k in range(1, args.max_k + 1):
+        cps = cps_all[:k]
+        plan = plan_pipeline(pp, vpp, counts, cps, layers).ranks[0]
+        order = plan.order  # physical_slots microbatches: the ordinary paths capture the same graphs
+        m_cap = plan.physical_slots
+        mixed = [rng.choice(cps) for _ in range(m_cap)]
+        row: dict[str, Any] = {"K": k, "cp_sizes": list(cps), "slots": plan.physical_slots}
+
+        a, row["a_MiB"] = capture_ordinary(order, (cps[0],), "shared")
+        row["a_capture_s_per_variant"] = a.captures_per_variant_s[cps[0]]
+        a.close()
+        del a
+        b, row["b_MiB"] = capture_ordinary(order, cps, "separate")
+        row["b_mismatch"] = mismatches(b, order, mixed)
+        b.close()
+        del b
+        c, row["c_MiB"] = capture_ordinary(order, cps, "shared")
+        row["c_mismatch"] = mismatches(c, order, mixed)
+        c.close()
+        del c
+
+        fresh()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        d = capture_plan(model, sample, plan, log=quiet)
+        mem = d.memory()
+        row["d_MiB"] = mem.total / MiB
+        row["d_arenas_MiB"] = mem.backing / MiB
+        row["d_peak_capture_MiB"] = (d.stats.peak_allocated_during_capture - base) / MiB
+        row["d_after_MiB"] = (torch.cuda.memory_allocated() - base) / MiB
+        row["d_capture_s_per_variant"] = statistics.mean(d.stats.captures_per_variant_s.values())
+        row["d_mismatch"] = mismatches(d, order, mixed)
+        m_run = max(counts)
+        run_order = rank_order(pp, 0, m_run, vpp, plan.group)
+        run_cp = [rng.choice(cps) for _ in range(m_run)]
+        row["d_mismatch_wrap"] = mismatches(d, run_order, run_cp)
+        row["eager_ms"] = timed(lambda: run_schedule(eager, run_order, vpp, layers, run_cp, args.tokens,
+                                                     args.hidden, dtype))
+        row["replay_ms"] = timed(lambda: run_schedule(
+            lambda c_, l, h, cp, m: d.layer(c_, l)(h, cp_size=cp, microbatch=m),
+            run_order, vpp, layers, run_cp, args.tokens, args.hidden, dtype))
+        row["summary"] = d.stats.summary
+        d.close()
+        del d
+        fresh()
+        row["sum_ratio"] = sum(1 / cp for cp in cps)
+        for x in "bcd":
+            row[f"{x}/a"] = row[f"{x}_MiB"] / row["a_MiB"]
+        rows.append(row)
+        print(f"K={k}: {row['summary']}", flush=True)
+
+    print(f"\nGraph memory, {torch.cuda.get_device_name()}, torch {torch.__version__}, {args.dtype}, "
+          f"hidden {args.hidden}, {args.tokens} tokens at CP1, PP{pp} VPP{vpp} rank 0, {layers} layers/chunk, "
+          f"counts {list(counts)}\n")
+    head = ("| K | CP sizes | (a) MiB | (b) MiB | (c) MiB | (d) MiB | (b)/(a) | Σ 1/cp | (c)/(a) | (d)/(a) "
+            "| (d) peak capture / after MiB | capture s/variant (a) / (d) | mismatches (b)/(c)/(d)/(d, 8 mb) "
+            "| eager / replay ms (8 mb) |")
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for r in rows:
+        print(f"| {r['K']} | {r['cp_sizes']} | {r['a_MiB']:.0f} | {r['b_MiB']:.0f} | {r['c_MiB']:.0f} | "
+              f"{r['d_MiB']:.0f} | {r['b/a']:.2f} | {r['sum_ratio']:.2f} | {r['c/a']:.2f} | {r['d/a']:.3f} | "
+              f"{r['d_peak_capture_MiB']:.0f} / {r['d_after_MiB']:.0f} | "
+              f"{r['a_capture_s_per_variant']:.2f} / {r['d_capture_s_per_variant']:.2f} | "
+              f"{r['b_mismatch']}/{r['c_mismatch']}/{r['d_mismatch']}/{r['d_mismatch_wrap']} | "
+              f"{r['eager_ms']:.1f} / {r['replay_ms']:.1f} |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

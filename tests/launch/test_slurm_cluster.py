@@ -1,0 +1,245 @@
+"""End to end against a real Slurm (slurm/devcluster/start.sh): submit, track, classify, gate.
+
+Every case is a tiny CPU case; each test uses a fresh sweep folder (job ids restart with the
+cluster, so a reused submitit folder could hand back an old result).
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.cli import report_cmd, submit_cmd
+from harness.launch.slurm import latest_jobs, read_jobs
+from harness.launch.slurm_job import read_events
+from harness.launch.slurm_track import collect, retry_infra, wait_for_sweep
+from harness.report import gate
+from harness.results import read_outcome, read_steps
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
+
+REPO = Path(__file__).resolve().parents[2]
+WAIT_S = 300
+
+PROFILE = """\
+name: devtest
+partition: debug
+gpus: false
+gpus_per_node: 4
+max_nodes: 1
+cpus_per_task: 1
+time_margin_min: 5
+array_parallelism: 3
+signal_delay_s: 30
+determinism: false
+env: {{OMP_NUM_THREADS: "1"}}
+setup: {setup}
+"""
+
+TINY = """\
+name: {name}
+model: {{preset: tiny, layers: 2}}
+train: {{steps: {steps}, global_batch: 4, seq_length: 64, lr: 3.0e-3}}
+data: {{lengths: {{distribution: uniform, min: 8, max: 64}}}}
+compare: {{repeat: {{loss: exact}}}}
+resources: {{nodes: 1, gpus_per_node: 1, time_min: 4, profile: local}}
+{extra}"""
+
+# Two ranks, dynamic CP [1, 2] vs fixed CP 2: the aux loss differs by ~5e-4 between the arms (the
+# load-balancing statistics follow the CP grouping), far beyond this bound: a real failed check.
+STRICT_DCP = """\
+name: strict-dcp
+model: {preset: tiny, layers: 2}
+parallel: {pp: 1, dynamic_cp: [1, 2]}
+train: {steps: 3, global_batch: 8, seq_length: 128, max_seqlen_per_rank: 64, lr: 3.0e-3, seed: 7}
+data: {lengths: {distribution: lognormal, min: 16, max: 128}}
+compare:
+  dcp_vs_fixed_cp: {fixed_cp: 2, aux_loss: {max_abs: 1.0e-6}}
+resources: {nodes: 1, gpus_per_node: 2, time_min: 4, profile: local}
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster():
+    if shutil.which("sbatch") is None:
+        pytest.skip("no Slurm here: run slurm/devcluster/start.sh (as root) first")
+    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True)
+    if ping.returncode != 0 or "UP" not in ping.stdout:
+        pytest.skip(f"slurmctld is not up ({ping.stdout.strip() or ping.stderr.strip()}): "
+                    "run slurm/devcluster/start.sh")
+
+
+def write_profile(tmp_path, setup=()):
+    path = tmp_path / "devtest.yaml"
+    path.write_text(PROFILE.format(setup=json.dumps(list(setup))))
+    return str(path)
+
+
+def write_tiny(tmp_path, name, steps=3, extra=""):
+    path = tmp_path / "cases" / f"{name}.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(TINY.format(name=name, steps=steps, extra=extra))
+    return str(path)
+
+
+def cli(*argv):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="dcp-harness")
+    sub = parser.add_subparsers()
+    submit_cmd.register(sub)
+    report_cmd.register(sub)
+    args = parser.parse_args([str(a) for a in argv])
+    return args.func(args)
+
+
+def finish(out):
+    statuses = wait_for_sweep(out, timeout_s=WAIT_S, poll_s=1.0)
+    assert all(s.terminal for s in statuses), statuses
+    result = collect(out)
+    assert not result.still_active and not result.problems, result
+    return gate(out)
+
+
+def wait_until(predicate, what, timeout_s=WAIT_S):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def steps_of(arm_dir):
+    return [r["step"] for r in read_steps(arm_dir).get(0, [])]
+
+
+def job_pids(array_job, task):
+    """PIDs of the python ranks of one array element (processes this test's job started)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            comm = Path(f"/proc/{entry}/comm").read_text().strip()
+        except OSError:
+            continue
+        if (comm.startswith("python") and f"SLURM_ARRAY_JOB_ID={array_job}".encode() in env
+                and f"SLURM_ARRAY_TASK_ID={task}".encode() in env):
+            pids.append(int(entry))
+    return pids
+
+
+def test_focused_case_end_to_end(tmp_path):
+    out = tmp_path / "sweep"
+    case = REPO / "cases" / "focused" / "tiny-moe-eager.yaml"
+    code = cli("submit", case, "--profile", "local", "--out", out, "--wait", "--poll-s", "1")
+    assert code == 0
+    (ref,) = latest_jobs(out).values()
+    assert (Path(ref.folder) / f"{ref.job_id}_submission.sh").is_file()
+    assert Path(ref.folder).is_relative_to(out / "slurm" / "logs")
+    for arm in ("eager", "eager-repeat"):
+        outcome = read_outcome(out / "tiny-moe-eager" / arm)
+        assert outcome.ok and outcome.restarts == 0
+        assert "[rank 0]" in (out / "tiny-moe-eager" / arm / "log.txt").read_text()
+    verdict = json.loads((out / "tiny-moe-eager" / "verdict.json").read_text())
+    assert verdict["status"] == "pass"
+    assert (out / "junit.xml").is_file() and (out / "summary.md").is_file()
+
+
+def test_job_array_of_several_cases(tmp_path):
+    out = tmp_path / "sweep"
+    write_tiny(tmp_path, "arr", extra="matrix: {train.seed: [1, 2, 3]}\n")
+    assert cli("submit", tmp_path / "cases", "--profile", write_profile(tmp_path),
+               "--max-parallel", "2", "--out", out) == 0
+    refs = latest_jobs(out)
+    ids = sorted(r.job_id for r in refs.values())
+    array = ids[0].split("_")[0]
+    assert ids == [f"{array}_{i}" for i in range(3)]
+    script = (Path(refs["arr.seed1"].folder) / f"{array}_submission.sh").read_text()
+    assert "#SBATCH --array=0-2%2" in script and "#SBATCH --time=13" in script
+    assert finish(out) == 0
+    for cid in refs:
+        assert read_outcome(out / cid / "eager").ok
+
+
+def test_failing_case_gates_one(tmp_path):
+    out = tmp_path / "sweep"
+    path = tmp_path / "strict.yaml"
+    path.write_text(STRICT_DCP)
+    assert cli("submit", path, "--profile", write_profile(tmp_path), "--out", out) == 0
+    assert finish(out) == 1
+    case_dir = out / "strict-dcp"
+    for arm in ("dcp", "fixed-cp2"):
+        assert read_outcome(case_dir / arm).ok
+        assert sorted(read_steps(case_dir / arm)) == [0, 1]  # both ranks wrote steps
+    verdict = json.loads((case_dir / "verdict.json").read_text())
+    failed = [c["name"] for p in verdict["pairs"] for c in p["checks"] if not c["passed"]]
+    assert verdict["status"] == "fail" and "aux_loss" in failed
+
+
+def test_killed_jobs_are_infra_errors_and_retry_reruns_only_them(tmp_path):
+    out = tmp_path / "sweep"
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    # Array tasks 1 and 2 hang after step 1 the first time each index runs.
+    setup = [f'm={marks}/first.${{SLURM_ARRAY_TASK_ID:-x}}',
+             'if [ "${SLURM_ARRAY_TASK_ID:-0}" != 0 ] && [ ! -e "$m" ]; then touch "$m"; '
+             'export DCP_HARNESS_FAULT=hang@2; fi']
+    write_tiny(tmp_path, "kill", steps=3, extra="matrix: {train.seed: [1, 2, 3]}\n")
+    assert cli("submit", tmp_path / "cases", "--profile", write_profile(tmp_path, setup),
+               "--out", out) == 0
+    refs = latest_jobs(out)
+    array = refs["kill.seed1"].job_id.split("_")[0]
+    for cid in ("kill.seed2", "kill.seed3"):
+        wait_until(lambda cid=cid: steps_of(out / cid / "eager") == [1], f"{cid} to hang")
+    subprocess.run(["scancel", refs["kill.seed2"].job_id], check=True)
+    pids = job_pids(array, 2)
+    assert pids, "no rank process found for the third array task"
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+
+    assert finish(out) == 2  # errors, no regression
+    assert read_outcome(out / "kill.seed1" / "eager").ok
+    cancelled = read_outcome(out / "kill.seed2" / "eager")
+    killed = read_outcome(out / "kill.seed3" / "eager")
+    assert cancelled.status == "infra" and "cancelled" in cancelled.detail
+    assert killed.status == "infra" and "SIGKILL" in killed.detail
+    assert read_outcome(out / "kill.seed2" / "eager-repeat").detail.startswith("not run")
+
+    new = retry_infra(out, max_retries=1)
+    assert sorted(r.case_id for r in new) == ["kill.seed2", "kill.seed3"]
+    assert finish(out) == 0
+    assert len(read_jobs(out)["kill.seed1"]) == 1  # the passing case was not re-run
+    retried = read_outcome(out / "kill.seed3" / "eager")
+    assert retried.ok and retried.restarts == 1
+    assert steps_of(out / "kill.seed3" / "eager") == [1, 2, 3]
+    assert retry_infra(out, max_retries=1) == []
+
+
+def test_requeued_job_resumes_after_last_step(tmp_path):
+    out = tmp_path / "sweep"
+    # The first start hangs after step 2; the requeued start (SLURM_RESTART_COUNT=1) runs clean.
+    setup = ['if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then export DCP_HARNESS_FAULT=hang@3; fi']
+    path = write_tiny(tmp_path, "requeue", steps=5)
+    assert cli("submit", path, "--profile", write_profile(tmp_path, setup), "--out", out) == 0
+    (ref,) = latest_jobs(out).values()
+    arm_dir = out / "requeue" / "eager"
+    wait_until(lambda: steps_of(arm_dir) == [1, 2], "two steps before the hang")
+    time.sleep(1.0)
+    # What Slurm sends at preemption / before the time limit: submitit checkpoints + requeues.
+    subprocess.run(["scancel", "--signal=USR2", ref.job_id], check=True)
+    assert finish(out) == 0
+    outcome = read_outcome(arm_dir)
+    assert outcome.ok and outcome.restarts == 1
+    assert steps_of(arm_dir) == [1, 2, 3, 4, 5]
+    starts = [e for e in read_events(out / "requeue") if e["event"] == "arm_start"
+              and e["arm"] == "eager"]
+    assert [(e["restarts"], e["resumed_after_step"]) for e in starts] == [(0, 0), (1, 2)]
+    assert len(read_jobs(out)["requeue"]) == 1  # same job, requeued by Slurm

@@ -1,0 +1,155 @@
+"""Job planning and sbatch rendering (pure: no Slurm needed), and `submit --dry-run`."""
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.arms import arms_for_case
+from harness.cli import report_cmd, submit_cmd
+from harness.errors import ConfigError
+from harness.launch.profiles import load_profile, parse_profile
+from harness.launch.slurm import (
+    JobShape,
+    describe_plan,
+    plan_jobs,
+    render_sbatch,
+    sbatch_parameters,
+)
+from harness.spec import load_cases
+
+REPO = Path(__file__).resolve().parents[2]
+
+CASE = """\
+name: {name}
+model: {{preset: tiny, layers: 2}}
+train: {{steps: 2, global_batch: 72, seq_length: 64, lr: 1.0e-3}}
+data: {{lengths: {{distribution: uniform, min: 8, max: 64}}}}
+compare: {{repeat: {{loss: exact}}}}
+resources: {{nodes: {nodes}, gpus_per_node: {gpus}, time_min: {time}, profile: local}}
+{extra}"""
+
+
+def write_case(tmp_path, name, nodes=1, gpus=1, time=5, extra=""):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(CASE.format(name=name, nodes=nodes, gpus=gpus, time=time, extra=extra))
+    return path
+
+
+def plan(cases, profiles, **kw):
+    return plan_jobs(cases, {c.id: len(arms_for_case(c)) for c in cases}, profiles, **kw)
+
+
+def gpu_profile(**over):
+    text = "name: big\ngpus_per_node: 4\nmax_nodes: 8\ntime_margin_min: 10\nmax_time_min: 60\n"
+    text += "".join(f"{k}: {v}\n" for k, v in over.items())
+    return parse_profile(text, "big.yaml")
+
+
+def test_cases_of_one_shape_form_one_array(tmp_path):
+    write_case(tmp_path, "a", extra="matrix: {train.seed: [1, 2, 3]}\n")
+    write_case(tmp_path, "b", gpus=2)
+    cases = load_cases([tmp_path])
+    groups = plan(cases, {"local": load_profile("local")})
+    assert [g.case_ids for g in groups] == [("a.seed1", "a.seed2", "a.seed3"), ("b",)]
+    array, single = groups
+    assert array.is_array and not single.is_array
+    assert array.shape == JobShape("local", nodes=1, tasks_per_node=1, gpus_per_node=0)
+    assert single.shape.tasks_per_node == 2
+    # two arms (repeat) x 5 min + the local profile's 5 min margin
+    assert array.time_min == 15
+    assert array.array_parallelism == load_profile("local").array_parallelism
+    text = describe_plan(groups)
+    assert "array of 3 (at most 2 at once)" in text and "single job" in text
+
+
+def test_gpu_profile_requests_one_task_per_gpu(tmp_path):
+    write_case(tmp_path, "g", nodes=2, gpus=4, time=20)
+    cases = load_cases([tmp_path])
+    (group,) = plan(cases, {"big": gpu_profile()}, profile_of={"g": "big"})
+    params = sbatch_parameters(group, gpu_profile())
+    assert (params["nodes"], params["ntasks_per_node"], params["gpus_per_node"]) == (2, 4, 4)
+    assert params["time"] == 2 * 20 + 10
+    assert params["srun_args"][0] == "--kill-on-bad-exit=1"
+    assert params["additional_parameters"]["requeue"] is True
+    assert not any("CUDA_VISIBLE_DEVICES" in line for line in params["setup"])
+
+
+def test_time_limit_above_profile_maximum_is_refused(tmp_path):
+    write_case(tmp_path, "slow", time=30)
+    cases = load_cases([tmp_path])
+    with pytest.raises(ConfigError, match=r"case 'slow'.*70 min time limit.*allows 60 min"):
+        plan(cases, {"big": gpu_profile()}, profile_of={"slow": "big"})
+
+
+def test_too_many_gpus_or_nodes_is_refused(tmp_path):
+    write_case(tmp_path, "wide", gpus=8)
+    with pytest.raises(ConfigError, match=r"gpus_per_node=8 but profile 'big' nodes have 4"):
+        plan(load_cases([tmp_path]), {"big": gpu_profile()}, profile_of={"wide": "big"})
+    (tmp_path / "wide.yaml").unlink()
+    write_case(tmp_path, "tall", nodes=9, gpus=1)
+    with pytest.raises(ConfigError, match=r"nodes=9 but profile 'big' allows at most 8"):
+        plan(load_cases([tmp_path]), {"big": gpu_profile()}, profile_of={"tall": "big"})
+
+
+def test_max_parallel_overrides_the_profile(tmp_path):
+    write_case(tmp_path, "a", extra="matrix: {train.seed: [1, 2, 3, 4]}\n")
+    (group,) = plan(load_cases([tmp_path]), {"local": load_profile("local")}, max_parallel=3)
+    script = render_sbatch(group, load_profile("local"), tmp_path / "logs")
+    assert "#SBATCH --array=0-3%3" in script
+
+
+def test_short_jobs_get_the_warning_signal_inside_the_limit(tmp_path):
+    write_case(tmp_path, "tiny", time=1)
+    (group,) = plan(load_cases([tmp_path]), {"big": gpu_profile(signal_delay_s=120)},
+                    profile_of={"tiny": "big"})
+    assert group.time_min == 2 * 1 + 10
+    # the profile's delay when it fits; at most a quarter of the 12 min limit otherwise
+    assert sbatch_parameters(group, gpu_profile(signal_delay_s=120))["signal_delay_s"] == 120
+    assert sbatch_parameters(group, gpu_profile(signal_delay_s=600))["signal_delay_s"] == 180
+
+
+def run_cli(argv, capsys):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="dcp-harness")
+    sub = parser.add_subparsers()
+    submit_cmd.register(sub)
+    report_cmd.register(sub)
+    args = parser.parse_args(argv)
+    code = args.func(args)
+    return code, capsys.readouterr().out
+
+
+def test_dry_run_of_regression_cases_shows_gb200_shape(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")  # no sbatch/squeue reachable: nothing may call Slurm
+    out_dir = tmp_path / "sweep"
+    code, out = run_cli(["submit", str(REPO / "cases" / "regression"), "--profile", "gb200",
+                         "--dry-run", "--out", str(out_dir)], capsys)
+    assert code == 0
+    assert not out_dir.exists()
+    scripts = out.split("# ---- sbatch script of ")[1:]
+    assert scripts, out
+    for script in scripts:
+        assert "#SBATCH --nodes=2" in script
+        assert "#SBATCH --ntasks-per-node=4" in script
+        assert "#SBATCH --gpus-per-node=4" in script
+        assert re.search(r"#SBATCH --time=\d+", script)
+        assert "#SBATCH --partition=batch" in script
+        assert "srun --unbuffered" in script and "--kill-on-bad-exit=1" in script
+    assert "2 node(s) x 4 task(s)/node, 4 GPU(s)/node, profile gb200" in out
+    assert "gb200-qwen3-30b-a3b-dcp.vpp4" in out and "nothing submitted" in out
+
+
+def test_submit_without_sbatch_says_how_to_fix(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    write_case(tmp_path, "a")
+    with pytest.raises(ConfigError, match="sbatch is not on PATH"):
+        run_cli(["submit", str(tmp_path / "a.yaml"), "--out", str(tmp_path / "o")], capsys)
+    assert not (tmp_path / "o").exists()
+
+
+def test_status_of_a_folder_without_jobs_is_a_config_error(tmp_path, capsys):
+    with pytest.raises(ConfigError, match="holds no submitted sweep"):
+        run_cli(["status", str(tmp_path)], capsys)

@@ -1,0 +1,171 @@
+"""Parity of every parallel layout with the single-rank run (CPU, gloo, fp32, deterministic).
+
+Layouts that group tokens exactly like the single-rank run (PP, VPP, CP, EP inside CP, their
+combinations, the fixed-CP arm of a DCP case) must match it on every step with the aux loss on.
+Layouts that regroup tokens into different microbatches (DP, EP over DP, dynamic CP) legitimately
+change the per-microbatch aux loss, so they match on step 1's loss with the aux loss on and on every
+step with ``aux_loss_coeff: 0``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.workload import RankContext, TrainOptions, train_arm
+
+from conftest import make_case
+from spawn import run_spawned, run_train_jobs
+
+RTOL = 1e-5
+TRAIN = dict(steps=3, global_batch=8, seq_length=64, max_seqlen_per_rank=32, lr=3e-3)
+DATA = {"lengths": {"distribution": "uniform", "min": 8, "max": 60}}
+NOAUX = {"aux_loss_coeff": 0.0}
+
+# name: (world, parallel, model overrides, TrainOptions kwargs, steps)
+SAME_GROUPING = {
+    "pp2": (2, {"pp": 2}, {}, {}),
+    "pp2-vpp2": (2, {"pp": 2, "vpp": 2}, {}, {}),
+    "cp2": (2, {"cp": 2}, {}, {}),
+    "cp2-ep2": (2, {"cp": 2, "ep": 2}, {}, {}),
+    "dcp12-as-fixed-cp2": (2, {"dynamic_cp": [1, 2]}, {}, {"fixed_cp": 2}),
+    "pp2-cp2-ep2": (4, {"pp": 2, "cp": 2, "ep": 2}, {}, {}),
+    "pp2-vpp2-cp2-ep2": (4, {"pp": 2, "vpp": 2, "cp": 2, "ep": 2}, {}, {}),
+}
+REGROUPED = {
+    "dp2": (2, {}, {}),
+    "dp2-ep2": (2, {"ep": 2}, {}),
+    "dcp12": (2, {"dynamic_cp": [1, 2]}, {}),
+    "dcp124-ep2": (4, {"dynamic_cp": [1, 2, 4], "ep": 2}, {}),
+    "pp2-vpp2-dcp12-ep2": (4, {"pp": 2, "vpp": 2, "dynamic_cp": [1, 2], "ep": 2}, {}),
+}
+
+
+# Same-grouping layouts fix the microbatch count (one the PP2 x VPP2 schedule accepts) so the
+# single-rank run packs the same microbatches.
+FIXED_MB = {"microbatches": 6}
+
+
+def _case(world, parallel, model=None, steps=TRAIN["steps"], train=None):
+    return make_case(
+        world=world, parallel=parallel, model=model or {}, train={**TRAIN, "steps": steps, **(train or {})},
+        data=DATA,
+    )
+
+
+def _single(model=None, train=None):
+    records = []
+    train_arm(_case(1, {}, model, train=train), TrainOptions(), RankContext(0, 1, 0, "cpu", "none"), records.append)
+    return records
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    jobs = {2: [], 4: []}
+    for name, (world, par, model, opts) in SAME_GROUPING.items():
+        jobs[world].append((name, _case(world, par, model, train=FIXED_MB), opts))
+    for name, (world, par, opts) in REGROUPED.items():
+        jobs[world].append((name + "/aux", _case(world, par, steps=1), opts))
+        jobs[world].append((name + "/noaux", _case(world, par, NOAUX), opts))
+    out = {}
+    for world, js in jobs.items():
+        out.update(run_train_jobs(world, js, tmp_path_factory.mktemp(f"w{world}")))
+    out["ref/aux"] = [_single()]
+    out["ref/aux-fixed-mb"] = [_single(train=FIXED_MB)]
+    out["ref/noaux"] = [_single(NOAUX)]
+    return out
+
+
+def _assert_close(got, ref, key, steps):
+    for g, r in zip(got[:steps], ref[:steps]):
+        assert g["step"] == r["step"]
+        assert g[key] == pytest.approx(r[key], rel=RTOL), f"step {g['step']} {key}: {g[key]} vs {r[key]}"
+
+
+def _assert_ranks_agree(ranks):
+    for recs in ranks[1:]:
+        assert [(r["loss"], r["grad_norm"], r["aux_loss"]) for r in recs] == [
+            (r["loss"], r["grad_norm"], r["aux_loss"]) for r in ranks[0]
+        ]
+
+
+@pytest.mark.parametrize("name", sorted(SAME_GROUPING))
+def test_same_grouping_layouts_match_single_rank_every_step(runs, name):
+    ranks, ref = runs[name], runs["ref/aux-fixed-mb"][0]
+    _assert_ranks_agree(ranks)
+    assert len(ranks[0]) == TRAIN["steps"]
+    for key in ("loss", "grad_norm", "aux_loss"):
+        _assert_close(ranks[0], ref, key, TRAIN["steps"])
+    assert [r["microbatches"] for r in ranks[0]] == [r["microbatches"] for r in ref]
+
+
+@pytest.mark.parametrize("name", sorted(REGROUPED))
+def test_regrouping_layouts_match_single_rank(runs, name):
+    aux, noaux = runs[name + "/aux"], runs[name + "/noaux"]
+    _assert_ranks_agree(aux)
+    _assert_ranks_agree(noaux)
+    _assert_close(aux[0], runs["ref/aux"][0], "loss", 1)
+    for key in ("loss", "grad_norm"):
+        _assert_close(noaux[0], runs["ref/noaux"][0], key, TRAIN["steps"])
+
+
+def test_dynamic_cp_logs_per_microbatch_sizes(runs):
+    sizes = [s for recs in runs["dcp12/noaux"] for r in recs for s in r["cp_sizes"]]
+    assert set(sizes) == {1, 2}
+    for recs in runs["dcp12/noaux"]:
+        assert all(len(r["cp_sizes"]) == r["microbatches"] for r in recs)
+    fixed = [s for recs in runs["dcp12-as-fixed-cp2"] for r in recs for s in r["cp_sizes"]]
+    assert set(fixed) == {2}
+    wide = [s for recs in runs["dcp124-ep2/noaux"] for r in recs for s in r["cp_sizes"]]
+    assert len(set(wide)) >= 2
+
+
+# --------------------------------------------------------------------------- CP masking
+def cp_attention_probe(ctx: RankContext) -> dict:
+    """On a CP2 group: attention over a packed microbatch of 3 sequences, before and after
+    perturbing the middle sequence, plus the single-rank result for this rank's tokens."""
+    from harness.workload.attention import Attention, AttentionContext, packed_causal_mask
+    from harness.workload.batch import shard_layout
+    from harness.workload.runtime import Layout, build_groups
+
+    groups = build_groups(Layout(2, 1, 1), ctx.rank, (2,), torch.device("cpu"))
+    lengths = [6, 10, 7]
+    torch.manual_seed(0)
+    attn = Attention(16, 4, 2, 4, 1e4, 1e-6)
+    full_seg, full_pos = shard_layout(lengths, 1, 0)
+    pad_lengths = [8, 12, 8]
+    full = torch.randn(sum(pad_lengths), 16)
+    offsets = [0, 8, 20]
+
+    def rows_of(segs, poss, table):
+        return torch.stack([table[offsets[s] + p] for s, p in zip(segs.tolist(), poss.tolist())])
+
+    seg, pos = shard_layout(lengths, 2, ctx.rank)
+    key_seg = torch.cat([shard_layout(lengths, 2, r)[0] for r in range(2)])
+    key_pos = torch.cat([shard_layout(lengths, 2, r)[1] for r in range(2)])
+    actx = AttentionContext(pos, packed_causal_mask(seg, pos, key_seg, key_pos), groups.cp_group(2))
+    out = attn(rows_of(seg, pos, full), actx)
+    perturbed = full.clone()
+    perturbed[8:20] += 3.0
+    out2 = attn(rows_of(seg, pos, perturbed), actx)
+    # Single-rank reference over the padded sequences.
+    pseg = torch.cat([torch.full((n,), i) for i, n in enumerate(pad_lengths)])
+    ppos = torch.cat([torch.arange(n) for n in pad_lengths])
+    ref_all = attn(full, AttentionContext(ppos, packed_causal_mask(pseg, ppos, pseg, ppos), None))
+    ref = rows_of(seg, pos, ref_all)
+    real = pos < torch.tensor(lengths)[seg]
+    other = (seg != 1) & real
+    return {
+        "max_err_vs_single": float((out - ref)[real].abs().max()),
+        "other_seq_moved": float((out2 - out)[other].abs().max()),
+        "middle_seq_moved": float((out2 - out)[(seg == 1) & real].abs().max()),
+    }
+
+
+def test_cp_attention_is_exact_and_does_not_leak_across_packed_sequences(tmp_path):
+    for res in run_spawned(2, cp_attention_probe, (), tmp_path):
+        assert res["max_err_vs_single"] < 1e-5
+        assert res["other_seq_moved"] == 0.0
+        assert res["middle_seq_moved"] > 1e-3
