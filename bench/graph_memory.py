@@ -5,7 +5,8 @@ For one PP rank's interleaved 1F1B schedule (PP2, VPP2, 2 layers per chunk, micr
   (a) the largest variant alone, ordinary capture (one pool, capture order = replay order)
   (b) K variants, ordinary capture, one pool per variant
   (c) K variants, ordinary capture, one shared pool, back to back without rewind
-  (d) K variants, slot-shared plan (arenas max over variants, lockstep + allocator rewind)
+  (d) K variants, slot-shared plan (arenas max over variants, lockstep + allocator rewind);
+      also without layer chaining (each layer's input staged in its own frame, copied at replay)
 Graph memory = pool reserved bytes (every pool) + static buffers the graphs own outside pools.
 Also: peak allocated during capture vs after (d), capture seconds per variant, mismatches vs
 eager under a random variant per microbatch, and replay vs eager time of the whole schedule.
@@ -194,6 +195,14 @@ def main() -> int:
         d.close()
         del d
         fresh()
+        u = capture_plan(model, sample, plan, log=quiet, chain_layers=False)
+        row["d_unchained_MiB"] = u.memory().total / MiB
+        row["replay_unchained_ms"] = timed(lambda: run_schedule(
+            lambda c_, l, h, cp, m: u.layer(c_, l)(h, cp_size=cp, microbatch=m),
+            run_order, vpp, layers, run_cp, args.tokens, args.hidden, dtype))
+        u.close()
+        del u
+        fresh()
         row["sum_ratio"] = sum(1 / cp for cp in cps)
         for x in "bcd":
             row[f"{x}/a"] = row[f"{x}_MiB"] / row["a_MiB"]
@@ -205,7 +214,7 @@ def main() -> int:
           f"counts {list(counts)}\n")
     head = ("| K | CP sizes | (a) MiB | (b) MiB | (c) MiB | (d) MiB | (b)/(a) | Σ 1/cp | (c)/(a) | (d)/(a) "
             "| (d) peak capture / after MiB | capture s/variant (a) / (d) | mismatches (b)/(c)/(d)/(d, 8 mb) "
-            "| eager / replay ms (8 mb) |")
+            "| eager / replay ms (8 mb) | (d) unchained MiB, /(a), replay ms |")
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for r in rows:
@@ -214,7 +223,8 @@ def main() -> int:
               f"{r['d_peak_capture_MiB']:.0f} / {r['d_after_MiB']:.0f} | "
               f"{r['a_capture_s_per_variant']:.2f} / {r['d_capture_s_per_variant']:.2f} | "
               f"{r['b_mismatch']}/{r['c_mismatch']}/{r['d_mismatch']}/{r['d_mismatch_wrap']} | "
-              f"{r['eager_ms']:.1f} / {r['replay_ms']:.1f} |")
+              f"{r['eager_ms']:.1f} / {r['replay_ms']:.1f} | "
+              f"{r['d_unchained_MiB']:.0f}, {r['d_unchained_MiB'] / r['a_MiB']:.3f}, {r['replay_unchained_ms']:.1f} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0

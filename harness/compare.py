@@ -34,7 +34,7 @@ from harness.results import (
     PathLike,
     ResultsError,
     decode_float,
-    read_json,
+    read_json_record,
     write_json_atomic,
 )
 from harness.spec.schema import (
@@ -198,16 +198,7 @@ def write_verdict(case_dir: PathLike, verdict: CaseVerdict) -> Path:
 
 def read_verdict(case_dir: PathLike) -> Optional[CaseVerdict]:
     """The case's verdict, or None when it has none (never finished)."""
-    path = Path(case_dir) / VERDICT_FILE
-    if not path.is_file():
-        return None
-    data = read_json(path)
-    if not isinstance(data, dict):
-        raise ResultsError(f"{path}: expected a JSON object")
-    try:
-        return CaseVerdict.from_dict(data)
-    except ResultsError as exc:
-        raise ResultsError(f"{path}: {exc}") from exc
+    return read_json_record(Path(case_dir) / VERDICT_FILE, CaseVerdict.from_dict)
 
 
 # --------------------------------------------------------------------------- series helpers
@@ -219,7 +210,7 @@ def _fmt(x: Optional[float]) -> str:
     return f"{x:.6g}"
 
 
-def _first_rank(steps: Steps) -> list[Mapping[str, Any]]:
+def first_rank_records(steps: Steps) -> list[Mapping[str, Any]]:
     """The records of the lowest rank that has any (losses are identical on every rank)."""
     for rank in sorted(steps):
         if steps[rank]:
@@ -227,9 +218,11 @@ def _first_rank(steps: Steps) -> list[Mapping[str, Any]]:
     return []
 
 
-def _series(steps: Steps, key: str) -> dict[int, Optional[float]]:
+def step_series(steps: Steps, key: str) -> dict[int, Optional[float]]:
+    """Step -> ``key`` of the first record of that step on the lowest rank with records
+    (None where the value is missing or not a number)."""
     out: dict[int, Optional[float]] = {}
-    for rec in _first_rank(steps):
+    for rec in first_rank_records(steps):
         step = rec.get("step")
         if isinstance(step, int) and step not in out:
             value = rec.get(key)
@@ -428,7 +421,8 @@ def _two(pair: Pair) -> tuple[str, str]:
 
 def _series_check(name: str, key: str, data: Mapping[str, Steps], arms: tuple[str, str],
                   bound: LossBound) -> Check:
-    return compare_series(name, _series(data[arms[0]], key), _series(data[arms[1]], key), bound, arms)
+    return compare_series(name, step_series(data[arms[0]], key), step_series(data[arms[1]], key),
+                          bound, arms)
 
 
 def _repeat(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:

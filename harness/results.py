@@ -22,9 +22,10 @@ import re
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, TypeVar, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
+T = TypeVar("T")
 
 CASE_FILE = "case.json"
 VERDICT_FILE = "verdict.json"
@@ -143,12 +144,29 @@ def write_json_atomic(path: PathLike, obj: Any) -> None:
 
 
 def read_json(path: PathLike) -> Any:
-    """Parse a JSON file; raises ResultsError naming the file when it is not valid JSON."""
+    """Parse a JSON file; raises ResultsError naming the file when it is not valid JSON
+    (torn, truncated or not UTF-8)."""
     p = Path(path)
     try:
         return json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
         raise ResultsError(f"{p}: not valid JSON ({exc}); delete it and re-run the case") from exc
+
+
+def read_json_record(path: PathLike, parse: Callable[[Mapping[str, Any]], T]) -> Optional[T]:
+    """``parse`` of the JSON object in ``path``; None when there is no such file. A file that is
+    not a JSON object, or that ``parse`` rejects (ResultsError), raises ResultsError naming it."""
+    p = Path(path)
+    if not p.is_file():
+        return None
+    data = read_json(p)
+    if not isinstance(data, dict):
+        raise ResultsError(f"{p}: expected a JSON object, got a {type(data).__name__}; "
+                           "delete it and re-run the case")
+    try:
+        return parse(data)
+    except ResultsError as exc:
+        raise ResultsError(f"{p}: {exc}") from exc
 
 
 # --------------------------------------------------------------------------- step records
@@ -332,16 +350,7 @@ def write_outcome(arm_dir_: PathLike, outcome: ArmOutcome) -> Path:
 
 def read_outcome(arm_dir_: PathLike) -> Optional[ArmOutcome]:
     """The arm's outcome, or None when it has none yet (never ran or never finished)."""
-    path = Path(arm_dir_) / OUTCOME_FILE
-    if not path.is_file():
-        return None
-    data = read_json(path)
-    if not isinstance(data, dict):
-        raise ResultsError(f"{path}: expected a JSON object")
-    try:
-        return ArmOutcome.from_dict(data)
-    except ResultsError as exc:
-        raise ResultsError(f"{path}: {exc}") from exc
+    return read_json_record(Path(arm_dir_) / OUTCOME_FILE, ArmOutcome.from_dict)
 
 
 def list_arm_dirs(case_dir_: PathLike) -> dict[str, Path]:

@@ -174,3 +174,17 @@ def test_any_truncation_keeps_exactly_the_complete_lines(tmp_path_factory: pytes
     assert resumed.completed_steps() == complete
     assert resumed.append({"step": complete + 1})
     assert [r["step"] for r in read_steps(d)[0]] == list(range(1, complete + 2))
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b'{"status": "o', "not valid JSON"),          # torn by a kill mid-write (non-atomic copy)
+    (b'\xff\xfe{"status": "ok"}', "not valid JSON"),  # not UTF-8
+    (b'["ok"]', "expected a JSON object, got a list"),
+    (b'{"status": "ok", "returncode": "x"}', "bad outcome"),
+])
+def test_unusable_outcome_file_is_a_results_error_naming_it(tmp_path: Path, content: bytes,
+                                                            message: str) -> None:
+    (tmp_path / "outcome.json").write_bytes(content)
+    with pytest.raises(ResultsError, match=message) as info:
+        read_outcome(tmp_path)
+    assert str(tmp_path / "outcome.json") in str(info.value)

@@ -12,16 +12,10 @@ import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
 
 from rich.console import Console
 
-from harness.arms import arms_for_case
 from harness.errors import ConfigError
-from harness.launch.local import LocalLauncher
-from harness.launch.progress import make_progress
-from harness.launch.sweep import check_resumable, run_sweep
-from harness.report import console_table, gate
 from harness.spec import load_cases, select_cases
 
 RESULTS_ROOT = Path("results")
@@ -78,6 +72,13 @@ def point_latest(root: Path, target: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here: they pull in torch, which other subcommands (validate, report) do not need.
+    from harness.arms import arms_for_case
+    from harness.launch.local import LocalLauncher
+    from harness.launch.progress import make_progress
+    from harness.launch.sweep import check_resumable, run_sweep
+    from harness.report import console_table, gate
+
     if args.timeout_min is not None and not args.timeout_min > 0:
         raise ConfigError(f"--timeout-min must be a positive number of minutes, got {args.timeout_min}")
     cases = select_cases(load_cases(args.paths), k=args.k, tags=args.tags)
@@ -86,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
                           f"(-k {args.k!r}, --tags {args.tags}); `dcp-harness validate` lists them")
     for case in cases:
         arms_for_case(case)  # an arm the case cannot have is a config error, raised here
-    out: Path = args.out if args.out is not None else default_out_dir(RESULTS_ROOT, datetime.now(timezone.utc))
+    now = datetime.now(timezone.utc)
+    out: Path = args.out if args.out is not None else default_out_dir(RESULTS_ROOT, now)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} exists and is not a folder")
     check_resumable(cases, out)
@@ -97,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
                        progress=make_progress(sys.stderr))
     if args.out is None:
         point_latest(RESULTS_ROOT, out)
-    console_table(result.summary, Console())
+    # Not a terminal (CI log, pipe): rich would wrap the table at 80 columns.
+    console_table(result.summary, Console(width=None if sys.stdout.isatty() else 160))
     print(f"results: {out}  (summary.md, junit.xml, index.json)")
     return gate(out)

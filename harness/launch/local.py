@@ -198,7 +198,7 @@ def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wa
     if status == "ok":
         return ArmOutcome(status="ok", returncode=0, detail=detail), ""
     if hung:
-        detail += f"; killed rank(s) {', '.join(str(r.rank) for r in hung)}"
+        detail += f"; stopped rank(s) {', '.join(str(r.rank) for r in hung)}"
     with lock:
         log.flush()
     if culprit is not None:  # the failing rank's own output, not drowned by its siblings'
@@ -312,7 +312,8 @@ class LocalLauncher:
                   "--arm", arm.name, "--out", str(arm_dir)),
             world_size=case.world_size, arm_dir=arm_dir, timeout_s=self.timeout_s(case),
             env=extra,
-            repro=repro_command(self.python, Path(case_json).resolve(), arm.name, case.id, os.environ.get(FAULT_ENV)),
+            repro=repro_command(self.python, Path(case_json).resolve(), arm.name, case.id,
+                                os.environ.get(FAULT_ENV)),
         )
         return run_ranks(cmd, stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s,
                          port_retries=self.port_retries)

@@ -10,15 +10,23 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from pathlib import Path
-from typing import IO, Any, Optional, Protocol
+from typing import IO, Any, Callable, Optional, Protocol
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from harness.compare import CaseVerdict
-from harness.results import ArmOutcome, rank_file
+from harness.results import LOG_FILE, ArmOutcome, rank_file
 
 _POLL_S = 0.25
 
@@ -63,6 +71,35 @@ class StepTail:
         return None
 
 
+class StepFollower:
+    """A daemon thread that polls a :class:`StepTail` and calls ``on_record`` with each newest
+    record, until :meth:`stop`."""
+
+    def __init__(self, path: Path, on_record: Callable[[dict[str, Any]], None],
+                 poll_s: float = _POLL_S) -> None:
+        self._tail = StepTail(path)
+        self._on_record = on_record
+        self._poll_s = poll_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="step-follower", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._poll_s):
+            rec = self._tail.poll()
+            if rec is not None and isinstance(rec.get("step"), int):
+                self._on_record(rec)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _loss_text(rec: dict[str, Any]) -> str:
+    loss = rec.get("loss")
+    return f" loss {loss:.4f}" if isinstance(loss, float) else ""
+
+
 class NullProgress:
     """Shows nothing."""
 
@@ -76,38 +113,62 @@ class NullProgress:
 
 
 class LineProgress:
-    """One plain line per event (for logs and non-terminals)."""
+    """One plain line per event (for logs and non-terminals), plus the running arm's step at
+    most every ``step_every_s`` seconds."""
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], step_every_s: float = 30.0) -> None:
         self._out = stream
         self._total = 0
         self._index = 0
+        self._step_every_s = step_every_s
+        self._follower: Optional[StepFollower] = None
+        self._lock = threading.Lock()
 
     def _say(self, text: str) -> None:
-        print(text, file=self._out, flush=True)
+        with self._lock:
+            print(text, file=self._out, flush=True)
+
+    def _where(self) -> str:
+        return f"[{self._index + 1}/{self._total}]"
 
     def sweep_started(self, total_cases: int) -> None:
         self._total = total_cases
 
     def case_started(self, case_id: str, index: int, arms: int) -> None:
         self._index = index
-        self._say(f"[{index + 1}/{self._total}] {case_id}: {arms} arm(s)")
+        self._say(f"{self._where()} {case_id}: {arms} arm(s)")
 
     def arm_started(self, case_id: str, arm: str, arm_dir: Path, steps: int) -> None:
-        self._say(f"[{self._index + 1}/{self._total}] {case_id} / {arm}: running {steps} step(s) "
-                  f"(log: {arm_dir / 'log.txt'})")
+        self._say(f"{self._where()} {case_id} / {arm}: running {steps} step(s) "
+                  f"(log: {arm_dir / LOG_FILE})")
+        last_said = [time.monotonic()]
+
+        def on_record(rec: dict[str, Any]) -> None:
+            now = time.monotonic()
+            if now - last_said[0] >= self._step_every_s:
+                last_said[0] = now
+                self._say(f"{self._where()} {case_id} / {arm}: step {rec['step']}/{steps}"
+                          f"{_loss_text(rec)}")
+
+        self._follower = StepFollower(rank_file(arm_dir, 0), on_record)
+
+    def _stop_following(self) -> None:
+        if self._follower is not None:
+            self._follower.stop()
+            self._follower = None
 
     def arm_skipped(self, case_id: str, arm: str, reason: str) -> None:
-        self._say(f"[{self._index + 1}/{self._total}] {case_id} / {arm}: skipped ({reason})")
+        self._say(f"{self._where()} {case_id} / {arm}: skipped ({reason})")
 
     def arm_finished(self, case_id: str, arm: str, outcome: ArmOutcome) -> None:
-        self._say(f"[{self._index + 1}/{self._total}] {case_id} / {arm}: {outcome.describe()}")
+        self._stop_following()
+        self._say(f"{self._where()} {case_id} / {arm}: {outcome.describe()}")
 
     def case_finished(self, case_id: str, verdict: CaseVerdict) -> None:
-        self._say(f"[{self._index + 1}/{self._total}] {case_id}: {verdict.status}")
+        self._say(f"{self._where()} {case_id}: {verdict.status}")
 
     def close(self) -> None:
-        pass
+        self._stop_following()
 
 
 class RichProgress:
@@ -119,62 +180,53 @@ class RichProgress:
             TimeElapsedColumn(), console=console, transient=True,
         )
         self._cases = self._progress.add_task("cases", total=0)
-        self._arm: Optional[int] = None
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._arm: Optional[TaskID] = None
+        self._follower: Optional[StepFollower] = None
         self._progress.start()
+
+    def _print(self, markup: str) -> None:
+        self._progress.console.print(markup, highlight=False)
 
     def sweep_started(self, total_cases: int) -> None:
         self._progress.update(self._cases, total=total_cases)
 
     def case_started(self, case_id: str, index: int, arms: int) -> None:
-        self._progress.update(self._cases, description=f"cases (now {case_id})")
+        self._progress.update(self._cases, description=f"cases (now {escape(case_id)})")
 
     def arm_started(self, case_id: str, arm: str, arm_dir: Path, steps: int) -> None:
-        label = f"  {case_id} / {arm}"
-        self._arm = self._progress.add_task(label, total=steps)
-        self._stop.clear()
-        tail = StepTail(rank_file(arm_dir, 0))
-        self._thread = threading.Thread(target=self._follow, args=(tail, self._arm, label),
-                                        daemon=True)
-        self._thread.start()
+        label = f"  {escape(case_id)} / {escape(arm)}"
+        task = self._progress.add_task(label, total=steps)
+        self._arm = task
 
-    def _follow(self, tail: StepTail, task: int, label: str) -> None:
-        while not self._stop.wait(_POLL_S):
-            rec = tail.poll()
-            if rec is not None and isinstance(rec.get("step"), int):
-                loss = rec.get("loss")
-                loss_txt = f" loss {loss:.4f}" if isinstance(loss, float) else ""
-                self._progress.update(task, completed=rec["step"], description=label + loss_txt)
+        def on_record(rec: dict[str, Any]) -> None:
+            self._progress.update(task, completed=rec["step"], description=label + _loss_text(rec))
 
-    def arm_skipped(self, case_id: str, arm: str, reason: str) -> None:
-        self._progress.console.print(escape(f"{case_id} / {arm}: skipped ({reason})"),
-                                     highlight=False)
+        self._follower = StepFollower(rank_file(arm_dir, 0), on_record)
 
-    def arm_finished(self, case_id: str, arm: str, outcome: ArmOutcome) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+    def _stop_following(self) -> None:
+        if self._follower is not None:
+            self._follower.stop()
+            self._follower = None
         if self._arm is not None:
             self._progress.remove_task(self._arm)
             self._arm = None
             self._progress.refresh()
+
+    def arm_skipped(self, case_id: str, arm: str, reason: str) -> None:
+        self._print(escape(f"{case_id} / {arm}: skipped ({reason})"))
+
+    def arm_finished(self, case_id: str, arm: str, outcome: ArmOutcome) -> None:
+        self._stop_following()
         style = "green" if outcome.ok else "red"
-        self._progress.console.print(
-            f"{escape(case_id)} / {escape(arm)}: [{style}]{escape(outcome.describe())}[/{style}]",
-            highlight=False)
+        self._print(f"{escape(case_id)} / {escape(arm)}: [{style}]{escape(outcome.describe())}[/{style}]")
 
     def case_finished(self, case_id: str, verdict: CaseVerdict) -> None:
         self._progress.advance(self._cases)
         style = {"pass": "green", "fail": "red"}.get(verdict.status, "yellow")
-        self._progress.console.print(f"{escape(case_id)}: [{style}]{verdict.status}[/{style}]",
-                                     highlight=False)
+        self._print(f"{escape(case_id)}: [{style}]{verdict.status}[/{style}]")
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        self._stop_following()
         self._progress.stop()
 
 

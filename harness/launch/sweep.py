@@ -18,8 +18,8 @@ from typing import Any, Optional, Protocol, Sequence
 from harness.arms import Arm, arms_for_case, pairs_for_case
 from harness.compare import ARM_CHECKS_PAIR, CaseVerdict, PairVerdict, evaluate_case, write_verdict
 from harness.errors import ConfigError
-from harness.launch.rank_main import CHECKPOINT_DIR
 from harness.launch.progress import NullProgress, SweepProgress
+from harness.launch.rank_main import CHECKPOINT_DIR
 from harness.results import (
     CASE_FILE,
     OUTCOME_FILE,

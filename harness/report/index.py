@@ -6,7 +6,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.results import CASE_FILE, INDEX_FILE, JUNIT_FILE, SUMMARY_FILE, VERDICT_FILE
+from harness.results import (
+    CASE_FILE,
+    INDEX_FILE,
+    JUNIT_FILE,
+    OUTCOME_FILE,
+    SUMMARY_FILE,
+    VERDICT_FILE,
+    rank_file,
+)
 
 from .load import ArmView, SweepView
 
@@ -29,9 +37,9 @@ def _arm(arm: ArmView, root: Path) -> dict[str, Any]:
         "wall_s": arm.outcome.wall_s if arm.outcome else None,
         "restarts": arm.outcome.restarts if arm.outcome else None,
         "repro": arm.outcome.repro if arm.outcome else None,
-        "outcome": _rel(arm.dir / "outcome.json", root) if arm.outcome else None,
+        "outcome": _rel(arm.dir / OUTCOME_FILE, root) if arm.outcome else None,
         "log": _rel(arm.log, root) if arm.log else None,
-        "ranks": {str(k): _rel(arm.dir / f"rank{k}.jsonl", root) for k in sorted(arm.steps)},
+        "ranks": {str(k): _rel(rank_file(arm.dir, k), root) for k in sorted(arm.steps)},
         "problem": arm.problem,
         "figures": {
             "steps": f.steps,

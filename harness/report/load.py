@@ -13,7 +13,9 @@ from harness.compare import (
     CaseVerdict,
     PairVerdict,
     combine_status,
+    first_rank_records,
     read_verdict,
+    step_series,
 )
 from harness.results import (
     CASE_FILE,
@@ -59,8 +61,12 @@ class ArmView:
         path = self.dir / LOG_FILE
         return path if path.is_file() else None
 
+    def series(self, key: str) -> dict[int, float]:
+        """Step -> ``key`` of this arm (see :func:`value_series`)."""
+        return value_series(self.steps, key)
+
     def loss_series(self) -> dict[int, float]:
-        return _series(self.steps, "loss")
+        return self.series("loss")
 
 
 @dataclass(frozen=True)
@@ -111,20 +117,9 @@ def _num(value: Any) -> Optional[float]:
     return float(value)
 
 
-def _first_rank(steps: Mapping[int, Sequence[Mapping[str, Any]]]) -> Sequence[Mapping[str, Any]]:
-    for rank in sorted(steps):
-        if steps[rank]:
-            return steps[rank]
-    return ()
-
-
-def _series(steps: Mapping[int, Sequence[Mapping[str, Any]]], key: str) -> dict[int, float]:
-    out: dict[int, float] = {}
-    for rec in _first_rank(steps):
-        step, value = rec.get("step"), _num(rec.get(key))
-        if isinstance(step, int) and value is not None and step not in out:
-            out[step] = value
-    return dict(sorted(out.items()))
+def value_series(steps: Mapping[int, Sequence[Mapping[str, Any]]], key: str) -> dict[int, float]:
+    """Step -> ``key`` (lowest rank with records), sorted by step, steps without a value left out."""
+    return {s: v for s, v in sorted(step_series(steps, key).items()) if v is not None}
 
 
 def arm_figures(steps: Mapping[int, Sequence[Mapping[str, Any]]]) -> ArmFigures:
@@ -134,7 +129,7 @@ def arm_figures(steps: Mapping[int, Sequence[Mapping[str, Any]]]) -> ArmFigures:
         vals = [v for v in (_num(r.get(key)) for r in records) if v is not None and math.isfinite(v)]
         return max(vals) if vals else None
 
-    loss = _series(steps, "loss")
+    loss = value_series(steps, "loss")
     # Step time of a step = its slowest rank; median over steps after the first (warm-up).
     per_step: dict[int, float] = {}
     for rec in records:
@@ -143,7 +138,7 @@ def arm_figures(steps: Mapping[int, Sequence[Mapping[str, Any]]]) -> ArmFigures:
             per_step[step] = max(per_step.get(step, 0.0), t)
     times = [t for s, t in sorted(per_step.items()) if s > 1] or list(per_step.values())
     return ArmFigures(
-        steps=len(_first_rank(steps)),
+        steps=len(first_rank_records(steps)),
         final_loss=loss[max(loss)] if loss else None,
         peak_allocated_bytes=peak("max_allocated_bytes"),
         peak_reserved_bytes=peak("reserved_bytes"),

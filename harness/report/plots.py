@@ -12,7 +12,7 @@ from typing import Optional
 
 from harness.results import write_bytes_atomic
 
-from .load import CaseView, SweepView, _series
+from .load import CaseView, SweepView
 
 PLOTS_DIR = "plots"
 
@@ -31,8 +31,7 @@ def plot_case(case: CaseView, path: Path) -> Optional[Path]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    series = {name: (_series(arm.steps, "loss"), _series(arm.steps, "grad_norm"))
-              for name, arm in case.arms.items()}
+    series = {name: (arm.series("loss"), arm.series("grad_norm")) for name, arm in case.arms.items()}
     if not any(loss for loss, _ in series.values()):
         return None
     fig = Figure(figsize=(8, 3.2), dpi=100)

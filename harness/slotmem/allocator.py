@@ -210,6 +210,20 @@ def pool_blocks(pool_id: tuple[int, int]) -> list[Block]:
     return blocks
 
 
+def require_fixed_segments(pool_id: tuple[int, int]) -> None:
+    """Fail closed if any segment of the pool is expandable (restores would not be exact).
+
+    Torch 2.11 has no getter for allocator settings, so a run-time ``expandable_segments:True``
+    set without the environment variable is only visible here, on the pool's segments."""
+    for seg in torch.cuda.memory_snapshot(pool_id):
+        if tuple(seg.get("segment_pool_id", (0, 0))) == tuple(pool_id) and seg.get("is_expandable", False):
+            raise AllocatorUnsupported(
+                "the capture pool got expandable segments (expandable_segments:True was set at run time); "
+                "switch it off (torch._C._accelerator_setAllocatorSettings('expandable_segments:False') or "
+                "PYTORCH_CUDA_ALLOC_CONF) for slot-shared capture"
+            )
+
+
 def live_ptrs(pool_id: tuple[int, int]) -> frozenset[int]:
     return frozenset(b.ptr for b in pool_blocks(pool_id) if b.allocated)
 

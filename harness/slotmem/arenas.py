@@ -156,7 +156,9 @@ class FrameLayout:
     nbytes: int
 
 
-def frame_layout(plan: ForwardPlan) -> FrameLayout:
+def frame_layout(plan: ForwardPlan, staged_elsewhere: frozenset[int] = frozenset()) -> FrameLayout:
+    """Inputs, outputs and saved components back to back (aligned). Inputs in
+    ``staged_elsewhere`` get no bytes here (offset -1): they live in another frame's region."""
     off = 0
 
     def take(n: int) -> int:
@@ -165,7 +167,7 @@ def frame_layout(plan: ForwardPlan) -> FrameLayout:
         off += align(n)
         return at
 
-    ins = tuple(take(dense_bytes(m)) for m in plan.inputs)
+    ins = tuple(-1 if i in staged_elsewhere else take(dense_bytes(m)) for i, m in enumerate(plan.inputs))
     outs = tuple(take(dense_bytes(m)) for m in plan.outputs)
     comps = tuple(take(n) for n in plan.components)
     return FrameLayout(ins, outs, comps, off)

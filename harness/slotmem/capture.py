@@ -1,6 +1,6 @@
 """Slot-shared CUDA graph capture across dynamic-CP variants in ONE ``torch.cuda.MemPool``.
 
-Design (see docs in bench/RESULTS.md and the module contracts):
+Design (measurements in bench/RESULTS.md):
 * everything that outlives one graph lives in one *backing* allocation inside the pool, carved into
   explicit arenas: per saved colour (static inputs, outputs, native saved tensors of a frame), per
   grad colour (returned input grads), and two scratch regions (incoming output grads, param grads);
@@ -11,13 +11,13 @@ Design (see docs in bench/RESULTS.md and the module contracts):
   so every variant leaves the identical allocator state;
 * replay picks the graphs by ``(cp_size, microbatch % slots)``.
 
-Public: :func:`make_graphed_callables`, :class:`SlotGraphs`, :class:`GraphedLayer`.
+Public: :func:`make_graphed_callables`, :func:`capture_plan` (from the planner's ``SlotPlan``);
+replay objects in :mod:`.replay` (:class:`SlotGraphs`, :class:`GraphedLayer`).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
@@ -25,7 +25,6 @@ import torch
 from . import allocator as alloc
 from .arenas import (
     NATIVE,
-    BackingLayout,
     ForwardPlan,
     FrameLayout,
     GradLayout,
@@ -39,6 +38,7 @@ from .arenas import (
     view_at,
 )
 from .protocol import CaptureStep, PlanError, SlotMap, build_slot_map, capture_steps, check_liveness
+from .replay import CaptureStats, Frame, GraphedLayer, GraphMemory, SlotGraphs, run_backward, run_forward
 from .saved import ArenaPacker
 from .warmup import as_tuple, external_storages, observe, trainable_params
 
@@ -51,191 +51,6 @@ FAULTS = frozenset({"skip_restore", "skip_param_grad_clone", "drop_stale_owner",
 class CaptureError(RuntimeError):
     """Capture failed; nothing of it is left in the process (graphs reset, pool released)."""
 
-
-@dataclass
-class Frame:
-    """Graphs and static tensors of one (cp_size, chunk, layer, slot)."""
-
-    name: str
-    static_inputs: tuple[torch.Tensor, ...]
-    static_outputs: tuple[torch.Tensor, ...]
-    out_differentiable: tuple[bool, ...]
-    grad_outputs: tuple[torch.Tensor, ...]  # scratch views, one per differentiable output
-    input_grads: tuple[torch.Tensor | None, ...]
-    param_grads: tuple[torch.Tensor | None, ...]
-    fwd: torch.cuda.CUDAGraph
-    bwd: torch.cuda.CUDAGraph | None = None
-    roots: tuple[torch.Tensor, ...] | None = None
-    # fused wgrad accumulation: (param index, param, its main_grad buffer the graph adds into)
-    fused: tuple[tuple[int, torch.nn.Parameter, torch.Tensor], ...] = ()
-    zero: torch.Tensor | None = None  # scalar returned (expanded) for fused params, so hooks fire
-
-
-@dataclass(frozen=True)
-class GraphMemory:
-    pool_reserved: int
-    pool_allocated: int
-    backing: int  # arenas + scratch (inside the pool)
-    outside_pool: int  # static buffers the graphs own outside the pool (0 on this path)
-
-    @property
-    def total(self) -> int:
-        return self.pool_reserved + self.outside_pool
-
-
-@dataclass(frozen=True)
-class CaptureStats:
-    warmup_s: float
-    capture_s: float
-    graphs: int
-    captures_per_variant_s: Mapping[int, float]
-    peak_allocated_during_capture: int
-    summary: str
-
-
-def run_forward(frame: Frame, inputs: Sequence[torch.Tensor]) -> None:
-    """Stage inputs into the frame's static inputs (unless already there) and replay its forward."""
-    if len(inputs) != len(frame.static_inputs):
-        raise TypeError(f"{frame.name}: expected {len(frame.static_inputs)} inputs, got {len(inputs)}")
-    with torch.no_grad():
-        for i, (s, x) in enumerate(zip(frame.static_inputs, inputs)):
-            if x.shape != s.shape or x.dtype != s.dtype:
-                raise ValueError(f"{frame.name}: input {i} is {tuple(x.shape)} {x.dtype}, the graph was "
-                                 f"captured for {tuple(s.shape)} {s.dtype}")
-            if x.data_ptr() != s.data_ptr():
-                s.copy_(x)
-    frame.fwd.replay()
-
-
-def run_backward(
-    frame: Frame, grads: Sequence[torch.Tensor | None], clone_param_grads: bool
-) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
-    """Stage output grads, replay the backward; param grads are cloned so ``.grad`` never aliases
-    a graph buffer."""
-    if frame.bwd is None:
-        raise RuntimeError(f"{frame.name}: no backward graph was captured")
-    diff_grads = [g for g, d in zip(grads, frame.out_differentiable) if d]
-    with torch.no_grad():
-        for buf, g in zip(frame.grad_outputs, diff_grads):
-            if g is None:
-                buf.zero_()
-            elif g.data_ptr() != buf.data_ptr():
-                buf.copy_(g)
-    frame.bwd.replay()
-    in_grads = [None if g is None else g.detach() for g in frame.input_grads]
-    if clone_param_grads:
-        p_grads = [None if g is None else g.clone() for g in frame.param_grads]
-    else:
-        p_grads = [None if g is None else g.detach() for g in frame.param_grads]
-    for i, param, main_grad in frame.fused:
-        if getattr(param, "main_grad", None) is not main_grad:
-            raise RuntimeError(f"{frame.name}: parameter {i}'s main_grad buffer was replaced after capture; the "
-                               "graph accumulates into the captured buffer (keep main_grad fixed, or recapture)")
-        assert frame.zero is not None
-        p_grads[i] = frame.zero.expand(param.shape)  # AccumulateGrad and its hooks still run
-    return in_grads, p_grads
-
-
-class _Replay(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, owner: Any, frame: Frame, n_user: int, *tensors: torch.Tensor) -> Any:
-        owner._run_forward(frame, tensors[:n_user])
-        ctx.owner = owner
-        ctx.frame = frame
-        outs = tuple(o.detach() for o in frame.static_outputs)
-        ctx.mark_non_differentiable(*(o for o, d in zip(outs, frame.out_differentiable) if not d))
-        return outs if len(outs) > 1 else outs[0]
-
-    @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor | None) -> Any:
-        in_grads, p_grads = ctx.owner._run_backward(ctx.frame, grads)
-        return (None, None, None, *in_grads, *p_grads)
-
-
-class GraphedLayer:
-    """Callable replaying the graphs of one (chunk, layer): ``layer(*inputs, cp_size=, microbatch=)``."""
-
-    def __init__(self, owner: Any, chunk: int, layer: int) -> None:
-        self._owner = owner
-        self.chunk = chunk
-        self.layer = layer
-
-    def __call__(self, *inputs: torch.Tensor, cp_size: int, microbatch: int) -> Any:
-        o = self._owner
-        frame = o.frame(cp_size, self.chunk, self.layer, microbatch)
-        params = o._params[(self.chunk, self.layer)]
-        return _Replay.apply(o, frame, len(inputs), *inputs, *params)
-
-
-@dataclass
-class SlotGraphs:
-    """Owns the pool, the backing arenas, every graph and every static tensor the graphs touch."""
-
-    smap: SlotMap
-    pool: Any
-    stream: torch.cuda.Stream
-    backing: torch.Tensor
-    layout: BackingLayout
-    frames: dict[tuple[int, int, int, int], Frame]
-    plans: Mapping[tuple[int, int, int], ForwardPlan]
-    modules: Mapping[tuple[int, int], Any]
-    _params: Mapping[tuple[int, int], tuple[torch.nn.Parameter, ...]]
-    clone_param_grads: bool = True
-    stats: CaptureStats | None = None
-    _closed: bool = field(default=False)
-
-    # -- replay -------------------------------------------------------------------------------
-    def frame(self, cp_size: int, chunk: int, layer: int, microbatch: int) -> Frame:
-        if self._closed:
-            raise RuntimeError("these graphs were closed")
-        if chunk not in self.smap.slots:
-            raise KeyError(f"no graphs for chunk {chunk}; chunks are {sorted(self.smap.slots)}")
-        key = (cp_size, chunk, layer, microbatch % self.smap.slots[chunk])
-        if key not in self.frames:
-            raise KeyError(f"no graph for CP size {cp_size} (variants {self.smap.variants}), chunk {chunk}, layer {layer}")
-        return self.frames[key]
-
-    def layer(self, chunk: int, layer: int) -> GraphedLayer:
-        if (chunk, layer) not in self.modules:
-            raise KeyError(f"no layer {layer} in chunk {chunk}")
-        return GraphedLayer(self, chunk, layer)
-
-    def _run_forward(self, frame: Frame, inputs: Sequence[torch.Tensor]) -> None:
-        run_forward(frame, inputs)
-
-    def _run_backward(
-        self, frame: Frame, grads: Sequence[torch.Tensor | None]
-    ) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
-        return run_backward(frame, grads, self.clone_param_grads)
-
-    # -- inspection ---------------------------------------------------------------------------
-    def memory(self) -> GraphMemory:
-        b = alloc.pool_bytes(self.pool.id)
-        return GraphMemory(b.reserved, b.allocated, self.backing.numel(), 0)
-
-    def region(self, kind: str, colour: int) -> torch.Tensor:
-        off = self.layout.offsets[(kind, colour)]
-        return self.backing.narrow(0, off, self.layout.sizes[(kind, colour)])
-
-    def poison(self, live_saved: Iterable[int], live_grad: Iterable[int], byte_value: int = 0xFF) -> int:
-        """Fill every byte no live frame needs: dead arenas, scratch, free pool blocks (NaN for 0xFF)."""
-        keep = {("saved", c) for c in live_saved} | {("grad", c) for c in live_grad}
-        n = 0
-        for key in self.layout.offsets:
-            if key not in keep:
-                self.region(*key).fill_(byte_value)
-                n += self.layout.sizes[key]
-        return n + alloc.fill_free_blocks(self.pool.id, byte_value, self.backing.device)
-
-    def close(self) -> None:
-        """Release graphs and arenas (the pool goes when its last graph and this object are gone)."""
-        for f in self.frames.values():
-            f.fwd.reset()
-            if f.bwd is not None:
-                f.bwd.reset()
-            f.roots = None
-        self.frames.clear()
-        self._closed = True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,8 +120,12 @@ class _Capturer:
         faults: frozenset[str],
         log: Callable[[str], None],
         fuse_wgrad: bool = False,
+        chain_layers: bool = True,
+        variant_hook: Callable[[int], None] | None = None,
     ) -> None:
+        self.variant_hook = variant_hook or (lambda cp_size: None)
         self.fuse_wgrad = fuse_wgrad
+        self.chain_layers = chain_layers
         self.modules = modules
         self.sample = sample
         self.smap = smap
@@ -331,6 +150,7 @@ class _Capturer:
         self.stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.stream):
             for v, c, l in keys:
+                self.variant_hook(v)
                 self.plans[(v, c, l)] = observe(f"cp{v}/chunk{c}/layer{l}", self.modules[(c, l)], self.sample(v, c, l), iters)
         torch.cuda.current_stream(self.device).wait_stream(self.stream)
         torch.cuda.synchronize(self.device)
@@ -342,9 +162,23 @@ class _Capturer:
                     f"inputs/outputs/grads ({sigs}); variants of one slot must be compatible"
                 )
 
+    def _can_chain(self, v: int, c: int, l: int) -> bool:
+        """Layer l's first input can be staged in layer l-1's output buffer: same chunk and slot, so
+        the same lifetime, and the same shape/dtype (the usual hidden-states hand-off)."""
+        if l == 0:
+            return False
+        prev, plan = self.plans[(v, c, l - 1)], self.plans[(v, c, l)]
+        if len(prev.outputs) != 1 or not plan.inputs:
+            return False
+        a, b = prev.outputs[0], plan.inputs[0]
+        return (a.shape, a.dtype) == (b.shape, b.dtype)
+
     def build_layout(self) -> None:
         sm = self.smap
-        self.frame_layouts: dict[tuple[int, int, int], FrameLayout] = {k: frame_layout(p) for k, p in self.plans.items()}
+        self.chained = {k for k in self.plans if self._can_chain(*k)} if self.chain_layers else set()
+        self.frame_layouts: dict[tuple[int, int, int], FrameLayout] = {
+            k: frame_layout(p, frozenset({0}) if k in self.chained else frozenset()) for k, p in self.plans.items()
+        }
         self.grad_layouts: dict[tuple[int, int], GradLayout] = {
             (v, c): grad_layout([self.plans[(v, c, l)] for l in range(sm.layers[c])])
             for v in sm.variants for c, n in enumerate(sm.layers) if n
@@ -366,6 +200,7 @@ class _Capturer:
         with torch.cuda.use_mem_pool(self.pool):
             self.backing = torch.empty(self.layout.nbytes, dtype=torch.uint8, device=self.device)
         self.backing.fill_(0)
+        alloc.require_fixed_segments(self.pool.id)
 
     def _saved_base(self, c: int, s: int, l: int) -> int:
         return self.layout.offsets[("saved", self.smap.saved_colour[(c, s, l)])]
@@ -400,9 +235,12 @@ class _Capturer:
         fl = self.frame_layouts[(v, c, l)]
         base = self._saved_base(c, s, l)
         module = self.modules[(c, l)]
+        offsets = list(fl.inputs)
+        if (v, c, l) in self.chained:  # stage input 0 in layer l-1's output buffer: no copy at replay
+            offsets[0] = self._saved_base(c, s, l - 1) + self.frame_layouts[(v, c, l - 1)].outputs[0] - base
         inputs = tuple(
             view_at(self.backing, base + off, contiguous_meta(m.shape, m.dtype)).detach().requires_grad_(m.requires_grad)
-            for off, m in zip(fl.inputs, plan.inputs)
+            for off, m in zip(offsets, plan.inputs)
         )
         with torch.no_grad():
             for t, smp in zip(inputs, self.sample(v, c, l)):
@@ -514,12 +352,14 @@ class _Capturer:
             self._pre = alloc.checkpoint(self.pool.id, self.device)
             for v in self.smap.variants:
                 t0 = time.perf_counter()
+                self.variant_hook(v)
                 if step.forward:
                     self._forward(v, step)
                 else:
                     self._backward(v, step)
                 self.per_variant_s[v] += time.perf_counter() - t0
             alloc.verify_live(self._pre)
+        alloc.require_fixed_segments(self.pool.id)
         for key, f in self.frames.items():
             if f.bwd is None and any(f.out_differentiable):
                 raise PlanError(f"no backward event captured frame {key}; the order must drain every forward")
@@ -543,6 +383,8 @@ def make_graphed_callables(
     extra_orders: Sequence[Sequence[int]] = (),
     grads_in_flight: bool = True,
     fuse_wgrad_accumulation: bool = False,
+    chain_layers: bool = True,
+    variant_hook: Callable[[int], None] | None = None,
     log: Callable[[str], None] = print,
     _faults: Iterable[str] = (),
 ) -> SlotGraphs:
@@ -557,6 +399,11 @@ def make_graphed_callables(
     ``fuse_wgrad_accumulation``: parameters with a ``main_grad`` tensor get their gradient added into
     it inside the backward graph; replay returns a zero gradient for them so AccumulateGrad and its
     hooks (e.g. a DDP reduce hook) still fire. Other parameter grads are cloned on return.
+    ``chain_layers``: layer l's first input is staged in layer l-1's output buffer when shapes match
+    (same frame lifetime), so passing layer l-1's output to layer l copies nothing; a different
+    tensor passed there is copied into that buffer.
+    ``variant_hook(cp_size)`` runs on the host before every warmup and capture of that CP variant
+    (e.g. to point the layers at that variant's CP process group); it is never replayed.
     """
     faults = frozenset(_faults)
     if faults - FAULTS:
@@ -570,7 +417,8 @@ def make_graphed_callables(
     cap: _Capturer | None = None
     with alloc.CaptureGuard():
         try:
-            cap = _Capturer(modules, sample_args, smap, faults, log, fuse_wgrad_accumulation)
+            cap = _Capturer(modules, sample_args, smap, faults, log, fuse_wgrad_accumulation, chain_layers,
+                            variant_hook)
             t0 = time.perf_counter()
             torch.cuda.reset_peak_memory_stats(cap.device)
             rng = torch.cuda.get_rng_state(cap.device)
@@ -622,3 +470,18 @@ def capture_plan(
     return make_graphed_callables(
         layers, sample_args, plan.order, plan.records, extra_orders=extra, grads_in_flight=plan.pp > 1, **kwargs
     )
+
+
+__all__ = [
+    "FAULTS",
+    "CaptureError",
+    "CaptureStats",
+    "Frame",
+    "GraphMemory",
+    "GraphedLayer",
+    "SlotGraphs",
+    "capture_plan",
+    "make_graphed_callables",
+    "run_backward",
+    "run_forward",
+]

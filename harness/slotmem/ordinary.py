@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from . import allocator as alloc
-from .capture import Frame, GraphedLayer, run_backward, run_forward
+from .replay import Frame, GraphedLayer, run_backward, run_forward
 from .protocol import events
 from .warmup import as_tuple, observe, trainable_params
 

@@ -159,10 +159,14 @@ def check_sequences(case: Case) -> list[Problem]:
                 _at("train.max_seqlen_per_rank"),
                 "max_seqlen_per_rank only applies to dynamic CP (parallel.dynamic_cp); "
                 "remove it for fixed CP"))
-    if case.data.lengths.max > t.seq_length:
+    longest = case.data.lengths.max
+    if longest > t.seq_length:
+        given = "max" in case.data.lengths.model_fields_set
         problems.append(Problem(
             _at("data.lengths.max"),
-            f"longest sequence {case.data.lengths.max} exceeds train.seq_length {t.seq_length}"))
+            f"longest sequence {longest}{'' if given else ' (the default)'} exceeds "
+            f"train.seq_length {t.seq_length}; set data.lengths.max <= {t.seq_length} or raise "
+            f"train.seq_length"))
     return problems
 
 

@@ -7,15 +7,50 @@ which is what every other part of the harness consumes.
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+import json
+import types
+from typing import Any, Literal, Optional, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 
 
+def _takes_numbers(annotation: Any) -> bool:
+    """Whether a field holds numbers (int/float, possibly Optional or in a list) but no bools."""
+    if get_origin(annotation) in (Union, types.UnionType, list, tuple):
+        return any(_takes_numbers(a) for a in get_args(annotation) if a is not type(None))
+    return annotation in (int, float)
+
+
+def _has_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return True
+    return isinstance(value, (list, tuple)) and any(isinstance(v, bool) for v in value)
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Unknown keys are errors; inf/nan are never valid settings (lr: .inf, max_abs: .nan).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """YAML reads ``yes``/``on``/``true`` as booleans and pydantic would take them as 1:
+        a number field given a boolean is an error instead."""
+        if info.field_name is not None and _has_bool(value) and _takes_numbers(
+            cls.model_fields[info.field_name].annotation
+        ):
+            raise ValueError(f"expected a number, got {json.dumps(value)} (YAML reads "
+                             "yes/no/on/off/true/false as booleans)")
+        return value
 
 
 # --------------------------------------------------------------------------- model

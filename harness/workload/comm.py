@@ -34,17 +34,32 @@ class _AllGather(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, handle: GroupHandle) -> torch.Tensor:  # type: ignore[override]
         ctx.handle = handle
         ctx.rows = x.shape[0]
+        x = x.contiguous()
+        if _fused(handle):
+            out = x.new_empty((handle.size * x.shape[0],) + tuple(x.shape[1:]))
+            dist.all_gather_into_tensor(out, x, group=handle.group)
+            return out
         parts = [torch.empty_like(x) for _ in range(handle.size)]
-        dist.all_gather(parts, x.contiguous(), group=handle.group)
+        dist.all_gather(parts, x, group=handle.group)
         return torch.cat(parts, dim=0)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
         handle: GroupHandle = ctx.handle
-        grad = grad.contiguous().clone()
+        grad = grad.contiguous()
+        if _fused(handle):
+            out = grad.new_empty((ctx.rows,) + tuple(grad.shape[1:]))
+            dist.reduce_scatter_tensor(out, grad, group=handle.group)
+            return out, None
+        grad = grad.clone()
         dist.all_reduce(grad, group=handle.group)
         start = handle.rank * ctx.rows
         return grad[start : start + ctx.rows].contiguous(), None
+
+
+def _fused(handle: GroupHandle) -> bool:
+    """NCCL has the flat all-gather / reduce-scatter; gloo gets the list / all-reduce forms."""
+    return dist.get_backend(handle.group) == "nccl"
 
 
 def all_gather_rows(x: torch.Tensor, handle: Optional[GroupHandle]) -> torch.Tensor:

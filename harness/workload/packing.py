@@ -12,10 +12,11 @@ the same microbatch count (as the pipeline schedule and EP all-to-alls need).
   ``2c - 1`` tokens per sequence on top).
 * Dynamic CP (Megatron's rule): a sequence of ``L`` tokens needs
   ``max(min_cp, next_pow2(ceil(L / max_seqlen_per_rank)))`` ranks (the next allowed size if that one
-  is not listed). Microbatches are filled longest first: a sequence joins an open group of at least
-  its size with room (``size * max_seqlen_per_rank`` tokens), else opens a group of its size while
-  ranks are free. Idle ranks are then absorbed by widening the smallest groups to the next allowed
-  size, so no DP x CP rank is idle.
+  is not listed). Microbatches are filled longest first: a sequence opens a group of its size while
+  enough ranks are free (spreading work over the pool), else joins the least-loaded open group of at
+  least its size with room (``size * max_seqlen_per_rank`` tokens), else waits for the next
+  microbatch. Ranks still idle are absorbed by widening the smallest groups to the next allowed size,
+  so no DP x CP rank is idle.
 
 Sequences are padded to a multiple of ``2 * cp`` (for load-balanced CP chunks); padding is masked
 out of the loss and the aux loss, so padding never changes the result.
@@ -218,17 +219,17 @@ def _pack_dynamic(
                 left.append(s)
                 continue
             placed = False
-            for g in sorted(groups, key=lambda g: (g[2] / g[0], g[0])):
+            if need[s.index] <= free:  # spread over idle ranks first
+                groups.append([need[s.index], [s], padded_length(s.length, need[s.index])])
+                free -= need[s.index]
+                placed = True
+            for g in sorted(groups, key=lambda g: (g[2] / g[0], g[0])) if not placed else ():
                 room = g[0] * msr - g[2]
                 if g[0] >= need[s.index] and padded_length(s.length, g[0]) <= room:
                     g[1].append(s)
                     g[2] += padded_length(s.length, g[0])
                     placed = True
                     break
-            if not placed and need[s.index] <= free:
-                groups.append([need[s.index], [s], padded_length(s.length, need[s.index])])
-                free -= need[s.index]
-                placed = True
             if placed:
                 taken += 1
             else:

@@ -91,3 +91,20 @@ def test_step_line_is_one_readable_line():
                                      "max_allocated_bytes": None, "nan": True, "skipped": False})
     assert "\n" not in line
     assert "step 2/4" in line and "loss 5.250000" in line and "gnorm nan" in line and "NAN" in line
+
+
+@pytest.mark.parametrize("kind, code, text", [
+    ("exit", 43, "injected fault exit@2"),
+    ("crash", 1, "RuntimeError: injected fault: crash at step 2 on rank 0"),
+])
+def test_trigger_fault_in_a_process(kind, code, text):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", "from harness.launch.rank_main import Fault, trigger_fault; "
+         f"trigger_fault(Fault({kind!r}, 2), rank=0, step=2)"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == code
+    assert text in proc.stdout + proc.stderr

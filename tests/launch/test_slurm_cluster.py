@@ -115,6 +115,11 @@ def wait_until(predicate, what, timeout_s=WAIT_S):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def job_info(job_id):
+    return subprocess.run(["scontrol", "show", "job", job_id], capture_output=True,
+                          text=True).stdout
+
+
 def steps_of(arm_dir):
     return [r["step"] for r in read_steps(arm_dir).get(0, [])]
 
@@ -235,6 +240,10 @@ def test_requeued_job_resumes_after_last_step(tmp_path):
     time.sleep(1.0)
     # What Slurm sends at preemption / before the time limit: submitit checkpoints + requeues.
     subprocess.run(["scancel", "--signal=USR2", ref.job_id], check=True)
+    # Slurm holds a requeued job for ~2 min (Reason=BeginTime); let it start again right away.
+    wait_until(lambda: "Restarts=1" in job_info(ref.job_id) and "JobState=PENDING"
+               in job_info(ref.job_id), "the job to be requeued")
+    subprocess.run(["scontrol", "update", f"jobid={ref.job_id}", "StartTime=now"], check=True)
     assert finish(out) == 0
     outcome = read_outcome(arm_dir)
     assert outcome.ok and outcome.restarts == 1

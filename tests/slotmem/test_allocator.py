@@ -180,3 +180,21 @@ def test_fact_fill_free_blocks_poisons_only_free_memory() -> None:
 def test_fact_api_names_present() -> None:
     assert alloc.missing_apis() == []
     assert torch._C._cuda_getAllocatorBackend() == "native"
+
+
+@pytest.mark.cuda
+@cuda
+def test_fact_runtime_expandable_segments_are_refused_on_the_pool() -> None:
+    torch._C._accelerator_setAllocatorSettings("expandable_segments:True")
+    try:
+        pool = torch.cuda.MemPool()
+        t = _pool_tensor(pool, 4 << 20)
+        with pytest.raises(alloc.AllocatorUnsupported, match="expandable"):
+            alloc.require_fixed_segments(pool.id)
+        del t
+    finally:
+        torch._C._accelerator_setAllocatorSettings("expandable_segments:False")
+    pool2 = torch.cuda.MemPool()
+    t2 = _pool_tensor(pool2, 4 << 20)
+    alloc.require_fixed_segments(pool2.id)
+    del t2

@@ -181,13 +181,14 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("chain", [True, False], ids=["chained", "unchained"])
 @pytest.mark.parametrize("pp,rank,vpp,layers,counts,replay_m,cps,dtype", CASES)
-def test_mixed_variant_replay_equals_eager(pp, rank, vpp, layers, counts, replay_m, cps, dtype) -> None:
+def test_mixed_variant_replay_equals_eager(pp, rank, vpp, layers, counts, replay_m, cps, dtype, chain) -> None:
     plan = plan_pipeline(pp, vpp, counts, cps, [list(layers)] * pp).ranks[rank]
     assert plan.physical_slots < replay_m, "the test must wrap the slot ring"
     model = make_layers(layers, dtype)
     logs: list[str] = []
-    graphs = capture_plan(model, sampler(dtype), plan, log=logs.append)
+    graphs = capture_plan(model, sampler(dtype), plan, log=logs.append, chain_layers=chain)
     assert any(f"{len(cps)} dynamic-CP variants over {plan.physical_slots} slot-aliased physical pool slots" in s
                for s in logs), logs
     smap = build_slot_map(plan.records, layers)
@@ -262,16 +263,19 @@ def test_fault_skip_param_grad_clone_is_caught_by_mixed_replay() -> None:
 
 
 class ScaledLayer(torch.nn.Module):
-    """Two inputs: hidden states (with grad) and a per-variant scale (no grad, like RoPE or a mask)."""
+    """Two inputs: hidden states (with grad) and a per-variant scale (no grad, like RoPE or a mask).
+    ``cp`` is host-side state set per variant (as a CP process group would be)."""
 
     def __init__(self, seed: int) -> None:
         super().__init__()
         torch.manual_seed(seed)
         self.norm = torch.nn.LayerNorm(HIDDEN)
         self.fc = torch.nn.Linear(HIDDEN, HIDDEN)
+        self.cp = 0
 
     def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        return x + torch.tanh(self.fc(self.norm(x))) * scale
+        assert x.shape[0] * self.cp == TOKENS, "the variant hook must set cp before warmup/capture"
+        return x + torch.tanh(self.fc(self.norm(x))) * scale / self.cp
 
 
 def test_multi_input_layers_with_a_non_grad_input() -> None:
@@ -282,10 +286,21 @@ def test_multi_input_layers_with_a_non_grad_input() -> None:
     def sample(cp: int, c: int, l: int) -> tuple[torch.Tensor, ...]:
         return (torch.randn(TOKENS // cp, HIDDEN, device="cuda").requires_grad_(), scales[cp].clone())
 
-    graphs = capture_plan(model, sample, plan)
+    def set_cp(cp: int) -> None:
+        for layer in model[0]:
+            layer.cp = cp
+
+    seen: list[int] = []
+    graphs = capture_plan(model, sample, plan, variant_hook=lambda cp: (seen.append(cp), set_cp(cp)))
+    assert set(seen) == {1, 2}
     cp_of = {m: (1, 2)[(m * 7) % 3 % 2] for m in range(6)}
     smap = build_slot_map(plan.records, (2,))
-    assert compare_mixed(model, graphs, 2, 0, 1, 2, 6, cp_of, torch.float32, smap, lambda cp: (scales[cp],)) == []
+
+    def extra(cp: int) -> tuple[torch.Tensor, ...]:
+        set_cp(cp)  # eager needs the state at run time; replay ignores it
+        return (scales[cp],)
+
+    assert compare_mixed(model, graphs, 2, 0, 1, 2, 6, cp_of, torch.float32, smap, extra) == []
     graphs.close()
 
 

@@ -284,3 +284,29 @@ def test_missing_name_has_no_case_label_and_no_line(write_case: Write) -> None:
     path = write_case(GOOD_FIXED.replace("name: fixed-cp2\n", ""))
     err = _error(path)
     assert str(err) == f"{path}: field 'name': required field is missing"
+
+
+@pytest.mark.parametrize(("old", "new", "field"), [
+    ("steps: 3", "steps: yes", "train.steps"),            # YAML 1.1 boolean, not 1
+    ("lr: 1.0e-3", "lr: true", "train.lr"),
+    ("{pp: 1, cp: 2}", "{pp: 1, cp: on}", "parallel.cp"),
+])
+def test_boolean_for_a_number_is_an_error(write_case: Write, old: str, new: str,
+                                          field: str) -> None:
+    err = _error(write_case(GOOD_FIXED.replace(old, new)))
+    assert err.field == field and "expected a number, got true" in err.message
+
+
+def test_boolean_in_a_number_list_is_an_error(write_case: Write) -> None:
+    err = _error(write_case(GOOD_DCP.replace("dynamic_cp: [1, 2]", "dynamic_cp: [true, 2]")))
+    assert err.field == "parallel.dynamic_cp" and "got [true, 2]" in err.message
+
+
+@pytest.mark.parametrize(("old", "new", "field"), [
+    ("lr: 1.0e-3", "lr: .inf", "train.lr"),
+    ("{loss: exact}", "{loss: {max_abs: .nan}}", "compare.repeat.loss.max_abs"),
+    ("{gpus_per_node: 2}", "{gpus_per_node: 2, time_min: .inf}", "resources.time_min"),
+])
+def test_non_finite_settings_are_errors(write_case: Write, old: str, new: str, field: str) -> None:
+    err = _error(write_case(GOOD_FIXED.replace(old, new)))
+    assert err.field == field and "finite number" in err.message

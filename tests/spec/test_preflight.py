@@ -98,6 +98,14 @@ def test_data_lengths_fit_seq_length() -> None:
     assert fields(data={"lengths": {"max": 129}}) == ["data.lengths.max"]
 
 
+def test_data_lengths_message_says_how_to_fix_and_marks_the_default() -> None:
+    given = preflight(build_case(data={"lengths": {"max": 129}}))[0].message
+    assert "longest sequence 129 exceeds" in given
+    assert "set data.lengths.max <= 128 or raise train.seq_length" in given
+    default = preflight(build_case(data={"lengths": {}}, train={"seq_length": 64}))[0].message
+    assert default.startswith("longest sequence 256 (the default) exceeds train.seq_length 64")
+
+
 # ----------------------------------------------------------------- batch
 def test_global_batch_fixed_cp_divisible_by_dp() -> None:
     four = {"resources": {"gpus_per_node": 4}}

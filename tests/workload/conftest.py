@@ -1,13 +1,8 @@
-"""Helpers to build Case objects directly (no YAML) and run train_arm in-process or on spawned ranks."""
+"""Helpers to build Case objects directly (no YAML); spawned multi-rank runs live in spawn.py."""
 
 from __future__ import annotations
 
-import os
-import socket
 from typing import Any, Optional
-
-import pytest
-import torch
 
 from harness.spec.schema import Case, ResolvedModel
 
@@ -42,8 +37,3 @@ def make_case(
         )
     )
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

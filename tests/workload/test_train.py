@@ -101,3 +101,28 @@ def test_focused_cases_train():
         assert len(recs) == case.train.steps
         assert not any(r["nan"] or r["skipped"] for r in recs)
         assert recs[-1]["loss"] < recs[0]["loss"]
+
+
+def test_bf16_autocast_trains_close_to_fp32():
+    fp32 = run(make_case(train={"steps": 3}))
+    bf16 = run(make_case(train={"steps": 3, "dtype": "bf16"}))
+    for a, b in zip(fp32, bf16):
+        assert not b["nan"]
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-2)
+        assert b["loss"] != a["loss"] or b["grad_norm"] != a["grad_norm"]  # bf16 really ran
+
+
+@pytest.mark.cuda
+def test_cuda_run_reports_memory_and_matches_cpu():
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    case = make_case(train={"steps": 2})
+    cuda = []
+    train_arm(case, TrainOptions(), RankContext(0, 1, 0, "cuda:0", "none"), cuda.append)
+    cpu = run(case)
+    for g, c in zip(cuda, cpu):
+        assert g["device"] == "cuda:0"
+        assert all(isinstance(g[k], int) and g[k] > 0 for k in ("allocated_bytes", "reserved_bytes", "max_allocated_bytes"))
+        assert g["loss"] == pytest.approx(c["loss"], rel=1e-4)

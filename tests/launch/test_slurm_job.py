@@ -1,0 +1,119 @@
+"""The in-allocation side of a Slurm job, exercised without Slurm (a TaskIdentity by hand)."""
+
+import json
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.launch.slurm_job import (
+    CaseJob,
+    TaskIdentity,
+    _TeeLines,
+    arm_needs_run,
+    arm_port,
+    distributed_env,
+    read_events,
+    run_case_arms,
+)
+from harness.launch.sweep import prepare_case_dir
+from harness.results import ArmOutcome, read_outcome, write_outcome
+from harness.spec import load_cases
+
+REPO = Path(__file__).resolve().parents[2]
+CASE = """\
+name: job
+model: {preset: tiny, layers: 2}
+train: {steps: 2, global_batch: 4, seq_length: 64, lr: 3.0e-3}
+data: {lengths: {distribution: uniform, min: 8, max: 64}}
+compare: {repeat: {loss: exact}}
+resources: {nodes: 1, gpus_per_node: 1, time_min: %s}
+"""
+
+
+def make_case(tmp_path, time_min=5):
+    (tmp_path / "job.yaml").write_text(CASE % time_min)
+    (case,) = load_cases([tmp_path / "job.yaml"])
+    return case, prepare_case_dir(case, tmp_path / "sweep")
+
+
+def test_distributed_env_leaves_cuda_visible_devices_alone():
+    ident = TaskIdentity("77", rank=5, local_rank=1, world_size=8, master_addr="gpu001", restarts=0)
+    env = distributed_env(ident, 23456)
+    assert env == {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "gpu001",
+                   "MASTER_PORT": "23456"}
+
+
+def test_arm_port_same_on_every_task_and_new_per_arm_and_restart():
+    assert arm_port("77", "eager", 0) == arm_port("77", "eager", 0)
+    ports = {arm_port("77", arm, r) for arm in ("eager", "eager-repeat") for r in (0, 1)}
+    assert len(ports) == 4 and all(20000 <= p < 60000 for p in ports)
+
+
+def test_tee_prefixes_complete_lines(tmp_path, capsys):
+    tee = _TeeLines(sys.stdout, tmp_path / "log.txt", "[rank 3] ")
+    tee.write("a\nb")
+    tee.write("c\n")
+    tee.write("tail")
+    tee.close()
+    tee.close()  # closing twice is harmless
+    assert (tmp_path / "log.txt").read_text() == "[rank 3] a\n[rank 3] bc\n[rank 3] tail\n"
+    assert capsys.readouterr().out == "a\nbc\ntail"
+
+
+def test_arm_needs_run_follows_the_outcome(tmp_path):
+    case, case_dir = make_case(tmp_path)
+    arm = case_dir / "eager"
+    assert arm_needs_run(case, arm)
+    for status, again in (("infra", True), ("failed", False), ("timeout", False), ("ok", True)):
+        write_outcome(arm, ArmOutcome(status=status))
+        assert arm_needs_run(case, arm) is again, status  # "ok" without its steps runs again
+
+
+def test_case_job_pickles_and_checkpoints_itself(tmp_path):
+    case, case_dir = make_case(tmp_path)
+    job = CaseJob(case.model_dump(mode="json"), str(case_dir), retry_round=1)
+    assert pickle.loads(pickle.dumps(job)) == job
+    delayed = job.checkpoint()
+    assert delayed.function == job and delayed.args == ()
+
+
+def test_crashing_arm_gets_a_failed_outcome_and_ends_the_job(tmp_path, monkeypatch):
+    case, case_dir = make_case(tmp_path)
+    monkeypatch.setenv("DCP_HARNESS_FAULT", "crash@2")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(key, "unset-after-the-test")  # run_rank exports these; undo restores
+        monkeypatch.delenv(key)
+    ident = TaskIdentity("9", 0, 0, 1, "127.0.0.1", restarts=2)
+    with pytest.raises(RuntimeError, match="injected fault"):
+        run_case_arms(case, case_dir, ident, retry_round=1)
+    outcome = read_outcome(case_dir / "eager")
+    assert outcome.status == "failed" and outcome.restarts == 3
+    assert "RuntimeError: injected fault" in outcome.detail and "slurm job 9" in outcome.detail
+    assert "Traceback" in (case_dir / "eager" / "log.txt").read_text()
+    assert read_outcome(case_dir / "eager-repeat") is None  # never started
+    (start,) = read_events(case_dir)
+    assert (start["arm"], start["restarts"], start["resumed_after_step"]) == ("eager", 3, 0)
+
+
+def test_arm_past_its_limit_times_out_with_stacks(tmp_path):
+    case, case_dir = make_case(tmp_path, time_min=0.05)  # 3 s
+    script = textwrap.dedent(f"""
+        import json, sys
+        from harness.launch.slurm_job import TaskIdentity, run_case_arms
+        from harness.spec.schema import Case
+        case = Case.model_validate(json.load(open({str(case_dir / 'case.json')!r})))
+        run_case_arms(case, {str(case_dir)!r}, TaskIdentity("5", 0, 0, 1, "127.0.0.1", 0))
+    """)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
+           "DCP_HARNESS_FAULT": "hang@1"}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 124, proc.stderr[-2000:]
+    outcome = read_outcome(case_dir / "eager")
+    assert outcome.status == "timeout" and "arm limit of 3s" in outcome.detail
+    assert "trigger_fault" in outcome.log_tail  # the hung frame is in the stacks
