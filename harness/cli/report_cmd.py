@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
-
 from harness.errors import ConfigError
-from harness.report import console_table, gate, write_reports
+from harness.report import console_table, gate, make_console, write_reports
 
 DEFAULT_SWEEP = Path("results") / "latest"
 
@@ -42,7 +40,7 @@ def _sweep_dir(path: Path) -> Path:
 
 def run_report(args: argparse.Namespace) -> int:
     files = write_reports(_sweep_dir(args.dir))
-    console_table(files, Console())
+    console_table(files, make_console())
     print(f"wrote {files.summary}, {files.junit}, {files.index}"
           + (f" and {len(files.plots)} plot(s)" if files.plots else ""))
     return 0

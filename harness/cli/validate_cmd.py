@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
 from rich.table import Table
 
-from harness.spec import load_cases, select_cases
+from harness.errors import ConfigError
+from harness.report import make_console
+from harness.spec import Case, load_cases, select_cases
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,23 +24,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _layout(case) -> str:
+def layout(case: Case) -> str:
+    """``pp2 vpp2 dcp1/2 ep2 dp2``: the parallel layout of a case in one word list."""
     par = case.parallel
-    cp = "dcp" + "/".join(str(c) for c in par.dynamic_cp) if par.is_dynamic else f"cp{par.cp or 1}"
+    cp = "dcp" + "/".join(str(c) for c in par.cp_sizes) if par.is_dynamic else f"cp{par.max_cp}"
     return f"pp{par.pp} vpp{par.vpp} {cp} ep{par.ep} dp{case.dp}"
 
 
 def run(args: argparse.Namespace) -> int:
     cases = select_cases(load_cases(args.paths), k=args.k, tags=args.tags)
-    console = Console()
-    table = Table(title=f"{len(cases)} valid case(s)", show_lines=False)
-    for col in ("case", "layout", "ranks", "steps", "arms/pairs", "source"):
+    if not cases:
+        given = ([f"-k {args.k!r}"] if args.k else []) + (
+            [f"--tags {' '.join(args.tags)}"] if args.tags else [])
+        raise ConfigError(f"the case files in {' '.join(args.paths)} are valid, but no case "
+                          f"matches {' '.join(given)}")
+    table = Table(title=f"{len(cases)} valid case(s)")
+    for col in ("case", "layout", "ranks", "steps", "pairs", "source"):
         table.add_column(col)
     for case in cases:
-        pairs = [name for name, v in case.compare if v is not None] or ["checks"]
-        table.add_row(
-            case.id, _layout(case), str(case.world_size), str(case.train.steps),
-            ", ".join(pairs), case.source,
-        )
-    console.print(table)
+        pairs = [name for name, v in case.compare if v is not None] or ["(arm checks only)"]
+        table.add_row(case.id, layout(case), str(case.world_size), str(case.train.steps),
+                      ", ".join(pairs), case.source)
+    make_console().print(table)
     return 0

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from harness.launch.slurm import JobRef, latest_jobs, read_jobs
-from harness.launch.slurm_job import EVENTS_FILE, arm_needs_run, read_events, repro_line
+from harness.launch.slurm_job import arm_needs_run, read_events, repro_line
 from harness.results import LOG_FILE, OUTCOME_FILE, VERDICT_FILE, ArmOutcome, read_json, \
     read_outcome, read_steps, write_outcome
 
@@ -436,10 +436,6 @@ def reset_infra(case_dir: Path) -> list[str]:
         moved.append(arm)
     (Path(case_dir) / VERDICT_FILE).unlink(missing_ok=True)
     return moved
-
-
-def events_path(case_dir: Path) -> Path:
-    return Path(case_dir) / EVENTS_FILE
 
 
 def resubmit(sweep_dir: Path, case_ids: Sequence[str], max_parallel: Optional[int] = None

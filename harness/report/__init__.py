@@ -22,7 +22,7 @@ from harness.results import (
     write_text_atomic,
 )
 
-from .console import console_table
+from .console import console_table, make_console
 from .gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, GateResult, exit_code, gate, gate_result
 from .index import build_index
 from .junit import render_junit
@@ -32,7 +32,8 @@ from .summary import render_summary
 
 __all__ = [
     "ArmView", "CaseView", "EXIT_ERROR", "EXIT_FAIL", "EXIT_PASS", "GateResult", "ReportFiles",
-    "SweepView", "console_table", "gate", "gate_result", "load_sweep", "write_reports",
+    "SweepView", "console_table", "gate", "gate_result", "load_sweep", "make_console",
+    "write_reports",
 ]
 
 

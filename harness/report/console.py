@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -13,6 +13,15 @@ from .load import SweepView, load_sweep
 from .text import checks_cell, failed_names, final_loss_cell, loss_delta_cell, peak_mem_cell, step_time_cell
 
 _STYLE = {"pass": "green", "fail": "bold red", "error": "yellow"}
+# Width of tables written to a file, pipe or CI log: rich would assume 80 columns there and
+# elide case ids or fold cells into one character per line.
+LOG_WIDTH = 240
+
+
+def make_console(file: Optional[TextIO] = None) -> Console:
+    """A console for command output: the terminal's width on a terminal, else ``LOG_WIDTH``."""
+    console = Console(file=file)
+    return console if console.is_terminal else Console(file=file, width=LOG_WIDTH)
 
 
 def console_table(sweep: Any, console: Optional[Console] = None) -> Table:

@@ -1,6 +1,5 @@
 """The in-allocation side of a Slurm job, exercised without Slurm (a TaskIdentity by hand)."""
 
-import json
 import pickle
 import subprocess
 import sys

@@ -1,7 +1,6 @@
 """Job planning and sbatch rendering (pure: no Slurm needed), and `submit --dry-run`."""
 
 import re
-import textwrap
 from pathlib import Path
 
 import pytest

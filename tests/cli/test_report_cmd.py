@@ -1,0 +1,65 @@
+"""`dcp-harness report` and `dcp-harness gate` on a hand-made sweep folder."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from harness.cli import report_cmd
+from harness.compare import Pair, evaluate_case, write_verdict
+from harness.errors import ConfigError
+from harness.results import ArmOutcome, StepWriter, read_outcome, read_steps, write_json_atomic, \
+    write_outcome
+
+CASE_ID = "a-rather-long-case-id-that-must-stay-whole.vpp2"
+PAIR = Pair("repeat", "repeat", ("eager", "eager-repeat"), {"loss": "exact"})
+
+
+def _sweep(root: Path, repeat_losses: list[float]) -> Path:
+    case_dir = root / CASE_ID
+    write_json_atomic(case_dir / "case.json", {"id": CASE_ID, "tags": []})
+    for arm, losses in (("eager", [2.0, 1.5]), ("eager-repeat", repeat_losses)):
+        writer = StepWriter(case_dir / arm, 0)
+        for step, loss in enumerate(losses, 1):
+            writer.append({"step": step, "loss": loss, "grad_norm": 1.0, "nan": False,
+                           "skipped": False})
+        write_outcome(case_dir / arm, ArmOutcome(status="ok", returncode=0))
+    data = {a: (read_outcome(case_dir / a), read_steps(case_dir / a))
+            for a in ("eager", "eager-repeat")}
+    write_verdict(case_dir, evaluate_case(CASE_ID, [PAIR], data, expected_steps=2,
+                                          expected_ranks=1))
+    return root
+
+
+def _run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="dcp-harness")
+    report_cmd.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def test_report_writes_files_and_a_readable_table_off_a_terminal(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = _sweep(tmp_path, [2.0, 1.25])
+    assert _run(["report", str(sweep)]) == 0
+    out = capsys.readouterr().out
+    assert (sweep / "summary.md").is_file() and (sweep / "junit.xml").is_file()
+    row = next(line for line in out.splitlines() if CASE_ID in line)
+    # the whole row on one line: the failed check names are not folded a character per line
+    assert "FAIL" in row and "loss" in row and "…" not in out
+    assert out.rstrip().splitlines()[-1].startswith("wrote ")
+
+
+@pytest.mark.parametrize(("losses", "code"), [([2.0, 1.5], 0), ([2.0, 1.25], 1), ([2.0], 1)])
+def test_gate_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                         losses: list[float], code: int) -> None:
+    assert _run(["gate", str(_sweep(tmp_path, losses))]) == code
+    assert capsys.readouterr().out.startswith(("gate: PASS", "gate: FAIL")[code])
+
+
+@pytest.mark.parametrize("command", ["report", "gate"])
+def test_missing_sweep_folder_is_a_config_error(tmp_path: Path, command: str) -> None:
+    with pytest.raises(ConfigError, match="does not exist; pass the --out folder"):
+        _run([command, str(tmp_path / "absent")])

@@ -1,0 +1,59 @@
+"""`dcp-harness validate`: the subcommand module on its own parser."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from harness.cli import validate_cmd
+from harness.errors import CaseError, ConfigError
+
+LONG_NAME = "a-rather-long-case-name-that-must-stay-whole-in-logs"
+CASE = f"""\
+name: {LONG_NAME}
+tags: [cpu]
+model: {{preset: tiny, layers: 4}}
+parallel: {{pp: 2, dynamic_cp: [1, 2]}}
+train: {{steps: 2, global_batch: 8, seq_length: 128, max_seqlen_per_rank: 64, lr: 1.0e-3}}
+data: {{lengths: {{min: 8, max: 128}}}}
+resources: {{gpus_per_node: 4}}
+matrix: {{parallel.vpp: [1, 2]}}
+"""
+
+
+def _run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="dcp-harness")
+    validate_cmd.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["validate", *argv])
+    return args.func(args)
+
+
+def test_lists_every_case_whole_when_output_is_not_a_terminal(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "deeply" / "nested" / "folder" / "case.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(CASE)
+    assert _run([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "2 valid case(s)" in out
+    rows = [line for line in out.splitlines() if LONG_NAME in line]
+    # one table row per case, ids and source never elided (rich assumes 80 columns off a tty)
+    assert len(rows) == 2 and "…" not in out
+    assert f"{LONG_NAME}.vpp1" in rows[0] and "pp2 vpp1 dcp1/2 ep1 dp2" in rows[0]
+    assert f"{LONG_NAME}.vpp2" in rows[1] and str(path) in rows[1]
+    assert "(arm checks only)" in rows[0]
+
+
+def test_selection_that_matches_nothing_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "case.yaml").write_text(CASE)
+    with pytest.raises(ConfigError, match="valid, but no case matches -k 'vpp3' --tags gpu"):
+        _run([str(tmp_path), "-k", "vpp3", "--tags", "gpu"])
+    assert _run([str(tmp_path), "-k", "vpp2", "--tags", "cpu"]) == 0
+
+
+def test_bad_case_is_a_case_error(tmp_path: Path) -> None:
+    (tmp_path / "case.yaml").write_text(CASE.replace("steps: 2", "steps: yes"))
+    with pytest.raises(CaseError, match="field 'train.steps'"):
+        _run([str(tmp_path)])
