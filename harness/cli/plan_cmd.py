@@ -29,7 +29,7 @@ from typing import Any, Optional, Sequence
 from harness.errors import ConfigError
 from harness.slotmem.plan import PipelinePlan, plan_pipeline
 from harness.slotmem.planerrors import PlanError
-from harness.slotmem.schedule import microbatch_count_problem
+from harness.slotmem.schedule import allowed_microbatch_counts, microbatch_count_problem
 
 _FLAG_FIELDS = ("pp", "vpp", "microbatches", "group", "cp", "layers_per_chunk")
 
@@ -113,20 +113,14 @@ def _select(
         problem = microbatch_count_problem(pp, vpp, group, m)
         if problem is not None:
             raise ConfigError(f"{what}: {problem}")
-    keep = set(explicit)
-    skipped = set()
-    for m in ranged:
-        if microbatch_count_problem(pp, vpp, group, m) is None:
-            keep.add(m)
-        else:
-            skipped.add(m)
+    keep = set(explicit) | set(allowed_microbatch_counts(pp, vpp, group, ranged))
     if not keep:
         raise ConfigError(
             f"{what}: none of the counts can be scheduled with PP={pp}, VPP={vpp}, "
             f"group={group} (with VPP each count needs at least one full group and a last-group "
             f"remainder of 0 or >= PP)"
         )
-    return tuple(sorted(keep)), tuple(sorted(skipped - keep))
+    return tuple(sorted(keep)), tuple(sorted(set(ranged) - keep))
 
 
 def parse_layers(spec: str) -> Any:
@@ -151,6 +145,10 @@ def request_from_flags(args: argparse.Namespace) -> PlanRequest:
     _positive(args.group, "--group")
     vpp = args.vpp or 1
     group = args.group or args.pp
+    if vpp > 1 and args.pp == 1:
+        raise ConfigError(f"--vpp {vpp} needs --pp > 1: Megatron interleaves model chunks only "
+                          "with pipeline parallelism (PP=1 runs one chunk, non-pipelined), as "
+                          "case files require too")
     if vpp > 1 and group < args.pp:
         raise ConfigError(f"--group {group} is smaller than --pp {args.pp}; the interleaved "
                           f"schedule needs group >= PP")
@@ -163,10 +161,7 @@ def request_from_flags(args: argparse.Namespace) -> PlanRequest:
 
 def request_from_case(case: Any) -> PlanRequest:
     par = case.parallel
-    chunks = par.pp * par.vpp
-    if case.model.layers % chunks:
-        raise ConfigError(f"case '{case.id}': {case.model.layers} layers do not split evenly over "
-                          f"PP*VPP = {chunks} chunks")
+    chunks = par.pp * par.vpp  # preflight checked that the layers split evenly over them
     if case.train.microbatches is not None:
         explicit, ranged = [case.train.microbatches], []
     else:
@@ -223,9 +218,10 @@ def render_text(plan: PipelinePlan, req: PlanRequest, records: bool) -> str:
     if req.label:
         lines.append(f"case {req.label}")
     cps = ",".join(str(c) for c in plan.cp_sizes)
+    group = f", microbatch group {plan.group}" if plan.vpp > 1 else ""  # unused without VPP
     lines.append(
-        f"PP {plan.pp} x VPP {plan.vpp}, microbatch group {plan.group}, CP sizes {cps} "
-        f"(canonical CP{plan.cp_sizes[0]}), microbatch counts {format_counts(plan.microbatch_counts)}"
+        f"PP {plan.pp} x VPP {plan.vpp}{group}, CP sizes {cps} (canonical CP{plan.cp_sizes[0]}), "
+        f"microbatch counts {format_counts(plan.microbatch_counts)}"
     )
     if req.skipped:
         lines.append(f"  skipped counts the schedule does not allow: {format_counts(req.skipped)}")
@@ -260,10 +256,10 @@ def build(req: PlanRequest, slots: Optional[int]) -> PipelinePlan:
 
 
 def run(args: argparse.Namespace) -> int:
-    _positive(getattr(args, "slots", None), "--slots")
+    _positive(args.slots, "--slots")
     requests = _requests(args)
-    plans = [(req, build(req, getattr(args, "slots", None))) for req in requests]
-    if getattr(args, "json", False):
+    plans = [(req, build(req, args.slots)) for req in requests]
+    if args.json:
         docs = []
         for req, plan in plans:
             doc = plan.to_json()
@@ -274,6 +270,6 @@ def run(args: argparse.Namespace) -> int:
             docs.append(doc)
         print(json.dumps(docs[0] if len(docs) == 1 else docs))
     else:
-        print("\n\n".join(render_text(plan, req, getattr(args, "records", False))
+        print("\n\n".join(render_text(plan, req, args.records)
                           for req, plan in plans))
     return 0

@@ -444,7 +444,9 @@ def plan_pipeline(
     required = max(max(row) for row in per_rank_slots)
     if physical_slots is None:
         slots = required
-    elif not isinstance(physical_slots, int) or physical_slots < required:
+    elif not isinstance(physical_slots, int) or isinstance(physical_slots, bool):
+        raise PlanError(f"physical_slots must be an integer, got {physical_slots!r}")
+    elif physical_slots < required:
         worst = max(range(pp), key=lambda r: max(per_rank_slots[r]))
         raise SlotPeriodError(
             f"physical_slots={physical_slots!r} is shorter than the slot period the schedule "

@@ -27,16 +27,22 @@ def layers_per_rank(layers: LayersSpec, pp: int, vpp: int) -> tuple[tuple[int, .
     """Layers of every chunk of every rank, from one int (every chunk), one list of ``vpp`` ints
     (the same on every rank) or ``pp`` lists of ``vpp`` ints (uneven stages). Zero-layer chunks
     are allowed; a rank with no layer at all is not."""
-    if isinstance(layers, int):
+    def is_list(x: object) -> bool:
+        return isinstance(x, (list, tuple))
+
+    if isinstance(layers, int) and not isinstance(layers, bool):
         table: list[list[int]] = [[layers] * vpp for _ in range(pp)]
+    elif is_list(layers) and layers and not any(is_list(x) for x in layers):
+        table = [list(layers) for _ in range(pp)]  # type: ignore[arg-type]
+    elif is_list(layers) and layers and all(is_list(x) for x in layers):
+        table = [list(x) for x in layers]  # type: ignore[union-attr]
+        if len(table) != pp:
+            raise PlanError(f"layers per chunk: got {len(table)} per-rank lists for PP={pp}")
     else:
-        items = list(layers)
-        if items and all(isinstance(x, int) for x in items):
-            table = [list(items) for _ in range(pp)]  # type: ignore[arg-type]
-        else:
-            table = [list(x) for x in items]  # type: ignore[arg-type]
-            if len(table) != pp:
-                raise PlanError(f"layers per chunk: got {len(table)} per-rank lists for PP={pp}")
+        raise PlanError(
+            f"layers per chunk: give one int (every chunk), a list of {vpp} ints (every rank) or "
+            f"{pp} lists of {vpp} ints (one per PP rank), got {layers!r}"
+        )
     for rank, row in enumerate(table):
         if len(row) != vpp:
             raise PlanError(

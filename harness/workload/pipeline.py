@@ -148,6 +148,8 @@ def run_step(
                     g, dst=dst, group=channel(pp_rank, dst_stage, "grad"), tag=_tag(m, v - 1, stages, True)
                 )
                 pending.append((work, g))
+            # Drop the buffers of sends that already completed (the rest wait at the step's end).
+            pending = [(w, t) for w, t in pending if not w.is_completed()]  # type: ignore[attr-defined]
             backwards_left[m] -= 1
             if backwards_left[m] == 0:
                 totals.aux_sum += float(sum(t.item() for t in inputs[m].ctx.moe.aux_sink))

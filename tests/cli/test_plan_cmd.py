@@ -55,6 +55,13 @@ def test_json_form(capsys: pytest.CaptureFixture[str]) -> None:
     assert rec["variant"] == 0 and rec["cp_size"] == 1 and rec["slot"] == 0
 
 
+def test_group_is_shown_only_with_vpp(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _run(["--pp", "2", "--microbatches", "4", "--group", "3"], capsys)
+    assert out.startswith("PP 2 x VPP 1, CP sizes 1 (canonical CP1), microbatch counts 4\n")
+    out = _run(["--pp", "2", "--vpp", "2", "--microbatches", "5", "--group", "3"], capsys)
+    assert out.startswith("PP 2 x VPP 2, microbatch group 3, CP sizes 1")
+
+
 def test_records_flag(capsys: pytest.CaptureFixture[str]) -> None:
     out = _run(["--pp", "1", "--microbatches", "3", "--cp", "1,2", "--records"], capsys)
     assert "records (variant cp chunk layer" in out
@@ -75,6 +82,7 @@ def test_records_flag(capsys: pytest.CaptureFixture[str]) -> None:
          "one value per chunk"),
         (["--pp", "4", "--vpp", "2", "--group", "2", "--microbatches", "4"], "group >= PP"),
         (["--pp", "0", "--microbatches", "4"], "--pp must be >= 1"),
+        (["--pp", "1", "--vpp", "2", "--microbatches", "4"], "--vpp 2 needs --pp > 1"),
         (["-k", "x", "--pp", "2", "--microbatches", "4"], "CASE file"),
     ],
 )

@@ -123,9 +123,12 @@ def run_cli(argv, capsys):
 
 def test_dry_run_of_regression_cases_shows_gb200_shape(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")  # no sbatch/squeue reachable: nothing may call Slurm
+    from harness.cli import main
+
     out_dir = tmp_path / "sweep"
-    code, out = run_cli(["submit", str(REPO / "cases" / "regression"), "--profile", "gb200",
-                         "--dry-run", "--out", str(out_dir)], capsys)
+    code = main(["submit", str(REPO / "cases" / "regression"), "--profile", "gb200",
+                 "--dry-run", "--out", str(out_dir)])
+    out = capsys.readouterr().out
     assert code == 0
     assert not out_dir.exists()
     scripts = out.split("# ---- sbatch script of ")[1:]
@@ -143,9 +146,11 @@ def test_dry_run_of_regression_cases_shows_gb200_shape(tmp_path, capsys, monkeyp
 
 def test_submit_without_sbatch_says_how_to_fix(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
+    from harness.cli import main
+
     write_case(tmp_path, "a")
-    with pytest.raises(ConfigError, match="sbatch is not on PATH"):
-        run_cli(["submit", str(tmp_path / "a.yaml"), "--out", str(tmp_path / "o")], capsys)
+    assert main(["submit", str(tmp_path / "a.yaml"), "--out", str(tmp_path / "o")]) == 2
+    assert "error: sbatch is not on PATH" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 

@@ -215,6 +215,18 @@ def test_layer_spec_errors() -> None:
         layers_per_rank([[1, 1]], 2, 2)
 
 
+@pytest.mark.parametrize("spec", [[1, [2, 2]], [], None, "12", 2.0, True])
+def test_malformed_layer_spec_is_a_plan_error_saying_what_is_accepted(spec: object) -> None:
+    with pytest.raises(PlanError, match="give one int .* or 2 lists of 2 ints"):
+        layers_per_rank(spec, 2, 2)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("slots", [2.5, True, "4"])
+def test_forced_slot_count_must_be_an_integer(slots: object) -> None:
+    with pytest.raises(PlanError, match="physical_slots must be an integer"):
+        plan_pipeline(2, 1, [4], physical_slots=slots)  # type: ignore[arg-type]
+
+
 # --------------------------------------------------------------------------- variants, lockstep
 def test_cp_variants() -> None:
     assert cp_variants([4, 1, 2]) == (1, 2, 4)
