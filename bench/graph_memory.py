@@ -10,6 +10,8 @@ For one PP rank's interleaved 1F1B schedule (PP2, VPP2, 2 layers per chunk, micr
 Graph memory = pool reserved bytes (every pool) + static buffers the graphs own outside pools.
 Also: peak allocated during capture vs after (d), capture seconds per variant, mismatches vs
 eager under a random variant per microbatch, and replay vs eager time of the whole schedule.
+Second table: what the copies into arenas cost (their volume in the replayed schedule and the GPU
+time of the same copies alone), and the peak allocated during (d)'s ordered warmup.
 
 Run on a GPU: python bench/graph_memory.py [--hidden 1024 --tokens 8192 --dtype bf16 --json out.json]
 """
@@ -30,6 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness.slotmem.arenas import ForwardPlan, dense_bytes  # noqa: E402
 from harness.slotmem.capture import capture_plan  # noqa: E402
 from harness.slotmem.ordinary import make_ordinary_graphed_callables  # noqa: E402
 from harness.slotmem.plan import plan_pipeline  # noqa: E402
@@ -89,6 +92,53 @@ def take_grads(model: list[list[GluLayer]]) -> dict[str, torch.Tensor]:
                 out[f"g{c}.{l}.{n}"] = p.grad.clone()
                 p.grad = None
     return out
+
+
+def copy_volumes(plans: dict[tuple[int, int, int], ForwardPlan], order: tuple[int, ...], chunks: int, layers: int,
+                 cp_of: list[int]) -> dict[str, list[int]]:
+    """Byte sizes of the copies into arenas that a replay of ``order`` does, by kind: layer outputs
+    and native saved tensors (forward graphs), returned input grads and param grads (backward graphs)."""
+    sizes: dict[str, list[int]] = {"output": [], "saved": [], "grads": []}
+    for ev in order_events(order, chunks):
+        for l in range(layers):
+            p = plans[(cp_of[ev.microbatch], ev.chunk, l)]
+            if ev.forward:
+                sizes["output"] += [dense_bytes(m) for m in p.outputs]
+                sizes["saved"] += list(p.components)
+            else:
+                sizes["grads"] += [dense_bytes(m) for m, w in zip(p.inputs, p.input_grads) if w]
+                sizes["grads"].append(p.param_grad_bytes)
+    return sizes
+
+
+def copy_ms(sizes: list[int], reps: int) -> float:
+    """GPU time of device-to-device copies of these sizes, replayed as one CUDA graph (no launch
+    overhead): what the same copies inside the layer graphs cost."""
+    n_max = max(sizes, default=0)
+    if n_max == 0:
+        return 0.0
+    src = torch.ones(n_max, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for n in sizes:
+            dst[:n].copy_(src[:n])
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for n in sizes:
+            dst[:n].copy_(src[:n])
+    ts = []
+    for _ in range(reps + 2):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    graph.reset()
+    return statistics.median(ts[2:])
 
 
 def fresh() -> None:
@@ -191,6 +241,11 @@ def main() -> int:
         row["replay_ms"] = timed(lambda: run_schedule(
             lambda c_, l, h, cp, m: d.layer(c_, l)(h, cp_size=cp, microbatch=m),
             run_order, vpp, layers, run_cp, args.tokens, args.hidden, dtype))
+        row["d_warmup_peak_MiB"] = (d.stats.peak_allocated_during_warmup - base) / MiB
+        volumes = copy_volumes(d.plans, run_order, vpp, layers, run_cp)
+        for kind, sizes in volumes.items():
+            row[f"copy_{kind}_MiB"] = sum(sizes) / MiB
+            row[f"copy_{kind}_ms"] = copy_ms(sizes, args.reps)
         row["summary"] = d.stats.summary
         d.close()
         del d
@@ -225,6 +280,18 @@ def main() -> int:
               f"{r['b_mismatch']}/{r['c_mismatch']}/{r['d_mismatch']}/{r['d_mismatch_wrap']} | "
               f"{r['eager_ms']:.1f} / {r['replay_ms']:.1f} | "
               f"{r['d_unchained_MiB']:.0f}, {r['d_unchained_MiB'] / r['a_MiB']:.3f}, {r['replay_unchained_ms']:.1f} |")
+    print("\nArena copies a replay of the 8-microbatch schedule does (volume, and GPU time of the same copies "
+          "replayed alone as one CUDA graph), and peak allocated during the ordered warmup of (d):\n")
+    head2 = ("| K | CP sizes | outputs MiB / ms | saved MiB / ms | grads MiB / ms | all copies ms "
+             "| eager / replay ms | (d) warmup peak MiB |")
+    print(head2)
+    print("|" + "---|" * (head2.count("|") - 1))
+    for r in rows:
+        total = r["copy_output_ms"] + r["copy_saved_ms"] + r["copy_grads_ms"]
+        print(f"| {r['K']} | {r['cp_sizes']} | {r['copy_output_MiB']:.0f} / {r['copy_output_ms']:.2f} | "
+              f"{r['copy_saved_MiB']:.0f} / {r['copy_saved_ms']:.2f} | {r['copy_grads_MiB']:.0f} / "
+              f"{r['copy_grads_ms']:.2f} | {total:.2f} | {r['eager_ms']:.1f} / {r['replay_ms']:.1f} | "
+              f"{r['d_warmup_peak_MiB']:.0f} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0

@@ -179,6 +179,7 @@ def test_summary_and_index(tmp_path: Path) -> None:
     assert "(2 n/a)" in row and "0.300 / 0.300 s" in row
     assert "## Failures" in summary and "eager-repeat.no_nan_inf: FAILED" in summary
     assert "## Errors" in summary and "`dcp-harness run cases/focused/c.yaml -k c-crash`" in summary
+    assert "\n\n\n" not in summary  # one blank line between sections, also Failures -> Errors
     index = json.loads((tmp_path / "index.json").read_text())
     assert index["status"] == "fail" and index["exit_code"] == 1
     assert index["counts"] == {"cases": 3, "entries": 4, "pass": 2, "fail": 1, "error": 1}

@@ -31,8 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _sweep_dir(path: Path) -> Path:
     if not path.is_dir():
+        what = "is not a folder" if path.exists() else "does not exist"
         raise ConfigError(
-            f"sweep folder {path} does not exist; pass the --out folder of `dcp-harness run` "
+            f"sweep folder {path} {what}; pass the --out folder of `dcp-harness run` "
             f"(default {DEFAULT_SWEEP})"
         )
     return path.resolve()

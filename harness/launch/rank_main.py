@@ -224,24 +224,6 @@ def start_orphan_watchdog(environ: Mapping[str, str] = os.environ) -> Optional[t
     return thread
 
 
-def _drop_checkpoints_after(checkpoint_dir: Path, rank: int, last_recorded: int) -> None:
-    """Keep the checkpoint from getting ahead of the step records.
-
-    A rank stopped between saving step N's checkpoint and recording step N would otherwise resume
-    after step N and never record it. Removing this rank's checkpoints newer than its last
-    recorded step makes the ranks agree (MIN over ranks) on a step whose record exists; the re-run
-    step's duplicate record is dropped by the results store.
-    """
-    from harness.workload import checkpoint as ckpt
-
-    for step in ckpt.saved_steps(checkpoint_dir, rank):
-        if step > last_recorded:
-            path = ckpt.rank_dir(checkpoint_dir, rank) / f"step{step:08d}.pt"
-            print(f"[rank {rank}] dropping checkpoint {path}: step {step} has no record "
-                  f"(last recorded step {last_recorded})", flush=True)
-            path.unlink(missing_ok=True)
-
-
 def _destroy_process_group() -> None:
     import torch.distributed as dist
 
@@ -272,7 +254,6 @@ def run_rank(case, arm_name: str, arm_dir: Path, resume: bool = True) -> None:
             f"{arm_dir} already holds steps or a checkpoint of this arm; pass a fresh --out "
             "folder, or leave out --no-resume to continue after the last completed step"
         )
-    _drop_checkpoints_after(checkpoint_dir, rank, done)
     start_orphan_watchdog()
     stack_file = register_stack_dump(stacks_path(arm_dir, rank))
     try:

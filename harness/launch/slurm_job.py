@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
-from harness.results import LOG_FILE, ArmOutcome, read_outcome, read_steps, write_outcome
+from harness.results import (LOG_FILE, OUTCOME_FILE, ArmOutcome, read_outcome, read_steps,
+                             write_outcome)
 
 EVENTS_FILE = "slurm_events.jsonl"
 TAIL_LINES = 60
@@ -225,7 +226,7 @@ def run_case_arms(case: Any, case_dir: Path, ident: TaskIdentity, retry_round: i
             continue
         arm_dir.mkdir(parents=True, exist_ok=True)
         if ident.rank == 0:
-            (arm_dir / "outcome.json").unlink(missing_ok=True)  # no stale outcome in flight
+            (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome in flight
             done = read_steps(arm_dir).get(0, [])
             append_event(case_dir, {"event": "arm_start", "arm": arm.name, "job_id": ident.job_id,
                                     "restarts": restarts, "resumed_after_step": len(done),
@@ -243,11 +244,12 @@ def run_case_arms(case: Any, case_dir: Path, ident: TaskIdentity, retry_round: i
         except Exception as exc:
             tb = traceback.format_exc()
             print(tb, file=sys.stderr, flush=True)
-            write_outcome(arm_dir, ArmOutcome(
-                status="failed", returncode=1, wall_s=round(time.monotonic() - started, 3),
-                log_tail=_tail(arm_dir / LOG_FILE), repro=repro, restarts=restarts,
-                detail=f"rank {ident.rank} raised {type(exc).__name__}: {exc} "
-                       f"(slurm job {ident.job_id})"))
+            if read_outcome(arm_dir) is None:  # the first failing rank is usually the cause
+                write_outcome(arm_dir, ArmOutcome(
+                    status="failed", returncode=1, wall_s=round(time.monotonic() - started, 3),
+                    log_tail=_tail(arm_dir / LOG_FILE), repro=repro, restarts=restarts,
+                    detail=f"rank {ident.rank} raised {type(exc).__name__}: {exc} "
+                           f"(slurm job {ident.job_id})"))
             raise
         finally:
             sys.stdout, sys.stderr = out, err

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
+from harness.errors import ConfigError
 from harness.launch.slurm import JobRef, latest_jobs, read_jobs
 from harness.launch.slurm_job import arm_needs_run, read_events, repro_line
 from harness.results import LOG_FILE, OUTCOME_FILE, VERDICT_FILE, ArmOutcome, read_json, \
@@ -299,17 +300,27 @@ def counts(statuses: Sequence[CaseStatus]) -> dict[str, int]:
 
 def wait_for_sweep(sweep_dir: Path, timeout_s: Optional[float] = None, poll_s: float = 2.0,
                    runner: Runner = run_command,
-                   on_poll: Optional[Callable[[list[CaseStatus]], None]] = None
-                   ) -> list[CaseStatus]:
-    """Poll until every case is terminal (or ``timeout_s`` passes); returns the last status."""
+                   on_poll: Optional[Callable[[list[CaseStatus]], None]] = None,
+                   scheduler_down_s: float = 600.0) -> list[CaseStatus]:
+    """Poll until every case is terminal (or ``timeout_s`` passes); returns the last status.
+    Raises ConfigError when squeue has not answered for ``scheduler_down_s`` seconds."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    down_since: Optional[float] = None
     while True:
         statuses = sweep_status(sweep_dir, runner)
         if on_poll is not None:
             on_poll(statuses)
         if all(s.terminal for s in statuses):
             return statuses
-        if deadline is not None and time.monotonic() >= deadline:
+        now = time.monotonic()
+        if any(s.slurm_state == "unknown" for s in statuses if not s.terminal):
+            down_since = now if down_since is None else down_since
+            if now - down_since >= scheduler_down_s:
+                raise ConfigError(f"squeue has not answered for {scheduler_down_s:.0f}s; is "
+                                  "slurmctld reachable from here? (`scontrol ping`)")
+        else:
+            down_since = None
+        if deadline is not None and now >= deadline:
             return statuses
         time.sleep(poll_s)
 

@@ -57,7 +57,7 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
                 out.append(f"- also: {_line(p.error)}")
             out.append("")
     if errors:
-        out += ["", "## Errors", ""]
+        out += ["## Errors", ""] if out[-1] == "" else ["", "## Errors", ""]
         for case, p in errors:
             out.append(f"### {case.case_id} / {p.pair}")
             out.append(f"- {_line(p.error or 'error')}")

@@ -40,7 +40,7 @@ from .arenas import (
 from .protocol import CaptureStep, PlanError, SlotMap, build_slot_map, capture_steps, check_liveness
 from .replay import CaptureStats, Frame, GraphedLayer, GraphMemory, SlotGraphs, run_backward, run_forward
 from .saved import ArenaPacker
-from .warmup import as_tuple, external_storages, observe, trainable_params
+from .warmup import as_tuple, external_storages, ordered_warmup, trainable_params, warmup_steps
 
 SampleFn = Callable[[int, int, int], Sequence[torch.Tensor]]  # (cp_size, chunk 0-based, layer) -> inputs
 
@@ -142,18 +142,18 @@ class _Capturer:
         self.peak = 0
 
     # -- warmup and layout --------------------------------------------------------------------
-    def warmup(self, iters: int) -> None:
-        keys = sorted(
-            ((v, c, l) for v in self.smap.variants for (c, l) in self.modules),
-            key=lambda k: (self.smap.warmup_group.get(k, 0), self.smap.variants.index(k[0]), k[1], k[2]),
-        )
+    def warmup(self, order: Sequence[int], iters: int) -> None:
+        """Ordered warmup (see :mod:`.warmup`): the rank's order, variants in lockstep by warmup group."""
+        sm = self.smap
+        steps = warmup_steps(order, sm.layers, sm.variants, iters, sm.warmup_group)
         self.stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.stream):
-            for v, c, l in keys:
-                self.variant_hook(v)
-                self.plans[(v, c, l)] = observe(f"cp{v}/chunk{c}/layer{l}", self.modules[(c, l)], self.sample(v, c, l), iters)
+            self.plans = ordered_warmup(self.modules, self.sample, steps, self.variant_hook)
         torch.cuda.current_stream(self.device).wait_stream(self.stream)
         torch.cuda.synchronize(self.device)
+        missing = [(v, c, l) for v in sm.variants for (c, l) in self.modules if (v, c, l) not in self.plans]
+        if missing:
+            raise PlanError(f"the order never runs (cp_size, chunk, layer) {missing[:4]}; warmup observed no plan for it")
         for c, l in self.modules:
             sigs = {v: self.plans[(v, c, l)].signature() for v in self.smap.variants}
             if len(set(sigs.values())) != 1:
@@ -404,6 +404,8 @@ def make_graphed_callables(
     tensor passed there is copied into that buffer.
     ``variant_hook(cp_size)`` runs on the host before every warmup and capture of that CP variant
     (e.g. to point the layers at that variant's CP process group); it is never replayed.
+    Warmup replays ``order`` ``num_warmup_iters`` times eagerly (forwards and backwards interleaved,
+    variants of an event in lockstep, each forward released at its backward; see :mod:`.warmup`).
     """
     faults = frozenset(_faults)
     if faults - FAULTS:
@@ -422,8 +424,10 @@ def make_graphed_callables(
             t0 = time.perf_counter()
             torch.cuda.reset_peak_memory_stats(cap.device)
             rng = torch.cuda.get_rng_state(cap.device)
-            cap.warmup(num_warmup_iters)
+            cap.warmup(order, num_warmup_iters)
             torch.cuda.set_rng_state(rng, cap.device)
+            warmup_peak = torch.cuda.max_memory_allocated(cap.device)
+            torch.cuda.reset_peak_memory_stats(cap.device)
             t1 = time.perf_counter()
             cap.build_layout()
             cap.run(steps)
@@ -452,7 +456,7 @@ def make_graphed_callables(
     mem = owner.memory()
     graphs = sum(1 + (f.bwd is not None) for f in cap.frames.values())
     summary = _summary(smap, mem.pool_reserved)
-    owner.stats = CaptureStats(t1 - t0, t2 - t1, graphs, dict(cap.per_variant_s), cap.peak, summary)
+    owner.stats = CaptureStats(t1 - t0, t2 - t1, graphs, dict(cap.per_variant_s), cap.peak, summary, warmup_peak)
     log(f"[slotmem] {summary}; {graphs} graphs, arenas {mem.backing / 2**20:.1f} MiB, capture {t2 - t1:.2f}s")
     return owner
 

@@ -5,7 +5,8 @@ outputs and saved tensors left in the pool as the allocator places them (like Tr
 ``make_graphed_callables`` with ``_order``). Safe only when graphs are replayed in capture order,
 i.e. with one CP variant. With several variants it is the "no rewind" design: ``pool_mode``
 ``"shared"`` captures them back to back into one pool, ``"separate"`` gives each variant its own.
-Uses no private allocator API.
+Warmup is the same ordered warmup as the slot-shared path (:mod:`.warmup`). Uses no private
+allocator API.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 from . import allocator as alloc
 from .replay import Frame, GraphedLayer, run_backward, run_forward
 from .protocol import events
-from .warmup import as_tuple, observe, trainable_params
+from .warmup import as_tuple, ordered_warmup, trainable_params, warmup_steps
 
 SampleFn = Callable[[int, int, int], Sequence[torch.Tensor]]
 
@@ -94,8 +95,8 @@ def make_ordinary_graphed_callables(
     try:
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):
-            plans = {(v, c, l): observe(f"cp{v}/chunk{c}/layer{l}", m, sample_args(v, c, l), num_warmup_iters)
-                     for v in variants for (c, l), m in modules.items()}
+            steps = warmup_steps(order, [len(chunk) for chunk in layers], variants, num_warmup_iters)
+            plans = ordered_warmup(modules, sample_args, steps)
         torch.cuda.current_stream(device).wait_stream(stream)
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)

@@ -107,11 +107,6 @@ class SlotPlan:
     def canonical_cp(self) -> int:
         return self.cp_sizes[0]
 
-    @property
-    def capture_microbatches(self) -> int:
-        """Microbatches in the capture order (one per physical slot)."""
-        return self.physical_slots
-
     def capture_events(self) -> tuple[CaptureEvent, ...]:
         """The lockstep order decoded into typed events (same length and order)."""
         out: list[CaptureEvent] = []

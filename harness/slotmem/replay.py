@@ -53,8 +53,9 @@ class CaptureStats:
     capture_s: float
     graphs: int
     captures_per_variant_s: Mapping[int, float]
-    peak_allocated_during_capture: int
+    peak_allocated_during_capture: int  # after warmup: layout and captures only
     summary: str
+    peak_allocated_during_warmup: int = 0  # ordered warmup, all variants of an event held in lockstep
 
 
 def run_forward(frame: Frame, inputs: Sequence[torch.Tensor]) -> None:

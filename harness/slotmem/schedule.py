@@ -20,9 +20,11 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence, TypeVar, Union
 
 from harness.slotmem.planerrors import ScheduleError
+
+_Seq = TypeVar("_Seq", bound=Union[list, array])
 
 __all__ = [
     "OrderEvent",
@@ -178,11 +180,17 @@ def order_from_chunks(chunk_seq: Sequence[int], chunks: int, warmup: int) -> tup
         raise ScheduleError(f"warmup {warmup} is outside [0, {total}]")
     forward = [c + 1 for c in chunk_seq]
     backward = [c - chunks for c in chunk_seq]  # -(chunks - c): reverse chunk, 1-based, negative
-    steady = total - warmup
-    middle: list[int] = [0] * (2 * steady)
+    return tuple(_interleave(forward, backward, warmup))
+
+
+def _interleave(forward: _Seq, backward: _Seq, warmup: int) -> _Seq:
+    """``warmup`` forwards, then (forward k, backward k - warmup) pairs, then the remaining
+    backwards; works on lists and on ``array('i')`` alike."""
+    steady = len(forward) - warmup
+    middle = forward[warmup:] + backward[:steady]  # the right type and length, filled below
     middle[0::2] = forward[warmup:]
     middle[1::2] = backward[:steady]
-    return tuple(forward[:warmup] + middle + backward[steady:])
+    return forward[:warmup] + middle + backward[steady:]
 
 
 def rank_order(pp: int, rank: int, microbatches: int, chunks: int, group: int) -> tuple[int, ...]:
@@ -224,14 +232,9 @@ def rank_order_arrays(
         seq = array("i", _chunk_sequence(m, chunks, group))
         forward = array("i", [c + 1 for c in seq])
         backward = array("i", [c - chunks for c in seq])
-        total = len(seq)
         for k, rank in enumerate(rank_list):
             warmup = warmup_count(pp, rank, m, chunks, group)
-            steady = total - warmup
-            middle = array("i", bytes(2 * steady * forward.itemsize))  # 2*steady zeros
-            middle[0::2] = forward[warmup:]
-            middle[1::2] = backward[:steady]
-            per_count[k].append(forward[:warmup] + middle + backward[steady:])
+            per_count[k].append(_interleave(forward, backward, warmup))
     return tuple(tuple(orders) for orders in per_count)
 
 

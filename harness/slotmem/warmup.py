@@ -1,17 +1,93 @@
-"""Eager warmup on the capture stream: initialise libraries and observe each forward's plan."""
+"""Eager warmup in schedule order: initialise libraries and observe each forward's plan.
+
+Warmup replays the rank's order ``iters`` times on the current stream (like Transformer Engine's
+ordered warmup): forwards and backwards interleaved as at run time, layers ascending in a forward
+event and descending in a backward event, and the CP variants of each (event, layer) in lockstep.
+A forward's inputs, outputs and saved tensors are held until the matching backward and released
+there (TE PR #3427: an ordered warmup that keeps consumed outputs runs out of memory at scale), so
+warmup memory follows the schedule's microbatches in flight, times the variants held in lockstep.
+
+:func:`warmup_steps` is the pure event sequence; :func:`ordered_warmup` runs it and returns one
+:class:`~.arenas.ForwardPlan` per (cp_size, chunk, layer), checked identical over every microbatch
+and iteration.
+"""
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
 
 import torch
 
 from .arenas import ForwardPlan, TensorMeta
+from .protocol import events
 from .saved import SaveObserver
+
+SampleFn = Callable[[int, int, int], Sequence[torch.Tensor]]  # (cp_size, chunk 0-based, layer) -> inputs
 
 
 class WarmupError(RuntimeError):
     """The callable does something capture cannot handle, or behaves differently between warmups."""
+
+
+@dataclass(frozen=True)
+class WarmupStep:
+    """One eager call of warmup: the forward or backward of one variant of one layer."""
+
+    iteration: int
+    forward: bool
+    chunk: int  # 0-based
+    layer: int
+    microbatch: int  # the chunk's logical microbatch in the order
+    cp_size: int
+
+    @property
+    def frame(self) -> tuple[int, int, int, int]:
+        """``(cp_size, chunk, layer, microbatch)``: what a forward holds until its backward."""
+        return (self.cp_size, self.chunk, self.layer, self.microbatch)
+
+
+def warmup_steps(
+    order: Sequence[int],
+    layers_per_chunk: Sequence[int],
+    variants: Sequence[int],
+    iters: int,
+    group: Mapping[tuple[int, int, int], int] | None = None,
+) -> tuple[WarmupStep, ...]:
+    """The warmup's calls: ``iters`` passes over ``order`` (which must drain), forward layers
+    ascending and backward layers descending, every variant of each (event, layer) in lockstep,
+    ordered by ``group[(cp_size, chunk, layer)]`` (the plan's warmup group: largest CP first) then
+    by their position in ``variants``. Zero-layer chunks make no calls."""
+    if iters < 1:
+        raise WarmupError("num_warmup_iters must be >= 1 (cuBLAS and autograd need a warm backward before capture)")
+    if not variants or len(set(variants)) != len(variants):
+        raise WarmupError(f"variants must be distinct CP sizes, got {list(variants)}")
+    rank = {v: i for i, v in enumerate(variants)}
+    groups = group or {}
+    evs = events(order, len(layers_per_chunk))
+    steps: list[WarmupStep] = []
+    for it in range(iters):
+        for ev in evs:
+            n = layers_per_chunk[ev.chunk]
+            for layer in (range(n) if ev.forward else range(n - 1, -1, -1)):
+                lockstep = sorted(variants, key=lambda v: (groups.get((v, ev.chunk, layer), 0), rank[v]))
+                steps.extend(WarmupStep(it, ev.forward, ev.chunk, layer, ev.microbatch, v) for v in lockstep)
+    return tuple(steps)
+
+
+def held_frames(steps: Sequence[WarmupStep]) -> tuple[int, ...]:
+    """Frames held after each step (a forward adds one, its backward releases it); pure, for
+    checking that warmup releases consumed outputs."""
+    held: set[tuple[int, int, int, int, int]] = set()
+    out: list[int] = []
+    for s in steps:
+        key = (s.iteration, *s.frame)
+        if s.forward:
+            held.add(key)
+        else:
+            held.discard(key)
+        out.append(len(held))
+    return tuple(out)
 
 
 def as_tuple(out: object) -> tuple[torch.Tensor, ...]:
@@ -37,63 +113,103 @@ def external_storages(module: Callable[..., object]) -> set[int]:
     return out
 
 
-def check_output(t: torch.Tensor, name: str) -> None:
+def check_output(t: torch.Tensor, name: str, require_cuda: bool = True) -> None:
     if type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):
         raise WarmupError(f"{name}: tensor subclass outputs ({type(t).__name__}) cannot be graphed")
-    if not t.is_cuda:
+    if require_cuda and not t.is_cuda:
         raise WarmupError(f"{name}: output on {t.device}; graphed callables must return CUDA tensors")
 
 
-def observe(
-    name: str,
-    module: Callable[..., object],
-    sample: Sequence[torch.Tensor],
-    iters: int,
-) -> ForwardPlan:
-    """Run forward+backward ``iters`` times on the current stream and return the observed plan.
+@dataclass
+class _Held:
+    """A warmed forward waiting for its backward (released there)."""
 
-    Gradients are taken with ``torch.autograd.grad`` so no ``.grad`` is touched; every output is
-    released before the next iteration. The plan must be identical across iterations.
+    inputs: tuple[torch.Tensor, ...]
+    outputs: tuple[torch.Tensor, ...]
+    observer: SaveObserver
+
+
+def _run_forward(module: Callable[..., object], sample: Sequence[torch.Tensor], external: set[int],
+                 name: str, require_cuda: bool) -> _Held:
+    inputs = tuple(s.detach().clone().requires_grad_(s.requires_grad) for s in sample)
+    obs = SaveObserver(external, inputs)
+    with torch.autograd.graph.saved_tensors_hooks(obs.pack, obs.unpack):
+        outs = as_tuple(module(*inputs))
+    for o in outs:
+        check_output(o, name, require_cuda)
+    return _Held(inputs, outs, obs)
+
+
+def _run_backward(held: _Held, params: tuple[torch.nn.Parameter, ...]) -> ForwardPlan:
+    """Gradients via ``torch.autograd.grad`` (no ``.grad`` is touched); returns the observed plan."""
+    inputs, outs = held.inputs, held.outputs
+    diff = [o for o in outs if o.requires_grad]
+    wrt = [t for t in inputs if t.requires_grad] + list(params)
+    grads: Sequence[torch.Tensor | None] = ()
+    if diff and wrt:
+        grads = torch.autograd.grad(diff, wrt, grad_outputs=[torch.ones_like(o) for o in diff], allow_unused=True)
+    n_in = sum(t.requires_grad for t in inputs)
+    in_grads = iter(grads[:n_in])
+    input_grads = tuple(bool(t.requires_grad and next(in_grads) is not None) for t in inputs)
+    params_used = tuple(g is not None for g in grads[n_in:]) if grads else tuple(False for _ in params)
+    saved, components = held.observer.plan()
+    return ForwardPlan(
+        inputs=tuple(TensorMeta.of(t) for t in inputs),
+        outputs=tuple(TensorMeta.of(o) for o in outs),
+        saved=saved,
+        components=components,
+        input_grads=input_grads,
+        params_used=params_used,
+        param_grad_bytes=sum(p.numel() * p.element_size() for p, u in zip(params, params_used) if u),
+    )
+
+
+def ordered_warmup(
+    modules: Mapping[tuple[int, int], Callable[..., object]],
+    sample: SampleFn,
+    steps: Sequence[WarmupStep],
+    variant_hook: Callable[[int], None] = lambda cp_size: None,
+    *,
+    require_cuda: bool = True,
+    on_step: Callable[[WarmupStep, int], None] | None = None,
+) -> dict[tuple[int, int, int], ForwardPlan]:
+    """Run ``steps`` (from :func:`warmup_steps`) eagerly on the current stream.
+
+    ``modules[(chunk, layer)]`` is called on fresh copies of ``sample(cp_size, chunk, layer)`` at
+    each forward step; ``variant_hook(cp_size)`` runs before every call. Each forward is held until
+    its backward step, which takes the gradients and drops it. ``on_step(step, frames held)`` is
+    called after each step. Raises :class:`WarmupError` when a callable saves or returns different
+    tensors for different microbatches or iterations, or when a frame is never released.
     """
-    if iters < 1:
-        raise WarmupError("num_warmup_iters must be >= 1 (cuBLAS and autograd need a warm backward before capture)")
-    params = trainable_params(module)
-    external = external_storages(module)
-    plan: ForwardPlan | None = None
-    for it in range(iters):
-        inputs = tuple(s.detach().clone().requires_grad_(s.requires_grad) for s in sample)
-        obs = SaveObserver(external, inputs)
-        with torch.autograd.graph.saved_tensors_hooks(obs.pack, obs.unpack):
-            outs = as_tuple(module(*inputs))
-        for o in outs:
-            check_output(o, name)
-        diff = [o for o in outs if o.requires_grad]
-        wrt = [t for t in inputs if t.requires_grad] + list(params)
-        grads: Sequence[torch.Tensor | None] = ()
-        if diff and wrt:
-            grads = torch.autograd.grad(
-                diff, wrt, grad_outputs=[torch.ones_like(o) for o in diff], allow_unused=True
-            )
-        n_in = sum(t.requires_grad for t in inputs)
-        in_grads = iter(grads[:n_in])
-        input_grads = tuple(bool(t.requires_grad and next(in_grads) is not None) for t in inputs)
-        params_used = tuple(g is not None for g in grads[n_in:]) if grads else tuple(False for _ in params)
-        param_bytes = sum(p.numel() * p.element_size() for p, u in zip(params, params_used) if u)
-        saved, components = obs.plan()
-        this = ForwardPlan(
-            inputs=tuple(TensorMeta.of(t) for t in inputs),
-            outputs=tuple(TensorMeta.of(o) for o in outs),
-            saved=saved,
-            components=components,
-            input_grads=input_grads,
-            params_used=params_used,
-            param_grad_bytes=param_bytes,
-        )
-        if plan is not None and this != plan:
-            raise WarmupError(f"{name}: warmup iteration {it} saved/returned different tensors than iteration 0; "
-                              "graphed callables must be deterministic in what they save")
-        plan = this
-        del outs, diff, grads, inputs, obs
-    assert plan is not None
-    return plan
-
+    params = {k: trainable_params(m) for k, m in modules.items()}
+    external = {k: external_storages(m) for k, m in modules.items()}
+    held: dict[tuple[int, int, int, int, int], _Held] = {}
+    plans: dict[tuple[int, int, int], ForwardPlan] = {}
+    first: dict[tuple[int, int, int], tuple[int, int]] = {}  # where each plan was first observed
+    for step in steps:
+        v, c, l, m = step.frame
+        key = (step.iteration, v, c, l, m)
+        name = f"cp{v}/chunk{c}/layer{l}"
+        variant_hook(v)
+        if step.forward:
+            if key in held:
+                raise WarmupError(f"{name}: microbatch {m} of warmup iteration {step.iteration} ran forward twice")
+            held[key] = _run_forward(modules[(c, l)], sample(v, c, l), external[(c, l)], name, require_cuda)
+        else:
+            if key not in held:
+                raise WarmupError(f"{name}: backward of microbatch {m} (iteration {step.iteration}) before its forward")
+            plan = _run_backward(held.pop(key), params[(c, l)])
+            ref = plans.setdefault((v, c, l), plan)
+            first.setdefault((v, c, l), (step.iteration, m))
+            if plan != ref:
+                it0, m0 = first[(v, c, l)]
+                raise WarmupError(
+                    f"{name}: warmup iteration {step.iteration} microbatch {m} saved/returned different tensors "
+                    f"than iteration {it0} microbatch {m0}; graphed callables must be deterministic in what they save"
+                )
+        if on_step is not None:
+            on_step(step, len(held))
+    if held:
+        raise WarmupError(f"warmup left {len(held)} forward(s) without a backward, e.g. {sorted(held)[0]}; "
+                          "the order must drain")
+    return plans

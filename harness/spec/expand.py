@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
@@ -25,6 +26,8 @@ from harness.spec.problems import Loc, Problem, ProblemError
 
 _UNSAFE = re.compile(r"[^a-z0-9._-]+")
 _FORBIDDEN_KEYS = ("name", "matrix")
+# One file expanding past this is a typo (or a sweep to split), not something to build in memory.
+MAX_VARIANTS = 10_000
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,13 @@ def _check_matrix(matrix: Any) -> dict[str, list[Any]]:
             )
         if not values:
             raise ProblemError(Problem(loc, f"'{key}' lists no values"))
+    sizes = [len(values) for values in matrix.values()]
+    if math.prod(sizes) > MAX_VARIANTS:
+        raise ProblemError(
+            Problem(("matrix",), f"expands to {math.prod(sizes)} cases "
+                                 f"({' x '.join(map(str, sizes))}), more than {MAX_VARIANTS}; "
+                                 "split it over several files")
+        )
     return matrix
 
 

@@ -2,28 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-from harness.spec.schema import ModelSpec, ResolvedModel
+from harness.spec.schema import ModelPreset, ModelSpec, ResolvedModel
 
-
-@dataclass(frozen=True)
-class ModelPreset:
-    """Every shape field of a model; a case's ``model:`` section may override any of them."""
-
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    experts: int
-    experts_per_token: int
-    moe_ffn: int
-    vocab: int
-    rope_theta: float
-    norm_eps: float
+__all__ = ["PRESETS", "ModelPreset", "UnknownPresetError", "resolve_model"]
 
 
 PRESETS: Mapping[str, ModelPreset] = MappingProxyType(
@@ -64,17 +48,13 @@ class UnknownPresetError(ValueError):
     """``model.preset`` names no known preset."""
 
 
-def unknown_preset_message(name: str) -> str:
-    known = ", ".join(sorted(PRESETS))
-    return f"unknown model preset '{name}'; known presets: {known}"
-
-
 def resolve_model(spec: ModelSpec) -> ResolvedModel:
     """The preset named by ``spec.preset`` with every non-null field of ``spec`` laid over it."""
     preset = PRESETS.get(spec.preset)
     if preset is None:
-        raise UnknownPresetError(unknown_preset_message(spec.preset))
-    fields = asdict(preset)
+        known = ", ".join(sorted(PRESETS))
+        raise UnknownPresetError(f"unknown model preset '{spec.preset}'; known presets: {known}")
+    fields = preset.model_dump()
     for name in fields:
         value = getattr(spec, name)
         if value is not None:

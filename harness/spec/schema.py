@@ -73,10 +73,10 @@ class ModelSpec(_Strict):
     aux_loss_coeff: float = Field(default=1e-2, ge=0)
 
 
-class ResolvedModel(_Strict):
-    """A model with every field known (preset + overrides)."""
+class ModelPreset(_Strict):
+    """Every shape field of a model (a named preset); a case's ``model:`` section may override
+    any of them."""
 
-    preset: str
     layers: int
     hidden: int
     heads: int
@@ -88,6 +88,12 @@ class ResolvedModel(_Strict):
     vocab: int
     rope_theta: float
     norm_eps: float
+
+
+class ResolvedModel(ModelPreset):
+    """A model with every field known (preset + overrides)."""
+
+    preset: str
     aux_loss_coeff: float
 
 

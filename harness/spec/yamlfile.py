@@ -20,6 +20,7 @@ PYTHON_TAG_PREFIX = "tag:yaml.org,2002:python/"
 # Aliases let a few lines expand into billions of values; no case file comes near this.
 MAX_EXPANDED_VALUES = 100_000
 MERGE_TAG = "tag:yaml.org,2002:merge"
+STR_TAG = "tag:yaml.org,2002:str"
 
 
 class CaseYamlLoader(yaml.SafeLoader):
@@ -144,6 +145,15 @@ def _index(node: Node, path: Loc, lines: dict[Loc, int], seen: set[int], file: s
             if not isinstance(key_node, ScalarNode):
                 raise CaseError(
                     "mapping keys must be plain names, not lists or mappings",
+                    file=file,
+                    field=".".join(str(p) for p in path) or None,
+                    line=_line(key_node),
+                )
+            if key_node.tag != STR_TAG:
+                kind = key_node.tag.rsplit(":", 1)[-1]
+                raise CaseError(
+                    f"key '{key_node.value}' is read as a YAML {kind}, not a name; case-file "
+                    f"keys are field names (quote it if you mean the text '{key_node.value}')",
                     file=file,
                     field=".".join(str(p) for p in path) or None,
                     line=_line(key_node),

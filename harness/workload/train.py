@@ -230,6 +230,9 @@ def train_arm(
                 "device": ctx.device,
                 **_memory(s.device),
             }
+            # Record first, then checkpoint: a rank stopped in between re-runs this step on
+            # resume (same values; the results store drops the duplicate record), whereas the
+            # other order could resume after a step that was never recorded.
+            on_step(record)
             if checkpoint_dir is not None:
                 ckpt.save(checkpoint_dir, ctx.rank, step, _state(s, opt, case, step, ctx.rank))
-            on_step(record)

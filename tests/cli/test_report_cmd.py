@@ -63,3 +63,9 @@ def test_gate_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
 def test_missing_sweep_folder_is_a_config_error(tmp_path: Path, command: str) -> None:
     with pytest.raises(ConfigError, match="does not exist; pass the --out folder"):
         _run([command, str(tmp_path / "absent")])
+
+
+def test_a_file_is_not_a_sweep_folder(tmp_path: Path) -> None:
+    (tmp_path / "summary.md").write_text("x")
+    with pytest.raises(ConfigError, match="summary.md is not a folder"):
+        _run(["gate", str(tmp_path / "summary.md")])

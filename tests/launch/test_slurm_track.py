@@ -4,6 +4,8 @@ import time
 
 import pytest
 
+from harness.errors import ConfigError
+
 from harness.launch.slurm import JobRef, latest_jobs, read_jobs, record_jobs
 from harness.launch.slurm_job import append_event, arm_needs_run
 from harness.launch.slurm_track import (
@@ -164,6 +166,8 @@ def test_a_job_that_vanished_ends_instead_of_waiting_forever(sweep):
     assert case_status(out / "t", fresh, view).state == "pending"  # just submitted: grace
     broken = query_scheduler(["41"], Scheduler(squeue_rc=1))
     assert not case_status(out / "t", ref, broken).terminal  # squeue down: unknown, not dead
+    with pytest.raises(ConfigError, match="squeue has not answered"):
+        wait_for_sweep(out, poll_s=0.01, runner=Scheduler(squeue_rc=1), scheduler_down_s=0.05)
 
 
 def test_collect_writes_outcomes_verdict_and_reports(sweep):

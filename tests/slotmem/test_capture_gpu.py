@@ -391,3 +391,30 @@ def test_failed_capture_restores_process_state() -> None:
     if settings:
         assert alloc.parse_settings(torch._C._accelerator_getAllocatorSettings()) == settings
     assert not torch.cuda.is_current_stream_capturing()
+
+
+def test_capture_warms_up_in_schedule_order_with_variants_in_lockstep() -> None:
+    from harness.slotmem.warmup import held_frames, warmup_steps
+
+    plan = plan_pipeline(2, 2, (4, 6, 8), (1, 2), 2).ranks[0]
+    model = make_layers((2, 2), torch.float32)
+    calls: list[tuple[int, int, int]] = []  # (cp, chunk, layer) of every eager (warmup) forward
+
+    def recorder(c: int, l: int) -> Callable[..., None]:
+        def hook(module: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+            if not torch.cuda.is_current_stream_capturing():
+                calls.append((TOKENS // args[0].shape[0], c, l))
+        return hook
+
+    handles = [layer.register_forward_pre_hook(recorder(c, l)) for c, chunk in enumerate(model)
+               for l, layer in enumerate(chunk)]
+    graphs = capture_plan(model, sampler(torch.float32), plan, num_warmup_iters=2)
+    for h in handles:
+        h.remove()
+    smap = build_slot_map(plan.records, (2, 2))
+    steps = warmup_steps(plan.order, (2, 2), smap.variants, 2, smap.warmup_group)
+    assert calls == [(s.cp_size, s.chunk, s.layer) for s in steps if s.forward]
+    assert calls[:2] == [(2, 0, 0), (1, 0, 0)]  # lockstep, largest CP size first
+    assert max(held_frames(steps)) < sum(s.forward for s in steps)  # consumed outputs were released
+    assert graphs.stats is not None and graphs.stats.peak_allocated_during_warmup > 0
+    graphs.close()

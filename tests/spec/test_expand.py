@@ -100,6 +100,9 @@ def test_value_loc_maps_fields_to_matrix_entries() -> None:
         ("{parallel: [{pp: 1}], parallel.vpp: [1]}", "matrix.parallel", "overlap"),
         ("[1, 2]", "matrix", "must map dotted field paths"),
         ("{}", "matrix", "must map dotted field paths"),
+        ("{train.seed: [%s], train.lr: [%s]}" % (",".join(map(str, range(1, 202))),
+                                                  ",".join(["1.0e-3"] * 50)),
+         "matrix", "expands to 10050 cases (201 x 50), more than 10000; split it"),
     ],
 )
 def test_bad_matrix_names_the_matrix_key(write_case: Write, matrix: str, field: str,

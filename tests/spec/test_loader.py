@@ -310,3 +310,11 @@ def test_boolean_in_a_number_list_is_an_error(write_case: Write) -> None:
 def test_non_finite_settings_are_errors(write_case: Write, old: str, new: str, field: str) -> None:
     err = _error(write_case(GOOD_FIXED.replace(old, new)))
     assert err.field == field and "finite number" in err.message
+
+
+@pytest.mark.parametrize(("key", "kind"), [("1", "int"), ("null", "null"), ("on", "bool")])
+def test_key_that_yaml_reads_as_a_non_string_names_its_line(write_case: Write, key: str,
+                                                            kind: str) -> None:
+    err = _error(write_case(GOOD_FIXED.replace("{pp: 1, cp: 2}", f"{{pp: 1, {key}: 2}}")))
+    assert (err.field, err.line) == ("parallel", 4)
+    assert f"key '{key}' is read as a YAML {kind}, not a name" in err.message

@@ -12,7 +12,8 @@ import harness.spec
 
 def test_exports() -> None:
     assert set(harness.spec.__all__) == {"load_cases", "select_cases", "Case", "CaseFile",
-                                         "PRESETS"}
+                                         "PRESETS", "Problem", "preflight", "resolve_model"}
+    assert all(hasattr(harness.spec, name) for name in harness.spec.__all__)
     assert set(harness.spec.PRESETS) == {"qwen3-30b-a3b", "tiny"}
 
 

@@ -37,3 +37,16 @@ def test_presets_are_read_only() -> None:
 def test_unknown_preset_lists_known_ones() -> None:
     with pytest.raises(UnknownPresetError, match="unknown model preset 'qwen9'.*qwen3-30b-a3b, tiny"):
         resolve_model(ModelSpec(preset="qwen9"))
+
+
+def test_every_preset_field_can_be_overridden_and_presets_are_frozen() -> None:
+    from pydantic import ValidationError
+
+    from harness.spec.presets import ModelPreset
+    from harness.spec.schema import ResolvedModel
+
+    shape = set(ModelPreset.model_fields)
+    assert shape <= set(ModelSpec.model_fields)
+    assert set(ResolvedModel.model_fields) == shape | {"preset", "aux_loss_coeff"}
+    with pytest.raises(ValidationError, match="frozen"):
+        PRESETS["tiny"].layers = 3  # type: ignore[misc]

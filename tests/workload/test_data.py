@@ -2,7 +2,7 @@ import torch
 
 from harness.workload.data import RULE_PROB, sequence_lengths, sequence_tokens, successor_table
 
-from conftest import make_case
+from tests.workload.factories import make_case
 
 
 def test_lengths_depend_on_seed_and_step_not_layout():

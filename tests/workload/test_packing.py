@@ -3,7 +3,7 @@ import pytest
 from harness.errors import ConfigError
 from harness.workload.packing import dynamic_cp_need, padded_length, plan_step
 
-from conftest import make_case
+from tests.workload.factories import make_case
 
 
 def _all_indices(plan):

@@ -14,8 +14,8 @@ import torch
 
 from harness.workload import RankContext, TrainOptions, train_arm
 
-from conftest import make_case
-from spawn import run_spawned, run_train_jobs
+from tests.workload.factories import make_case
+from tests.workload.spawn import run_spawned, run_train_jobs
 
 RTOL = 1e-5
 TRAIN = dict(steps=3, global_batch=8, seq_length=64, max_seqlen_per_rank=32, lr=3e-3)
@@ -186,13 +186,14 @@ def resume_probe(ctx: RankContext, case_json: dict, root: str) -> dict:
 
     first: list[dict] = []
 
-    def stop_after_3(r: dict) -> None:
+    def stop_at_4(r: dict) -> None:
+        # Records come before checkpoints: step 4 is recorded, step 3 is the last checkpoint.
         first.append(r)
-        if r["step"] == 3:
+        if r["step"] == 4:
             raise Stop
 
     try:
-        train_arm(case, TrainOptions(), ctx, stop_after_3, checkpoint_dir=Path(root))
+        train_arm(case, TrainOptions(), ctx, stop_at_4, checkpoint_dir=Path(root))
     except Stop:
         pass
     if ctx.rank == 0:  # as if rank 0 died while writing step 3
@@ -208,7 +209,7 @@ def resume_probe(ctx: RankContext, case_json: dict, root: str) -> dict:
 def test_multi_rank_resume_agrees_on_the_step_and_repeats_the_losses(tmp_path):
     case = _case(2, {"pp": 2, "vpp": 2}, steps=4, train=FIXED_MB)
     for res in run_spawned(2, resume_probe, (case.model_dump(mode="json"), str(tmp_path / "ckpt")), tmp_path):
-        assert [r["step"] for r in res["first"]] == [1, 2, 3]
+        assert [r["step"] for r in res["first"]] == [1, 2, 3, 4]
         assert [r["step"] for r in res["rest"]] == [3, 4]  # both ranks fell back to step 2
         key = lambda rs: [(r["step"], r["loss"], r["grad_norm"]) for r in rs]
         assert key(res["first"][:2] + res["rest"]) == key(res["whole"])

@@ -6,7 +6,7 @@ from harness.workload.model import build_chunks, chunk_layouts
 from harness.workload.pipeline import pipeline_order
 from harness.workload.runtime import Layout, build_groups, pipeline_channels
 
-from conftest import TINY, make_case
+from tests.workload.factories import TINY, make_case
 
 
 def test_layout_places_pp_outermost_and_blocks_contiguously():

@@ -7,7 +7,7 @@ from harness.errors import ConfigError
 from harness.spec import load_cases
 from harness.workload import RankContext, TrainOptions, train_arm
 
-from conftest import make_case
+from tests.workload.factories import make_case
 
 CPU = RankContext(0, 1, 0, "cpu", "none")
 KEYS = {
@@ -63,13 +63,16 @@ def test_deterministic_runs_repeat_bitwise():
 def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path: Path):
     case = make_case(train={"steps": 5})
     whole = run(case)
+    # Killed after step 2 was recorded but before its checkpoint was written (records come
+    # first): the resumed run repeats step 2 from the step-1 checkpoint with the same values.
     first = run(case, checkpoint_dir=tmp_path, stop_after=2)
     assert [r["step"] for r in first] == [1, 2]
-    assert sorted(p.name for p in (tmp_path / "rank0").iterdir()) == ["step00000001.pt", "step00000002.pt"]
+    assert sorted(p.name for p in (tmp_path / "rank0").iterdir()) == ["step00000001.pt"]
     rest = run(case, checkpoint_dir=tmp_path)
-    assert [r["step"] for r in rest] == [3, 4, 5]
+    assert [r["step"] for r in rest] == [2, 3, 4, 5]
     key = lambda rs: [(r["loss"], r["grad_norm"]) for r in rs]
-    assert key(first + rest) == key(whole)
+    assert key(first[:1] + rest) == key(whole)
+    assert key(first[1:]) == key(rest[:1])
     assert run(case, checkpoint_dir=tmp_path) == []  # already complete
 
 

@@ -1,4 +1,4 @@
-"""Helpers to build Case objects directly (no YAML); spawned multi-rank runs live in spawn.py."""
+"""Build Case objects directly (no YAML) for workload tests; spawned multi-rank runs: spawn.py."""
 
 from __future__ import annotations
 
