@@ -10,8 +10,9 @@ For one PP rank's interleaved 1F1B schedule (PP2, VPP2, 2 layers per chunk, micr
 Graph memory = pool reserved bytes (every pool) + static buffers the graphs own outside pools.
 Also: peak allocated during capture vs after (d), capture seconds per variant, mismatches vs
 eager under a random variant per microbatch, and replay vs eager time of the whole schedule.
-Second table: what the copies into arenas cost (their volume in the replayed schedule and the GPU
-time of the same copies alone), and the peak allocated during (d)'s ordered warmup.
+Second table: what the copies into arenas would cost (their volume in the replayed schedule and the
+GPU time of the same copies alone), (d) with direct writes into the arenas (default) vs with
+copies, and the peak allocated during (d)'s ordered warmup.
 
 Run on a GPU: python bench/graph_memory.py [--hidden 1024 --tokens 8192 --dtype bf16 --json out.json]
 """
@@ -242,6 +243,8 @@ def main() -> int:
             lambda c_, l, h, cp, m: d.layer(c_, l)(h, cp_size=cp, microbatch=m),
             run_order, vpp, layers, run_cp, args.tokens, args.hidden, dtype))
         row["d_warmup_peak_MiB"] = (d.stats.peak_allocated_during_warmup - base) / MiB
+        row["d_direct_writes"] = d.stats.direct_writes
+        row["d_copies"] = d.stats.copies
         volumes = copy_volumes(d.plans, run_order, vpp, layers, run_cp)
         for kind, sizes in volumes.items():
             row[f"copy_{kind}_MiB"] = sum(sizes) / MiB
@@ -257,6 +260,15 @@ def main() -> int:
             run_order, vpp, layers, run_cp, args.tokens, args.hidden, dtype))
         u.close()
         del u
+        fresh()
+        n = capture_plan(model, sample, plan, log=quiet, direct_writes=False)
+        row["d_nodirect_MiB"] = n.memory().total / MiB
+        row["d_nodirect_mismatch_wrap"] = mismatches(n, run_order, run_cp)
+        row["replay_nodirect_ms"] = timed(lambda: run_schedule(
+            lambda c_, l, h, cp, m: n.layer(c_, l)(h, cp_size=cp, microbatch=m),
+            run_order, vpp, layers, run_cp, args.tokens, args.hidden, dtype))
+        n.close()
+        del n
         fresh()
         row["sum_ratio"] = sum(1 / cp for cp in cps)
         for x in "bcd":
@@ -280,17 +292,22 @@ def main() -> int:
               f"{r['b_mismatch']}/{r['c_mismatch']}/{r['d_mismatch']}/{r['d_mismatch_wrap']} | "
               f"{r['eager_ms']:.1f} / {r['replay_ms']:.1f} | "
               f"{r['d_unchained_MiB']:.0f}, {r['d_unchained_MiB'] / r['a_MiB']:.3f}, {r['replay_unchained_ms']:.1f} |")
-    print("\nArena copies a replay of the 8-microbatch schedule does (volume, and GPU time of the same copies "
-          "replayed alone as one CUDA graph), and peak allocated during the ordered warmup of (d):\n")
+    print("\nCopies into arenas for the 8-microbatch schedule without direct writes (volume, and GPU time of the "
+          "same copies replayed alone as one CUDA graph); (d) with direct writes (default) vs without "
+          "(tensors written in place / copied per capture, MiB, mismatches on 8 mb, replay ms); peak allocated "
+          "during the ordered warmup of (d):\n")
     head2 = ("| K | CP sizes | outputs MiB / ms | saved MiB / ms | grads MiB / ms | all copies ms "
-             "| eager / replay ms | (d) warmup peak MiB |")
+             "| direct / copied tensors | (d) MiB direct / copies | mismatches direct / copies "
+             "| eager / replay direct / replay copies ms | (d) warmup peak MiB |")
     print(head2)
     print("|" + "---|" * (head2.count("|") - 1))
     for r in rows:
         total = r["copy_output_ms"] + r["copy_saved_ms"] + r["copy_grads_ms"]
         print(f"| {r['K']} | {r['cp_sizes']} | {r['copy_output_MiB']:.0f} / {r['copy_output_ms']:.2f} | "
               f"{r['copy_saved_MiB']:.0f} / {r['copy_saved_ms']:.2f} | {r['copy_grads_MiB']:.0f} / "
-              f"{r['copy_grads_ms']:.2f} | {total:.2f} | {r['eager_ms']:.1f} / {r['replay_ms']:.1f} | "
+              f"{r['copy_grads_ms']:.2f} | {total:.2f} | {r['d_direct_writes']} / {r['d_copies']} | "
+              f"{r['d_MiB']:.0f} / {r['d_nodirect_MiB']:.0f} | {r['d_mismatch_wrap']} / {r['d_nodirect_mismatch_wrap']} | "
+              f"{r['eager_ms']:.1f} / {r['replay_ms']:.1f} / {r['replay_nodirect_ms']:.1f} | "
               f"{r['d_warmup_peak_MiB']:.0f} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

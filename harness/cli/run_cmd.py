@@ -13,7 +13,6 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from rich.console import Console
 
 from harness.errors import ConfigError
 from harness.spec import load_cases, select_cases
@@ -77,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.launch.local import LocalLauncher
     from harness.launch.progress import make_progress
     from harness.launch.sweep import check_resumable, run_sweep
-    from harness.report import console_table, gate
+    from harness.report import console_table, gate, make_console
 
     if args.timeout_min is not None and not args.timeout_min > 0:
         raise ConfigError(f"--timeout-min must be a positive number of minutes, got {args.timeout_min}")
@@ -100,6 +99,6 @@ def run(args: argparse.Namespace) -> int:
     if args.out is None:
         point_latest(RESULTS_ROOT, out)
     # Not a terminal (CI log, pipe): rich would wrap the table at 80 columns.
-    console_table(result.summary, Console(width=None if sys.stdout.isatty() else 160))
+    console_table(result.summary, make_console())
     print(f"results: {out}  (summary.md, junit.xml, index.json)")
     return gate(out)

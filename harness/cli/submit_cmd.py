@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from rich.console import Console, Group
+from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -168,9 +168,10 @@ def progress_line(statuses, width: int = 30) -> Text:
 
 def run_status(args: argparse.Namespace) -> int:
     from harness.launch.slurm_track import sweep_status
+    from harness.report import make_console
 
     sweep = _sweep(args.dir)
-    console = Console()
+    console = make_console()
     if args.watch is None:
         console.print(status_renderable(sweep_status(sweep), sweep))
         return 0
@@ -234,14 +235,14 @@ def _wait_collect_gate(sweep: Path, args: argparse.Namespace) -> int:
 
 def run_collect(args: argparse.Namespace) -> int:
     from harness.launch.slurm_track import collect
-    from harness.report import console_table
+    from harness.report import console_table, make_console
 
     sweep = _sweep(args.dir)
     if args.wait or args.retry_infra:
         return _wait_collect_gate(sweep, args)
     result = collect(sweep)
     _print_collect(result)
-    console_table(sweep, Console())
+    console_table(sweep, make_console())
     print(f"wrote {sweep / 'summary.md'}, {sweep / 'junit.xml'}, {sweep / 'index.json'}\n"
           f"next: dcp-harness gate {sweep}")
     return 0

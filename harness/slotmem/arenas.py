@@ -37,7 +37,7 @@ class TensorMeta:
 
     @property
     def itemsize(self) -> int:
-        return torch.empty((), dtype=self.dtype).element_size()
+        return self.dtype.itemsize  # no tensor op: this runs inside traced forwards (see .direct)
 
     @property
     def extent_bytes(self) -> int:
@@ -88,6 +88,26 @@ class SavedEntry:
     source: int = -1  # INPUT: index of the static input
 
 
+# what a producer's return is written into
+COMPONENT = "component"
+OUTPUT = "output"
+
+
+@dataclass(frozen=True)
+class Producer:
+    """The op call that allocated a saved component or an output during warmup.
+
+    ``call``: its index among the forward's redirectable op calls (see :mod:`.direct`); ``op``: the
+    overload (``aten.addmm.default``); ``returns``: its outputs as warmup saw them; ``targets``: per
+    return, ``(COMPONENT|OUTPUT, index)`` of the arena region it writes, or ``None``.
+    """
+
+    call: int
+    op: str
+    returns: tuple[TensorMeta, ...]
+    targets: tuple[tuple[str, int] | None, ...]
+
+
 @dataclass(frozen=True)
 class ForwardPlan:
     """What one (variant, chunk, layer) forward needs; observed during warmup."""
@@ -99,6 +119,8 @@ class ForwardPlan:
     input_grads: tuple[bool, ...]  # which inputs get a returned grad
     params_used: tuple[bool, ...]  # which trainable parameters get a grad
     param_grad_bytes: int
+    # ops that may write a component or an output straight into the arena (see .direct)
+    producers: tuple[Producer, ...] = ()
 
     def signature(self) -> tuple[object, ...]:
         return (
@@ -108,13 +130,9 @@ class ForwardPlan:
         )
 
 
-def group_saves(
-    saves: Sequence[tuple[str, int, TensorMeta, int]],
-) -> tuple[tuple[SavedEntry, ...], tuple[int, ...]]:
-    """Turn raw observations ``(kind, storage_key, meta, source)`` into entries + component sizes.
-
-    Native saves that share ``storage_key`` form one component spanning all their bytes.
-    """
+def component_spans(saves: Sequence[tuple[str, int, TensorMeta, int]]) -> tuple[tuple[int, int, int], ...]:
+    """``(storage_key, first byte, end byte)`` of each component, in component order: the native
+    saves that share ``storage_key``, spanning all their bytes."""
     spans: dict[int, tuple[int, int]] = {}
     order: list[int] = []
     for kind, key, meta, _ in saves:
@@ -127,6 +145,26 @@ def group_saves(
         else:
             spans[key] = (lo, hi)
             order.append(key)
+    return tuple((k, *spans[k]) for k in order)
+
+
+def group_saves(
+    saves: Sequence[tuple[str, int, TensorMeta, int]],
+    widen: Mapping[int, tuple[int, int]] | None = None,
+) -> tuple[tuple[SavedEntry, ...], tuple[int, ...]]:
+    """Turn raw observations ``(kind, storage_key, meta, source)`` into entries + component sizes.
+
+    Native saves that share ``storage_key`` form one component spanning all their bytes, or the
+    byte range ``widen[storage_key]`` (which must contain them: a producer op's whole output).
+    """
+    comps = component_spans(saves)
+    spans = {k: (lo, hi) for k, lo, hi in comps}
+    for key, (lo, hi) in (widen or {}).items():
+        a, b = spans[key]
+        if not lo <= a <= b <= hi:
+            raise ValueError(f"widened component [{lo}, {hi}) does not contain its saves [{a}, {b})")
+        spans[key] = (lo, hi)
+    order = [k for k, _, _ in comps]
     index = {key: i for i, key in enumerate(order)}
     entries: list[SavedEntry] = []
     for kind, key, meta, source in saves:

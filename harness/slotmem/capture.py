@@ -25,6 +25,7 @@ import torch
 from . import allocator as alloc
 from .arenas import (
     NATIVE,
+    OUTPUT,
     ForwardPlan,
     FrameLayout,
     GradLayout,
@@ -39,6 +40,7 @@ from .arenas import (
 )
 from .protocol import CaptureStep, PlanError, SlotMap, build_slot_map, capture_steps, check_liveness
 from .replay import CaptureStats, Frame, GraphedLayer, GraphMemory, SlotGraphs, run_backward, run_forward
+from .direct import Redirect
 from .saved import ArenaPacker
 from .warmup import as_tuple, external_storages, ordered_warmup, trainable_params, warmup_steps
 
@@ -93,13 +95,14 @@ def _owner_candidates(module: Any, outs: Sequence[torch.Tensor]) -> list[torch.U
 
 
 def _copy_into(srcs: Sequence[torch.Tensor | None], dsts: Sequence[torch.Tensor]) -> None:
-    """``dst.copy_(src)`` pairwise (zero for a missing src). A function, so that no loop variable
-    keeps a capture-time tensor (and its pool block) alive after the capture."""
+    """``dst.copy_(src)`` pairwise (zero for a missing src; nothing when src was written in place).
+    A function, so that no loop variable keeps a capture-time tensor (and its pool block) alive
+    after the capture."""
     with torch.no_grad():
         for src, dst in zip(srcs, dsts):
             if src is None:
                 dst.zero_()
-            else:
+            elif not (src.data_ptr() == dst.data_ptr() and src.shape == dst.shape and src.stride() == dst.stride()):
                 dst.copy_(src)
 
 
@@ -122,7 +125,11 @@ class _Capturer:
         fuse_wgrad: bool = False,
         chain_layers: bool = True,
         variant_hook: Callable[[int], None] | None = None,
+        direct_writes: bool = True,
     ) -> None:
+        self.direct_writes = direct_writes
+        self.direct = 0  # tensors written straight into the arenas by their producer op
+        self.copied = 0  # native saves and outputs copied into the arenas
         self.variant_hook = variant_hook or (lambda cp_size: None)
         self.fuse_wgrad = fuse_wgrad
         self.chain_layers = chain_layers
@@ -253,14 +260,26 @@ class _Capturer:
             for e in plan.saved
         ]
         packer = ArenaPacker(name, plan.saved, saved_views, self.external[(c, l)], inputs)
+        producers = plan.producers if self.direct_writes else ()
+        targets: dict[tuple[str, int], torch.Tensor] = {}
+        for p in producers:
+            for m, t in zip(p.returns, p.targets):
+                if t is not None:
+                    kind, k = t
+                    targets[t] = out_views[k] if kind == OUTPUT else view_at(self.backing, base + fl.components[k], m)
+        redirect = Redirect(name, producers, targets, self.device)
         graph = torch.cuda.CUDAGraph()
         alloc.clear_cublas_workspaces(self.device)
         with torch.autograd.graph.saved_tensors_hooks(packer.pack, packer.unpack):
             with torch.cuda.graph(graph, pool=self.pool.id, stream=self.stream):
-                outs = as_tuple(module(*inputs))
+                with redirect:
+                    outs = as_tuple(module(*inputs))
+                redirect.finish()
                 _copy_into(outs, out_views)
         alloc.clear_cublas_workspaces(self.device)
         packer.finish()
+        self.direct += redirect.redirected
+        self.copied += packer.copies + sum(o.data_ptr() != d.data_ptr() for o, d in zip(outs, out_views))
         self.peak = max(self.peak, torch.cuda.max_memory_allocated(self.device))
         for o, dst in zip(outs, out_views):
             o.data = dst  # keep o as autograd root; its pool bytes are free now
@@ -384,6 +403,7 @@ def make_graphed_callables(
     grads_in_flight: bool = True,
     fuse_wgrad_accumulation: bool = False,
     chain_layers: bool = True,
+    direct_writes: bool = True,
     variant_hook: Callable[[int], None] | None = None,
     log: Callable[[str], None] = print,
     _faults: Iterable[str] = (),
@@ -402,6 +422,8 @@ def make_graphed_callables(
     ``chain_layers``: layer l's first input is staged in layer l-1's output buffer when shapes match
     (same frame lifetime), so passing layer l-1's output to layer l copies nothing; a different
     tensor passed there is copied into that buffer.
+    ``direct_writes``: a saved tensor or output that is the whole result of an out-of-place aten op
+    with an ``out=`` overload is written into its arena by that op (no copy; see :mod:`.direct`).
     ``variant_hook(cp_size)`` runs on the host before every warmup and capture of that CP variant
     (e.g. to point the layers at that variant's CP process group); it is never replayed.
     Warmup replays ``order`` ``num_warmup_iters`` times eagerly (forwards and backwards interleaved,
@@ -420,7 +442,7 @@ def make_graphed_callables(
     with alloc.CaptureGuard():
         try:
             cap = _Capturer(modules, sample_args, smap, faults, log, fuse_wgrad_accumulation, chain_layers,
-                            variant_hook)
+                            variant_hook, direct_writes)
             t0 = time.perf_counter()
             torch.cuda.reset_peak_memory_stats(cap.device)
             rng = torch.cuda.get_rng_state(cap.device)
@@ -456,8 +478,10 @@ def make_graphed_callables(
     mem = owner.memory()
     graphs = sum(1 + (f.bwd is not None) for f in cap.frames.values())
     summary = _summary(smap, mem.pool_reserved)
-    owner.stats = CaptureStats(t1 - t0, t2 - t1, graphs, dict(cap.per_variant_s), cap.peak, summary, warmup_peak)
-    log(f"[slotmem] {summary}; {graphs} graphs, arenas {mem.backing / 2**20:.1f} MiB, capture {t2 - t1:.2f}s")
+    owner.stats = CaptureStats(t1 - t0, t2 - t1, graphs, dict(cap.per_variant_s), cap.peak, summary, warmup_peak,
+                               cap.direct, cap.copied)
+    log(f"[slotmem] {summary}; {graphs} graphs, arenas {mem.backing / 2**20:.1f} MiB, capture {t2 - t1:.2f}s, "
+        f"{cap.direct} tensors written into arenas directly, {cap.copied} copied")
     return owner
 
 

@@ -56,6 +56,8 @@ class CaptureStats:
     peak_allocated_during_capture: int  # after warmup: layout and captures only
     summary: str
     peak_allocated_during_warmup: int = 0  # ordered warmup, all variants of an event held in lockstep
+    direct_writes: int = 0  # saved tensors and outputs written into the arenas by their producer op
+    copies: int = 0  # saved tensors and outputs copied into the arenas
 
 
 def run_forward(frame: Frame, inputs: Sequence[torch.Tensor]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 
@@ -60,12 +60,13 @@ class SaveObserver:
     def unpack(t: torch.Tensor) -> torch.Tensor:
         return t
 
-    def plan(self) -> tuple[tuple[SavedEntry, ...], tuple[int, ...]]:
-        return group_saves(self.raw)
+    def plan(self, widen: Mapping[int, tuple[int, int]] | None = None) -> tuple[tuple[SavedEntry, ...], tuple[int, ...]]:
+        return group_saves(self.raw, widen)
 
 
 class ArenaPacker:
-    """Pack hook for capture: the k-th save is copied into its planned arena view.
+    """Pack hook for capture: the k-th save is copied into its planned arena view (unless it is
+    already there, written by its producer op).
 
     ``views[k]`` is the arena view for a NATIVE save (``None`` otherwise). External and input saves
     are returned unchanged after checking they are what warmup saw.
@@ -86,6 +87,7 @@ class ArenaPacker:
         self._inputs = _InputIndex(inputs)
         self._component_base: dict[int, tuple[int, int]] = {}  # component -> (storage key, start - rel)
         self._k = 0
+        self.copies = 0  # native saves copied into the arena (the others were already there)
 
     def pack(self, t: torch.Tensor) -> torch.Tensor:
         k = self._k
@@ -115,8 +117,11 @@ class ArenaPacker:
             )
         dst = self._views[k]
         assert dst is not None
+        if t.data_ptr() == dst.data_ptr() and key == _storage_key(dst):
+            return dst  # written in place by its producer (see .direct): nothing to copy
         with torch.no_grad():
             dst.copy_(t)
+        self.copies += 1
         return dst
 
     @staticmethod

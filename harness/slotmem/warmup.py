@@ -9,17 +9,20 @@ warmup memory follows the schedule's microbatches in flight, times the variants 
 
 :func:`warmup_steps` is the pure event sequence; :func:`ordered_warmup` runs it and returns one
 :class:`~.arenas.ForwardPlan` per (cp_size, chunk, layer), checked identical over every microbatch
-and iteration.
+and iteration. Each forward is traced (:class:`~.direct.OpTracer`) to find the ops that can write
+its saved tensors and outputs straight into the arena; a callable whose op calls differ between
+forwards gets no direct writes (it is still captured, with copies).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
 import torch
 
-from .arenas import ForwardPlan, TensorMeta
+from .arenas import ForwardPlan, Producer, TensorMeta, component_spans
+from .direct import OpTracer, find_producers
 from .protocol import events
 from .saved import SaveObserver
 
@@ -127,17 +130,21 @@ class _Held:
     inputs: tuple[torch.Tensor, ...]
     outputs: tuple[torch.Tensor, ...]
     observer: SaveObserver
+    producers: tuple[Producer, ...]
+    widen: dict[int, tuple[int, int]]  # components widened to their producer's output
 
 
 def _run_forward(module: Callable[..., object], sample: Sequence[torch.Tensor], external: set[int],
                  name: str, require_cuda: bool) -> _Held:
     inputs = tuple(s.detach().clone().requires_grad_(s.requires_grad) for s in sample)
     obs = SaveObserver(external, inputs)
-    with torch.autograd.graph.saved_tensors_hooks(obs.pack, obs.unpack):
+    tracer = OpTracer()
+    with torch.autograd.graph.saved_tensors_hooks(obs.pack, obs.unpack), tracer:
         outs = as_tuple(module(*inputs))
     for o in outs:
         check_output(o, name, require_cuda)
-    return _Held(inputs, outs, obs)
+    producers, widen = find_producers(tracer.traced, component_spans(obs.raw), outs)
+    return _Held(inputs, outs, obs, producers, widen)
 
 
 def _run_backward(held: _Held, params: tuple[torch.nn.Parameter, ...]) -> ForwardPlan:
@@ -152,7 +159,7 @@ def _run_backward(held: _Held, params: tuple[torch.nn.Parameter, ...]) -> Forwar
     in_grads = iter(grads[:n_in])
     input_grads = tuple(bool(t.requires_grad and next(in_grads) is not None) for t in inputs)
     params_used = tuple(g is not None for g in grads[n_in:]) if grads else tuple(False for _ in params)
-    saved, components = held.observer.plan()
+    saved, components = held.observer.plan(held.widen)
     return ForwardPlan(
         inputs=tuple(TensorMeta.of(t) for t in inputs),
         outputs=tuple(TensorMeta.of(o) for o in outs),
@@ -161,6 +168,7 @@ def _run_backward(held: _Held, params: tuple[torch.nn.Parameter, ...]) -> Forwar
         input_grads=input_grads,
         params_used=params_used,
         param_grad_bytes=sum(p.numel() * p.element_size() for p, u in zip(params, params_used) if u),
+        producers=held.producers,
     )
 
 
@@ -186,6 +194,7 @@ def ordered_warmup(
     held: dict[tuple[int, int, int, int, int], _Held] = {}
     plans: dict[tuple[int, int, int], ForwardPlan] = {}
     first: dict[tuple[int, int, int], tuple[int, int]] = {}  # where each plan was first observed
+    unstable: set[tuple[int, int, int]] = set()  # callables whose op calls differ between forwards
     for step in steps:
         v, c, l, m = step.frame
         key = (step.iteration, v, c, l, m)
@@ -201,6 +210,10 @@ def ordered_warmup(
             plan = _run_backward(held.pop(key), params[(c, l)])
             ref = plans.setdefault((v, c, l), plan)
             first.setdefault((v, c, l), (step.iteration, m))
+            if (v, c, l) in unstable or plan.producers != ref.producers:
+                unstable.add((v, c, l))  # op calls vary between forwards: no direct writes for this callable
+                ref = plans[(v, c, l)] = replace(ref, producers=())
+                plan = replace(plan, producers=())
             if plan != ref:
                 it0, m0 = first[(v, c, l)]
                 raise WarmupError(

@@ -93,7 +93,7 @@ class MoE(nn.Module):
         self.experts = Experts(self.local_experts, hidden, ffn)
 
     def forward(self, x: torch.Tensor, ctx: MoEContext) -> torch.Tensor:
-        t, e, k = x.shape[0], self.num_experts, self.top_k
+        e, k = self.num_experts, self.top_k
         logits = F.linear(x.float(), self.router.weight.float())
         probs = torch.softmax(logits, dim=-1)  # [T, E] fp32
         top_p, top_i = probs.topk(k, dim=-1)

@@ -45,8 +45,9 @@ class GluLayer(torch.nn.Module):
         h = self.fc1(self.norm(x))
         a, b = h.chunk(2, dim=-1)
         y = a * torch.sigmoid(b)
-        if self.retain:
-            self.kept = h  # a capture-time intermediate kept alive outside the graph's outputs
+        if self.retain:  # a capture-time intermediate kept alive outside the graph's outputs (a pool block:
+            with torch.no_grad():  # neither saved nor an output, so no direct write puts it in an arena)
+                self.kept = h * 2
         return x + self.fc2(y)
 
 
@@ -181,16 +182,22 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("chain", [True, False], ids=["chained", "unchained"])
+@pytest.mark.parametrize("chain,direct", [(True, True), (False, True), (True, False)],
+                         ids=["chained", "unchained", "copies"])
 @pytest.mark.parametrize("pp,rank,vpp,layers,counts,replay_m,cps,dtype", CASES)
-def test_mixed_variant_replay_equals_eager(pp, rank, vpp, layers, counts, replay_m, cps, dtype, chain) -> None:
+def test_mixed_variant_replay_equals_eager(pp, rank, vpp, layers, counts, replay_m, cps, dtype, chain, direct) -> None:
     plan = plan_pipeline(pp, vpp, counts, cps, [list(layers)] * pp).ranks[rank]
     assert plan.physical_slots < replay_m, "the test must wrap the slot ring"
     model = make_layers(layers, dtype)
     logs: list[str] = []
-    graphs = capture_plan(model, sampler(dtype), plan, log=logs.append, chain_layers=chain)
+    graphs = capture_plan(model, sampler(dtype), plan, log=logs.append, chain_layers=chain, direct_writes=direct)
     assert any(f"{len(cps)} dynamic-CP variants over {plan.physical_slots} slot-aliased physical pool slots" in s
                for s in logs), logs
+    assert graphs.stats is not None
+    if direct:  # every layer's fc1/GLU/fc2 activations and its output are written in place
+        assert graphs.stats.direct_writes > graphs.stats.copies, graphs.stats
+    else:
+        assert graphs.stats.direct_writes == 0
     smap = build_slot_map(plan.records, layers)
     rng = random.Random(hash((pp, rank, vpp, cps)) & 0xFFFF)
     choice = [rng.choice(cps) for _ in range(replay_m)]
