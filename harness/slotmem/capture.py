@@ -6,6 +6,10 @@ Design (measurements in bench/RESULTS.md):
   grad colour (returned input grads), and two scratch regions (incoming output grads, param grads);
   each arena is sized max over its members, so CP variants of one slot share bytes by construction;
 * the pool otherwise holds only per-graph transients;
+* saved tensors and outputs that are the whole result of an out-of-place aten op are written into
+  their arena by that op's ``out=`` overload instead of being copied there (:mod:`.direct`);
+* warmup replays the rank's order eagerly, variants in lockstep, releasing each forward at its
+  backward (:mod:`.warmup`);
 * the variants of one schedule event are captured in lockstep; after each variant the allocator is
   rewound to the event's checkpoint (validate -> detach stale owners -> restore -> verify live set)
   so every variant leaves the identical allocator state;
