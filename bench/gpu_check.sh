@@ -4,6 +4,9 @@
 #   OUT=dir        where logs go (default ./gpu-logs)
 #   PYTEST_PATHS   test paths for `pytest -m cuda` (default: tests)
 #   BENCHES        benchmark scripts, space separated (default below; add yours here)
+#   WORKLOAD=0     skip the workload run (cases/gpu through `dcp-harness run`, those that fit the
+#                  GPUs here: 2-GPU cases with >= 2 GPUs, the 4-GPU case with >= 4); its results
+#                  folder is packed into $OUT/workload_results.tgz
 set -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-logs}
@@ -19,5 +22,13 @@ for bench in ${BENCHES-$DEFAULT_BENCHES}; do
   name=$(basename "$bench" .py)
   $PY "$bench" 2>&1 | tee "$OUT/bench_$name.log" || status=1
 done
+ngpu=$($PY -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+if [ "${WORKLOAD:-1}" != 0 ] && [ "$ngpu" -ge 2 ]; then
+  sel="gpu-dcp12-ep2 or gpu-pp2-vpp2"
+  [ "$ngpu" -ge 4 ] && sel="$sel or gpu-dcp12-pp2-vpp2-ep2"
+  wl=$(mktemp -d)/workload
+  $PY bench/workload_gpu.py cases/gpu -k "$sel" --out "$wl" 2>&1 | tee "$OUT/bench_workload_gpu.log" || status=1
+  tar -czf "$OUT/workload_results.tgz" -C "$(dirname "$wl")" workload 2>/dev/null || true
+fi
 echo "gpu_check: exit $status (logs in $OUT)"
 exit $status

@@ -65,7 +65,9 @@ def main(argv: list[str]) -> int:
     for col in ("case", "arm", "rank", "outcome", "steps", "final loss", "nan/skipped",
                 "step ms", "peak alloc GiB", "peak reserved GiB", "CP sizes", "device"):
         table.add_column(col)
-    for case_dir in sorted(p for p in args.out.iterdir() if (p / "case.json").is_file()):
+    case_dirs = sorted(p for p in args.out.iterdir() if (p / "case.json").is_file()) \
+        if args.out.is_dir() else []  # a config error wrote nothing
+    for case_dir in case_dirs:
         for row in arm_rows(case_dir):
             table.add_row(*row)
     make_console().print(table)

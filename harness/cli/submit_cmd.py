@@ -67,11 +67,28 @@ def _add_wait_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wait", action="store_true",
                    help="wait until every job has ended, then collect (exit code: the gate's)")
     p.add_argument("--timeout-min", type=float, default=None, metavar="M",
-                   help="with --wait: stop waiting after M minutes")
+                   help="with --wait: stop waiting after M minutes (the jobs' own time limits "
+                        "come from resources.time_min and the profile)")
     p.add_argument("--retry-infra", type=int, default=0, metavar="N",
                    help="re-submit cases that ended with an infrastructure failure (node fail, "
                         "NCCL timeout, OOM kill, cancelled) up to N times; implies --wait")
     p.add_argument("--poll-s", type=float, default=5.0, metavar="S", help=argparse.SUPPRESS)
+
+
+def check_wait_args(args: argparse.Namespace) -> None:
+    """ConfigError for a --wait/--retry-infra/--timeout-min/--max-parallel value that cannot work."""
+    if args.retry_infra < 0:
+        raise ConfigError(f"--retry-infra must be >= 0 (re-submissions per case), got {args.retry_infra}")
+    if args.timeout_min is not None:
+        if not args.timeout_min > 0:
+            raise ConfigError(f"--timeout-min must be a positive number of minutes, got {args.timeout_min}")
+        if not (args.wait or args.retry_infra):
+            raise ConfigError("--timeout-min limits --wait (how long to wait for the jobs); add --wait. "
+                              "A job's own time limit is the case's resources.time_min")
+    if not args.poll_s > 0:
+        raise ConfigError(f"--poll-s must be positive, got {args.poll_s}")
+    if args.max_parallel is not None and args.max_parallel < 1:
+        raise ConfigError(f"--max-parallel must be >= 1, got {args.max_parallel}")
 
 
 # --------------------------------------------------------------------------- submit
@@ -99,11 +116,10 @@ def run_submit(args: argparse.Namespace) -> int:
                                       slurm_dir, submit_groups)
     from harness.spec import load_cases, select_cases
 
+    check_wait_args(args)
     cases = select_cases(load_cases(args.paths), k=args.k, tags=args.tags)
     if not cases:
         raise ConfigError("no case selected; check PATHS, -k and --tags")
-    if args.max_parallel is not None and args.max_parallel < 1:
-        raise ConfigError(f"--max-parallel must be >= 1, got {args.max_parallel}")
     profiles, files, profile_of = _load_profiles(cases, args.profile)
     groups = plan_jobs(cases, {c.id: len(arms_for_case(c)) for c in cases}, profiles, profile_of,
                        args.max_parallel)
@@ -171,6 +187,8 @@ def run_status(args: argparse.Namespace) -> int:
     from harness.report import make_console
 
     sweep = _sweep(args.dir)
+    if args.watch is not None and not args.watch > 0:
+        raise ConfigError(f"--watch must be a positive number of seconds, got {args.watch}")
     console = make_console()
     if args.watch is None:
         console.print(status_renderable(sweep_status(sweep), sweep))
@@ -223,8 +241,7 @@ def _wait_collect_gate(sweep: Path, args: argparse.Namespace) -> int:
         if result.still_active:
             print(f"gave up waiting after {args.timeout_min} min", file=sys.stderr)
             return 2
-        new = retry_infra(sweep, args.retry_infra, getattr(args, "max_parallel", None)) \
-            if args.retry_infra else []
+        new = retry_infra(sweep, args.retry_infra, args.max_parallel) if args.retry_infra else []
         if not new:
             break
         print(f"retrying {len(new)} case(s) after infrastructure failures: "
@@ -237,6 +254,7 @@ def run_collect(args: argparse.Namespace) -> int:
     from harness.launch.slurm_track import collect
     from harness.report import console_table, make_console
 
+    check_wait_args(args)
     sweep = _sweep(args.dir)
     if args.wait or args.retry_infra:
         return _wait_collect_gate(sweep, args)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import math
 import os
 import shlex
@@ -30,8 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Deque, Mapping, Optional, Sequence
 
+from harness.errors import ConfigError
+from harness.launch.failures import tail_text
 from harness.launch.ports import is_addr_in_use, pick_free_port
-from harness.launch.rank_main import FAULT_ENV, LAUNCHER_PID_ENV, stacks_path
+from harness.launch.rank_main import FAULT_ENV, LAUNCHER_PID_ENV, read_case_json, stacks_path
 from harness.results import LOG_FILE, ArmOutcome, read_steps, write_outcome
 from harness.spec.schema import Case
 
@@ -124,14 +125,6 @@ def _steps_recorded(arm_dir: Path) -> int:
     return sum(len(records) for records in read_steps(arm_dir).values())
 
 
-def _tail_file(path: Path, lines: int) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
 # --------------------------------------------------------------------------- the process group
 def run_ranks(cmd: RankCommand, *, stack_wait_s: float = 3.0, kill_grace_s: float = 5.0,
               port_retries: int = 3, poll_s: float = 0.05) -> ArmOutcome:
@@ -204,7 +197,7 @@ def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wa
     if culprit is not None:  # the failing rank's own output, not drowned by its siblings'
         tail = f"--- last lines of rank {culprit} ---\n" + "\n".join(ranks[culprit].tail)
     else:
-        tail = _tail_file(arm_dir / LOG_FILE, TAIL_LINES)
+        tail = tail_text(arm_dir / LOG_FILE, TAIL_LINES)
     if stacks:
         tail += "\n--- Python stacks of the ranks still running (SIGUSR1) ---\n" + stacks
     attempt_text = "\n".join(line for r in ranks for line in r.tail)
@@ -254,7 +247,7 @@ def _dump_stacks(live: list[_Rank], arm_dir: Path, wait_s: float) -> str:
         time.sleep(0.05)
     parts = []
     for r in live:
-        text = _tail_file(paths[r.rank], STACK_LINES).strip()
+        text = tail_text(paths[r.rank], STACK_LINES).strip()
         if not text:
             text = ("(no stack: the rank exited meanwhile)" if r.proc.poll() is not None
                     else "(no stack written: the rank did not answer SIGUSR1)")
@@ -329,8 +322,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = p.parse_args(argv)
     from harness.arms import arm_by_name
 
-    case = Case.model_validate(json.loads(args.case.read_text(encoding="utf-8")))
-    arm = arm_by_name(case, args.arm)
+    try:
+        case = read_case_json(args.case)
+        arm = arm_by_name(case, args.arm)
+        if args.timeout_min is not None and not args.timeout_min > 0:
+            raise ConfigError(f"--timeout-min must be a positive number of minutes, got {args.timeout_min}")
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     outcome = LocalLauncher(timeout_min=args.timeout_min).run_arm(case, arm, args.out, args.case)
     write_outcome(args.out, outcome)
     print(f"{case.id} / {arm.name}: {outcome.describe()}  (log: {args.out / LOG_FILE})")

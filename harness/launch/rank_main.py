@@ -43,7 +43,7 @@ CHECKPOINT_DIR = "checkpoint"
 _FAULT = re.compile(r"^(crash|hang|exit)@([1-9][0-9]*)(?::([0-9]+))?$")
 # Port for a Slurm job without MASTER_PORT: derived from the job id so every task agrees on it.
 _SLURM_PORT_BASE = 15000
-_SLURM_PORT_SPAN = 20000
+_SLURM_PORT_SPAN = 17000  # ports 15000-31999: below the ephemeral range (32768-)
 
 
 def stacks_path(arm_dir: Path, rank: int) -> Path:
@@ -279,6 +279,27 @@ def run_rank(case, arm_name: str, arm_dir: Path, resume: bool = True) -> None:
             stacks_path(arm_dir, rank).unlink()
 
 
+def read_case_json(path: Path):
+    """The case of a ``case.json`` written by a sweep; ConfigError saying what is wrong with it."""
+    from pydantic import ValidationError
+
+    from harness.errors import ConfigError
+    from harness.spec.schema import Case
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"--case {path}: no such file; pass the case.json of a sweep's case "
+                          "folder (<sweep>/<case>/case.json)") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--case {path}: not a readable JSON file ({exc})") from None
+    try:
+        return Case.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"--case {path}: not a case written by this dcp-harness version "
+                          f"({exc.error_count()} problem(s), first: {exc.errors()[0]['msg']})") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m harness.launch.rank_main",
@@ -294,10 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from harness.spec.schema import Case
-
     args = build_parser().parse_args(argv)
-    case = Case.model_validate(json.loads(args.case.read_text(encoding="utf-8")))
+    case = read_case_json(args.case)
     faulthandler.enable(file=sys.stderr, all_threads=True)  # segfaults/aborts print stacks too
     run_rank(case, args.arm, args.out, resume=args.resume)
     return 0

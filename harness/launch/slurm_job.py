@@ -9,6 +9,8 @@ calls :func:`harness.launch.rank_main.run_rank`, which resumes after the last co
   requeued or retried job continues where the last one stopped.
 * An arm that raises on some rank gets a ``failed`` outcome with the traceback and the job ends
   (srun ``--kill-on-bad-exit`` stops the other ranks; a crashed process cannot run more arms).
+  A traceback that shows an infrastructure failure (a peer rank's connection dropped, an NCCL
+  timeout: ``failures.infra_reason``) gives ``infra`` instead, which a requeue runs again.
 * An arm running past ``case.resources.time_min`` gets a ``timeout`` outcome with the Python stacks
   of that rank, and the job ends.
 * Preemption or the time-limit warning (USR2): submitit calls :meth:`CaseJob.checkpoint` on rank 0
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
+from harness.launch.failures import infra_reason, tail_text
 from harness.results import (LOG_FILE, OUTCOME_FILE, ArmOutcome, read_outcome, read_steps,
                              write_outcome)
 
@@ -69,10 +72,15 @@ def task_identity(environ: Optional[dict] = None) -> TaskIdentity:
     )
 
 
+# Rendezvous ports come from below Linux's ephemeral range (32768-60999 by default), where
+# outgoing connections on the node would otherwise take them at random.
+PORT_RANGE = (20000, 32767)
+
+
 def arm_port(job_id: str, arm: str, restarts: int) -> int:
     """Rendezvous port of one arm of one job start: every task computes the same number, and
     consecutive arms / restarts use different ports (no clash with a socket in TIME_WAIT)."""
-    return random.Random(f"{job_id}/{arm}/{restarts}").randint(20000, 59999)
+    return random.Random(f"{job_id}/{arm}/{restarts}").randint(*PORT_RANGE)
 
 
 def distributed_env(ident: TaskIdentity, port: int) -> dict[str, str]:
@@ -164,13 +172,6 @@ class _TeeLines(io.TextIOBase):
         super().close()
 
 
-def _tail(path: Path, lines: int = TAIL_LINES) -> str:
-    try:
-        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return ""
-
-
 class _ArmWatchdog:
     """Ends this task when one arm runs past its limit: stacks to the log, a timeout outcome,
     exit code 124 (srun then stops the other tasks)."""
@@ -199,14 +200,28 @@ class _ArmWatchdog:
         write_outcome(self._arm_dir, ArmOutcome(
             status="timeout", returncode=TIMEOUT_EXIT_CODE,
             wall_s=round(time.monotonic() - self._started, 3),
-            log_tail=_tail(self._arm_dir / LOG_FILE) + "\n--- Python stacks (rank "
-            f"{self._ident.rank}) ---\n" + _tail(stacks, 80),
+            log_tail=tail_text(self._arm_dir / LOG_FILE, TAIL_LINES) + "\n--- Python stacks (rank "
+            f"{self._ident.rank}) ---\n" + tail_text(stacks, 80),
             repro=self._repro, restarts=self._ident.restarts,
             detail=f"rank {self._ident.rank} ran past the arm limit of {self._limit_s:.0f}s "
                    f"(slurm job {self._ident.job_id})"))
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(TIMEOUT_EXIT_CODE)
+
+
+def raised_outcome(exc: BaseException, tb: str, ident: TaskIdentity, arm_dir: Path, repro: str,
+                   wall_s: float) -> ArmOutcome:
+    """The outcome of an arm whose rank raised: ``infra`` when the traceback shows an
+    infrastructure failure (a peer's connection dropped, an NCCL timeout: the job's requeue or
+    ``--retry-infra`` runs the arm again), else ``failed``."""
+    reason = infra_reason(tb)
+    because = f"; {reason}" if reason else ""
+    return ArmOutcome(
+        status="infra" if reason else "failed", returncode=1, wall_s=wall_s,
+        log_tail=tail_text(arm_dir / LOG_FILE, TAIL_LINES), repro=repro, restarts=ident.restarts,
+        detail=f"rank {ident.rank} raised {type(exc).__name__}: {exc} "
+               f"(slurm job {ident.job_id}{because})")
 
 
 def run_case_arms(case: Any, case_dir: Path, ident: TaskIdentity, retry_round: int = 0) -> dict:
@@ -245,11 +260,8 @@ def run_case_arms(case: Any, case_dir: Path, ident: TaskIdentity, retry_round: i
             tb = traceback.format_exc()
             print(tb, file=sys.stderr, flush=True)
             if read_outcome(arm_dir) is None:  # the first failing rank is usually the cause
-                write_outcome(arm_dir, ArmOutcome(
-                    status="failed", returncode=1, wall_s=round(time.monotonic() - started, 3),
-                    log_tail=_tail(arm_dir / LOG_FILE), repro=repro, restarts=restarts,
-                    detail=f"rank {ident.rank} raised {type(exc).__name__}: {exc} "
-                           f"(slurm job {ident.job_id})"))
+                write_outcome(arm_dir, raised_outcome(exc, tb, ident, arm_dir, repro,
+                                                      round(time.monotonic() - started, 3)))
             raise
         finally:
             sys.stdout, sys.stderr = out, err

@@ -5,8 +5,8 @@ scheduler: ``squeue -t all`` (works without accounting, and shows finished jobs 
 then ``sacct`` when accounting exists. A job that neither knows any more and that left no result is
 *gone*: it counts as ended (an infrastructure error), so nothing ever waits on it forever.
 
-When a job ended without an outcome for some arm, :func:`classify_failure` decides why from the
-Slurm state and the logs: node failure, cancellation, preemption, host OOM kill, NCCL timeouts,
+When a job ended without an outcome for some arm, ``classify_failure`` (``failures.py``) decides
+why from the Slurm state and the logs: node failure, cancellation, preemption, host OOM kill, NCCL timeouts,
 GPU faults and SIGKILL are ``infra`` (an error, never a regression; ``--retry-infra`` re-runs
 them), a time limit is ``timeout``, anything else is ``failed``.
 """
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from harness.errors import ConfigError
+from harness.launch.failures import classify_failure, tail_text
 from harness.launch.slurm import JobRef, latest_jobs, read_jobs
 from harness.launch.slurm_job import arm_needs_run, read_events, repro_line
 from harness.results import LOG_FILE, OUTCOME_FILE, VERDICT_FILE, ArmOutcome, read_json, \
@@ -34,31 +35,6 @@ ACTIVE_STATES = frozenset({
 })
 _PENDING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING",
                              "RESV_DEL_HOLD", "SPECIAL_EXIT"})
-_INFRA_STATES = {
-    "NODE_FAIL": "node failure",
-    "BOOT_FAIL": "node boot failure",
-    "CANCELLED": "job cancelled (scancel, an operator or a dependency)",
-    "PREEMPTED": "job preempted and not requeued",
-    "OUT_OF_MEMORY": "out-of-memory kill (host memory)",
-    "DEADLINE": "job reached its deadline",
-    "REVOKED": "job revoked (federation)",
-    "LAUNCH_FAILED": "job launch failed",
-}
-# Log patterns of infrastructure failures (first match wins). A CUDA OOM or an illegal memory
-# access is NOT here: with slot-shared graph memory those can be real regressions.
-_INFRA_LOG_PATTERNS: tuple[tuple[str, str], ...] = (
-    (r"Watchdog caught collective operation timeout|NCCL[^\n]*(timed out|timeout)"
-     r"|ProcessGroupNCCL[^\n]*[Tt]imeout", "NCCL timeout"),
-    (r"oom[-_]kill|Out Of Memory|OOM Killed|killed by the OOM killer", "out-of-memory kill (host)"),
-    (r"ncclSystemError|ncclRemoteError|NCCL error[^\n]*(unhandled system error|remote process)",
-     "NCCL communication error"),
-    (r"Node failure|NODE_FAIL|Communication connection failure|Socket timed out on send/recv",
-     "node or network failure"),
-    (r"uncorrectable ECC|Xid[ :]|fallen off the bus|GPU is lost", "GPU hardware fault"),
-    (r"CANCELLED AT|DUE TO PREEMPTION", "job cancelled or preempted"),
-    (r"task \d+: Killed|Killed signal 9|exit code 137", "a rank was killed by SIGKILL "
-                                                         "(host OOM killer or an operator)"),
-)
 _PROGRESS_ORDER = ("pending", "running", "done", "failed", "error")
 
 
@@ -167,35 +143,6 @@ def query_scheduler(job_ids: Iterable[str], runner: Runner = run_command) -> Sch
                     states[jid] = SchedState(jid, live.state, st.exit_code, live.reason, "squeue")
     return SchedulerView({k: v for k, v in states.items() if k in set(ids)},
                          squeue_ok=sq.returncode == 0, accounting=accounting)
-
-
-# --------------------------------------------------------------------------- classification
-@dataclass(frozen=True)
-class Classification:
-    status: str  # infra | timeout | failed
-    reason: str
-
-
-def classify_failure(state: Optional[str], exit_code: str = "", log_text: str = "") -> Classification:
-    """Why a job ended without an outcome for its arm in flight (see module doc)."""
-    state = (state or "").upper()
-    if state in _INFRA_STATES:
-        return Classification("infra", _INFRA_STATES[state])
-    if state == "TIMEOUT":
-        return Classification("timeout", "the job hit its Slurm time limit (requeues used up)")
-    for pattern, reason in _INFRA_LOG_PATTERNS:
-        if re.search(pattern, log_text):
-            return Classification("infra", reason)
-    signal = exit_code.partition(":")[2]
-    if signal == "9":
-        return Classification("infra", "killed by SIGKILL (host OOM killer or an operator)")
-    if state in ("", "GONE"):
-        return Classification("infra", "the job left the queue without a result and Slurm "
-                                       "accounting has no record of it")
-    if state == "COMPLETED":
-        return Classification("infra", "the job completed but wrote no outcome for this arm")
-    return Classification("failed", f"a rank died without a Python traceback "
-                                    f"(Slurm state {state}, exit code {exit_code or '?'})")
 
 
 def job_log_text(ref: JobRef, lines: int = 80) -> str:
@@ -331,13 +278,6 @@ def _arm_started(case_dir: Path, arm: str, events: Sequence[dict]) -> bool:
             or bool(read_steps(case_dir / arm)))
 
 
-def _tail(path: Path, lines: int = 60) -> str:
-    try:
-        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return ""
-
-
 def outcomes_for_ended_job(case_dir: Path, ref: JobRef, sched: Optional[SchedState]
                            ) -> dict[str, ArmOutcome]:
     """Outcomes for the arms a finished job left without one: the arm in flight gets the
@@ -358,7 +298,7 @@ def outcomes_for_ended_job(case_dir: Path, ref: JobRef, sched: Optional[SchedSta
                 blame = blame or f"arm '{arm}' {prior.status}"
             continue
         if blame is None and _arm_started(case_dir, arm, events):
-            arm_log = _tail(arm_dir / LOG_FILE)
+            arm_log = tail_text(arm_dir / LOG_FILE, 60)
             how = classify_failure(state, code, f"{arm_log}\n{logs}")
             out[arm] = ArmOutcome(
                 status=how.status, returncode=None, log_tail=f"{arm_log}\n{logs}".strip()[-12000:],

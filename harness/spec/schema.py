@@ -174,6 +174,11 @@ class TrainSpec(_Strict):
     seed: int = 1234
     deterministic: bool = True
     dtype: Literal["fp32", "bf16"] = "fp32"
+    # Steps between resume checkpoints (model + optimizer state, rank-local, ~12 bytes per
+    # parameter per rank); 0 = never. Every step (the default) lets a killed, re-run or requeued
+    # arm resume right after its last completed step; large models should save less often and
+    # re-run the steps since their last checkpoint (their records are not duplicated).
+    checkpoint_every: int = Field(default=1, ge=0)
     optimizer: OptimizerSpec = OptimizerSpec()
 
 

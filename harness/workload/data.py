@@ -25,14 +25,22 @@ _TOKEN_STREAM = 2
 _RULE_STREAM = 3
 
 
-def _generator(*key: int) -> torch.Generator:
-    """A CPU generator seeded from an integer key (stable across runs and layouts)."""
+_DATA_SALT = 0x9E3779B9
+
+
+def keyed_generator(salt: int, *key: int) -> torch.Generator:
+    """A CPU generator seeded from an integer key (stable across runs and layouts); ``salt``
+    separates users (data here, weights in ``model.py``)."""
     seed = 0
     for k in key:
-        seed = (seed * 1_000_003 + int(k) + 0x9E3779B9) % (2**61 - 1)
+        seed = (seed * 1_000_003 + int(k) + salt) % (2**61 - 1)
     g = torch.Generator(device="cpu")
     g.manual_seed(seed)
     return g
+
+
+def _generator(*key: int) -> torch.Generator:
+    return keyed_generator(_DATA_SALT, *key)
 
 
 def successor_table(seed: int, vocab: int) -> torch.Tensor:

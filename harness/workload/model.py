@@ -21,6 +21,7 @@ from torch import nn
 
 from harness.spec.schema import ResolvedModel
 from harness.workload.attention import Attention, AttentionContext
+from harness.workload.data import keyed_generator
 from harness.workload.moe import MoE, MoEContext
 from harness.workload.norm import RMSNorm
 
@@ -103,18 +104,12 @@ def chunk_layouts(layers: int, pp: int, vpp: int, pp_rank: int) -> list[ChunkLay
     return out
 
 
-def _generator(*key: int) -> torch.Generator:
-    seed = 0
-    for k in key:
-        seed = (seed * 1_000_003 + int(k) + 0x51ED27) % (2**61 - 1)
-    g = torch.Generator(device="cpu")
-    g.manual_seed(seed)
-    return g
+_WEIGHT_SALT = 0x51ED27
 
 
 def _normal_(p: torch.Tensor, std: float, *key: int) -> None:
     with torch.no_grad():
-        p.copy_(torch.randn(p.shape, generator=_generator(*key), dtype=torch.float32) * std)
+        p.copy_(torch.randn(p.shape, generator=keyed_generator(_WEIGHT_SALT, *key), dtype=torch.float32) * std)
 
 
 def init_chunk(chunk: ModelChunk, m: ResolvedModel, seed: int, first_expert: int = 0) -> None:

@@ -16,7 +16,8 @@ the same microbatch count (as the pipeline schedule and EP all-to-alls need).
   enough ranks are free (spreading work over the pool), else joins the least-loaded open group of at
   least its size with room (``size * max_seqlen_per_rank`` tokens), else waits for the next
   microbatch. Ranks still idle are absorbed by widening the smallest groups to the next allowed size,
-  so no DP x CP rank is idle.
+  then (where no size fits the gap) by giving them a sequence split off a group that holds several
+  (this microbatch's, else an earlier one's), so no DP x CP rank is idle.
 
 Sequences are padded to a multiple of ``2 * cp`` (for load-balanced CP chunks); padding is masked
 out of the loss and the aux loss, so padding never changes the result.
@@ -208,7 +209,7 @@ def _pack_dynamic(
         raise ConfigError("dynamic CP needs train.max_seqlen_per_rank (tokens one rank may hold)")
     need = {s.index: dynamic_cp_need(s.length, sizes, msr) for s in seqs}
     remaining = sorted(seqs, key=lambda s: (-s.length, s.index))
-    out: list[MicrobatchPlan] = []
+    filled: list[list[list]] = []  # every microbatch's groups, [size, sequences, padded load]
     while remaining:
         groups: list[list] = []  # [size, sequences, padded load]
         free = pool
@@ -234,21 +235,44 @@ def _pack_dynamic(
                 taken += 1
             else:
                 left.append(s)
+        filled.append(groups)
         free = _widen(groups, free, sizes, msr)
+        while free and _split_off(filled, free, need):
+            free = _widen(groups, free - groups[-1][0], sizes, msr)
         if free:
             raise ConfigError(
-                f"step {step}: microbatch {len(out)} leaves {free} of {pool} DP x CP ranks idle and no "
-                f"allowed CP size {sizes} can absorb them; add {pool} to parallel.dynamic_cp or raise "
-                f"train.global_batch"
+                f"step {step}: microbatch {len(filled) - 1} leaves {free} of {pool} DP x CP ranks idle "
+                f"and no allowed CP size {sizes} can absorb them; add {pool} to parallel.dynamic_cp or "
+                f"raise train.global_batch"
             )
+        remaining = left
+    out = []
+    for groups in filled:
         groups.sort(key=lambda g: (-g[0], min(s.index for s in g[1])))
         start, works = 0, []
         for size, members, _ in groups:
             works.append(GroupWork(start, size, tuple(sorted(members, key=lambda s: s.index))))
             start += size
         out.append(MicrobatchPlan(len(out), tuple(works)))
-        remaining = left
     return out
+
+
+def _split_off(filled: list[list[list]], free: int, need: dict[int, int]) -> bool:
+    """Give idle ranks of the last microbatch a sequence of their own, taken from a group that
+    keeps at least one (this microbatch first, then the latest earlier one; the shortest that
+    fits in ``free`` ranks). Appends the new group to the last microbatch; False if none can move.
+    """
+    for groups in reversed(filled):
+        movable = [(s.length, s.index, g, s) for g in groups if len(g[1]) > 1 for s in g[1]
+                   if need[s.index] <= free]
+        if movable:
+            _, _, donor, seq = min(movable, key=lambda m: (m[0], m[1]))
+            donor[1].remove(seq)
+            donor[2] = sum(padded_length(x.length, donor[0]) for x in donor[1])
+            size = need[seq.index]
+            filled[-1].append([size, [seq], padded_length(seq.length, size)])
+            return True
+    return False
 
 
 def _widen(groups: list[list], free: int, sizes: tuple[int, ...], msr: int) -> int:

@@ -45,8 +45,9 @@ def init_distributed(timeout_s: float = 600.0) -> RankContext:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_RANK", str(rank)))
     if torch.cuda.is_available():
-        torch.cuda.set_device(local % torch.cuda.device_count())
-        device, backend = f"cuda:{local % torch.cuda.device_count()}", "nccl"
+        index = cuda_device_index(local, torch.cuda.device_count())
+        torch.cuda.set_device(index)
+        device, backend = f"cuda:{index}", "nccl"
     else:
         device, backend = "cpu", "gloo"
     if world > 1:
@@ -61,6 +62,21 @@ def init_distributed(timeout_s: float = 600.0) -> RankContext:
     else:
         backend = "none"
     return RankContext(rank, world, local, device, backend)
+
+
+def cuda_device_index(local_rank: int, visible: int) -> int:
+    """This rank's GPU: ``cuda:LOCAL_RANK``, or ``cuda:0`` when the process sees one GPU (Slurm
+    binding one GPU per task). A rank without a GPU of its own is a ConfigError, not two ranks
+    on one GPU (NCCL would fail later with an obscure "duplicate GPU" error)."""
+    if visible == 1:
+        return 0
+    if 0 <= local_rank < visible:
+        return local_rank
+    raise ConfigError(
+        f"LOCAL_RANK={local_rank} but this process sees only {visible} CUDA GPU(s) "
+        f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); run one rank "
+        "per GPU: resources.gpus_per_node must not exceed the GPUs of a node"
+    )
 
 
 @dataclass(frozen=True)

@@ -234,5 +234,6 @@ def train_arm(
             # resume (same values; the results store drops the duplicate record), whereas the
             # other order could resume after a step that was never recorded.
             on_step(record)
-            if checkpoint_dir is not None:
+            every = train.checkpoint_every
+            if checkpoint_dir is not None and every and step % every == 0:
                 ckpt.save(checkpoint_dir, ctx.rank, step, _state(s, opt, case, step, ctx.rank))

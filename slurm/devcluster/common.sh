@@ -42,7 +42,7 @@ comm_of() {  # expected /proc/PID/comm of a daemon
 live_pid() {
     local name="$1" f="$PID_DIR/$1.pid" pid comm state
     [ -f "$f" ] || return 1
-    pid="$(cat "$f")"
+    pid="$(cat "$f" 2>/dev/null)" || return 1  # the daemon may remove it while stopping
     [[ "$pid" =~ ^[0-9]+$ ]] || return 1
     [ -r "/proc/$pid/comm" ] || return 1
     comm="$(cat "/proc/$pid/comm" 2>/dev/null)" || return 1

@@ -181,3 +181,27 @@ def test_device_choice():
     extra, why = device_env(2, 1)
     assert extra == {"CUDA_VISIBLE_DEVICES": ""} and "gloo" in why
     assert device_env(1, 0)[0] == {"CUDA_VISIBLE_DEVICES": ""}
+
+
+def test_repro_entry_point_reports_user_mistakes_without_a_traceback(tmp_path, capsys):
+    from harness.launch.local import main as local_main
+    from harness.spec.schema import Case
+
+    out = str(tmp_path / "arm")
+    assert local_main(["--case", str(tmp_path / "gone.json"), "--arm", "eager", "--out", out]) == 2
+    assert "no such file; pass the case.json" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert local_main(["--case", str(bad), "--arm", "eager", "--out", out]) == 2
+    assert "not a readable JSON file" in capsys.readouterr().err
+    bad.write_text('{"name": 3}')
+    assert local_main(["--case", str(bad), "--arm", "eager", "--out", out]) == 2
+    assert "not a case written by this dcp-harness version" in capsys.readouterr().err
+    from tests.workload.factories import make_case
+
+    case_json = tmp_path / "case.json"
+    case_json.write_text(make_case().model_dump_json())
+    assert Case.model_validate_json(case_json.read_text()).id == "t"
+    assert local_main(["--case", str(case_json), "--arm", "graph", "--out", out]) == 2
+    assert "case has no arm 'graph' (its arms: eager)" in capsys.readouterr().err
+    assert not (tmp_path / "arm").exists()

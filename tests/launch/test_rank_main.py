@@ -33,8 +33,17 @@ def test_slurm_variables_when_rank_absent():
                "CUDA_VISIBLE_DEVICES": "4,5,6,7"}
     env = resolve_rank_env(environ, world_size=8)
     assert env == {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "3",
-                   "MASTER_ADDR": "gpu007", "MASTER_PORT": str(15000 + 123456 % 20000)}
+                   "MASTER_ADDR": "gpu007", "MASTER_PORT": str(15000 + 123456 % 17000)}
     assert "CUDA_VISIBLE_DEVICES" not in env
+
+
+def test_slurm_derived_ports_stay_below_the_ephemeral_range():
+    # Linux hands out 32768-60999 to outgoing connections: a rendezvous port there can be taken.
+    ports = {int(resolve_rank_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0",
+                                   "SLURM_JOB_NODELIST": "n1", "SLURM_JOB_ID": str(job)},
+                                  world_size=1)["MASTER_PORT"])
+             for job in range(17000, 40000, 7)}
+    assert min(ports) >= 1024 and max(ports) < 32768
 
 
 def test_slurm_master_from_environment_wins():

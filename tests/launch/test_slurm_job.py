@@ -50,6 +50,8 @@ def test_arm_port_same_on_every_task_and_new_per_arm_and_restart():
     assert arm_port("77", "eager", 0) == arm_port("77", "eager", 0)
     ports = {arm_port("77", arm, r) for arm in ("eager", "eager-repeat") for r in (0, 1)}
     assert len(ports) == 4 and all(20000 <= p < 60000 for p in ports)
+    # below Linux's ephemeral range (32768-), where outgoing connections could hold the port
+    assert all(arm_port(str(job), "eager", 0) < 32768 for job in range(500))
 
 
 def test_tee_prefixes_complete_lines(tmp_path, capsys):
@@ -97,6 +99,30 @@ def test_crashing_arm_gets_a_failed_outcome_and_ends_the_job(tmp_path, monkeypat
     assert read_outcome(case_dir / "eager-repeat") is None  # never started
     (start,) = read_events(case_dir)
     assert (start["arm"], start["restarts"], start["resumed_after_step"]) == ("eager", 3, 0)
+
+
+@pytest.mark.parametrize("error, status", [
+    # a peer rank vanished (node failure, OOM kill): gloo's and NCCL's words for it
+    ("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:4242", "infra"),
+    ("NCCL error: remote process exited or there was a network error", "infra"),
+    ("CUDA out of memory. Tried to allocate 2.00 GiB", "failed"),  # may be a regression
+])
+def test_raising_rank_is_classified_and_an_infra_arm_runs_again(tmp_path, monkeypatch, error,
+                                                                 status):
+    import harness.launch.rank_main as rank_main
+
+    case, case_dir = make_case(tmp_path)
+
+    def raising_rank(*args, **kwargs):
+        raise RuntimeError(error)
+
+    monkeypatch.setattr(rank_main, "run_rank", raising_rank)
+    with pytest.raises(RuntimeError):
+        run_case_arms(case, case_dir, TaskIdentity("9", 0, 0, 1, "127.0.0.1", restarts=0))
+    outcome = read_outcome(case_dir / "eager")
+    assert outcome.status == status and "slurm job 9" in outcome.detail
+    # a requeued job runs an infra arm again and skips a failed one
+    assert arm_needs_run(case, case_dir / "eager") is (status == "infra")
 
 
 def test_arm_past_its_limit_times_out_with_stacks(tmp_path):

@@ -157,3 +157,24 @@ def test_submit_without_sbatch_says_how_to_fix(tmp_path, capsys, monkeypatch):
 def test_status_of_a_folder_without_jobs_is_a_config_error(tmp_path, capsys):
     with pytest.raises(ConfigError, match="holds no submitted sweep"):
         run_cli(["status", str(tmp_path)], capsys)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--retry-infra", "-1"], "--retry-infra must be >= 0"),
+    (["--wait", "--timeout-min", "0"], "--timeout-min must be a positive"),
+    # without --wait it would be silently ignored (it does not set the jobs' time limit)
+    (["--timeout-min", "30"], "add --wait"),
+    (["--max-parallel", "0"], "--max-parallel must be >= 1"),
+])
+def test_submit_and_collect_reject_unusable_flags_before_anything(tmp_path, capsys, monkeypatch,
+                                                                  argv, words):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    from harness.cli import main
+
+    write_case(tmp_path, "a")
+    out = tmp_path / "o"
+    assert main(["submit", str(tmp_path / "a.yaml"), "--dry-run", "--out", str(out), *argv]) == 2
+    assert words in capsys.readouterr().err
+    assert main(["collect", str(out), *argv]) == 2  # checked before the folder is looked at
+    assert words in capsys.readouterr().err
+    assert not out.exists()

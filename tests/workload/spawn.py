@@ -8,18 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 import torch.multiprocessing as mp
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from harness.launch.ports import pick_free_port
 
 
 def _worker(rank: int, world: int, port: int, fn: Callable, args: tuple, out: str) -> None:
@@ -43,7 +38,7 @@ def _worker(rank: int, world: int, port: int, fn: Callable, args: tuple, out: st
 def run_spawned(world: int, fn: Callable, args: tuple, tmp: Path) -> list[Any]:
     """``[result of rank 0, result of rank 1, ...]``."""
     tmp.mkdir(parents=True, exist_ok=True)
-    mp.start_processes(_worker, args=(world, _free_port(), fn, args, str(tmp)), nprocs=world,
+    mp.start_processes(_worker, args=(world, pick_free_port(), fn, args, str(tmp)), nprocs=world,
                        start_method="spawn", join=True)
     return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
 

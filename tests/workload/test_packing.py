@@ -69,6 +69,28 @@ def test_dynamic_cp_tiles_the_pool_with_no_idle_rank(pool):
     assert len(seen_sizes) > 1
 
 
+@pytest.mark.parametrize("world, sizes, train, lengths", [
+    # an odd leftover sequence and no larger size to widen into
+    (2, [1], {"global_batch": 16, "seq_length": 32, "max_seqlen_per_rank": 32},
+     {"distribution": "uniform", "min": 1, "max": 32}),
+    # a gap of 1-3 ranks that no allowed size (1 or 4) can fill by widening
+    (8, [1, 4], {"global_batch": 16, "seq_length": 64, "max_seqlen_per_rank": 16},
+     {"distribution": "lognormal", "min": 8, "max": 64}),
+])
+def test_idle_ranks_get_a_sequence_split_off_a_shared_group(world, sizes, train, lengths):
+    case = make_case(world=world, parallel={"dynamic_cp": sizes}, train=train,
+                     data={"lengths": lengths})
+    msr = train["max_seqlen_per_rank"]
+    for step in (1, 2, 3):
+        plan = plan_step(case, step)  # raised "leaves N of M DP x CP ranks idle" before
+        assert _all_indices(plan) == list(range(train["global_batch"]))
+        for mb in plan.microbatches:
+            assert sum(g.size for g in mb.groups) == world
+            for g in mb.groups:
+                assert g.sequences and g.padded_tokens <= g.size * msr
+                assert all(g.size >= dynamic_cp_need(s.length, tuple(sizes), msr) for s in g.sequences)
+
+
 def test_fixed_cp_override_of_a_dynamic_case_packs_the_same_tokens():
     case = make_case(
         world=2, parallel={"dynamic_cp": [1, 2]},

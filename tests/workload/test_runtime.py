@@ -4,7 +4,7 @@ import torch
 from harness.errors import ConfigError
 from harness.workload.model import build_chunks, chunk_layouts
 from harness.workload.pipeline import pipeline_order
-from harness.workload.runtime import Layout, build_groups, pipeline_channels
+from harness.workload.runtime import Layout, build_groups, cuda_device_index, pipeline_channels
 
 from tests.workload.factories import TINY, make_case
 
@@ -63,3 +63,11 @@ def test_unschedulable_microbatch_count_is_a_config_error():
     assert pipeline_order(1, 1, 1, 0, 2) == (1, -1, 1, -1)
     with pytest.raises(ConfigError, match="pipeline schedule"):
         pipeline_order(2, 2, 2, 0, 3)
+
+
+def test_each_rank_gets_its_own_gpu_or_a_clear_error():
+    assert [cuda_device_index(k, 4) for k in range(4)] == [0, 1, 2, 3]
+    assert cuda_device_index(3, 1) == 0  # Slurm bound one GPU to this task
+    # 4 ranks per node on 2 visible GPUs: an error naming the cause, not two ranks on one GPU
+    with pytest.raises(ConfigError, match="LOCAL_RANK=3 but this process sees only 2 CUDA GPU"):
+        cuda_device_index(3, 2)

@@ -76,6 +76,22 @@ def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path: Path):
     assert run(case, checkpoint_dir=tmp_path) == []  # already complete
 
 
+def test_checkpoint_every_n_steps_resumes_from_the_last_saved_step(tmp_path: Path):
+    case = make_case(train={"steps": 5, "checkpoint_every": 2})
+    whole = run(case)
+    first = run(case, checkpoint_dir=tmp_path, stop_after=4)
+    assert sorted(p.name for p in (tmp_path / "rank0").iterdir()) == ["step00000002.pt"]
+    rest = run(case, checkpoint_dir=tmp_path)
+    assert [r["step"] for r in rest] == [3, 4, 5]  # steps after the last checkpoint re-run
+    key = lambda rs: [(r["loss"], r["grad_norm"]) for r in rs]
+    assert key(first[:2] + rest) == key(whole)
+
+
+def test_checkpoint_every_zero_saves_nothing(tmp_path: Path):
+    run(make_case(train={"steps": 3, "checkpoint_every": 0}), checkpoint_dir=tmp_path)
+    assert not (tmp_path / "rank0").exists() or not any((tmp_path / "rank0").iterdir())
+
+
 def test_checkpoint_of_another_case_is_refused(tmp_path: Path):
     run(make_case(train={"steps": 1}, name="a"), checkpoint_dir=tmp_path)
     with pytest.raises(RuntimeError, match="checkpoint is of case a"):
