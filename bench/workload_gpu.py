@@ -61,13 +61,13 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     run_args = ["run", *args.cases, "--out", str(args.out)] + (["-k", args.k] if args.k else [])
     code = harness_main(run_args)
+    if not args.out.is_dir():  # a config error (already printed) wrote nothing
+        return code
     table = Table(title="workload on GPU: per rank and arm (step time = median after 2 warm-up steps)")
     for col in ("case", "arm", "rank", "outcome", "steps", "final loss", "nan/skipped",
                 "step ms", "peak alloc GiB", "peak reserved GiB", "CP sizes", "device"):
         table.add_column(col)
-    case_dirs = sorted(p for p in args.out.iterdir() if (p / "case.json").is_file()) \
-        if args.out.is_dir() else []  # a config error wrote nothing
-    for case_dir in case_dirs:
+    for case_dir in sorted(p for p in args.out.iterdir() if (p / "case.json").is_file()):
         for row in arm_rows(case_dir):
             table.add_row(*row)
     make_console().print(table)
