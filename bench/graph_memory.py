@@ -173,11 +173,13 @@ def main() -> int:
     def eager(c: int, l: int, h: torch.Tensor, cp: int, m: int) -> torch.Tensor:
         return model[c][l](h)
 
+    def replayed(graphs: Any) -> Callable[..., torch.Tensor]:
+        return lambda c, l, h, cp, m: graphs.layer(c, l)(h, cp_size=cp, microbatch=m)
+
     def mismatches(graphs: Any, order: tuple[int, ...], cp_of: list[int]) -> int:
         ref = run_schedule(eager, order, vpp, layers, cp_of, args.tokens, args.hidden, dtype)
         ref.update(take_grads(model))
-        got = run_schedule(lambda c, l, h, cp, m: graphs.layer(c, l)(h, cp_size=cp, microbatch=m),
-                           order, vpp, layers, cp_of, args.tokens, args.hidden, dtype)
+        got = run_schedule(replayed(graphs), order, vpp, layers, cp_of, args.tokens, args.hidden, dtype)
         got.update(take_grads(model))
         return sum(not torch.equal(ref[k], got[k]) for k in ref)
 
@@ -193,6 +195,9 @@ def main() -> int:
             ts.append(time.perf_counter() - t0)
         take_grads(model)
         return statistics.median(ts) * 1e3
+
+    def schedule_ms(call: Callable[..., torch.Tensor], order: tuple[int, ...], cp_of: list[int]) -> float:
+        return timed(lambda: run_schedule(call, order, vpp, layers, cp_of, args.tokens, args.hidden, dtype))
 
     def capture_ordinary(order: tuple[int, ...], variants: tuple[int, ...], mode: str) -> tuple[Any, float]:
         fresh()
@@ -237,11 +242,8 @@ def main() -> int:
         run_order = rank_order(pp, 0, m_run, vpp, plan.group)
         run_cp = [rng.choice(cps) for _ in range(m_run)]
         row["d_mismatch_wrap"] = mismatches(d, run_order, run_cp)
-        row["eager_ms"] = timed(lambda: run_schedule(eager, run_order, vpp, layers, run_cp, args.tokens,
-                                                     args.hidden, dtype))
-        row["replay_ms"] = timed(lambda: run_schedule(
-            lambda c_, l, h, cp, m: d.layer(c_, l)(h, cp_size=cp, microbatch=m),
-            run_order, vpp, layers, run_cp, args.tokens, args.hidden, dtype))
+        row["eager_ms"] = schedule_ms(eager, run_order, run_cp)
+        row["replay_ms"] = schedule_ms(replayed(d), run_order, run_cp)
         row["d_warmup_peak_MiB"] = (d.stats.peak_allocated_during_warmup - base) / MiB
         row["d_direct_writes"] = d.stats.direct_writes
         row["d_copies"] = d.stats.copies
@@ -255,18 +257,14 @@ def main() -> int:
         fresh()
         u = capture_plan(model, sample, plan, log=quiet, chain_layers=False)
         row["d_unchained_MiB"] = u.memory().total / MiB
-        row["replay_unchained_ms"] = timed(lambda: run_schedule(
-            lambda c_, l, h, cp, m: u.layer(c_, l)(h, cp_size=cp, microbatch=m),
-            run_order, vpp, layers, run_cp, args.tokens, args.hidden, dtype))
+        row["replay_unchained_ms"] = schedule_ms(replayed(u), run_order, run_cp)
         u.close()
         del u
         fresh()
         n = capture_plan(model, sample, plan, log=quiet, direct_writes=False)
         row["d_nodirect_MiB"] = n.memory().total / MiB
         row["d_nodirect_mismatch_wrap"] = mismatches(n, run_order, run_cp)
-        row["replay_nodirect_ms"] = timed(lambda: run_schedule(
-            lambda c_, l, h, cp, m: n.layer(c_, l)(h, cp_size=cp, microbatch=m),
-            run_order, vpp, layers, run_cp, args.tokens, args.hidden, dtype))
+        row["replay_nodirect_ms"] = schedule_ms(replayed(n), run_order, run_cp)
         n.close()
         del n
         fresh()

@@ -9,11 +9,14 @@ A failing arm never stops the sweep; only Ctrl-C does.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Iterator, Optional, Protocol, Sequence
 
 from harness.arms import Arm, arms_for_case, pairs_for_case
 from harness.compare import ARM_CHECKS_PAIR, CaseVerdict, PairVerdict, evaluate_case, write_verdict
@@ -36,6 +39,7 @@ from harness.spec.schema import Case
 
 # case.json fields that do not change what runs (a folder can be run from another directory).
 _IGNORED_FIELDS = ("source",)
+LOCK_FILE = ".run.lock"
 
 
 class ArmLauncher(Protocol):
@@ -120,6 +124,32 @@ def finalize_case(case_dir: Path) -> CaseVerdict:
 
 
 # --------------------------------------------------------------------------- the sweep
+@contextmanager
+def sweep_lock(out_dir: Path) -> Iterator[None]:
+    """Hold ``<out_dir>/.run.lock`` while a sweep writes there: a second ``dcp-harness run`` into
+    the same folder (resuming while the first still runs) would run the same arms twice into the
+    same files. ConfigError when another process holds it (released when that one exits)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / LOCK_FILE, "a+", encoding="utf-8") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            raise ConfigError(f"{out_dir} is being written by another sweep ({holder}); wait for "
+                              "it to end or pass another --out") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()}\n")
+        fh.flush()
+        try:
+            yield
+        finally:
+            fh.truncate(0)
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def _run_one(launcher: ArmLauncher, case: Case, arm: Arm, arm_dir: Path,
              case_json: Path) -> ArmOutcome:
     (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome for an arm in flight
@@ -148,7 +178,15 @@ def run_sweep(cases: Sequence[Case], out_dir: Path, launcher: ArmLauncher,
 
     out_dir = Path(out_dir)
     check_resumable(cases, out_dir)
-    shown = progress or NullProgress()
+    with sweep_lock(out_dir):
+        verdicts, ran, skipped = _run_cases(cases, out_dir, launcher, progress or NullProgress())
+        summary = write_reports(out_dir)
+    return SweepResult(out_dir=out_dir, verdicts=tuple(verdicts), arms_run=ran,
+                       arms_skipped=skipped, summary=summary)
+
+
+def _run_cases(cases: Sequence[Case], out_dir: Path, launcher: ArmLauncher,
+               shown: SweepProgress) -> tuple[list[CaseVerdict], int, int]:
     verdicts: list[CaseVerdict] = []
     ran = skipped = 0
     shown.sweep_started(len(cases))
@@ -177,6 +215,4 @@ def run_sweep(cases: Sequence[Case], out_dir: Path, launcher: ArmLauncher,
             shown.case_finished(case.id, verdict)
     finally:
         shown.close()
-    summary = write_reports(out_dir)
-    return SweepResult(out_dir=out_dir, verdicts=tuple(verdicts), arms_run=ran,
-                       arms_skipped=skipped, summary=summary)
+    return verdicts, ran, skipped

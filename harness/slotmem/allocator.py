@@ -106,7 +106,6 @@ class CaptureGuard:
         self._check = check_support
         self._gc_was_enabled = False
         self._restore_expandable = False
-        self._entered = False
 
     def __enter__(self) -> "CaptureGuard":
         if self._check:
@@ -131,7 +130,6 @@ class CaptureGuard:
         except BaseException:
             self._restore()
             raise
-        self._entered = True
         return self
 
     def _restore(self) -> None:
@@ -147,7 +145,6 @@ class CaptureGuard:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._entered = False
         self._restore()
 
 
@@ -196,12 +193,16 @@ class Block:
     allocated: bool
 
 
+def _pool_segments(pool_id: tuple[int, int]) -> list[dict[str, Any]]:
+    """The allocator snapshot's segments that belong to the pool ``pool_id``."""
+    return [seg for seg in torch.cuda.memory_snapshot(pool_id)
+            if tuple(seg.get("segment_pool_id", (0, 0))) == tuple(pool_id)]
+
+
 def pool_blocks(pool_id: tuple[int, int]) -> list[Block]:
     """Every block of the pool's segments, in address order within each segment."""
     blocks: list[Block] = []
-    for seg in torch.cuda.memory_snapshot(pool_id):
-        if tuple(seg.get("segment_pool_id", (0, 0))) != tuple(pool_id):
-            continue
+    for seg in _pool_segments(pool_id):
         addr = int(seg["address"])
         for b in seg["blocks"]:
             size = int(b["size"])
@@ -215,8 +216,8 @@ def require_fixed_segments(pool_id: tuple[int, int]) -> None:
 
     Torch 2.11 has no getter for allocator settings, so a run-time ``expandable_segments:True``
     set without the environment variable is only visible here, on the pool's segments."""
-    for seg in torch.cuda.memory_snapshot(pool_id):
-        if tuple(seg.get("segment_pool_id", (0, 0))) == tuple(pool_id) and seg.get("is_expandable", False):
+    for seg in _pool_segments(pool_id):
+        if seg.get("is_expandable", False):
             raise AllocatorUnsupported(
                 "the capture pool got expandable segments (expandable_segments:True was set at run time); "
                 "switch it off (torch._C._accelerator_setAllocatorSettings('expandable_segments:False') or "
@@ -236,9 +237,7 @@ class PoolBytes:
 
 def pool_bytes(pool_id: tuple[int, int]) -> PoolBytes:
     reserved = allocated = 0
-    for seg in torch.cuda.memory_snapshot(pool_id):
-        if tuple(seg.get("segment_pool_id", (0, 0))) != tuple(pool_id):
-            continue
+    for seg in _pool_segments(pool_id):
         reserved += int(seg["total_size"])
         allocated += int(seg["allocated_size"])
     return PoolBytes(reserved, allocated)

@@ -43,12 +43,11 @@ from .arenas import (
     view_at,
 )
 from .protocol import CaptureStep, PlanError, SlotMap, build_slot_map, capture_steps, check_liveness
-from .replay import CaptureStats, Frame, GraphedLayer, GraphMemory, SlotGraphs, run_backward, run_forward
+from .plan import SlotPlan
+from .replay import CaptureStats, Frame, SlotGraphs, reset_frames
 from .direct import Redirect
 from .saved import ArenaPacker
-from .warmup import as_tuple, external_storages, ordered_warmup, trainable_params, warmup_steps
-
-SampleFn = Callable[[int, int, int], Sequence[torch.Tensor]]  # (cp_size, chunk 0-based, layer) -> inputs
+from .warmup import SampleFn, as_tuple, external_storages, ordered_warmup, trainable_params, warmup_steps
 
 # test-only fault injection; each must be caught by a check or by the mixed-replay test
 FAULTS = frozenset({"skip_restore", "skip_param_grad_clone", "drop_stale_owner", "skip_liveness_check"})
@@ -387,13 +386,6 @@ class _Capturer:
             if f.bwd is None and any(f.out_differentiable):
                 raise PlanError(f"no backward event captured frame {key}; the order must drain every forward")
 
-    def teardown(self) -> None:
-        for f in self.frames.values():
-            f.roots = None
-            f.fwd.reset()
-            if f.bwd is not None:
-                f.bwd.reset()
-        self.frames.clear()
 
 
 def make_graphed_callables(
@@ -461,7 +453,7 @@ def make_graphed_callables(
             t2 = time.perf_counter()
         except BaseException as err:
             if cap is not None:
-                cap.teardown()
+                reset_frames(cap.frames)
             if isinstance(err, (PlanError, alloc.AllocatorUnsupported, alloc.PoolStateError)):
                 raise
             if isinstance(err, Exception):
@@ -492,7 +484,7 @@ def make_graphed_callables(
 def capture_plan(
     layers: Sequence[Sequence[Any]],
     sample_args: SampleFn,
-    plan: Any,
+    plan: SlotPlan,
     **kwargs: Any,
 ) -> SlotGraphs:
     """:func:`make_graphed_callables` from the planner's per-rank ``SlotPlan``: validates the plan,
@@ -507,13 +499,6 @@ def capture_plan(
 __all__ = [
     "FAULTS",
     "CaptureError",
-    "CaptureStats",
-    "Frame",
-    "GraphMemory",
-    "GraphedLayer",
-    "SlotGraphs",
     "capture_plan",
     "make_graphed_callables",
-    "run_backward",
-    "run_forward",
 ]

@@ -14,16 +14,14 @@ from __future__ import annotations
 import gc
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
 from . import allocator as alloc
-from .replay import Frame, GraphedLayer, run_backward, run_forward
+from .replay import Frame, GraphedLayer, reset_frames, run_backward, run_forward
 from .protocol import events
-from .warmup import as_tuple, ordered_warmup, trainable_params, warmup_steps
-
-SampleFn = Callable[[int, int, int], Sequence[torch.Tensor]]
+from .warmup import SampleFn, as_tuple, ordered_warmup, trainable_params, warmup_steps
 
 
 @dataclass
@@ -62,12 +60,7 @@ class OrdinaryGraphs:
         return self.pool_reserved() + self.outside_pool_bytes
 
     def close(self) -> None:
-        for f in self.frames.values():
-            f.roots = None
-            f.fwd.reset()
-            if f.bwd is not None:
-                f.bwd.reset()
-        self.frames.clear()
+        reset_frames(self.frames)
 
 
 def make_ordinary_graphed_callables(
@@ -79,8 +72,14 @@ def make_ordinary_graphed_callables(
     pool_mode: str = "shared",
     num_warmup_iters: int = 2,
 ) -> OrdinaryGraphs:
+    """Capture one graph pair per (cp_size, chunk, layer, microbatch) in ``order`` (each (event, layer)
+    captured for every variant in turn), after the same ordered warmup as the slot-shared path. Other
+    arguments as in :func:`harness.slotmem.capture.make_graphed_callables`; ``variants``: the CP sizes;
+    ``pool_mode`` ``"shared"`` (one pool) or ``"separate"`` (one pool per variant). Replay is exact
+    only in capture order with one variant (the baseline, see the module docstring)."""
     if pool_mode not in ("shared", "separate"):
-        raise ValueError("pool_mode must be 'shared' or 'separate'")
+        raise ValueError(f"pool_mode must be 'shared' (one pool for every variant) or 'separate' (one pool per "
+                         f"variant), got {pool_mode!r}")
     device = torch.device("cuda", torch.cuda.current_device())
     modules = {(c, l): m for c, chunk in enumerate(layers) for l, m in enumerate(chunk)}
     params = {k: trainable_params(m) for k, m in modules.items()}
@@ -139,11 +138,7 @@ def make_ordinary_graphed_callables(
         capture_s = time.perf_counter() - t0
         peak = torch.cuda.max_memory_allocated(device)
     except BaseException:
-        for f in frames.values():
-            f.roots = None
-            f.fwd.reset()
-            if f.bwd is not None:
-                f.bwd.reset()
+        reset_frames(frames)
         raise
     finally:
         if gc_was:

@@ -29,7 +29,6 @@ from typing import Any, Iterable, Optional, Sequence, Union
 from harness.slotmem.colouring import dsatur
 from harness.slotmem.liveness import (
     ConflictBuilder,
-    OrderSet,
     OutstandingCounter,
     PlanChecker,
     walk_orders,
@@ -61,6 +60,20 @@ def _labelled(
     counts: Sequence[int], orders: Sequence[Sequence[int]], rank: int
 ) -> list[tuple[str, Sequence[int]]]:
     return [(f"PP rank {rank}, {m} microbatches", order) for m, order in zip(counts, orders)]
+
+
+def _rank_orders(
+    counts: Sequence[int], orders: Sequence[Sequence[int]], rank: int, capture: Sequence[int]
+) -> list[tuple[str, Sequence[int]]]:
+    """``(label, order)`` for every reachable count of one rank plus its capture order: the
+    orders a plan's slots and colours must be safe for."""
+    return [*_labelled(counts, orders, rank), (f"PP rank {rank}, capture order", capture)]
+
+
+def _warmup_group(layers_per_chunk: Sequence[int], variants: int, variant: int, chunk: int, layer: int) -> int:
+    """Warmup group of a callable: largest CP size first, then chunk-major layer index
+    (``(variants - 1 - variant) * layers_on_rank + layers_before_chunk + layer``)."""
+    return (variants - 1 - variant) * sum(layers_per_chunk) + sum(layers_per_chunk[:chunk]) + layer
 
 
 # --------------------------------------------------------------------------- the plan
@@ -122,17 +135,13 @@ class SlotPlan:
 
     def warmup_group_of(self, variant: int, chunk: int, layer: int) -> int:
         """Warmup group of a callable: largest CP size first, then chunk-major layer index."""
-        total = sum(self.layers_per_chunk)
-        offset = sum(self.layers_per_chunk[:chunk])
-        return (self.variants - 1 - variant) * total + offset + layer
+        return _warmup_group(self.layers_per_chunk, self.variants, variant, chunk, layer)
 
     def reachable_orders(self) -> list[tuple[str, Sequence[int]]]:
         """``(label, order)`` for every reachable count plus the capture order."""
         counts = list(self.microbatch_counts)
         orders = rank_order_arrays(self.pp, counts, self.chunks, self.group, ranks=(self.rank,))
-        labelled = _labelled(counts, orders[0], self.rank)
-        labelled.append((f"PP rank {self.rank}, capture order", self.order))
-        return labelled
+        return _rank_orders(counts, orders[0], self.rank, self.order)
 
     def validate(self) -> None:
         """Raise :class:`PlanError` unless the plan is self-consistent and safe.
@@ -359,15 +368,11 @@ def _plan_rank(
     chunks = len(layers)
     capture = rank_order(pp, rank, physical_slots, chunks, group)
     builder = ConflictBuilder(chunks, physical_slots, layers, pp)
-    labelled = _labelled(counts, orders, rank)
-    labelled.append((f"PP rank {rank}, capture order", capture))
-    walk_orders(OrderSet.build(labelled), builder)
+    walk_orders(_rank_orders(counts, orders, rank, capture), builder)
 
     adj, nodes = _layer_graph(builder.symmetric_saved(), layers, physical_slots)
     saved_of = dict(zip(nodes, dsatur(adj)))
     grad_of_frame = dsatur(builder.symmetric_grad())
-    total = sum(layers)
-    offsets = [sum(layers[:c]) for c in range(chunks)]
     K = len(cp_sizes)
     records: list[SlotRecord] = []
     for ev in order_events(capture, chunks):
@@ -387,7 +392,7 @@ def _plan_rank(
                         branch=v * physical_slots + slot,
                         saved_colour=saved_of[(ev.chunk, slot, layer)],
                         grad_colour=grad_of_frame[ev.chunk * physical_slots + slot],
-                        warmup_group=(K - 1 - v) * total + offsets[ev.chunk] + layer,
+                        warmup_group=_warmup_group(layers, K, v, ev.chunk, layer),
                     )
                 )
     return SlotPlan(

@@ -1,10 +1,9 @@
 """What capture reads from a slot plan, and the fail-closed checks it runs on it (pure Python).
 
-Capture reads one record per captured forward with these attributes (the planner's
-:class:`~harness.slotmem.records.SlotRecord` has them; :class:`CaptureRecord` is a minimal form):
-
-``variant`` (optional; 0 = canonical), ``cp_size``, ``chunk`` (0-based), ``layer``, ``microbatch``,
-``slot``, ``branch``, ``saved_colour``, ``grad_colour``, ``warmup_group``.
+Capture reads one :class:`~harness.slotmem.records.SlotRecord` per captured forward x layer x
+variant: the planner's records as they are, or records given as mappings (or other objects) with
+the same fields, read by :func:`as_record`. Such a record may leave out ``variant`` (the variants
+are then ordered by ascending CP size) and ``warmup_group`` (0: every callable in one group).
 
 ``order`` is one rank's schedule in Megatron's ``_order`` convention (``+c`` forward of 1-based chunk
 ``c`` for its next microbatch, ``-c`` backward of its oldest outstanding microbatch).
@@ -12,41 +11,28 @@ Capture reads one record per captured forward with these attributes (the planner
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Iterable, Mapping, Sequence
 
 from .planerrors import PlanError
+from .records import SlotRecord
 from .schedule import OrderEvent, check_order, order_events
 
-
-@dataclass(frozen=True)
-class CaptureRecord:
-    cp_size: int
-    chunk: int
-    layer: int
-    microbatch: int
-    slot: int
-    branch: int
-    saved_colour: int
-    grad_colour: int
-    warmup_group: int = 0
-    variant: int = -1  # -1: order variants by ascending CP size
-
-
-FIELDS = tuple(CaptureRecord.__dataclass_fields__)
+FIELDS = tuple(f.name for f in fields(SlotRecord))
+# fields a record given as a mapping may leave out; variant -1: order variants by ascending CP size
 _OPTIONAL = {"warmup_group": 0, "variant": -1}
 
 
-def as_record(obj: Any) -> CaptureRecord:
-    """Read a record-like object (the planner's record, a mapping or a CaptureRecord)."""
-    if isinstance(obj, CaptureRecord):
+def as_record(obj: Any) -> SlotRecord:
+    """Read a record-like object (a :class:`SlotRecord`, a mapping or an object with its fields)."""
+    if isinstance(obj, SlotRecord):
         return obj
     get = obj.get if isinstance(obj, Mapping) else (lambda k, d=None: getattr(obj, k, d))
     missing = [f for f in FIELDS if f not in _OPTIONAL and get(f) is None]
     if missing:
         raise PlanError(f"slot record {obj!r} lacks fields {missing}; expected {list(FIELDS)}")
     values = {f: get(f, _OPTIONAL.get(f)) for f in FIELDS}
-    return CaptureRecord(**{f: int(_OPTIONAL[f] if v is None else v) for f, v in values.items()})
+    return SlotRecord(**{f: int(_OPTIONAL[f] if v is None else v) for f, v in values.items()})
 
 
 def events(order: Sequence[int], chunks: int) -> tuple[OrderEvent, ...]:
@@ -81,7 +67,7 @@ def build_slot_map(records: Iterable[Any], layers_per_chunk: Sequence[int]) -> S
     branches: dict[tuple[int, int, int], dict[int, int]] = {}
     seen: set[tuple[int, int, int, int]] = set()
 
-    def agree(table: dict[Any, int], key: Any, value: int, what: str, r: CaptureRecord) -> None:
+    def agree(table: dict[Any, int], key: Any, value: int, what: str, r: SlotRecord) -> None:
         if table.setdefault(key, value) != value:
             raise PlanError(f"record {r}: {what} {value} disagrees with {table[key]} for {key}")
 

@@ -16,6 +16,7 @@ from . import allocator as alloc
 from .arenas import BackingLayout, ForwardPlan
 from .protocol import SlotMap
 
+
 @dataclass
 class Frame:
     """Graphs and static tensors of one (cp_size, chunk, layer, slot)."""
@@ -33,6 +34,16 @@ class Frame:
     # fused wgrad accumulation: (param index, param, its main_grad buffer the graph adds into)
     fused: tuple[tuple[int, torch.nn.Parameter, torch.Tensor], ...] = ()
     zero: torch.Tensor | None = None  # scalar returned (expanded) for fused params, so hooks fire
+
+
+def reset_frames(frames: dict[Any, Frame]) -> None:
+    """Drop every frame's capture-time roots, reset its graphs and empty ``frames``."""
+    for f in frames.values():
+        f.roots = None
+        f.fwd.reset()
+        if f.bwd is not None:
+            f.bwd.reset()
+    frames.clear()
 
 
 @dataclass(frozen=True)
@@ -196,10 +207,5 @@ class SlotGraphs:
 
     def close(self) -> None:
         """Release graphs and arenas (the pool goes when its last graph and this object are gone)."""
-        for f in self.frames.values():
-            f.fwd.reset()
-            if f.bwd is not None:
-                f.bwd.reset()
-            f.roots = None
-        self.frames.clear()
+        reset_frames(self.frames)
         self._closed = True

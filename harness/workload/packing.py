@@ -89,6 +89,10 @@ class StepPlan:
         return sum(len(g.sequences) for mb in self.microbatches for g in mb.groups)
 
 
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(n, 1))))
 
@@ -151,7 +155,7 @@ def _pack_fixed(
     order = sorted(seqs, key=lambda s: (-s.length, s.index))
     fixed = case.train.microbatches
     total = sum(s.length for s in seqs)
-    nbins = fixed * dp if fixed else dp * -(-(-(-total // cap)) // dp)
+    nbins = fixed * dp if fixed else dp * _ceil_div(_ceil_div(total, cap), dp)  # whole DP rounds
     if fixed and problem(fixed) is not None:
         raise ConfigError(f"train.microbatches={fixed}: {problem(fixed)}")
     while not fixed and problem(nbins // dp) is not None:

@@ -113,6 +113,8 @@ def test_query_merges_exit_code_from_sacct():
      "NCCL timeout"),
     ("FAILED", "1:0", "slurmstepd: error: Detected 1 oom-kill event(s)", "infra", "out-of-memory"),
     ("FAILED", "0:9", "", "infra", "SIGKILL"),
+    ("FAILED", "1:0", "RuntimeError: [pair.cc:553] Connection closed by peer [10.0.0.2]:5", "infra",
+     "peer rank's connection dropped"),
     ("FAILED", "137:0", "srun: error: localhost: task 0: Killed", "infra", "SIGKILL"),
     ("FAILED", "1:0", "torch.OutOfMemoryError: CUDA out of memory", "failed", "without a Python"),
     ("FAILED", "139:0", "Segmentation fault", "failed", "exit code 139:0"),

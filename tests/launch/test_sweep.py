@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ConfigError
-from harness.launch.sweep import check_resumable, finalize_case, prepare_case_dir, run_sweep
+from harness.launch.sweep import (check_resumable, finalize_case, prepare_case_dir, run_sweep,
+                                  sweep_lock)
 from harness.report import gate
 from harness.results import ArmOutcome, StepWriter, read_outcome
 from harness.spec import load_cases
@@ -124,3 +125,14 @@ def test_nan_loss_fails_the_case(write_case, tmp_path):
     result = run_sweep(load_cases([write_case("a")]), tmp_path / "out", Diverging())
     assert result.verdicts[0].status == "fail"
     assert gate(tmp_path / "out") == 1
+
+
+def test_a_second_sweep_into_a_folder_in_use_is_refused(write_case, tmp_path):
+    cases = load_cases([write_case("a")])
+    out = tmp_path / "out"
+    launcher = RecordingLauncher()
+    with sweep_lock(out):  # another `dcp-harness run` is writing there
+        with pytest.raises(ConfigError, match="being written by another sweep \\(pid \\d+\\)"):
+            run_sweep(cases, out, launcher)
+        assert launcher.calls == [] and not (out / "a").exists()
+    assert run_sweep(cases, out, launcher).arms_run == 1  # free again once it ended

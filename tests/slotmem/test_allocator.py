@@ -103,6 +103,30 @@ def test_guard_refuses_non_native_backend() -> None:
         alloc.require_support(FakeC(backend="cudaMallocAsync"))
 
 
+def test_pool_inspection_reads_only_the_pools_segments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pool_blocks / live_ptrs / pool_bytes / require_fixed_segments on a fake allocator snapshot."""
+    def seg(pool: tuple[int, int], address: int, sizes_states: list[tuple[int, str]], expandable: bool = False):
+        total = sum(n for n, _ in sizes_states)
+        used = sum(n for n, st in sizes_states if st == "active_allocated")
+        return {"segment_pool_id": pool, "address": address, "total_size": total, "allocated_size": used,
+                "is_expandable": expandable, "blocks": [{"size": n, "state": st} for n, st in sizes_states]}
+
+    mine, other = (1, 7), (1, 8)
+    snapshot = [
+        seg(mine, 0x1000, [(512, "active_allocated"), (256, "inactive"), (256, "active_allocated")]),
+        seg(other, 0x9000, [(4096, "active_allocated")], expandable=True),
+        {"address": 0x20000, "total_size": 64, "allocated_size": 64, "blocks": [{"size": 64, "state": "active_allocated"}]},
+    ]
+    monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda *a, **k: snapshot)
+    assert alloc.pool_blocks(mine) == [alloc.Block(0x1000, 512, True), alloc.Block(0x1200, 256, False),
+                                       alloc.Block(0x1300, 256, True)]
+    assert alloc.live_ptrs(mine) == {0x1000, 0x1300}
+    assert alloc.pool_bytes(mine) == alloc.PoolBytes(1024, 768)
+    alloc.require_fixed_segments(mine)  # the expandable segment belongs to another pool
+    with pytest.raises(alloc.AllocatorUnsupported, match="expandable"):
+        alloc.require_fixed_segments(other)
+
+
 # ----------------------------------------------------------------------------- GPU facts
 
 

@@ -27,7 +27,6 @@ from harness.slotmem.capture import make_graphed_callables
 from harness.slotmem.plan import plan_pipeline
 from harness.slotmem.planerrors import PlanError
 from harness.slotmem.protocol import (
-    CaptureRecord,
     as_record,
     build_slot_map,
     capture_steps,
@@ -280,8 +279,9 @@ def test_live_colours_drain_at_the_end(pp2_plan) -> None:
 
 
 def test_own_minimal_records_work() -> None:
-    recs = [CaptureRecord(cp, 0, 0, m, m, b, m, m) for b, cp in enumerate((1, 2)) for m in range(2)]
-    recs = [replace(r, branch=r.branch * 2 + r.slot) for r in recs]
+    """Records given as mappings without ``variant`` and ``warmup_group``."""
+    recs = [dict(cp_size=cp, chunk=0, layer=0, microbatch=m, slot=m, branch=b * 2 + m, saved_colour=m, grad_colour=m)
+            for b, cp in enumerate((1, 2)) for m in range(2)]
     smap = build_slot_map(recs, (1,))
     assert smap.variants == (1, 2) and smap.slots == {0: 2}
     check_liveness((1, 1, -1, -1), smap)
@@ -296,3 +296,23 @@ def test_capture_fails_closed_without_cuda(pp2_plan) -> None:
     with pytest.raises(alloc.AllocatorUnsupported, match="CUDA"):
         make_graphed_callables(layers, lambda cp, c, l: (torch.randn(4, 4),), pp2_plan.order, pp2_plan.records)
     assert gc.isenabled()
+
+
+def test_reset_frames_resets_every_graph_and_drops_roots() -> None:
+    from harness.slotmem.replay import Frame, reset_frames
+
+    class FakeGraph:
+        def __init__(self) -> None:
+            self.resets = 0
+
+        def reset(self) -> None:
+            self.resets += 1
+
+    x = torch.zeros(2)
+    done = Frame("a", (x,), (x,), (True,), (), (), (), FakeGraph(), FakeGraph(), None)
+    pending = Frame("b", (x,), (x,), (True,), (), (), (), FakeGraph(), None, (x,))
+    frames = {"a": done, "b": pending}
+    reset_frames(frames)
+    assert frames == {}
+    assert done.fwd.resets == done.bwd.resets == pending.fwd.resets == 1
+    assert pending.roots is None
