@@ -1,22 +1,62 @@
 """GQA self-attention with QK-norm and RoPE over packed variable-length sequences.
 
 A rank holds ``T`` query tokens (its CP shard of a packed microbatch). Keys/values of the whole CP
-group are all-gathered (``T * cp`` rows, in CP-rank order) and an explicit boolean mask keeps the
-attention exact: a query sees a key iff both belong to the same packed sequence and the key's
-position is not after the query's. With ``cp == 1`` the same code is plain packed causal attention.
+group are all-gathered (``T * cp`` rows, in CP-rank order). Attention is exact: a query sees a key
+iff both belong to the same packed sequence and the key's position is not after the query's.
+
+No ``[Tq, Tk]`` mask or score matrix is built. :func:`attention_plan` turns the token layout into
+index groups once per microbatch: the gathered keys are put in (sequence, position) order, and the
+local queries are cut into *runs* (consecutive positions of one sequence, e.g. one CP chunk). A run
+starting at position ``p0`` with ``n`` queries attends the first ``Lk = p0 + n`` keys of its
+sequence with bottom-right aligned causality, so it is one SDPA call with ``is_causal=True`` (when
+``p0 == 0``) or ``causal_lower_right(n, Lk)``; runs with the same ``(n, Lk)`` are batched into one
+call. On CUDA this lets SDPA use the flash / memory-efficient kernels (memory linear in tokens).
+GQA: K/V heads go to SDPA unrepeated (``enable_gqa``) when the flash kernel takes them (CUDA,
+fp16/bf16), else they are repeated to the query heads so the memory-efficient kernel still applies.
+
+Determinism (PyTorch's randomness notes, "CUDA Scaled Dot Product Attention"): under
+``torch.use_deterministic_algorithms(True)`` (``train.deterministic``) the flash and
+memory-efficient forward passes are deterministic and their backward passes run in deterministic
+mode; cuDNN attention is excluded. The CPU kernels are deterministic.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.bias import causal_lower_right
 
 from harness.workload.comm import GroupHandle, all_gather_rows
 from harness.workload.norm import RMSNorm
+
+
+@dataclass(frozen=True)
+class QueryGroup:
+    """``batch`` query runs of ``q_len`` tokens, each attending the first ``k_len`` keys of its
+    sequence. Rows are given by ``q_rows`` / ``k_rows`` ``[batch, len]`` (local query rows / rows of
+    the sorted keys), or, for one contiguous run (``batch == 1``), by ``q_start`` / ``k_start``."""
+
+    q_len: int
+    k_len: int
+    batch: int
+    q_start: int
+    k_start: int
+    q_rows: torch.Tensor | None
+    k_rows: torch.Tensor | None
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """How one rank's packed attention is computed for one microbatch (shared by all layers)."""
+
+    num_queries: int
+    num_keys: int
+    key_order: torch.Tensor | None  # [Tk] gathered row of each sorted key; None: already sorted
+    groups: tuple[QueryGroup, ...]
+    inverse: torch.Tensor | None  # [Tq] row of the concatenated group outputs; None: identity
 
 
 @dataclass(frozen=True)
@@ -24,20 +64,145 @@ class AttentionContext:
     """Per-microbatch inputs of every attention layer on this rank."""
 
     positions: torch.Tensor  # [T] int64, position of each local token within its sequence
-    mask: torch.Tensor  # [T, T * cp] bool, True where the query may attend the key
-    cp: Optional[GroupHandle]  # the microbatch's CP group (None or size 1: no CP)
+    plan: AttentionPlan  # from attention_plan(local layout, gathered key layout)
+    cp: GroupHandle | None  # the microbatch's CP group (None or size 1: no CP)
 
 
-def packed_causal_mask(
+def _sorted_keys(
+    k_segments: torch.Tensor, k_positions: torch.Tensor
+) -> tuple[torch.Tensor, dict[int, tuple[int, int]]]:
+    """Order of the keys by (sequence, position) and each sequence's ``(start, length)`` in it."""
+    if k_positions.numel() and int(k_positions.min()) < 0:
+        raise ValueError("key positions must be >= 0")
+    span = int(k_positions.max()) + 1 if k_positions.numel() else 1
+    order = torch.argsort(k_segments * span + k_positions, stable=True)
+    segs = k_segments[order]
+    ids, counts = torch.unique_consecutive(segs, return_counts=True)
+    starts = torch.cumsum(counts, 0) - counts
+    expect = torch.arange(segs.numel()) - torch.repeat_interleave(starts, counts)
+    if not torch.equal(k_positions[order], expect):
+        raise ValueError(
+            "the gathered keys must hold every position 0..L-1 of each sequence exactly once; "
+            "build the key layout from the same shard_layout as the queries"
+        )
+    spans = {int(s): (int(a), int(n)) for s, a, n in zip(ids.tolist(), starts.tolist(), counts.tolist())}
+    return order, spans
+
+
+def _query_runs(q_segments: torch.Tensor, q_positions: torch.Tensor) -> list[tuple[int, int, int, int]]:
+    """``(row, length, segment, first position)`` of each run of consecutive positions."""
+    t = q_segments.numel()
+    if t == 0:
+        return []
+    brk = torch.ones(t, dtype=torch.bool)
+    brk[1:] = (q_segments[1:] != q_segments[:-1]) | (q_positions[1:] != q_positions[:-1] + 1)
+    starts = torch.nonzero(brk).flatten()
+    lengths = torch.diff(starts, append=torch.tensor([t]))
+    return list(
+        zip(starts.tolist(), lengths.tolist(), q_segments[starts].tolist(), q_positions[starts].tolist())
+    )
+
+
+def attention_plan(
     q_segments: torch.Tensor,
     q_positions: torch.Tensor,
     k_segments: torch.Tensor,
     k_positions: torch.Tensor,
+    device: torch.device | None = None,
+) -> AttentionPlan:
+    """The plan for local queries ``(q_segments, q_positions)`` ``[Tq]`` over gathered keys
+    ``(k_segments, k_positions)`` ``[Tk]`` (sequence ordinal and position of each row); the index
+    tensors are put on ``device``. Every sequence's keys must be complete (positions 0..L-1)."""
+    qs, qp = q_segments.cpu(), q_positions.cpu()
+    order, spans = _sorted_keys(k_segments.cpu(), k_positions.cpu())
+    by_shape: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for row, n, seg, p0 in _query_runs(qs, qp):
+        if seg not in spans or p0 + n > spans[seg][1]:
+            raise ValueError(
+                f"queries of sequence {seg} at positions {p0}..{p0 + n - 1} have no complete key "
+                f"prefix (keys hold {spans.get(seg, (0, 0))[1]} positions of it)"
+            )
+        by_shape.setdefault((n, p0 + n), []).append((row, spans[seg][0]))
+    groups, q_order = [], []
+    for (n, lk), runs in by_shape.items():
+        q_rows = torch.tensor([r for r, _ in runs])[:, None] + torch.arange(n)
+        q_order.append(q_rows.flatten())
+        if len(runs) == 1:
+            groups.append(QueryGroup(n, lk, 1, runs[0][0], runs[0][1], None, None))
+            continue
+        k_rows = torch.tensor([k for _, k in runs])[:, None] + torch.arange(lk)
+        groups.append(QueryGroup(n, lk, len(runs), 0, 0, q_rows.to(device), k_rows.to(device)))
+    tq = int(qs.numel())
+    inverse: torch.Tensor | None = None
+    if q_order:
+        perm = torch.cat(q_order)
+        if not torch.equal(perm, torch.arange(tq)):
+            inverse = torch.empty_like(perm)
+            inverse[perm] = torch.arange(tq)
+            inverse = inverse.to(device)
+    key_order = None if torch.equal(order, torch.arange(order.numel())) else order.to(device)
+    return AttentionPlan(tq, int(k_segments.numel()), key_order, tuple(groups), inverse)
+
+
+def _flash_takes_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether the CUDA flash kernel runs ``[B, H, L, D]`` inputs with fewer K/V heads.
+
+    Only flash (and cuDNN) take GQA natively; the memory-efficient kernel needs equal head counts,
+    and ``causal_lower_right`` reaches only flash or memory-efficient (else it materialises the
+    mask), so K/V heads are repeated whenever flash is out (CPU, fp32, unsupported head dim)."""
+    if not q.is_cuda:
+        return False
+    params = torch.backends.cuda.SDPAParams(q, k, v, None, 0.0, False, True)
+    return bool(torch.backends.cuda.can_use_flash_attention(params))
+
+
+def packed_causal_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    plan: AttentionPlan,
+    native_gqa: bool | None = None,
 ) -> torch.Tensor:
-    """``[Tq, Tk]`` mask: same sequence and key position <= query position."""
-    same = q_segments[:, None] == k_segments[None, :]
-    causal = k_positions[None, :] <= q_positions[:, None]
-    return same & causal
+    """Exact packed causal attention: ``q`` ``[Tq, H, D]``, gathered ``k``/``v`` ``[Tk, Hkv, D]``
+    (``H`` a multiple of ``Hkv``; query head ``h`` uses key head ``h // (H / Hkv)``) -> ``[Tq, H, D]``.
+
+    ``native_gqa``: pass the K/V heads to SDPA with ``enable_gqa`` (True) or repeat them first
+    (False); None picks native GQA exactly when the CUDA flash kernel accepts it."""
+    if q.shape[0] != plan.num_queries or k.shape[0] != plan.num_keys or v.shape[0] != plan.num_keys:
+        raise ValueError(
+            f"attention got {q.shape[0]} queries / {k.shape[0]} keys, but the plan was built for "
+            f"{plan.num_queries} / {plan.num_keys}; rebuild it from this microbatch's layout"
+        )
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if heads % kv_heads:
+        raise ValueError(f"query heads ({heads}) must be a multiple of key/value heads ({kv_heads})")
+    if not plan.groups:
+        return q.new_zeros(q.shape)
+    rep = heads // kv_heads
+    if plan.key_order is not None:
+        k, v = k[plan.key_order], v[plan.key_order]
+    outs = []
+    for g in plan.groups:
+        if g.q_rows is None:
+            qg = q[g.q_start : g.q_start + g.q_len].unsqueeze(0)
+            kg = k[g.k_start : g.k_start + g.k_len].unsqueeze(0)
+            vg = v[g.k_start : g.k_start + g.k_len].unsqueeze(0)
+        else:
+            qg, kg, vg = q[g.q_rows], k[g.k_rows], v[g.k_rows]
+        qg, kg, vg = qg.transpose(1, 2), kg.transpose(1, 2), vg.transpose(1, 2)  # [B, h, L, D]
+        if rep > 1 and native_gqa is None:
+            native_gqa = _flash_takes_gqa(qg, kg, vg)
+        gqa = rep > 1 and bool(native_gqa)
+        if rep > 1 and not gqa:
+            kg, vg = kg.repeat_interleave(rep, dim=1), vg.repeat_interleave(rep, dim=1)
+        if g.q_len == g.k_len:
+            o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=True, enable_gqa=gqa)
+        else:
+            mask = causal_lower_right(g.q_len, g.k_len)
+            o = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=mask, enable_gqa=gqa)
+        outs.append(o.transpose(1, 2).reshape(g.batch * g.q_len, heads, q.shape[2]))
+    out = outs[0] if len(outs) == 1 else torch.cat(outs)
+    return out if plan.inverse is None else out[plan.inverse]
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
@@ -77,15 +242,5 @@ class Attention(nn.Module):
         k = rope(k, ctx.positions, self.theta)
         k = all_gather_rows(k, ctx.cp)
         v = all_gather_rows(v, ctx.cp)
-        if ctx.mask.shape != (t, k.shape[0]):
-            raise ValueError(
-                f"attention mask has shape {tuple(ctx.mask.shape)}, expected {(t, k.shape[0])}"
-            )
-        out = F.scaled_dot_product_attention(
-            q.transpose(0, 1).unsqueeze(0),
-            k.transpose(0, 1).unsqueeze(0),
-            v.transpose(0, 1).unsqueeze(0),
-            attn_mask=ctx.mask,
-            enable_gqa=self.heads != self.kv_heads,
-        )  # [1, H, T, D]
-        return self.o_proj(out.squeeze(0).transpose(0, 1).reshape(t, self.heads * self.head_dim))
+        out = packed_causal_attention(q, k, v, ctx.plan)  # [T, H, D]
+        return self.o_proj(out.reshape(t, self.heads * self.head_dim))

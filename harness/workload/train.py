@@ -16,7 +16,7 @@ import torch.distributed as dist
 from harness.errors import ConfigError
 from harness.spec.schema import Case
 from harness.workload import checkpoint as ckpt
-from harness.workload.attention import AttentionContext, packed_causal_mask
+from harness.workload.attention import AttentionContext, attention_plan
 from harness.workload.batch import local_batch
 from harness.workload.data import successor_table
 from harness.workload.model import LayerContext, ModelChunk, build_chunks, is_expert_param
@@ -90,9 +90,7 @@ def _microbatch_input(
     positions = b.positions.to(dev)
     attn = AttentionContext(
         positions=positions,
-        mask=packed_causal_mask(
-            b.segments.to(dev), positions, b.key_segments.to(dev), b.key_positions.to(dev)
-        ),
+        plan=attention_plan(b.segments, b.positions, b.key_segments, b.key_positions, dev),
         cp=s.groups.cp_group(group.size),
     )
     valid = b.valid.to(dev)

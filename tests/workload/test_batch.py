@@ -1,6 +1,5 @@
 import torch
 
-from harness.workload.attention import packed_causal_mask
 from harness.workload.batch import local_batch, shard_layout
 from harness.workload.data import Sequence, successor_table
 from harness.workload.packing import GroupWork, padded_length
@@ -45,13 +44,3 @@ def test_local_batches_reassemble_the_sequences_and_mask_padding():
     expect = {(int(full.segments[i]), int(full.positions[i])): (int(full.inputs[i]), int(full.targets[i]))
               for i in range(full.num_tokens)}
     assert tokens == expect
-
-
-def test_packed_mask_is_block_causal():
-    seg = torch.tensor([0, 0, 0, 1, 1])
-    pos = torch.tensor([0, 1, 2, 0, 1])
-    m = packed_causal_mask(seg, pos, seg, pos)
-    expect = torch.tensor(
-        [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 1, 1]], dtype=torch.bool
-    )
-    assert torch.equal(m, expect)

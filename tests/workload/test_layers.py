@@ -1,6 +1,6 @@
 import torch
 
-from harness.workload.attention import Attention, AttentionContext, packed_causal_mask, rope
+from harness.workload.attention import Attention, AttentionContext, attention_plan, rope
 from harness.workload.ep import dispatch_and_compute
 from harness.workload.moe import MoE, MoEContext
 
@@ -8,7 +8,7 @@ from harness.workload.moe import MoE, MoEContext
 def _ctx(lengths):
     seg = torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)])
     pos = torch.cat([torch.arange(n) for n in lengths])
-    return AttentionContext(pos, packed_causal_mask(seg, pos, seg, pos), None)
+    return AttentionContext(pos, attention_plan(seg, pos, seg, pos), None)
 
 
 def test_packed_attention_equals_each_sequence_alone():

@@ -125,7 +125,7 @@ def test_dynamic_cp_logs_per_microbatch_sizes(runs):
 def cp_attention_probe(ctx: RankContext) -> dict:
     """On a CP2 group: attention over a packed microbatch of 3 sequences, before and after
     perturbing the middle sequence, plus the single-rank result for this rank's tokens."""
-    from harness.workload.attention import Attention, AttentionContext, packed_causal_mask
+    from harness.workload.attention import Attention, AttentionContext, attention_plan
     from harness.workload.batch import shard_layout
     from harness.workload.runtime import Layout, build_groups
 
@@ -144,7 +144,7 @@ def cp_attention_probe(ctx: RankContext) -> dict:
     seg, pos = shard_layout(lengths, 2, ctx.rank)
     key_seg = torch.cat([shard_layout(lengths, 2, r)[0] for r in range(2)])
     key_pos = torch.cat([shard_layout(lengths, 2, r)[1] for r in range(2)])
-    actx = AttentionContext(pos, packed_causal_mask(seg, pos, key_seg, key_pos), groups.cp_group(2))
+    actx = AttentionContext(pos, attention_plan(seg, pos, key_seg, key_pos), groups.cp_group(2))
     out = attn(rows_of(seg, pos, full), actx)
     perturbed = full.clone()
     perturbed[8:20] += 3.0
@@ -152,7 +152,7 @@ def cp_attention_probe(ctx: RankContext) -> dict:
     # Single-rank reference over the padded sequences.
     pseg = torch.cat([torch.full((n,), i) for i, n in enumerate(pad_lengths)])
     ppos = torch.cat([torch.arange(n) for n in pad_lengths])
-    ref_all = attn(full, AttentionContext(ppos, packed_causal_mask(pseg, ppos, pseg, ppos), None))
+    ref_all = attn(full, AttentionContext(ppos, attention_plan(pseg, ppos, pseg, ppos), None))
     ref = rows_of(seg, pos, ref_all)
     real = pos < torch.tensor(lengths)[seg]
     other = (seg != 1) & real
