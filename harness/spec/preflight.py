@@ -22,6 +22,22 @@ problem names the field to change. Rules (``world = resources.nodes * resources.
   ``>= pp`` (Megatron lets the last group be short as long as it still fills the pipeline, so M
   need not be a multiple of the group); with fixed CP ``M <= global_batch / dp`` (one sequence at
   least per microbatch). ``microbatch_group`` is ignored when ``vpp == 1`` (as in Megatron).
+* Microbatch fill (:func:`check_microbatch_fill`). The runtime's packing (``workload.packing``)
+  imports torch, so the bound is derived here; the count rule is the schedule's own
+  ``slotmem.schedule.microbatch_count_problem`` (pure Python, the one place that rule lives; the
+  tests check that preflight agrees with ``plan_step`` on fixed lengths). Every microbatch
+  holds at least one sequence per DP rank, so a step runs at most ``global_batch / dp`` of them;
+  ``accepted(M)`` is the schedule's rule (every ``M >= 1`` without VPP). The smallest accepted count
+  must be ``<= global_batch / dp`` (``train.global_batch``; dynamic CP: ``<= global_batch``).
+  Fixed CP packs sequences into ``dp * M`` bins of ``seq_length`` real tokens; sequences are at
+  least ``shortest`` tokens (``min(lengths.max, seq_length)`` for the ``fixed`` distribution,
+  every length is that; else ``min(lengths.min, that)``), so a bin holds at most
+  ``seq_length // shortest`` and ``M >= need = ceil(global_batch / (dp * (seq_length //
+  shortest)))``. Given ``train.microbatches``, it must be ``>= need``; derived, some accepted
+  count must lie in ``[need, global_batch / dp]`` (``data.lengths``), as the runtime takes the
+  smallest accepted count that packs. Exact for ``fixed`` lengths (equal sequences pack round
+  robin); for random lengths only the certain failures are caught. The fixed-CP arm of
+  ``compare.dcp_vs_fixed_cp`` is checked the same way with ``dp = dp_cp / fixed_cp``.
 * ``compare.dcp_vs_fixed_cp`` needs ``parallel.dynamic_cp``; its ``fixed_cp`` is a power of two
   dividing ``dp_cp`` and the fixed-CP arm's layout must hold too (``global_batch`` divisible by
   ``dp_cp / fixed_cp``; ``seq_length % (2 * fixed_cp) == 0`` when ``fixed_cp > 1``).
@@ -33,6 +49,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
 
+from harness.slotmem.schedule import microbatch_count_problem
 from harness.spec.problems import Loc, Problem
 from harness.spec.schema import Case
 
@@ -201,15 +218,10 @@ def check_microbatches(case: Case) -> list[Problem]:
     if p.pp > 1 and m < p.pp:
         problems.append(Problem(field, f"{m} microbatches cannot fill pp={p.pp} stages; "
                                        f"use at least {p.pp}"))
-    if p.vpp > 1 and group >= p.pp:
-        if group > m:
-            problems.append(Problem(field, f"{m} microbatches are fewer than the microbatch "
-                                           f"group {group} (interleaved schedule)"))
-        elif 0 < m % group < p.pp:
-            problems.append(Problem(
-                field,
-                f"{m} microbatches leave a last group of {m % group} (< pp={p.pp}); use a "
-                f"multiple of {group} or a remainder of at least {p.pp}"))
+    why = microbatch_count_problem(p.pp, p.vpp, group, m) if p.vpp > 1 and group >= p.pp else None
+    if why is not None:
+        problems.append(Problem(field, f"{why} (interleaved schedule); the next count it "
+                                       f"accepts is {_first_accepted(case, m, m + group)}"))
     if not p.is_dynamic and _layout_ok(case):
         per_rank = t.global_batch // case.dp
         if m > per_rank:
@@ -217,6 +229,128 @@ def check_microbatches(case: Case) -> list[Problem]:
                 field,
                 f"{m} microbatches but only {per_rank} sequences per DP rank "
                 f"(global_batch {t.global_batch} / dp {case.dp})"))
+    return problems
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _schedule_text(case: Case) -> str:
+    p = case.parallel
+    return f"pp={p.pp}, vpp={p.vpp}, microbatch group {p.group_size}"
+
+
+def _accepts(case: Case) -> Callable[[int], bool]:
+    """Whether the case's pipeline schedule runs ``m`` microbatches."""
+    p = case.parallel
+    return lambda m: microbatch_count_problem(p.pp, p.vpp, p.group_size, m) is None
+
+
+def _first_accepted(case: Case, low: int, high: int) -> Optional[int]:
+    ok = _accepts(case)
+    return next((m for m in range(max(low, 1), high + 1) if ok(m)), None)
+
+
+def _smallest_count(case: Case) -> int:
+    """The smallest microbatch count the schedule accepts (the group itself always is)."""
+    found = _first_accepted(case, 1, case.parallel.group_size)
+    return found if found is not None else case.parallel.group_size
+
+
+def _shortest(case: Case) -> tuple[int, str]:
+    """A lower bound on every sequence's length, and how to describe the sequences."""
+    spec, seq_length = case.data.lengths, case.train.seq_length
+    longest = min(spec.max, seq_length)
+    if spec.distribution == "fixed":
+        return longest, f"{longest} tokens each (data.lengths distribution: fixed)"
+    shortest = min(spec.min, longest)
+    return shortest, f"at least {shortest} tokens (data.lengths.min)"
+
+
+def _fixed_count(case: Case, global_batch: int, dp: int) -> Optional[int]:
+    """The derived microbatch count of a fixed-CP step at this global batch (a lower bound unless
+    lengths are fixed), or None when no accepted count both packs and fills every bin."""
+    per_bin = case.train.seq_length // _shortest(case)[0]
+    need = _ceil_div(global_batch, dp * per_bin)
+    return _first_accepted(case, need, global_batch // dp)
+
+
+def _working_batches(case: Case, dp: int) -> str:
+    """The nearest global batches (multiples of ``dp``) around the case's that would pack."""
+    gbs = case.train.global_batch
+    below = next((g for g in range(gbs - dp, 0, -dp) if _fixed_count(case, g, dp) is not None),
+                 None)
+    # dp * k packs for every accepted k (need <= k), and one lies within a group + pp above.
+    top = gbs + dp * (case.parallel.group_size + case.parallel.pp + 1)
+    above = next(g for g in range(gbs + dp, top, dp) if _fixed_count(case, g, dp) is not None)
+    return f"{below} or {above}" if below is not None else f"{above}"
+
+
+def _fixed_fill(case: Case, dp: int, arm: str) -> list[Problem]:
+    """The microbatch-fill rules of a fixed-CP step on ``dp`` DP ranks (see the docstring)."""
+    p, t = case.parallel, case.train
+    gbs, mbs = t.global_batch, t.microbatches
+    if gbs % dp:
+        return []
+    per_rank = gbs // dp
+    smallest = _smallest_count(case)
+    shortest, lengths = _shortest(case)
+    per_bin = t.seq_length // shortest
+    need = _ceil_div(gbs, dp * per_bin)
+    if mbs is not None and arm and mbs > per_rank:
+        return [Problem(_at("train.microbatches"), (
+            f"{arm}{mbs} microbatches but only {per_rank} sequences per DP rank (global_batch "
+            f"{gbs} / dp {dp}); use at most {per_rank}"))]
+    if mbs is not None:
+        if mbs >= need or mbs < p.pp or mbs > per_rank or not _accepts(case)(mbs):
+            return []  # enough bins, or already reported by check_microbatches
+        fit = _first_accepted(case, need, per_rank)
+        hint = (f"use train.microbatches: {fit}" if fit is not None else
+                f"no count from {need} to {per_rank} is accepted by the schedule "
+                f"({_schedule_text(case)}); remove train.microbatches and use "
+                f"train.global_batch: {_working_batches(case, dp)}")
+        return [Problem(_at("train.microbatches"), (
+            f"{arm}{mbs} microbatches x dp {dp} = {mbs * dp} bins of train.seq_length "
+            f"{t.seq_length} tokens hold at most {mbs * dp * per_bin} of the {gbs} sequences of "
+            f"{lengths}; {hint}"))]
+    if per_rank < smallest:
+        return [Problem(_at("train.global_batch"), (
+            f"{arm}global_batch {gbs} gives {per_rank} sequence(s) per DP rank (dp={dp}) but "
+            f"every microbatch needs one and the interleaved schedule ({_schedule_text(case)}) "
+            f"needs at least {smallest} microbatches; use train.global_batch >= {dp * smallest}"))]
+    if _first_accepted(case, need, per_rank) is None:
+        nxt = _first_accepted(case, need, need + p.group_size + p.pp)
+        why = microbatch_count_problem(p.pp, p.vpp, p.group_size, need)
+        return [Problem(_at("data.lengths"), (
+            f"{arm}{gbs} sequences of {lengths} fit {per_bin} per train.seq_length "
+            f"{t.seq_length}-token bin, so each of the dp={dp} ranks needs at least {need} "
+            f"microbatches; the schedule rejects {need} ({why}) and its next accepted count, "
+            f"{nxt}, is more than the {per_rank} sequences per DP rank (every microbatch needs "
+            f"one); use train.global_batch: {_working_batches(case, dp)}, or lengths that fit "
+            f"more sequences per bin"))]
+    return []
+
+
+def check_microbatch_fill(case: Case) -> list[Problem]:
+    p, t = case.parallel, case.train
+    if not _layout_ok(case) or (p.vpp > 1 and p.group_size < p.pp):
+        return []  # reported by check_layout / check_microbatches
+    if not p.is_dynamic:
+        return _fixed_fill(case, case.dp, "")
+    problems: list[Problem] = []
+    smallest = _smallest_count(case)
+    if t.global_batch < smallest:
+        problems.append(Problem(_at("train.global_batch"), (
+            f"global_batch {t.global_batch} cannot make the {smallest} microbatches the "
+            f"interleaved schedule ({_schedule_text(case)}) needs at least (every microbatch "
+            f"needs a sequence); use train.global_batch >= {max(smallest, case.dp_cp)}")))
+    pair = case.compare.dcp_vs_fixed_cp
+    if pair is not None and _pow2(pair.fixed_cp) and case.dp_cp % pair.fixed_cp == 0:
+        fixed_dp = case.dp_cp // pair.fixed_cp
+        arm = (f"the fixed-CP arm (compare.dcp_vs_fixed_cp.fixed_cp {pair.fixed_cp}, "
+               f"dp={fixed_dp}): ")
+        problems.extend(_fixed_fill(case, fixed_dp, arm))
     return problems
 
 
@@ -260,6 +394,7 @@ CHECKS: tuple[Callable[[Case], list[Problem]], ...] = (
     check_sequences,
     check_batch,
     check_microbatches,
+    check_microbatch_fill,
     check_compare,
 )
 

@@ -194,3 +194,129 @@ def test_qwen3_preset_on_a_real_layout() -> None:
                  data={"lengths": {"max": 8192}},
                  resources={"nodes": 4, "gpus_per_node": 8})
     assert got == []
+
+
+# ----------------------------------------------------------------- microbatch fill (packing)
+def fill_case(gbs: int, *, dp: int = 1, vpp: int = 2, group: Any = None, m: Any = None,
+              distribution: str = "fixed", min_len: int = 8, max_len: int = 64,
+              seq_length: int = 64, **extra: Any) -> Any:
+    """A fixed-CP PP2 case on ``2 * dp`` ranks (cp 1)."""
+    return build_case(parallel={"pp": 2, "vpp": vpp, "microbatch_group": group},
+                      train={"global_batch": gbs, "microbatches": m, "seq_length": seq_length},
+                      data={"lengths": {"distribution": distribution, "min": min_len,
+                                        "max": max_len}},
+                      model={"layers": 4}, resources={"gpus_per_node": 2 * dp}, **extra)
+
+
+def fill_fields(gbs: int, **kw: Any) -> list[str]:
+    return [p.field for p in preflight(fill_case(gbs, **kw))]
+
+
+def test_vpp_global_batch_below_smallest_microbatch_count() -> None:
+    assert fill_fields(1, distribution="uniform") == ["train.global_batch"]
+    msg = preflight(fill_case(2, dp=2, distribution="uniform"))[0].message
+    assert "gives 1 sequence(s) per DP rank (dp=2)" in msg
+    assert "needs at least 2 microbatches; use train.global_batch >= 4" in msg
+    assert fill_fields(2, group=3, distribution="uniform") == ["train.global_batch"]
+    assert "global_batch >= 3" in preflight(fill_case(1, group=3))[0].message
+
+
+def test_vpp_global_batch_near_misses_pass() -> None:
+    assert fill_fields(2, distribution="uniform") == []  # 2 microbatches of 1 sequence
+    assert fill_fields(4, dp=2, distribution="uniform") == []
+    assert fill_fields(1, vpp=1, distribution="uniform") == []  # no VPP: 1 microbatch runs
+    assert fill_fields(6, group=3, distribution="uniform") == []
+
+
+def test_fixed_lengths_forcing_a_rejected_count() -> None:
+    # 5 full-length sequences need 5 bins; PP2 x VPP2 rejects 5 and 6 bins leave one empty
+    problems = preflight(fill_case(5))
+    assert [p.field for p in problems] == ["data.lengths"]
+    msg = problems[0].message
+    assert "needs at least 5 microbatches; the schedule rejects 5" in msg
+    assert "next accepted count, 6, is more than the 5 sequences" in msg
+    assert "use train.global_batch: 4 or 6" in msg
+    assert fill_fields(10, dp=2) == ["data.lengths"]
+
+
+def test_fixed_lengths_near_misses_pass() -> None:
+    assert fill_fields(4) == [] and fill_fields(6) == []
+    assert fill_fields(5, max_len=32) == []  # two per bin: 3 needed, 4 accepted, 4 <= 5
+    assert fill_fields(5, vpp=1) == []  # no VPP: 5 microbatches run
+    assert fill_fields(5, distribution="uniform") == []  # random lengths may pack in fewer
+
+
+def test_given_microbatches_must_hold_every_sequence() -> None:
+    problems = preflight(fill_case(6, m=4))
+    assert [p.field for p in problems] == ["train.microbatches"]
+    assert "hold at most 4 of the 6 sequences" in problems[0].message
+    assert "use train.microbatches: 6" in problems[0].message
+    assert fill_fields(6, m=6) == []
+    assert fill_fields(6, m=4, max_len=32) == []  # two per bin
+    # check_microbatches already reports counts the schedule rejects: one problem, not two
+    assert fill_fields(6, m=5) == ["train.microbatches"]
+
+
+def test_dcp_global_batch_below_smallest_microbatch_count() -> None:
+    dcp = {"parallel": {"pp": 2, "vpp": 2, "microbatch_group": 4, "dynamic_cp": [1, 2]},
+           "model": {"layers": 4}, "resources": {"gpus_per_node": 4}}
+    assert fields(train={"global_batch": 4, "max_seqlen_per_rank": 64}, **dcp) == []
+    assert fields(train={"global_batch": 3, "max_seqlen_per_rank": 64}, **dcp) == [
+        "train.global_batch"]
+    # the fixed-CP2 arm has dp 1: its 4 sequences of 128 tokens need 4 bins, the schedule accepts 4
+    pair = {"compare": {"dcp_vs_fixed_cp": {"fixed_cp": 2}}}
+    full = {"distribution": "fixed", "max": 128}
+    assert fields(train={"global_batch": 4, "max_seqlen_per_rank": 64},
+                  data={"lengths": full}, **pair, **dcp) == []
+    got = preflight(build_case(train={"global_batch": 5, "max_seqlen_per_rank": 64},
+                               data={"lengths": full}, **pair, **dcp))
+    assert [p.field for p in got] == ["data.lengths"]
+    assert got[0].message.startswith("the fixed-CP arm (compare.dcp_vs_fixed_cp.fixed_cp 2, dp=1)")
+
+
+def _plan_fails(case: Any) -> bool:
+    from harness.errors import ConfigError
+    from harness.workload.packing import plan_step
+
+    try:
+        plan_step(case, 1)
+    except ConfigError:
+        return True
+    return False
+
+
+FILL_FIELDS = {"train.global_batch", "train.microbatches", "data.lengths"}
+
+
+@pytest.mark.parametrize("distribution", ["fixed", "uniform"])
+def test_preflight_agrees_with_the_runtime_packing(distribution: str) -> None:
+    """Fixed lengths: preflight passes exactly when plan_step packs step 1. Random lengths:
+    whatever preflight rejects, plan_step rejects too (preflight catches the certain failures)."""
+    checked = rejected = 0
+    for dp in (1, 2):
+        for vpp, group in ((1, None), (2, None), (2, 3)):
+            for m in (None, 2, 3, 4, 6):
+                for max_len in (64, 32, 24):
+                    for per_rank in range(1, 8):
+                        case = fill_case(per_rank * dp, dp=dp, vpp=vpp, group=group, m=m,
+                                         distribution=distribution, min_len=20, max_len=max_len)
+                        found = {p.field for p in preflight(case)}
+                        assert found <= FILL_FIELDS
+                        fails = _plan_fails(case)
+                        if distribution == "fixed":
+                            assert bool(found) == fails, (case.parallel, case.train, found)
+                        elif found:
+                            assert fails, (case.parallel, case.train, found)
+                        checked += 1
+                        rejected += bool(found)
+    assert checked == 630 and 0 < rejected < checked
+
+
+@pytest.mark.parametrize(("gbs", "dp"), [(5, 1), (10, 2), (7, 1)])
+def test_suggested_global_batches_pack(gbs: int, dp: int) -> None:
+    problems = preflight(fill_case(gbs, dp=dp))
+    assert [p.field for p in problems] == ["data.lengths"]
+    suggested = problems[0].message.split("use train.global_batch: ")[1].split(",")[0]
+    for value in suggested.split(" or "):
+        good = fill_case(int(value), dp=dp)
+        assert preflight(good) == [] and not _plan_fails(good)
