@@ -44,6 +44,7 @@ from harness.spec.schema import (
     RepeatContract,
     Tolerance,
 )
+from harness.textfmt import collapse_runs
 
 PAIR_STATUSES = ("pass", "fail", "error")
 ARM_CHECKS_PAIR = "checks"  # verdict entry holding arm checks of arms in no pair
@@ -347,10 +348,10 @@ def arm_checks(
         absent = sorted(want - set(counts))
         n_missing += len(absent)
         if absent:
-            missing.append(f"rank {rank}: " + _ranges(absent))
+            missing.append(f"rank {rank}: " + collapse_runs(absent))
         dup = sorted(s for s, n in counts.items() if n > 1 and isinstance(s, int))
         if dup:
-            duplicates.append(f"rank {rank}: " + _ranges(dup))
+            duplicates.append(f"rank {rank}: " + collapse_runs(dup))
     problems = n_missing + len(duplicates)
     if n_steps == 0:
         detail = f"no step recorded on any of {n_ranks} rank(s)"
@@ -386,20 +387,6 @@ def arm_checks(
         if skipped else "no optimizer step skipped",
     )
     return (complete, finite, no_skip)
-
-
-def _ranges(values: Sequence[int]) -> str:
-    """[1,2,3,7] -> '1-3, 7'."""
-    out: list[str] = []
-    start = prev = values[0]
-    for v in list(values[1:]) + [None]:  # type: ignore[list-item]
-        if v is not None and v == prev + 1:
-            prev = v
-            continue
-        out.append(str(start) if start == prev else f"{start}-{prev}")
-        if v is not None:
-            start = prev = v
-    return ", ".join(out)
 
 
 # --------------------------------------------------------------------------- contracts

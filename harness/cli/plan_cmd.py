@@ -30,6 +30,7 @@ from harness.errors import ConfigError
 from harness.slotmem.plan import PipelinePlan, plan_pipeline
 from harness.slotmem.planerrors import PlanError
 from harness.slotmem.schedule import allowed_microbatch_counts, microbatch_count_problem
+from harness.textfmt import collapse_runs
 
 _FLAG_FIELDS = ("pp", "vpp", "microbatches", "group", "cp", "layers_per_chunk")
 
@@ -197,16 +198,7 @@ def format_counts(counts: Sequence[int]) -> str:
         step = c[1] - c[0]
         if step > 1 and all(b - a == step for a, b in zip(c, c[1:])):
             return f"{c[0]}..{c[-1]} step {step}"
-    parts: list[str] = []
-    start = prev = c[0]
-    for m in c[1:] + [None]:  # type: ignore[list-item]
-        if m is not None and m == prev + 1:
-            prev = m
-            continue
-        parts.append(str(start) if start == prev else f"{start}..{prev}")
-        if m is not None:
-            start = prev = m
-    return ",".join(parts)
+    return collapse_runs(c, dash="..", sep=",")
 
 
 def _join(values: Sequence[int]) -> str:
