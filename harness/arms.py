@@ -8,8 +8,10 @@ case's ``compare:`` section:
 * ``graph_vs_eager``  -> ``graph`` (slot-shared CUDA graphs) and ``eager``
 * ``dcp_vs_fixed_cp`` -> ``dcp`` (dynamic CP) and ``fixed-cp<N>`` (the same data at CP size N)
 
-Arms with the same name are run once and shared by the pairs that name them. A case without pairs
-runs a single ``eager`` arm (it still gets the per-arm checks).
+Arms with the same name are run once and shared by the pairs that name them. In a dynamic-CP case
+the eager arm *is* the dynamic-CP arm, so ``eager`` is named ``dcp`` there (and runs once, not
+twice, when a case has both ``repeat`` and ``dcp_vs_fixed_cp``). A case without pairs runs a single
+``eager`` (``dcp``) arm; it still gets the per-arm checks.
 """
 
 from __future__ import annotations
@@ -63,16 +65,24 @@ def options_for_arm(case: Case, name: str) -> TrainOptions:
     )
 
 
+def canonical_arm_name(case: Case, name: str) -> str:
+    """``eager[-repeat]`` of a dynamic-CP case is its ``dcp[-repeat]`` arm (same options)."""
+    if case.parallel.is_dynamic and (name == EAGER or name == EAGER + REPEAT_SUFFIX):
+        return DCP + name[len(EAGER):]
+    return name
+
+
 def pairs_for_case(case: Case) -> tuple[Pair, ...]:
     """The case's pairs, in a fixed order (repeat, graph_vs_eager, dcp_vs_fixed_cp)."""
     spec = case.compare
     pairs: list[Pair] = []
     if spec.repeat is not None:
-        base = spec.repeat.arm
+        base = canonical_arm_name(case, spec.repeat.arm)
         options_for_arm(case, base)  # validates the name
         pairs.append(_pair("repeat", (base, base + REPEAT_SUFFIX), spec.repeat))
     if spec.graph_vs_eager is not None:
-        pairs.append(_pair("graph_vs_eager", (GRAPH, EAGER), spec.graph_vs_eager))
+        pairs.append(_pair("graph_vs_eager", (GRAPH, canonical_arm_name(case, EAGER)),
+                           spec.graph_vs_eager))
     if spec.dcp_vs_fixed_cp is not None:
         if not case.parallel.is_dynamic:
             raise _arm_error(
@@ -92,7 +102,7 @@ def arms_for_case(case: Case) -> tuple[Arm, ...]:
             if name not in names:
                 names.append(name)
     if not names:
-        names.append(EAGER)
+        names.append(canonical_arm_name(case, EAGER))
     return tuple(Arm(name=name, options=options_for_arm(case, name)) for name in names)
 
 

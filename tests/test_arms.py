@@ -23,13 +23,15 @@ def names(arms):
 
 
 def test_no_pairs_runs_one_eager_arm():
-    case = make_case()
+    case = make_case(parallel={"cp": 2})
     assert pairs_for_case(case) == ()
     assert arms_for_case(case) == (Arm("eager", TrainOptions(graphs=False, fixed_cp=None)),)
+    # In a dynamic-CP case the eager arm is the dynamic-CP arm, named dcp.
+    assert arms_for_case(make_case()) == (Arm("dcp", TrainOptions(graphs=False, fixed_cp=None)),)
 
 
 def test_repeat_runs_the_same_options_twice():
-    case = make_case({"repeat": {}})
+    case = make_case({"repeat": {}}, parallel={"cp": 2})
     (pair,) = pairs_for_case(case)
     assert (pair.name, pair.contract, pair.arms) == ("repeat", "repeat", ("eager", "eager-repeat"))
     assert pair.params == {"arm": "eager", "loss": "exact"}
@@ -56,7 +58,12 @@ def test_dcp_vs_fixed_cp_arms():
 def test_eager_arm_shared_by_two_pairs():
     case = make_case({"repeat": {}, "graph_vs_eager": {}, "dcp_vs_fixed_cp": {"fixed_cp": 1}})
     assert [p.contract for p in pairs_for_case(case)] == ["repeat", "graph_vs_eager", "dcp_vs_fixed_cp"]
-    assert names(arms_for_case(case)) == ["eager", "eager-repeat", "graph", "dcp", "fixed-cp1"]
+    # eager == dcp in a dynamic-CP case: one arm serves repeat, graph_vs_eager and dcp_vs_fixed_cp.
+    assert [p.arms for p in pairs_for_case(case)] == [
+        ("dcp", "dcp-repeat"), ("graph", "dcp"), ("dcp", "fixed-cp1")]
+    assert names(arms_for_case(case)) == ["dcp", "dcp-repeat", "graph", "fixed-cp1"]
+    fixed = make_case({"repeat": {}, "graph_vs_eager": {}}, parallel={"cp": 2})
+    assert names(arms_for_case(fixed)) == ["eager", "eager-repeat", "graph"]
     graph = arm_by_name(case, "graph")
     assert graph.options == TrainOptions(graphs=True, fixed_cp=None)
 
@@ -74,7 +81,7 @@ def test_unknown_repeat_arm_is_a_case_error():
 
 def test_arm_by_name_lists_valid_arms():
     with pytest.raises(CaseError, match="its arms: eager, eager-repeat"):
-        arm_by_name(make_case({"repeat": {}}), "graph")
+        arm_by_name(make_case({"repeat": {}}, parallel={"cp": 2}), "graph")
 
 
 def test_fixed_cp_options_from_name():
