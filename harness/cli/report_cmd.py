@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from harness.cli.run_cmd import LATEST, RESULTS_ROOT
 from harness.errors import ConfigError
 from harness.report import console_table, gate, make_console, write_reports
 
-DEFAULT_SWEEP = Path("results") / "latest"
+DEFAULT_SWEEP = RESULTS_ROOT / LATEST  # where `dcp-harness run` points its newest sweep
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

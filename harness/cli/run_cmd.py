@@ -13,7 +13,6 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-
 from harness.errors import ConfigError
 from harness.spec import load_cases, select_cases
 

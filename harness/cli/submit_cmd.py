@@ -19,6 +19,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from harness.cli.run_cmd import RESULTS_ROOT
 from harness.errors import ConfigError
 
 _STATE_STYLE = {"pending": "yellow", "running": "cyan", "done": "green", "failed": "red",
@@ -93,7 +94,7 @@ def check_wait_args(args: argparse.Namespace) -> None:
 
 # --------------------------------------------------------------------------- submit
 def _default_out() -> Path:
-    return Path("results") / time.strftime("slurm-%Y%m%d-%H%M%S")
+    return RESULTS_ROOT / time.strftime("slurm-%Y%m%d-%H%M%S")
 
 
 def _load_profiles(cases, override: Optional[str]):
