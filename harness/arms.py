@@ -1,17 +1,19 @@
 """Arms and pairs of a case.
 
-An *arm* is one training configuration of a case (eager or CUDA-graphed, dynamic or fixed CP); a
-*pair* is two arms plus the contract they must satisfy (``harness.compare``). Both follow from the
-case's ``compare:`` section:
+An *arm* is one training configuration of a case, itself a :class:`Case` derived from the case the
+user wrote and preflighted like it (``harness.spec.derive``); a *pair* is two arms plus the contract
+they must satisfy (``harness.compare``). Both follow from the case's ``compare:`` section:
 
-* ``repeat``          -> ``<arm>`` and ``<arm>-repeat`` (same options; ``arm`` defaults to ``eager``)
+* ``repeat``          -> ``<arm>`` and ``<arm>-repeat`` (same configuration; ``arm`` default ``eager``)
 * ``graph_vs_eager``  -> ``graph`` (slot-shared CUDA graphs) and ``eager``
-* ``dcp_vs_fixed_cp`` -> ``dcp`` (dynamic CP) and ``fixed-cp<N>`` (the same data at CP size N)
+* ``dcp_vs_fixed_cp`` -> ``dcp`` (dynamic CP) and ``fixed-cp<N>`` (the same data at CP size N); in a
+  graph case (``graphs:``) both sides run the graphs: ``graph`` and ``graph-fixed-cp<N>``
+* ``graph_pools``     -> ``graph`` (one MemPool) and ``graph-separate-pools`` (one pool per CP size)
 
-Arms with the same name are run once and shared by the pairs that name them. In a dynamic-CP case
-the eager arm *is* the dynamic-CP arm, so ``eager`` is named ``dcp`` there (and runs once, not
-twice, when a case has both ``repeat`` and ``dcp_vs_fixed_cp``). A case without pairs runs a single
-``eager`` (``dcp``) arm; it still gets the per-arm checks.
+Arms with the same name run once and are shared by the pairs that name them. In a dynamic-CP case
+the eager arm *is* the dynamic-CP arm, so ``eager`` is named ``dcp`` there. A case without pairs
+runs a single ``eager`` (``dcp``) arm; it still gets the per-arm checks. Every arm of a graph case
+runs with static shapes (the eager arms too), so a pair compares like with like.
 """
 
 from __future__ import annotations
@@ -22,63 +24,69 @@ from typing import Any
 
 from harness.compare import Pair
 from harness.errors import CaseError
+from harness.spec.derive import as_fixed_cp, with_execution
 from harness.spec.schema import Case
-from harness.workload import TrainOptions
 
 EAGER = "eager"
 GRAPH = "graph"
 DCP = "dcp"
+SEPARATE_POOLS = "graph-separate-pools"
 REPEAT_SUFFIX = "-repeat"
-_FIXED_CP = re.compile(r"^fixed-cp([1-9][0-9]*)$")
+_FIXED_CP = re.compile(r"^(graph-)?fixed-cp([1-9][0-9]*)$")
 
 
 @dataclass(frozen=True)
 class Arm:
-    """One training configuration of a case; ``name`` is also its results folder."""
+    """One training configuration of a case; ``name`` is also its results folder and
+    ``case`` the derived case it runs (``case.arm == name`` without a ``-repeat`` suffix)."""
 
     name: str
-    options: TrainOptions
+    case: Case
 
 
-def fixed_cp_arm_name(cp: int) -> str:
-    return f"fixed-cp{cp}"
+def fixed_cp_arm_name(cp: int, graphed: bool = False) -> str:
+    return f"{'graph-' if graphed else ''}fixed-cp{cp}"
 
 
-def options_for_arm(case: Case, name: str) -> TrainOptions:
-    """The :class:`TrainOptions` an arm name stands for (``eager``, ``graph``, ``dcp``,
-    ``fixed-cp<N>``, each optionally with ``-repeat``)."""
+def arm_case(case: Case, name: str) -> Case:
+    """The derived case arm ``name`` runs (``eager``, ``dcp``, ``graph``, ``graph-separate-pools``,
+    ``fixed-cp<N>``, ``graph-fixed-cp<N>``, each optionally with ``-repeat``); a CaseError naming
+    the field when the case cannot have that arm."""
     base = name[: -len(REPEAT_SUFFIX)] if name.endswith(REPEAT_SUFFIX) else name
-    if base == EAGER:
-        return TrainOptions(graphs=False, fixed_cp=None)
-    if base == GRAPH:
-        return TrainOptions(graphs=True, fixed_cp=None)
-    if base == DCP:
-        if not case.parallel.is_dynamic:
+    if base in (EAGER, DCP):
+        if base == DCP and not case.parallel.is_dynamic:
             raise _arm_error(case, "compare", f"arm '{name}' needs dynamic CP (parallel.dynamic_cp)")
-        return TrainOptions(graphs=False, fixed_cp=None)
+        return with_execution(case, base, graphed=False)
+    if base == GRAPH:
+        return with_execution(case, base, graphed=True)
+    if base == SEPARATE_POOLS:
+        return with_execution(case, base, graphed=True, pools="separate")
     match = _FIXED_CP.match(base)
     if match:
-        return TrainOptions(graphs=False, fixed_cp=int(match.group(1)))
+        graphed, cp = match.group(1) is not None, int(match.group(2))
+        fixed = as_fixed_cp(case, cp, base)
+        return with_execution(fixed, base, graphed=graphed)
     raise _arm_error(
         case, "compare.repeat.arm",
-        f"unknown arm '{name}'; use eager, graph, dcp or fixed-cp<N>",
+        f"unknown arm '{name}'; use eager, dcp, graph, graph-separate-pools, fixed-cp<N> or "
+        "graph-fixed-cp<N>",
     )
 
 
 def canonical_arm_name(case: Case, name: str) -> str:
-    """``eager[-repeat]`` of a dynamic-CP case is its ``dcp[-repeat]`` arm (same options)."""
+    """``eager[-repeat]`` of a dynamic-CP case is its ``dcp[-repeat]`` arm (same configuration)."""
     if case.parallel.is_dynamic and (name == EAGER or name == EAGER + REPEAT_SUFFIX):
         return DCP + name[len(EAGER):]
     return name
 
 
 def pairs_for_case(case: Case) -> tuple[Pair, ...]:
-    """The case's pairs, in a fixed order (repeat, graph_vs_eager, dcp_vs_fixed_cp)."""
+    """The case's pairs, in a fixed order (repeat, graph_vs_eager, dcp_vs_fixed_cp, graph_pools)."""
     spec = case.compare
     pairs: list[Pair] = []
     if spec.repeat is not None:
         base = canonical_arm_name(case, spec.repeat.arm)
-        options_for_arm(case, base)  # validates the name
+        arm_case(case, base)  # validates the name
         pairs.append(_pair("repeat", (base, base + REPEAT_SUFFIX), spec.repeat))
     if spec.graph_vs_eager is not None:
         pairs.append(_pair("graph_vs_eager", (GRAPH, canonical_arm_name(case, EAGER)),
@@ -90,7 +98,12 @@ def pairs_for_case(case: Case) -> tuple[Pair, ...]:
                 "dcp_vs_fixed_cp needs a dynamic-CP case: set parallel.dynamic_cp (not parallel.cp)",
             )
         fixed = spec.dcp_vs_fixed_cp.fixed_cp
-        pairs.append(_pair("dcp_vs_fixed_cp", (DCP, fixed_cp_arm_name(fixed)), spec.dcp_vs_fixed_cp))
+        graphed = case.graphs is not None
+        pairs.append(_pair("dcp_vs_fixed_cp",
+                           (GRAPH if graphed else DCP, fixed_cp_arm_name(fixed, graphed)),
+                           spec.dcp_vs_fixed_cp))
+    if spec.graph_pools is not None:
+        pairs.append(_pair("graph_pools", (GRAPH, SEPARATE_POOLS), spec.graph_pools))
     return tuple(pairs)
 
 
@@ -103,7 +116,7 @@ def arms_for_case(case: Case) -> tuple[Arm, ...]:
                 names.append(name)
     if not names:
         names.append(canonical_arm_name(case, EAGER))
-    return tuple(Arm(name=name, options=options_for_arm(case, name)) for name in names)
+    return tuple(Arm(name=name, case=arm_case(case, name)) for name in names)
 
 
 def arm_by_name(case: Case, name: str) -> Arm:

@@ -33,12 +33,14 @@ from harness.results import (
     ArmOutcome,
     PathLike,
     ResultsError,
+    StepRecord,
     decode_float,
     read_json_record,
     write_json_atomic,
 )
 from harness.spec.schema import (
     DcpVsFixedCpContract,
+    GraphPoolsContract,
     GraphVsEagerContract,
     LossBound,
     RepeatContract,
@@ -46,11 +48,12 @@ from harness.spec.schema import (
 )
 from harness.textfmt import collapse_runs
 
-PAIR_STATUSES = ("pass", "fail", "error")
+PAIR_STATUSES = ("pass", "fail", "error", "skipped")
 ARM_CHECKS_PAIR = "checks"  # verdict entry holding arm checks of arms in no pair
 COMPLETENESS = "steps_complete"
 
-Steps = Mapping[int, Sequence[Mapping[str, Any]]]
+Record = Union[StepRecord, Mapping[str, Any]]
+Steps = Mapping[int, Sequence[Record]]
 ArmData = Mapping[str, tuple[Optional[ArmOutcome], Steps]]
 
 
@@ -183,11 +186,14 @@ class CaseVerdict:
 
 
 def combine_status(statuses: Sequence[str]) -> str:
-    """fail beats error beats pass (a regression is reported even when something else broke)."""
+    """fail beats error beats pass beats skipped (a regression is reported even when something
+    else broke; entries that were skipped do not hide the others, and all skipped is skipped)."""
     if "fail" in statuses:
         return "fail"
     if "error" in statuses:
         return "error"
+    if statuses and all(s == "skipped" for s in statuses):
+        return "skipped"
     return "pass"
 
 
@@ -211,7 +217,14 @@ def _fmt(x: Optional[float]) -> str:
     return f"{x:.6g}"
 
 
-def first_rank_records(steps: Steps) -> list[Mapping[str, Any]]:
+def field_of(rec: Record, key: str) -> Any:
+    """``key`` of a typed record (or of a plain mapping, as tests build them); None if absent."""
+    if isinstance(rec, StepRecord):
+        return getattr(rec, key, None)
+    return rec.get(key)
+
+
+def first_rank_records(steps: Steps) -> list[Record]:
     """The records of the lowest rank that has any (losses are identical on every rank)."""
     for rank in sorted(steps):
         if steps[rank]:
@@ -224,9 +237,9 @@ def step_series(steps: Steps, key: str) -> dict[int, Optional[float]]:
     (None where the value is missing or not a number)."""
     out: dict[int, Optional[float]] = {}
     for rec in first_rank_records(steps):
-        step = rec.get("step")
+        step = field_of(rec, "step")
         if isinstance(step, int) and step not in out:
-            value = rec.get(key)
+            value = field_of(rec, key)
             out[step] = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     return out
 
@@ -318,7 +331,7 @@ def _tol_bound(tol: Tolerance) -> float:
 
 
 # --------------------------------------------------------------------------- arm checks
-def _records(steps: Steps) -> list[tuple[int, Mapping[str, Any]]]:
+def _records(steps: Steps) -> list[tuple[int, Record]]:
     return [(rank, rec) for rank in sorted(steps) for rec in steps[rank]]
 
 
@@ -337,14 +350,15 @@ def arm_checks(
     and rank seen in this arm are expected."""
     ranks = sorted(steps)
     n_ranks = expected_ranks if expected_ranks is not None else (max(ranks) + 1 if ranks else 1)
-    seen_steps = [rec.get("step") for _, rec in _records(steps) if isinstance(rec.get("step"), int)]
+    seen_steps = [field_of(rec, "step") for _, rec in _records(steps)
+                  if isinstance(field_of(rec, "step"), int)]
     n_steps = expected_steps if expected_steps is not None else max(seen_steps, default=0)
     missing: list[str] = []
     duplicates: list[str] = []
     n_missing = 0
     want = set(range(1, n_steps + 1))
     for rank in range(n_ranks):
-        counts = Counter(rec.get("step") for rec in steps.get(rank, ()))
+        counts = Counter(field_of(rec, "step") for rec in steps.get(rank, ()))
         absent = sorted(want - set(counts))
         n_missing += len(absent)
         if absent:
@@ -367,20 +381,21 @@ def arm_checks(
 
     bad: list[str] = []
     for rank, rec in _records(steps):
-        fields = [k for k in ("loss", "grad_norm") if not _finite_number(rec.get(k))]
-        if rec.get("aux_loss") is not None and not _finite_number(rec.get("aux_loss")):
+        fields = [k for k in ("loss", "grad_norm") if not _finite_number(field_of(rec, k))]
+        if field_of(rec, "aux_loss") is not None and not _finite_number(field_of(rec, "aux_loss")):
             fields.append("aux_loss")
-        if rec.get("nan") and not fields:
+        if field_of(rec, "nan") and not fields:
             fields.append("nan flag")
         if fields:
-            vals = ", ".join(f"{k}={rec.get(k)!r}" for k in fields if k != "nan flag") or "nan=true"
-            bad.append(f"rank {rank} step {rec.get('step')}: {vals}")
+            vals = ", ".join(f"{k}={field_of(rec, k)!r}" for k in fields if k != "nan flag") or "nan=true"
+            bad.append(f"rank {rank} step {field_of(rec, 'step')}: {vals}")
     finite = Check(
         f"{arm}.no_nan_inf", float(len(bad)), 0.0, not bad,
         ("first " + bad[0] + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else "")) if bad
         else "loss and grad norm finite on every step",
     )
-    skipped = [f"rank {rank} step {rec.get('step')}" for rank, rec in _records(steps) if rec.get("skipped")]
+    skipped = [f"rank {rank} step {field_of(rec, 'step')}" for rank, rec in _records(steps)
+               if field_of(rec, "skipped")]
     no_skip = Check(
         f"{arm}.no_skipped_step", float(len(skipped)), 0.0, not skipped,
         ("optimizer step skipped at " + ", ".join(skipped[:5]) + (" ..." if len(skipped) > 5 else ""))
@@ -422,48 +437,119 @@ def _repeat(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
 def _graph_vs_eager(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     p: GraphVsEagerContract = _params(GraphVsEagerContract, pair)
     arms = _two(pair)
+    aux = p.aux_loss if p.aux_loss is not None else p.loss
     gn = p.grad_norm if p.grad_norm is not None else p.loss
     return (_series_check("loss", "loss", data, arms, p.loss),
+            _series_check("aux_loss", "aux_loss", data, arms, aux),
             _series_check("grad_norm", "grad_norm", data, arms, gn))
 
 
-def _peak(steps: Steps, key: str) -> Optional[float]:
-    vals = [float(rec[key]) for _, rec in _records(steps) if _finite_number(rec.get(key))]
-    return max(vals) if vals else None
+MIB = 2.0 ** 20
 
 
-def _memory_check(name: str, key: str, data: Mapping[str, Steps], arms: tuple[str, str],
-                  bound_pct: float) -> Check:
-    cand, ref = _peak(data[arms[0]], key), _peak(data[arms[1]], key)
-    if cand is None or ref is None:
-        return Check(name, None, bound_pct, True,
-                     f"not applicable: no '{key}' figures in {arms[0] if cand is None else arms[1]} "
-                     "(CPU run: memory is recorded only with CUDA)", applicable=False)
-    if ref <= 0:
-        return Check(name, None, bound_pct, False, f"{arms[1]} peak {key} is {ref:.0f}: cannot form a percentage")
-    delta = (cand - ref) / ref * 100.0
-    gib = 1024.0 ** 3
-    return Check(name, delta, bound_pct, delta <= bound_pct,
-                 f"peak {key} {cand / gib:.3f} GiB ({arms[0]}) vs {ref / gib:.3f} GiB ({arms[1]}): "
-                 f"{delta:+.2f}% (bound +{bound_pct:g}%)")
+def _probes(steps: Steps) -> dict[int, Any]:
+    """Rank -> its memory probe (the last recorded), for ranks that have one."""
+    out: dict[int, Any] = {}
+    for rank, rec in _records(steps):
+        probe = field_of(rec, "memory_probe")
+        if probe is not None:
+            out[rank] = probe
+    return out
+
+
+def _graph_stats(steps: Steps) -> dict[int, Any]:
+    out: dict[int, Any] = {}
+    for rank, rec in _records(steps):
+        stats = field_of(rec, "graph_stats")
+        if stats is not None:
+            out[rank] = stats
+    return out
+
+
+def _probe_value(probe: Any, key: str) -> float:
+    return float(probe[key] if isinstance(probe, Mapping) else getattr(probe, key))
+
+
+def _not_applicable(name: str, bound: Optional[float], arms: tuple[str, str], what: str) -> Check:
+    return Check(name, None, bound, True, f"not applicable: {what} ({arms[0]} vs {arms[1]}; CPU "
+                 "runs record no device memory)", applicable=False)
+
+
+def _probe_check(name: str, data: Mapping[str, Steps], arms: tuple[str, str], key: str,
+                 bound_pct: Optional[float], of_device: bool) -> Check:
+    """Per-rank delta of a probe figure (candidate minus reference), in MiB and in percent of the
+    device (``of_device``) or of the reference figure; the worst rank is the check's value. A check
+    without a bound is recorded (applicable, passed) with the figures."""
+    cand, ref = _probes(data[arms[0]]), _probes(data[arms[1]])
+    ranks = sorted(set(cand) & set(ref))
+    if not ranks:
+        return _not_applicable(name, bound_pct, arms, "no memory probe in both arms")
+    worst: Optional[float] = None
+    parts = []
+    for r in ranks:
+        a, b = _probe_value(cand[r], key), _probe_value(ref[r], key)
+        base = _probe_value(ref[r], "device_total_bytes") if of_device else b
+        pct = (a - b) / base * 100.0 if base > 0 else math.inf
+        worst = pct if worst is None else max(worst, pct)
+        parts.append(f"r{r} {(a - b) / MIB:+.0f} MiB ({pct:+.2f}%)")
+    assert worst is not None
+    of = "of the device" if of_device else f"of {arms[1]}"
+    detail = f"{key} {arms[0]} - {arms[1]}, % {of}: " + ", ".join(parts)
+    if bound_pct is None:
+        return Check(name, worst, None, True, detail + " (no bound declared)")
+    return Check(name, worst, bound_pct, worst <= bound_pct, detail + f"; bound +{bound_pct:g}%")
 
 
 def _dcp_vs_fixed_cp(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     p: DcpVsFixedCpContract = _params(DcpVsFixedCpContract, pair)
     arms = _two(pair)
-    checks = [_series_check("loss", "loss", data, arms, p.loss),
-              _series_check("aux_loss", "aux_loss", data, arms, p.aux_loss)]
-    if p.device_delta_pct is not None:
-        checks.append(_memory_check("device_delta_pct", "max_allocated_bytes", data, arms, p.device_delta_pct))
-    if p.reserved_delta_pct is not None:
-        checks.append(_memory_check("reserved_delta_pct", "reserved_bytes", data, arms, p.reserved_delta_pct))
-    return tuple(checks)
+    return (_series_check("loss", "loss", data, arms, p.loss),
+            _series_check("aux_loss", "aux_loss", data, arms, p.aux_loss),
+            _probe_check("device_delta_pct", data, arms, "device_used_bytes", p.device_delta_pct, True),
+            _probe_check("active_delta_pct", data, arms, "active_bytes", p.active_delta_pct, False),
+            _probe_check("reserved_delta_pct", data, arms, "reserved_bytes", p.reserved_delta_pct, False),
+            _pool_figures(data, arms))
+
+
+def _pool_figures(data: Mapping[str, Steps], arms: tuple[str, str]) -> Check:
+    """Graph-pool bytes of both arms per rank (recorded, never failing)."""
+    cand, ref = _graph_stats(data[arms[0]]), _graph_stats(data[arms[1]])
+    if not cand and not ref:
+        return Check("graph_pool_bytes", None, None, True, "not applicable: eager arms",
+                     applicable=False)
+    ranks = sorted(set(cand) | set(ref))
+    txt = lambda st, r: f"{_probe_value(st[r], 'pool_reserved_bytes') / MIB:.0f}" if r in st else "-"
+    parts = [f"r{r} {txt(cand, r)} vs {txt(ref, r)} MiB" for r in ranks]
+    return Check("graph_pool_bytes", None, None, True,
+                 f"graph pool reserved, {arms[0]} vs {arms[1]}: " + ", ".join(parts))
+
+
+def _graph_pools(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
+    """Slot-shared pool over the largest single variant's pool (the largest separate pool)."""
+    p: GraphPoolsContract = _params(GraphPoolsContract, pair)
+    arms = _two(pair)
+    shared, separate = _graph_stats(data[arms[0]]), _graph_stats(data[arms[1]])
+    ranks = sorted(set(shared) & set(separate))
+    if not ranks:
+        return (Check("pool_ratio", None, p.max_ratio, False,
+                      f"no capture statistics in both {arms[0]} and {arms[1]}"),)
+    worst, parts = -math.inf, []
+    for r in ranks:
+        largest = _probe_value(separate[r], "largest_pool_bytes")
+        ratio = _probe_value(shared[r], "pool_reserved_bytes") / largest if largest > 0 else math.inf
+        summed = _probe_value(separate[r], "pool_reserved_bytes") / largest if largest > 0 else math.inf
+        worst = max(worst, ratio)
+        parts.append(f"r{r} {ratio:.3f} (separate pools {summed:.3f}, largest variant "
+                     f"{largest / MIB:.0f} MiB)")
+    return (Check("pool_ratio", worst, p.max_ratio, worst <= p.max_ratio,
+                  f"graph pool / largest single variant's pool: " + ", ".join(parts)),)
 
 
 CONTRACTS: Mapping[str, ContractFn] = MappingProxyType({
     "repeat": _repeat,
     "graph_vs_eager": _graph_vs_eager,
     "dcp_vs_fixed_cp": _dcp_vs_fixed_cp,
+    "graph_pools": _graph_pools,
 })
 
 
@@ -501,6 +587,11 @@ def evaluate_pair(
     """Arm checks of the pair's arms + the contract's checks -> one PairVerdict."""
     checks: list[Check] = []
     errors: list[str] = []
+    skipped = [(a, arm_data[a][0]) for a in pair.arms
+               if a in arm_data and arm_data[a][0] is not None and arm_data[a][0].status == "skipped"]
+    if skipped:
+        why = "; ".join(f"{a}: {o.detail}" for a, o in skipped)
+        return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), (), "skipped", why)
     for arm in pair.arms:
         outcome, steps = arm_data.get(arm, (None, {}))
         err = _arm_error(arm, outcome, arm in arm_data)

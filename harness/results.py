@@ -20,7 +20,7 @@ import math
 import os
 import re
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, TypeVar, Union
 
@@ -35,7 +35,7 @@ SUMMARY_FILE = "summary.md"
 JUNIT_FILE = "junit.xml"
 INDEX_FILE = "index.json"
 
-ARM_STATUSES = ("ok", "failed", "timeout", "infra")
+ARM_STATUSES = ("ok", "failed", "timeout", "infra", "skipped")
 
 _RANK_FILE = re.compile(r"^rank(\d+)\.jsonl$")
 _NONFINITE_TO_STR = {math.inf: "Infinity", -math.inf: "-Infinity"}
@@ -169,6 +169,145 @@ def read_json_record(path: PathLike, parse: Callable[[Mapping[str, Any]], T]) ->
         raise ResultsError(f"{p}: {exc}") from exc
 
 
+# --------------------------------------------------------------------------- typed step records
+def _opt_int(value: Any, name: str) -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ResultsError(f"'{name}' must be an integer or null, got {value!r}")
+    return value
+
+
+def _opt_float(value: Any, name: str) -> Optional[float]:
+    try:
+        return decode_float(value)
+    except ResultsError as exc:
+        raise ResultsError(f"'{name}': {exc}") from None
+
+
+def _from_fields(cls: type, data: Mapping[str, Any], what: str,
+                 given: Optional[Mapping[str, Any]] = None) -> Any:
+    """``cls(**data)`` for a dataclass of ints, floats, bools, strs (typed by annotation name)
+    plus the already-parsed fields ``given``; unknown keys are errors, so a renamed key is caught
+    where it is read."""
+    given = dict(given or {})
+    known = {f.name: f for f in fields(cls) if f.name not in given}
+    unknown = sorted(set(data) - set(known) - set(given))
+    if unknown:
+        raise ResultsError(f"{what} has unknown keys {unknown} (known: {sorted(known)})")
+    out: dict[str, Any] = {}
+    for name, f in known.items():
+        if name not in data:
+            continue
+        value, kind = data[name], str(f.type)
+        if "int" in kind and "float" not in kind:
+            out[name] = _opt_int(value, name)
+        elif "float" in kind:
+            out[name] = _opt_float(value, name)
+        elif "bool" in kind:
+            if not isinstance(value, bool):
+                raise ResultsError(f"'{name}' must be true or false, got {value!r}")
+            out[name] = value
+        else:
+            out[name] = None if value is None else str(value)
+    try:
+        return cls(**out, **given)
+    except (TypeError, ValueError) as exc:
+        raise ResultsError(f"{what}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class MemoryProbe:
+    """Memory of one rank after ``train.memory_probe_step`` and ``torch.cuda.empty_cache()``."""
+
+    device_used_bytes: int  # whole device (NVML / cudaMemGetInfo: total - free), every process
+    device_total_bytes: int
+    allocated_bytes: int  # this process's caching allocator: allocated (= active after the step)
+    active_bytes: int
+    reserved_bytes: int
+
+
+@dataclass(frozen=True)
+class GraphStats:
+    """What one rank's CUDA-graph capture built (recorded on the step after which it ran)."""
+
+    summary: str  # the core's capture line
+    variants: int  # CP variants captured
+    physical_slots: int
+    graphs: int
+    pool_reserved_bytes: int  # every graph pool of the rank together
+    pool_allocated_bytes: int
+    arena_bytes: int
+    largest_pool_bytes: int  # the largest single pool (one CP size with separate pools)
+    pools: int  # 1 (slot-shared) or one per CP size
+    capture_s: float
+    warmup_s: float
+    capture_peak_bytes: int
+    warmup_peak_bytes: int
+
+
+_NESTED = {"memory_probe": MemoryProbe, "graph_stats": GraphStats}
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One rank's record of one completed step: what the workload writes and every reader reads.
+
+    ``loss`` is the global per-token LM loss (identical on every rank), ``aux_loss`` Megatron's
+    unscaled load-balancing loss averaged over layers, ``grad_norm`` the global norm before
+    clipping. Memory fields are None without CUDA. ``graphed`` says whether the step replayed CUDA
+    graphs; ``memory_probe`` and ``graph_stats`` are set on the steps where they were measured.
+    """
+
+    step: int
+    loss: Optional[float] = None
+    aux_loss: Optional[float] = None
+    grad_norm: Optional[float] = None
+    nan: bool = False
+    skipped: bool = False
+    tokens: Optional[int] = None
+    microbatches: Optional[int] = None
+    cp_sizes: tuple[int, ...] = ()
+    lr: Optional[float] = None
+    step_time_s: Optional[float] = None
+    device: Optional[str] = None
+    allocated_bytes: Optional[int] = None
+    reserved_bytes: Optional[int] = None
+    active_bytes: Optional[int] = None
+    max_allocated_bytes: Optional[int] = None
+    graphed: bool = False
+    memory_probe: Optional[MemoryProbe] = None
+    graph_stats: Optional[GraphStats] = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 1:
+            raise ValueError(f"a step record needs an integer 'step' >= 1, got {self.step!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["cp_sizes"] = list(self.cp_sizes)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "StepRecord":
+        """Read a record (ResultsError naming the key for an unknown or mistyped field)."""
+        if "step" not in data:
+            raise ResultsError("step record has no 'step'")
+        sizes = data.get("cp_sizes", [])
+        if not isinstance(sizes, list) or any(isinstance(x, bool) or not isinstance(x, int) for x in sizes):
+            raise ResultsError(f"'cp_sizes' must be a list of integers, got {sizes!r}")
+        given: dict[str, Any] = {"cp_sizes": tuple(sizes)}
+        for key, kind in _NESTED.items():
+            value = data.get(key)
+            if value is not None and not isinstance(value, Mapping):
+                raise ResultsError(f"'{key}' must be an object or null, got {value!r}")
+            given[key] = None if value is None else _from_fields(kind, value, f"'{key}'")
+        flat = {k: v for k, v in data.items() if k not in given}
+        return _from_fields(cls, flat, "step record", given)
+
+
 # --------------------------------------------------------------------------- step records
 def _parse_lines(path: Path, data: bytes) -> tuple[list[dict], int]:
     """Parse complete lines of a JSONL file. Returns (records, byte length of the good prefix).
@@ -206,13 +345,22 @@ def _parse_lines(path: Path, data: bytes) -> tuple[list[dict], int]:
     return records, good
 
 
-def read_rank_file(path: PathLike) -> list[dict]:
+def read_rank_file(path: PathLike) -> list[StepRecord]:
+    """The typed records of one rank file (a torn last line ignored); ResultsError naming
+    file:line for a line that is not a valid step record."""
     p = Path(path)
-    return _parse_lines(p, p.read_bytes())[0]
+    out = []
+    for lineno, raw in enumerate(_parse_lines(p, p.read_bytes())[0], start=1):
+        try:
+            out.append(StepRecord.from_dict(raw))
+        except ResultsError as exc:
+            raise ResultsError(f"{p}: record {lineno}: {exc}. Delete the arm folder {p.parent} "
+                               "and re-run") from None
+    return out
 
 
-def read_steps(arm_dir_: PathLike) -> dict[int, list[dict]]:
-    """Rank -> step records of one arm (a torn last line ignored). Missing folder -> {}."""
+def read_steps(arm_dir_: PathLike) -> dict[int, list[StepRecord]]:
+    """Rank -> typed step records of one arm (a torn last line ignored). Missing folder -> {}."""
     d = Path(arm_dir_)
     out: dict[int, list[dict]] = {}
     if not d.is_dir():
@@ -259,13 +407,20 @@ class StepWriter:
         """Number of the last durably recorded step (0 when none): resume after it."""
         return self._last_step
 
-    def append(self, record: Mapping[str, Any]) -> bool:
+    def append(self, record: Union[StepRecord, Mapping[str, Any]]) -> bool:
         """Write one step record durably. Returns False (and writes nothing) for a step that is
-        already recorded; raises ValueError for a record without a valid ``step``."""
-        step = _step_of(record, self.path)
+        already recorded; raises ValueError for a record without a valid ``step`` (a mapping is
+        read through :meth:`StepRecord.from_dict`, so what is written can be read back)."""
+        if not isinstance(record, StepRecord):
+            _step_of(record, self.path)
+            try:
+                record = StepRecord.from_dict(record)
+            except ResultsError as exc:
+                raise ValueError(f"{self.path}: {exc}") from None
+        step = record.step
         if step <= self._last_step:
             return False
-        line = json.dumps(encode_nonfinite(dict(record)), allow_nan=False, ensure_ascii=False)
+        line = json.dumps(encode_nonfinite(record.to_dict()), allow_nan=False, ensure_ascii=False)
         with open(self.path, "ab") as fh:
             fh.write(line.encode("utf-8") + b"\n")
             fh.flush()
@@ -287,7 +442,8 @@ class ArmOutcome:
     """How one arm's run ended.
 
     status: ``ok`` (every rank exited 0), ``failed`` (a rank crashed), ``timeout`` (the arm ran
-    past its limit), ``infra`` (the launcher/cluster failed: node lost, job never started).
+    past its limit), ``infra`` (the launcher/cluster failed: node lost, job never started),
+    ``skipped`` (not run: this machine cannot run it, e.g. no CUDA; ``detail`` says why).
     ``repro`` is a one-line shell command that re-runs the arm; ``log_tail`` the last log lines
     (plus stacks of hung ranks); ``restarts`` how often it was requeued/resumed.
     """
@@ -312,6 +468,8 @@ class ArmOutcome:
 
     def describe(self) -> str:
         """One line, e.g. ``timeout after 1800.0 s (returncode None): ranks 1 hung``."""
+        if self.status == "skipped":
+            return f"skipped: {self.detail}"
         what = {"ok": "ok", "failed": "failed", "timeout": "timeout", "infra": "infrastructure failure"}
         text = f"{what[self.status]} after {self.wall_s:.1f} s (returncode {self.returncode})"
         return f"{text}: {self.detail}" if self.detail else text

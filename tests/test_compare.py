@@ -39,6 +39,10 @@ def run(losses: list[float], ranks: int = 2, *, grad: Optional[list[float]] = No
                  "skipped": False, "step_time_s": 0.1, "device": "cpu",
                  "allocated_bytes": None, "reserved_bytes": reserved, "active_bytes": None,
                  "max_allocated_bytes": mem}
+            if mem is not None and i == len(losses) - 1:  # the memory probe after the last step
+                r["memory_probe"] = {"device_used_bytes": int(mem), "device_total_bytes": int(100 * GIB),
+                                     "allocated_bytes": int(mem), "active_bytes": int(mem),
+                                     "reserved_bytes": int(reserved or 0)}
             r.update((at or {}).get(i + 1, {}))
             recs.append(r)
         out[rank] = recs
@@ -180,7 +184,9 @@ def test_dcp_vs_fixed_cp_memory_deltas() -> None:
                      "fixed-cp2": (OK, run(LOSS, mem=10 * GIB, reserved=12 * GIB))})
     checks = by_name(ok.pairs[0])
     assert ok.status == "pass" and checks["device_delta_pct"].applicable
-    assert checks["device_delta_pct"].value == pytest.approx(0.5)
+    assert checks["device_delta_pct"].value == pytest.approx(0.05)  # % of the 100 GiB device
+    assert "+51 MiB (+0.05%)" in checks["device_delta_pct"].detail
+    assert checks["active_delta_pct"].value == pytest.approx(0.5)  # % of the fixed-CP arm's
     assert checks["reserved_delta_pct"].value == pytest.approx(0.0)
     bad = one([DCP], {"dcp": (OK, run(LOSS, mem=10 * GIB, reserved=13 * GIB)),
                       "fixed-cp2": (OK, run(LOSS, mem=10 * GIB, reserved=12 * GIB))})

@@ -176,13 +176,13 @@ def test_summary_and_index(tmp_path: Path) -> None:
     assert "**FAIL** (gate exit 1)" in summary
     row = next(line for line in summary.splitlines() if line.startswith("| a-pass | dcp_vs_fixed_cp"))
     assert "| PASS |" in row and "2.1 / 2.1001" in row and "rel 4.8e-05, step 4" in row
-    assert "(2 n/a)" in row and "0.300 / 0.300 s" in row
+    assert "(4 n/a)" in row and "0.300 / 0.300 s" in row
     assert "## Failures" in summary and "eager-repeat.no_nan_inf: FAILED" in summary
     assert "## Errors" in summary and "`dcp-harness run cases/focused/c.yaml -k c-crash`" in summary
     assert "\n\n\n" not in summary  # one blank line between sections, also Failures -> Errors
     index = json.loads((tmp_path / "index.json").read_text())
     assert index["status"] == "fail" and index["exit_code"] == 1
-    assert index["counts"] == {"cases": 3, "entries": 4, "pass": 2, "fail": 1, "error": 1}
+    assert index["counts"] == {"cases": 3, "entries": 4, "pass": 2, "fail": 1, "error": 1, "skipped": 0}
     case = {c["id"]: c for c in index["cases"]}
     assert case["b-nan"]["pairs"][0]["failed_checks"] == ["eager-repeat.no_nan_inf", "loss"]
     assert case["c-crash"]["arms"]["eager-repeat"]["status"] == "failed"

@@ -36,8 +36,8 @@ def test_append_and_read_round_trip(tmp_path: Path) -> None:
         assert w.completed_steps() == 3
     steps = read_steps(tmp_path)
     assert sorted(steps) == [0, 1]
-    assert [r["loss"] for r in steps[1]] == [1.1, 2.1, 3.1]
-    assert steps[0][0]["cp_sizes"] == [1, 2]
+    assert [r.loss for r in steps[1]] == [1.1, 2.1, 3.1]
+    assert steps[0][0].cp_sizes == (1, 2)
     lines = (tmp_path / "rank0.jsonl").read_text().splitlines()
     assert len(lines) == 3 and all(json.loads(line)["step"] for line in lines)
 
@@ -48,7 +48,7 @@ def test_nonfinite_values_are_standard_json_and_round_trip(tmp_path: Path) -> No
     text = (tmp_path / "rank0.jsonl").read_text()
     assert "NaN" in text and json.loads(text, parse_constant=lambda c: pytest.fail(c))
     r = read_steps(tmp_path)[0][0]
-    assert math.isnan(r["loss"]) and r["grad_norm"] == math.inf and r["aux_loss"] == -math.inf
+    assert math.isnan(r.loss) and r.grad_norm == math.inf and r.aux_loss == -math.inf
 
 
 def test_torn_last_line_is_ignored_on_read(tmp_path: Path) -> None:
@@ -57,7 +57,7 @@ def test_torn_last_line_is_ignored_on_read(tmp_path: Path) -> None:
     w.append(rec(2))
     with open(tmp_path / "rank0.jsonl", "ab") as fh:
         fh.write(b'{"step": 3, "loss": 1.')  # killed mid-write
-    assert [r["step"] for r in read_steps(tmp_path)[0]] == [1, 2]
+    assert [r.step for r in read_steps(tmp_path)[0]] == [1, 2]
 
 
 def test_corrupt_middle_line_is_an_error_naming_the_file(tmp_path: Path) -> None:
@@ -79,8 +79,8 @@ def test_resume_cuts_torn_line_and_appends_without_duplicates(tmp_path: Path) ->
     for step in (4, 5):
         assert resumed.append(rec(step))
     records = read_steps(tmp_path)[0]
-    assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
-    assert records[2]["loss"] == 2.0
+    assert [r.step for r in records] == [1, 2, 3, 4, 5]
+    assert records[2].loss == 2.0
     assert (tmp_path / "rank0.jsonl").read_bytes().endswith(b"\n")
 
 
@@ -142,13 +142,15 @@ def test_list_arm_dirs(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- properties
 
-_values = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6),
-                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8))
+_numbers = st.one_of(st.none(), st.integers(-10**6, 10**6).map(float),
+                     st.floats(allow_nan=True, allow_infinity=True))
 
 
 @settings(max_examples=25, deadline=None)
 @given(cut=st.integers(min_value=0, max_value=10**6), n=st.integers(1, 6),
-       extra=st.dictionaries(st.sampled_from(["loss", "aux_loss", "grad_norm", "device"]), _values))
+       extra=st.fixed_dictionaries({}, optional={"loss": _numbers, "aux_loss": _numbers,
+                                                 "grad_norm": _numbers,
+                                                 "device": st.one_of(st.none(), st.text(max_size=8))}))
 def test_any_truncation_keeps_exactly_the_complete_lines(tmp_path_factory: pytest.TempPathFactory,
                                                           cut: int, n: int, extra: dict) -> None:
     d = tmp_path_factory.mktemp("arm")
@@ -161,19 +163,17 @@ def test_any_truncation_keeps_exactly_the_complete_lines(tmp_path_factory: pytes
     path.write_bytes(data[:cut])
     complete = data[:cut].count(b"\n")
     records = read_steps(d)[0]
-    assert [r["step"] for r in records] == list(range(1, complete + 1))
+    assert [r.step for r in records] == list(range(1, complete + 1))
     for r in records:
         for key, value in extra.items():
-            if value in ("NaN", "Infinity", "-Infinity"):
-                continue  # documented: these strings read back as floats
             if isinstance(value, float) and math.isnan(value):
-                assert math.isnan(r[key])
+                assert math.isnan(getattr(r, key))
             else:
-                assert r[key] == value
+                assert getattr(r, key) == value
     resumed = StepWriter(d, 0)
     assert resumed.completed_steps() == complete
     assert resumed.append({"step": complete + 1})
-    assert [r["step"] for r in read_steps(d)[0]] == list(range(1, complete + 2))
+    assert [r.step for r in read_steps(d)[0]] == list(range(1, complete + 2))
 
 
 @pytest.mark.parametrize(("content", "message"), [
@@ -188,3 +188,21 @@ def test_unusable_outcome_file_is_a_results_error_naming_it(tmp_path: Path, cont
     with pytest.raises(ResultsError, match=message) as info:
         read_outcome(tmp_path)
     assert str(tmp_path / "outcome.json") in str(info.value)
+
+
+def test_records_are_typed_and_a_renamed_key_is_an_error(tmp_path: Path) -> None:
+    w = StepWriter(tmp_path, 0)
+    with pytest.raises(ValueError, match="unknown keys \\['max_alloc_bytes'\\]"):
+        w.append({"step": 1, "max_alloc_bytes": 5})
+    with pytest.raises(ValueError, match="'loss'"):
+        w.append({"step": 1, "loss": "low"})
+    probe = {"device_used_bytes": 10, "device_total_bytes": 100, "allocated_bytes": 5,
+             "active_bytes": 5, "reserved_bytes": 8}
+    assert w.append({"step": 1, "loss": 1.0, "memory_probe": probe, "graphed": True})
+    (r,) = read_steps(tmp_path)[0]
+    assert r.graphed and r.memory_probe is not None and r.memory_probe.device_used_bytes == 10
+    with open(tmp_path / "rank0.jsonl", "a") as fh:  # a hand-edited line with a renamed key
+        fh.write(json.dumps({"step": 2, "max_alloc_bytes": 1}) + "\n")
+        fh.write(json.dumps({"step": 3}) + "\n")
+    with pytest.raises(ResultsError, match="record 2.*max_alloc_bytes"):
+        read_steps(tmp_path)

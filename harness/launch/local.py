@@ -85,6 +85,21 @@ def device_env(world_size: int, gpus: int) -> tuple[dict[str, str], str]:
     return {"CUDA_VISIBLE_DEVICES": ""}, f"{world_size} rank(s) on CPU (gloo): {why}"
 
 
+def skip_reason(case: Case, gpus: int) -> Optional[str]:
+    """Why this machine cannot run ``case`` (an arm case) at all, or None. A case that needs CUDA
+    (``resources.device: cuda``, or any graph case) needs one CUDA GPU per rank here; other cases
+    run on CPU processes when GPUs are short."""
+    if not case.needs_cuda:
+        return None
+    why = "graph arms (CUDA graphs)" if case.graphs is not None else "resources.device: cuda"
+    if gpus == 0:
+        return f"needs CUDA ({why}); this machine has no CUDA GPU"
+    if gpus < case.world_size:
+        return (f"needs {case.world_size} CUDA GPUs (resources.nodes x gpus_per_node, one per "
+                f"rank); this machine has {gpus}")
+    return None
+
+
 def rank_env(base: Mapping[str, str], rank: int, world_size: int, port: int,
              extra: Mapping[str, str]) -> dict[str, str]:
     env = dict(base)
@@ -296,14 +311,21 @@ class LocalLauncher:
     def run_arm(self, case: Case, arm: Arm, arm_dir: Path, case_json: Path) -> ArmOutcome:
         """Run every rank of ``arm``; never raises for a failing arm (see :class:`ArmOutcome`)."""
         arm_dir = Path(arm_dir)
-        extra, where = device_env(case.world_size, cuda_device_count())
+        world = arm.case.world_size
+        gpus = cuda_device_count()
         arm_dir.mkdir(parents=True, exist_ok=True)
+        skip = skip_reason(arm.case, gpus)
+        if skip is not None:
+            with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
+                log.write(f"[launcher] case {case.id} arm {arm.name}: skipped: {skip}\n")
+            return ArmOutcome(status="skipped", detail=skip)
+        extra, where = device_env(world, gpus)
         with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
             log.write(f"[launcher] case {case.id} arm {arm.name}: {where}\n")
         cmd = RankCommand(
             argv=(self.python, "-u", "-m", "harness.launch.rank_main", "--case", str(case_json),
                   "--arm", arm.name, "--out", str(arm_dir)),
-            world_size=case.world_size, arm_dir=arm_dir, timeout_s=self.timeout_s(case),
+            world_size=world, arm_dir=arm_dir, timeout_s=self.timeout_s(case),
             env=extra,
             repro=repro_command(self.python, Path(case_json).resolve(), arm.name, case.id,
                                 os.environ.get(FAULT_ENV)),

@@ -32,7 +32,10 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Callable, Mapping, Optional, Sequence
+from typing import IO, TYPE_CHECKING, Callable, Mapping, Optional, Sequence
+
+if TYPE_CHECKING:
+    from harness.results import StepRecord
 
 FAULT_ENV = "DCP_HARNESS_FAULT"
 # Set by the local launcher: its pid. A rank whose launcher is gone stops itself (no orphans).
@@ -184,15 +187,17 @@ def step_line(arm_name: str, rank: int, steps: int, record: Mapping[str, object]
 
 # --------------------------------------------------------------------------- entry points
 def _step_callback(writer, fault: Optional[Fault], rank: int, arm_name: str,
-                   steps: int) -> Callable[[dict], None]:
-    def on_step(record: dict) -> None:
-        step = int(record["step"])
+                   steps: int) -> Callable[["StepRecord"], None]:
+    def on_step(record: StepRecord) -> None:
+        step = record.step
         if fault is not None and fault.applies(rank, step):
             trigger_fault(fault, rank, step)
         # A step re-run after resuming from an older checkpoint is already recorded: the store
         # keeps the first record and append() returns False.
         if writer.append(record):
-            print(step_line(arm_name, rank, steps, record), flush=True)
+            print(step_line(arm_name, rank, steps, record.to_dict()), flush=True)
+            if record.graph_stats is not None:
+                print(f"[{arm_name} r{rank}] {record.graph_stats.summary}", flush=True)
 
     return on_step
 
@@ -231,6 +236,14 @@ def _destroy_process_group() -> None:
         dist.destroy_process_group()
 
 
+def _describe(case) -> str:
+    par, ex = case.parallel, case.execution
+    cp = f"dynamic CP {list(par.cp_sizes)}" if par.is_dynamic else f"CP {par.max_cp}"
+    how = (f"CUDA graphs, scope {case.graphs.scope}, {ex.pools} pool(s)" if ex.graphed
+           else "eager" + (", static shapes" if case.static_shapes else ""))
+    return f"pp {par.pp} vpp {par.vpp} ep {par.ep} {cp}; {how}"
+
+
 def run_rank(case, arm_name: str, arm_dir: Path, resume: bool = True) -> None:
     """Train arm ``arm_name`` of ``case`` as this process's rank, writing ``arm_dir``.
 
@@ -241,9 +254,10 @@ def run_rank(case, arm_name: str, arm_dir: Path, resume: bool = True) -> None:
     from harness.workload import init_distributed, train_arm
 
     arm = arm_by_name(case, arm_name)
+    run_case = arm.case  # the derived case this arm trains (its own layout and execution)
     arm_dir = Path(arm_dir)
     arm_dir.mkdir(parents=True, exist_ok=True)
-    os.environ.update(resolve_rank_env(os.environ, case.world_size))
+    os.environ.update(resolve_rank_env(os.environ, run_case.world_size))
     rank = int(os.environ["RANK"])
     fault = parse_fault(os.environ.get(FAULT_ENV))
     writer = StepWriter(arm_dir, rank)
@@ -260,13 +274,13 @@ def run_rank(case, arm_name: str, arm_dir: Path, resume: bool = True) -> None:
         ctx = init_distributed()
         steps = case.train.steps
         print(
-            f"[{arm.name} r{rank}] case {case.id} arm {arm.name} {arm.options} rank {rank}/"
+            f"[{arm.name} r{rank}] case {case.id} arm {arm.name} ({_describe(run_case)}) rank {rank}/"
             f"{ctx.world_size} on {ctx.device} ({ctx.backend}); "
             f"{done}/{steps} steps already recorded",
             flush=True,
         )
         started = time.monotonic()
-        train_arm(case, arm.options, ctx,
+        train_arm(run_case, ctx,
                   _step_callback(writer, fault, rank, arm.name, steps),
                   checkpoint_dir=checkpoint_dir)
         print(f"[{arm.name} r{rank}] done: {writer.completed_steps()}/{steps} steps recorded in "

@@ -104,7 +104,7 @@ def arm_is_complete(case: Case, arm_dir: Path) -> bool:
         return False
     steps = read_steps(arm_dir)
     want = set(range(1, case.train.steps + 1))
-    return all(want <= {r.get("step") for r in steps.get(rank, [])}
+    return all(want <= {r.step for r in steps.get(rank, [])}
                for rank in range(case.world_size))
 
 
@@ -119,6 +119,8 @@ def finalize_case(case_dir: Path) -> CaseVerdict:
             arm_data[arm.name] = (read_outcome(arm_dir), read_steps(arm_dir))
     verdict = evaluate_case(case.id, pairs_for_case(case), arm_data,
                             expected_steps=case.train.steps, expected_ranks=case.world_size)
+    # (every arm of a case runs the case's world size; a reference arm of another size would
+    # pass its own expected ranks)
     write_verdict(case_dir, verdict)
     return verdict
 
@@ -197,7 +199,7 @@ def _run_cases(cases: Sequence[Case], out_dir: Path, launcher: ArmLauncher,
             shown.case_started(case.id, index, len(arms))
             for arm in arms:
                 arm_dir = case_dir / arm.name
-                if arm_is_complete(case, arm_dir):
+                if arm_is_complete(arm.case, arm_dir):
                     skipped += 1
                     shown.arm_skipped(case.id, arm.name, "already complete")
                     continue
@@ -206,7 +208,7 @@ def _run_cases(cases: Sequence[Case], out_dir: Path, launcher: ArmLauncher,
                 shown.arm_started(case.id, arm.name, arm_dir, case.train.steps)
                 outcome = _run_one(launcher, case, arm, arm_dir, case_dir / CASE_FILE)
                 write_outcome(arm_dir, outcome)
-                if arm_is_complete(case, arm_dir):  # finished for good: no resume needed
+                if arm_is_complete(arm.case, arm_dir):  # finished for good: no resume needed
                     shutil.rmtree(arm_dir / CHECKPOINT_DIR, ignore_errors=True)
                 ran += 1
                 shown.arm_finished(case.id, arm.name, outcome)

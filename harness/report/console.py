@@ -12,7 +12,7 @@ from harness.results import PathLike
 from .load import SweepView, load_sweep
 from .text import checks_cell, failed_names, final_loss_cell, loss_delta_cell, peak_mem_cell, step_time_cell
 
-_STYLE = {"pass": "green", "fail": "bold red", "error": "yellow"}
+_STYLE = {"pass": "green", "fail": "bold red", "error": "yellow", "skipped": "dim"}
 # Width of tables written to a file, pipe or CI log: rich would assume 80 columns there and
 # elide case ids or fold cells into one character per line.
 LOG_WIDTH = 240
@@ -33,7 +33,8 @@ def console_table(sweep: Any, console: Optional[Console] = None) -> Table:
     view = _view(sweep)
     counts = view.counts()
     table = Table(title=f"sweep {view.name}: {counts['cases']} case(s); {counts['pass']} pass, "
-                        f"{counts['fail']} fail, {counts['error']} error")
+                        f"{counts['fail']} fail, {counts['error']} error, "
+                        f"{counts['skipped']} skipped")
     show_why = any(p.status != "pass" for _, p in view.rows)
     for col in ("case", "pair", "checks", "verdict"):
         table.add_column(col, no_wrap=True)

@@ -24,7 +24,9 @@ class GateResult:
 def exit_code(sweep: SweepView) -> int:
     if not sweep.cases:
         return EXIT_ERROR
-    return {"pass": EXIT_PASS, "fail": EXIT_FAIL, "error": EXIT_ERROR}[sweep.status]
+    # A sweep where nothing ran (every entry skipped) proves nothing: an error, not a pass.
+    return {"pass": EXIT_PASS, "fail": EXIT_FAIL, "error": EXIT_ERROR,
+            "skipped": EXIT_ERROR}[sweep.status]
 
 
 def gate_result(sweep: SweepView) -> GateResult:
@@ -38,7 +40,10 @@ def gate_result(sweep: SweepView) -> GateResult:
     code = exit_code(sweep)
     c = sweep.counts()
     head = (f"gate: {sweep.status.upper()} (exit {code}): {c['cases']} case(s), {c['entries']} "
-            f"verdict entries: {c['pass']} pass, {c['fail']} fail, {c['error']} error")
+            f"verdict entries: {c['pass']} pass, {c['fail']} fail, {c['error']} error, "
+            f"{c['skipped']} skipped")
+    if sweep.status == "skipped":
+        head += "; nothing ran here, so nothing passed (run it where the cases can run)"
     lines = [head]
     for case, p in sweep.rows:
         if p.status == "fail":
@@ -46,6 +51,8 @@ def gate_result(sweep: SweepView) -> GateResult:
             lines.append(f"  FAIL  {case.case_id} / {p.pair}: {names}")
         elif p.status == "error":
             lines.append(f"  ERROR {case.case_id} / {p.pair}: {p.error}")
+        elif p.status == "skipped":
+            lines.append(f"  SKIP  {case.case_id} / {p.pair}: {p.error}")
     return GateResult(code, "\n".join(lines))
 
 

@@ -59,6 +59,8 @@ def render_junit(sweep: SweepView, timestamp: Optional[datetime] = None) -> byte
         elif p.status == "error":
             el = ET.SubElement(tc, "error", type="HarnessError", message=_short(p.error or "error"))
             el.text = xml_text(p.error or "error")
+        elif p.status == "skipped":
+            ET.SubElement(tc, "skipped", message=_short(p.error or "skipped"))
         out = arm_report(arms, p.arms)
         checks = "\n".join(check_line(c) for c in p.checks)
         if checks or out:
@@ -66,16 +68,16 @@ def render_junit(sweep: SweepView, timestamp: Optional[datetime] = None) -> byte
                 "\n".join(x for x in (f"contract: {p.contract}", checks, out) if x))
     ET.SubElement(suite, "system-out").text = xml_text(
         f"{counts['cases']} case(s): {counts['pass']} pass, {counts['fail']} fail, "
-        f"{counts['error']} error")
+        f"{counts['error']} error, {counts['skipped']} skipped")
     ET.SubElement(suite, "system-err")
     suite.set("tests", str(counts["entries"]))
     suite.set("failures", str(counts["fail"]))
     suite.set("errors", str(counts["error"]))
-    suite.set("skipped", "0")
+    suite.set("skipped", str(counts["skipped"]))
     suite.set("time", f"{total_time:.3f}")
     root = ET.Element("testsuites", name="dcp-harness", tests=str(counts["entries"]),
                       failures=str(counts["fail"]), errors=str(counts["error"]),
-                      time=f"{total_time:.3f}")
+                      skipped=str(counts["skipped"]), time=f"{total_time:.3f}")
     root.append(suite)
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"

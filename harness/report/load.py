@@ -13,6 +13,7 @@ from harness.compare import (
     CaseVerdict,
     PairVerdict,
     combine_status,
+    field_of,
     first_rank_records,
     read_verdict,
     step_series,
@@ -107,7 +108,7 @@ class SweepView:
         statuses = [p.status for _, p in self.rows]
         return {"cases": len(self.cases), "entries": len(statuses),
                 "pass": statuses.count("pass"), "fail": statuses.count("fail"),
-                "error": statuses.count("error")}
+                "error": statuses.count("error"), "skipped": statuses.count("skipped")}
 
 
 # --------------------------------------------------------------------------- figures
@@ -126,14 +127,16 @@ def arm_figures(steps: Mapping[int, Sequence[Mapping[str, Any]]]) -> ArmFigures:
     records = [rec for rank in sorted(steps) for rec in steps[rank]]
 
     def peak(key: str) -> Optional[float]:
-        vals = [v for v in (_num(r.get(key)) for r in records) if v is not None and math.isfinite(v)]
+        vals = [v for v in (_num(field_of(r, key)) for r in records) if v is not None and math.isfinite(v)]
         return max(vals) if vals else None
 
     loss = value_series(steps, "loss")
-    # Step time of a step = its slowest rank; median over steps after the first (warm-up).
+    # Step time of a step = its slowest rank; median over steps after the first (warm-up) and,
+    # in a graph arm, over the steps that replayed graphs (eager warm-up and capture left out).
+    graphed = [r for r in records if field_of(r, "graphed")]
     per_step: dict[int, float] = {}
-    for rec in records:
-        step, t = rec.get("step"), _num(rec.get("step_time_s"))
+    for rec in graphed or records:
+        step, t = field_of(rec, "step"), _num(field_of(rec, "step_time_s"))
         if isinstance(step, int) and t is not None:
             per_step[step] = max(per_step.get(step, 0.0), t)
     times = [t for s, t in sorted(per_step.items()) if s > 1] or list(per_step.values())

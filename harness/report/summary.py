@@ -18,6 +18,10 @@ def _md(text: str) -> str:
     return _line(text).replace("|", "\\|")
 
 
+# Contracts whose check details are worth a section of their own (memory, pools, graph parity).
+FIGURE_CONTRACTS = ("graph_vs_eager", "dcp_vs_fixed_cp", "graph_pools")
+
+
 def _line(text: str) -> str:
     return " ".join(text.split("\n"))
 
@@ -28,7 +32,8 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
     out.append(
         f"**{sweep.status.upper()}** (gate exit {exit_code}): {counts['cases']} case(s), "
         f"{counts['entries']} verdict entr{'y' if counts['entries'] == 1 else 'ies'}: "
-        f"{counts['pass']} pass, {counts['fail']} fail, {counts['error']} error."
+        f"{counts['pass']} pass, {counts['fail']} fail, {counts['error']} error, "
+        f"{counts['skipped']} skipped."
     )
     out.append("")
     if not sweep.cases:
@@ -46,10 +51,25 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
             case.case_id, pair, checks_cell(p), p.status.upper(), final_loss_cell(case, p),
             loss_delta_cell(case, p), peak_mem_cell(case, p), step_time_cell(case, p),
         )) + " |")
+    figures = [(c, p) for c, p in sweep.rows
+               if p.contract in FIGURE_CONTRACTS and p.status in ("pass", "fail")]
+    if figures:
+        out += ["", "## Graph and memory figures", ""]
+        for case, p in figures:
+            out.append(f"### {case.case_id} / {p.pair} ({' vs '.join(p.arms)})")
+            out += [f"- {_line(check_line(c))}" for c in p.checks
+                    if c.applicable and not c.name.startswith(tuple(a + "." for a in p.arms))]
+            times = [(name, case.arms[name].figures.median_step_time_s) for name in p.arms
+                     if name in case.arms]
+            if len(times) == 2 and all(t for _, t in times):
+                (a, ta), (b, tb) = times
+                out.append(f"- step time (median): {a} {ta * 1e3:.1f} ms, {b} {tb * 1e3:.1f} ms, "
+                           f"{a} / {b} = {ta / tb:.3f}")
+            out.append("")
     failures = [(c, p) for c, p in sweep.rows if p.status == "fail"]
     errors = [(c, p) for c, p in sweep.rows if p.status == "error"]
     if failures:
-        out += ["", "## Failures", ""]
+        out += ["## Failures", ""] if out[-1] == "" else ["", "## Failures", ""]
         for case, p in failures:
             out.append(f"### {case.case_id} / {p.pair}")
             out += [f"- {_line(check_line(c))}" for c in p.failed_checks]
@@ -66,4 +86,8 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
                 if arm and arm.outcome and arm.outcome.repro:
                     out.append(f"- repro {name}: `{arm.outcome.repro}`")
             out.append("")
+    skipped = [(c, p) for c, p in sweep.rows if p.status == "skipped"]
+    if skipped:
+        out += ["## Skipped", ""] if out[-1] == "" else ["", "## Skipped", ""]
+        out += [f"- {case.case_id} / {p.pair}: {_line(p.error or 'skipped')}" for case, p in skipped]
     return "\n".join(out).rstrip("\n") + "\n"

@@ -157,6 +157,7 @@ def _build(variant: Variant, parsed: ParsedYaml, file: str, name: Optional[str])
         train=spec.train,
         data=spec.data,
         compare=spec.compare,
+        graphs=spec.graphs,
         resources=spec.resources,
         matrix_values=variant.matrix_values,
     )

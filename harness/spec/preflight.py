@@ -42,7 +42,11 @@ problem names the field to change. Rules (``world = resources.nodes * resources.
   dividing ``dp_cp`` and the fixed-CP arm's layout must hold too (``global_batch`` divisible by
   ``dp_cp / fixed_cp``; ``seq_length % (2 * fixed_cp) == 0`` when ``fixed_cp > 1``).
 * ``compare.repeat`` with ``loss: exact`` needs ``train.deterministic: true``.
-* ``compare.graph_vs_eager`` is allowed anywhere; that it needs CUDA is decided at run time.
+* Graphs (``graphs:``): ``train.max_seqs_per_microbatch`` given (the cu_seqlens capacity; a fixed-CP
+  bin then holds at most that many sequences), ``warmup_steps < steps``, scope ``full`` only with
+  ``ep == 1``; ``compare.graph_vs_eager`` / ``compare.graph_pools`` need a ``graphs:`` section, and
+  ``graph_pools`` two or more dynamic CP sizes. ``train.memory_probe_step <= steps``.
+  Whether CUDA is there is decided by the launcher (a case that cannot run here is skipped).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from __future__ import annotations
 from typing import Callable, Optional, Sequence
 
 from harness.slotmem.schedule import microbatch_count_problem
+from harness.spec.layout import cp_size_problem, is_pow2
 from harness.spec.problems import Loc, Problem
 from harness.spec.schema import Case
 
@@ -58,8 +63,7 @@ def _at(field: str) -> Loc:
     return tuple(field.split("."))
 
 
-def _pow2(n: int) -> bool:
-    return n >= 1 and n & (n - 1) == 0
+_pow2 = is_pow2
 
 
 def _world_text(case: Case) -> str:
@@ -95,7 +99,7 @@ def check_layout(case: Case) -> list[Problem]:
                 f"{p.pp * cp}; world must equal pp*dp*cp"))
     else:
         dp_cp = case.dp_cp
-        bad = [s for s in p.cp_sizes if not _pow2(s) or dp_cp % s]
+        bad = [s for s in p.cp_sizes if cp_size_problem(s, dp_cp) is not None]
         if bad:
             problems.append(Problem(
                 _at("parallel.dynamic_cp"),
@@ -268,10 +272,18 @@ def _shortest(case: Case) -> tuple[int, str]:
     return shortest, f"at least {shortest} tokens (data.lengths.min)"
 
 
+def _per_bin(case: Case, shortest: int) -> int:
+    """Most sequences a fixed-CP bin of ``seq_length`` tokens can hold (at most
+    ``train.max_seqs_per_microbatch`` in a graph case, whose metadata buffers are that big)."""
+    per_bin = case.train.seq_length // shortest
+    cap = case.train.max_seqs_per_microbatch
+    return min(per_bin, cap) if cap is not None and case.static_shapes else per_bin
+
+
 def _fixed_count(case: Case, global_batch: int, dp: int) -> Optional[int]:
     """The derived microbatch count of a fixed-CP step at this global batch (a lower bound unless
     lengths are fixed), or None when no accepted count both packs and fills every bin."""
-    per_bin = case.train.seq_length // _shortest(case)[0]
+    per_bin = _per_bin(case, _shortest(case)[0])
     need = _ceil_div(global_batch, dp * per_bin)
     return _first_accepted(case, need, global_batch // dp)
 
@@ -296,7 +308,7 @@ def _fixed_fill(case: Case, dp: int, arm: str) -> list[Problem]:
     per_rank = gbs // dp
     smallest = _smallest_count(case)
     shortest, lengths = _shortest(case)
-    per_bin = t.seq_length // shortest
+    per_bin = _per_bin(case, shortest)
     need = _ceil_div(gbs, dp * per_bin)
     if mbs is not None and arm and mbs > per_rank:
         return [Problem(_at("train.microbatches"), (
@@ -365,10 +377,9 @@ def check_compare(case: Case) -> list[Problem]:
         elif case.world_size % p.pp == 0:
             dp_cp = case.dp_cp
             field = _at("compare.dcp_vs_fixed_cp.fixed_cp")
-            if not _pow2(pair.fixed_cp) or dp_cp % pair.fixed_cp:
-                problems.append(Problem(
-                    field, f"fixed_cp={pair.fixed_cp} must be a power of two dividing the "
-                           f"{dp_cp} DP x CP ranks of a pipeline stage"))
+            why = cp_size_problem(pair.fixed_cp, dp_cp)
+            if why is not None:
+                problems.append(Problem(field, f"fixed_cp={pair.fixed_cp}: {why}"))
             else:
                 fixed_dp = dp_cp // pair.fixed_cp
                 if t.global_batch % fixed_dp:
@@ -386,6 +397,50 @@ def check_compare(case: Case) -> list[Problem]:
     return problems
 
 
+def check_graphs(case: Case) -> list[Problem]:
+    """Graph cases (static shapes) and the contracts that need graph arms."""
+    g, t, c, p = case.graphs, case.train, case.compare, case.parallel
+    problems: list[Problem] = []
+    if g is None:
+        for name in ("graph_vs_eager", "graph_pools"):
+            if getattr(c, name) is not None:
+                problems.append(Problem(_at(f"compare.{name}"),
+                                        "compares CUDA-graph arms: add a `graphs:` section "
+                                        "(e.g. graphs: {scope: attn, warmup_steps: 2})"))
+        return problems
+    if t.max_seqs_per_microbatch is None:
+        problems.append(Problem(_at("train.max_seqs_per_microbatch"), (
+            "a graph case needs the most sequences one CP group holds in a microbatch (the "
+            "capacity of its fixed-size cu_seqlens buffers), e.g. max_seqs_per_microbatch: 16")))
+    if t.dtype != "bf16":
+        problems.append(Problem(_at("train.dtype"), (
+            f"graph cases run flash varlen attention and grouped expert GEMMs, which need "
+            f"dtype bf16 (got {t.dtype}); their fp32 fallbacks read offsets on the host and "
+            "cannot be captured")))
+    if g.warmup_steps >= t.steps:
+        problems.append(Problem(_at("graphs.warmup_steps"), (
+            f"{g.warmup_steps} eager warmup steps leave none of the {t.steps} train.steps for the "
+            "graphs; use fewer warmup steps or more steps")))
+    if g.scope == "full" and p.ep > 1:
+        problems.append(Problem(_at("graphs.scope"), (
+            f"scope full graphs the MoE dispatch too, whose all-to-all sizes with ep={p.ep} depend "
+            "on the routing (no fixed-size all-to-all here); use scope: attn, or ep: 1 (grouped "
+            "GEMM over device-side expert offsets)")))
+    if c.graph_pools is not None and len(p.cp_sizes) < 2:
+        problems.append(Problem(_at("compare.graph_pools"), (
+            "compares one MemPool for every CP variant with one pool per CP size: needs "
+            "parallel.dynamic_cp with two or more sizes")))
+    return problems
+
+
+def check_memory_probe(case: Case) -> list[Problem]:
+    step = case.train.memory_probe_step
+    if step is not None and step > case.train.steps:
+        return [Problem(_at("train.memory_probe_step"),
+                        f"step {step} is after the last of the {case.train.steps} train.steps")]
+    return []
+
+
 CHECKS: tuple[Callable[[Case], list[Problem]], ...] = (
     check_layout,
     check_layers,
@@ -396,6 +451,8 @@ CHECKS: tuple[Callable[[Case], list[Problem]], ...] = (
     check_microbatches,
     check_microbatch_fill,
     check_compare,
+    check_graphs,
+    check_memory_probe,
 )
 
 

@@ -179,6 +179,13 @@ class TrainSpec(_Strict):
     # arm resume right after its last completed step; large models should save less often and
     # re-run the steps since their last checkpoint (their records are not duplicated).
     checkpoint_every: int = Field(default=1, ge=0)
+    # Most packed sequences one CP group holds in a microbatch (Megatron's max_num_seqs /
+    # thd_max_packed_sequences): the capacity of the fixed-size sequence metadata buffers
+    # (cu_seqlens) of a graph case. Enforced by the packer; required when `graphs:` is set.
+    max_seqs_per_microbatch: Optional[int] = Field(default=None, ge=1)
+    # Step after which every rank empties the allocator cache and records the whole-device,
+    # allocated/active and reserved memory (the figures of dcp_vs_fixed_cp); None: the last step.
+    memory_probe_step: Optional[int] = Field(default=None, ge=1)
     optimizer: OptimizerSpec = OptimizerSpec()
 
 
@@ -224,7 +231,12 @@ class RepeatContract(_Strict):
 
 
 class GraphVsEagerContract(_Strict):
+    """The ``graph`` arm against the eager arm of the same (static-shape) case: LM loss, aux loss
+    and grad norm per step; ``exact`` = bitwise (deterministic mode)."""
+
     loss: LossBound = "exact"
+    # Bounds of the aux loss and grad norm; None: the loss bound.
+    aux_loss: Optional[LossBound] = None
     grad_norm: Optional[LossBound] = None
 
 
@@ -232,15 +244,50 @@ class DcpVsFixedCpContract(_Strict):
     fixed_cp: int = Field(ge=1)
     loss: LossBound = Tolerance(max_rel=0.02)
     aux_loss: LossBound = Tolerance(max_rel=0.10)
-    # Memory deltas (CUDA only): DCP arm vs fixed-CP arm, in percent of the fixed-CP figure.
+    # Memory deltas (CUDA only), per rank, measured after train.memory_probe_step and
+    # torch.cuda.empty_cache(), one-sided (DCP arm minus fixed-CP arm; None: reported, not checked):
+    # whole-device used memory in percent of the device's memory,
     device_delta_pct: Optional[float] = Field(default=None, ge=0)
+    # allocated (active) bytes and reserved bytes in percent of the fixed-CP arm's figure.
+    active_delta_pct: Optional[float] = Field(default=None, ge=0)
     reserved_delta_pct: Optional[float] = Field(default=None, ge=0)
+
+
+class GraphPoolsContract(_Strict):
+    """``graph`` (every CP variant in ONE MemPool) against ``graph-separate-pools`` (one pool per
+    CP size): graph-pool bytes of the slot-shared arm over the largest single variant's pool
+    (the largest of the separate pools), per rank; the sum of the separate pools is reported."""
+
+    max_ratio: float = Field(default=1.05, gt=0)
 
 
 class CompareSpec(_Strict):
     repeat: Optional[RepeatContract] = None
     graph_vs_eager: Optional[GraphVsEagerContract] = None
     dcp_vs_fixed_cp: Optional[DcpVsFixedCpContract] = None
+    graph_pools: Optional[GraphPoolsContract] = None
+
+
+# --------------------------------------------------------------------------- graphs
+class GraphSpec(_Strict):
+    """Slot-shared CUDA graphs (Megatron's cuda_graph_scope / cuda_graph_warmup_steps). A case with
+    this section runs every arm with static shapes (fixed per-rank token buffers, fixed-size
+    sequence metadata), its graph arms captured after ``warmup_steps`` eager steps."""
+
+    # attn: the attention block (input norm, attention, residual) is graphed and the MoE block runs
+    # eagerly between graphs; full: the whole layer (static MoE: grouped GEMM, ep == 1 only).
+    scope: Literal["attn", "full"] = "attn"
+    warmup_steps: int = Field(default=2, ge=1)
+    # Eager passes of the core's ordered warmup over the rank's order before capture.
+    capture_warmup_iters: int = Field(default=2, ge=1)
+
+
+class Execution(_Strict):
+    """How an arm runs a case: set by arm derivation (``harness.spec.derive``), never by files."""
+
+    graphed: bool = False
+    # shared: every CP variant in one MemPool (slot-shared); separate: one pool per CP size.
+    pools: Literal["shared", "separate"] = "shared"
 
 
 # --------------------------------------------------------------------------- resources
@@ -250,6 +297,10 @@ class ResourcesSpec(_Strict):
     gpus_per_node: int = Field(default=1, ge=1)
     time_min: float = Field(default=30, gt=0)
     profile: str = "local"
+    # cuda: the case runs only on CUDA GPUs (one per rank); the local launcher skips it, with the
+    # reason, on a machine without enough of them. any: CPU processes (gloo) stand in for GPUs.
+    # A case with `graphs:` needs CUDA whatever this says.
+    device: Literal["any", "cuda"] = "any"
 
 
 # --------------------------------------------------------------------------- file / case
@@ -264,6 +315,7 @@ class CaseFile(_Strict):
     train: TrainSpec
     data: DataSpec = DataSpec()
     compare: CompareSpec = CompareSpec()
+    graphs: Optional[GraphSpec] = None
     resources: ResourcesSpec = ResourcesSpec()
     # Dotted field path -> list of values; the cartesian product gives one case each.
     matrix: Optional[dict[str, list]] = None
@@ -282,9 +334,31 @@ class Case(_Strict):
     train: TrainSpec
     data: DataSpec
     compare: CompareSpec
+    graphs: Optional[GraphSpec] = None
     resources: ResourcesSpec
     # The matrix values that produced this case (dotted path -> value), for ids and reports.
     matrix_values: dict[str, object] = {}
+    # Set only on a derived arm case (harness.spec.derive): its arm name and how it runs.
+    arm: Optional[str] = None
+    execution: Execution = Execution()
+
+    @property
+    def static_shapes(self) -> bool:
+        """Fixed per-rank token buffers and metadata (every arm of a graph case)."""
+        return self.graphs is not None
+
+    @property
+    def needs_cuda(self) -> bool:
+        return self.graphs is not None or self.resources.device == "cuda"
+
+    @property
+    def tokens_per_rank(self) -> int:
+        """Static shapes: each rank's microbatch buffer, ``max_seqlen_per_rank`` with dynamic CP,
+        ``seq_length / cp`` with fixed CP (Megatron's pad-packed-seq alignment 'max')."""
+        if self.parallel.is_dynamic:
+            assert self.train.max_seqlen_per_rank is not None
+            return self.train.max_seqlen_per_rank
+        return self.train.seq_length // self.parallel.max_cp
 
     @property
     def world_size(self) -> int:

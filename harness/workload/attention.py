@@ -22,6 +22,7 @@ mode; cuDNN attention is excluded. The CPU kernels are deterministic.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -205,6 +206,76 @@ def packed_causal_attention(
     return out if plan.inverse is None else out[plan.inverse]
 
 
+# ------------------------------------------------------------------ static shapes (graph cases)
+@functools.cache
+def _varlen_takes_gqa() -> bool:
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:  # pragma: no cover - torch < 2.10
+        return False
+    import inspect
+
+    return "enable_gqa" in inspect.signature(varlen_attn).parameters
+
+
+def _segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor,
+                       cu_k: torch.Tensor) -> torch.Tensor:
+    """The semantics of flash varlen with bottom-right causality, one SDPA call per segment
+    (reads the offsets on the host: the CPU / fp32 implementation; never captured)."""
+    heads, kv = q.shape[1], k.shape[1]
+    rep = heads // kv
+    out = q.new_zeros(q.shape)
+    qo, ko = cu_q.tolist(), cu_k.tolist()
+    for i in range(len(qo) - 1):
+        q0, q1, k0, k1 = qo[i], qo[i + 1], ko[i], ko[i + 1]
+        if q1 == q0:
+            continue
+        qg = q[q0:q1].transpose(0, 1).unsqueeze(0)
+        kg = k[k0:k1].transpose(0, 1).unsqueeze(0)
+        vg = v[k0:k1].transpose(0, 1).unsqueeze(0)
+        if rep > 1:
+            kg, vg = kg.repeat_interleave(rep, dim=1), vg.repeat_interleave(rep, dim=1)
+        n, lk = q1 - q0, k1 - k0
+        if n == lk:
+            o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=True)
+        else:
+            o = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=causal_lower_right(n, lk))
+        out[q0:q1] = o.squeeze(0).transpose(0, 1)
+    return out
+
+
+def varlen_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor,
+                  cu_k: torch.Tensor, max_q: int, max_k: int) -> torch.Tensor:
+    """Causal (bottom-right aligned) attention of the query segments ``cu_q`` over the key
+    segments ``cu_k``: flash varlen on CUDA in fp16/bf16 (offsets read on the device: capturable),
+    one SDPA call per segment elsewhere. ``q`` ``[Tq, H, D]``, ``k``/``v`` ``[Tk, Hkv, D]``."""
+    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
+        from torch.nn.attention.varlen import varlen_attn
+
+        heads, kv = q.shape[1], k.shape[1]
+        native = _varlen_takes_gqa()
+        if heads != kv and not native:
+            k, v = k.repeat_interleave(heads // kv, dim=1), v.repeat_interleave(heads // kv, dim=1)
+        extra = {"enable_gqa": True} if heads != kv and native else {}
+        return varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, window_size=(-1, 0), **extra)
+    return _segment_attention(q, k, v, cu_q, cu_k)
+
+
+def static_packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cp_size: int,
+                            meta: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """Exact packed causal attention over a static layout (``harness.workload.static``): local
+    queries ``q`` ``[T, H, D]``, all-gathered ``k``/``v`` ``[cp*T, Hkv, D]``; ``meta`` is
+    ``StaticLayout.metadata()`` without positions (k_index, cu_q, cu_k of call A, then of B)."""
+    t = q.shape[0]
+    ka, cqa, cka, kb, cqb, ckb = meta
+    if cp_size == 1:
+        return varlen_causal(q, k, v, cqa, cka, t, t)
+    half, cap = t // 2, cp_size * t
+    out_a = varlen_causal(q[:half], k[ka], v[ka], cqa, cka, half, cap)
+    out_b = varlen_causal(q[half:], k[kb], v[kb], cqb, ckb, half, cap)
+    return torch.cat([out_a, out_b])
+
+
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
     """Rotary embedding (rotate-half form) of ``x`` ``[T, heads, head_dim]`` at ``positions``."""
     dim = x.shape[-1]
@@ -232,6 +303,23 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
         self.q_norm = RMSNorm(head_dim, eps)
         self.k_norm = RMSNorm(head_dim, eps)
+
+    def forward_static(self, x: torch.Tensor, meta: tuple[torch.Tensor, ...],
+                       cp: GroupHandle | None) -> torch.Tensor:
+        """Attention over a static layout: ``meta`` = ``StaticLayout.metadata()`` as device
+        tensors (positions first); the K/V all-gather runs on ``cp`` (inside a graph: the variant's
+        communicator)."""
+        t = x.shape[0]
+        positions = meta[0]
+        q = self.q_norm(self.q_proj(x).view(t, self.heads, self.head_dim))
+        k = self.k_norm(self.k_proj(x).view(t, self.kv_heads, self.head_dim))
+        v = self.v_proj(x).view(t, self.kv_heads, self.head_dim)
+        q = rope(q, positions, self.theta)
+        k = rope(k, positions, self.theta)
+        k = all_gather_rows(k, cp)
+        v = all_gather_rows(v, cp)
+        out = static_packed_attention(q, k, v, cp.size if cp is not None else 1, meta[1:])
+        return self.o_proj(out.reshape(t, self.heads * self.head_dim))
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
         t = x.shape[0]

@@ -15,6 +15,7 @@ import torch
 
 from harness.workload.data import sequence_tokens
 from harness.workload.packing import GroupWork, padded_length
+from harness.workload.static import StaticLayout, static_layout
 
 
 @dataclass(frozen=True)
@@ -97,3 +98,37 @@ def local_batch(
         cp_rank=r,
         unit_tokens=group.tokens,
     )
+
+
+@dataclass(frozen=True)
+class StaticBatch:
+    """A rank's static-shape share of a microbatch: ``tokens`` rows laid out as ``layout`` says."""
+
+    inputs: torch.Tensor  # [T] int64 (0 on padding)
+    targets: torch.Tensor  # [T] int64
+    layout: StaticLayout
+    unit_tokens: int
+
+    @property
+    def valid(self) -> torch.Tensor:
+        return self.layout.valid
+
+
+def static_batch(group: GroupWork, pool_rank: int, seed: int, step: int, vocab: int,
+                 table: torch.Tensor, tokens: int, max_seqs: int) -> StaticBatch:
+    """The tokens of ``pool_rank`` in ``group`` for ``step`` in a static buffer of ``tokens``
+    rows (``harness.workload.static``)."""
+    cp, r = group.size, pool_rank - group.start
+    if not 0 <= r < cp:
+        raise ValueError(f"pool rank {pool_rank} is not in the CP group at {group.start}..{group.start + cp - 1}")
+    lengths = [s.length for s in group.sequences]
+    layout = static_layout(lengths, cp, r, tokens, max_seqs)
+    inputs = torch.zeros(tokens, dtype=torch.int64)
+    targets = torch.zeros(tokens, dtype=torch.int64)
+    for ordinal, s in enumerate(group.sequences):
+        rows = (layout.segments == ordinal) & layout.valid
+        inp, tgt = sequence_tokens(seed, step, s.index, s.length, vocab, table)
+        pos = layout.positions[rows]
+        inputs[rows] = inp[pos]
+        targets[rows] = tgt[pos]
+    return StaticBatch(inputs, targets, layout, group.tokens)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 import torch
+import torch.nn.functional as F
 
 from harness.workload.comm import GroupHandle, all_to_all_counts, all_to_all_rows
 
@@ -63,3 +64,37 @@ def _ep_compute(
     out_local = experts(got[regroup], recv_counts.sum(dim=0).tolist())
     back = out_local[_inverse(regroup)]
     return all_to_all_rows(back, recv, send, ep)
+
+
+# ------------------------------------------------------------------ static shapes (no EP)
+def grouped_mm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """``x`` rows grouped by expert (group ``e`` ends at ``offsets[e]``) times ``w[e]``: one
+    grouped GEMM over device-side offsets on CUDA in bf16 (capturable), a loop elsewhere."""
+    if x.is_cuda and x.dtype == torch.bfloat16:
+        return torch._grouped_mm(x, w.to(x.dtype), offs=offsets)
+    ends = offsets.tolist()
+    outs, start = [], 0
+    for e, end in enumerate(ends):
+        outs.append(x[start:end] @ w[e].to(x.dtype))
+        start = end
+    return torch.cat(outs, dim=0) if outs else x[:0] @ w[0].to(x.dtype)
+
+
+def grouped_dispatch(x: torch.Tensor, top_i: torch.Tensor, weights: torch.Tensor,
+                     experts: torch.nn.Module, num_experts: int) -> torch.Tensor:
+    """:func:`dispatch_and_compute` with every shape fixed (``T * k`` rows) and the expert
+    boundaries on the device: sorts the (token, expert) pairs by expert, runs SwiGLU experts as
+    grouped GEMMs, and combines back (a gather plus a weighted sum; deterministic)."""
+    t, k = top_i.shape
+    flat = top_i.reshape(-1)
+    order = torch.sort(flat, stable=True).indices
+    rows = x[order // k]
+    ids = torch.arange(num_experts, device=x.device)
+    counts = (flat[:, None] == ids).sum(dim=0)
+    offsets = torch.cumsum(counts, 0).to(torch.int32)
+    dtype = torch.bfloat16 if x.is_cuda and torch.is_autocast_enabled("cuda") else x.dtype
+    r = rows.to(dtype)
+    h = F.silu(grouped_mm(r, experts.gate, offsets)) * grouped_mm(r, experts.up, offsets)
+    out = grouped_mm(h, experts.down, offsets)
+    unsorted = out[_inverse(order)].view(t, k, -1)
+    return (unsorted * weights[:, :, None]).sum(dim=1)

@@ -13,25 +13,96 @@ every layout of a case starts from bit-identical weights.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
 
 from harness.spec.schema import ResolvedModel
 from harness.workload.attention import Attention, AttentionContext
+from harness.workload.comm import GroupHandle
 from harness.workload.data import keyed_generator
 from harness.workload.moe import MoE, MoEContext
 from harness.workload.norm import RMSNorm
 
 INIT_STD = 0.02
 
+# A layer block's call: (block, (chunk, layer), inputs) -> its outputs. Eager arms call the block;
+# graph arms replay its captured graph (harness.workload.graphed).
+BlockRunner = Callable[["GraphableBlock", tuple[int, int], tuple[torch.Tensor, ...]], Any]
+
+
+@dataclass(frozen=True)
+class StaticContext:
+    """Per-microbatch inputs of every layer on this rank in static-shape mode (device tensors)."""
+
+    meta: tuple[torch.Tensor, ...]  # StaticLayout.metadata(): positions, call A, call B
+    valid: torch.Tensor  # [T] bool
+    moe_scalars: torch.Tensor  # [2] fp32 (moe.moe_scalars)
+    cp: Optional[GroupHandle]  # the microbatch's CP group
+    cp_size: int
+    microbatch: int  # logical microbatch of the step (its graphs: microbatch % physical slots)
+    scope: str  # "attn" | "full"
+    run: BlockRunner
+    aux_sink: list = field(default_factory=list)  # (T/N) * aux pieces of full-scope layers
+
 
 @dataclass(frozen=True)
 class LayerContext:
-    attn: AttentionContext
+    attn: Optional[AttentionContext]
     moe: MoEContext
+    static: Optional[StaticContext] = None
+
+
+def _amp(device: torch.device, dtype: Optional[torch.dtype]) -> Any:
+    # cache_enabled=False: a captured graph must cast the weights itself on every replay
+    # (torch.cuda.make_graphed_callables' rule for autocast); eager static arms do the same.
+    if dtype is None:
+        return nullcontext()
+    return torch.autocast(device.type, dtype=dtype, cache_enabled=False)
+
+
+class GraphableBlock(nn.Module):
+    """A part of a decoder layer that a CUDA graph can capture: tensors in, tensors out, no host
+    reads. ``cp`` is the CP group its attention all-gathers over (set per microbatch, or by the
+    capture's variant hook); ``autocast`` the compute dtype of the case."""
+
+    def __init__(self, autocast: Optional[torch.dtype]) -> None:
+        super().__init__()
+        self.autocast = autocast
+        self.cp: Optional[GroupHandle] = None
+
+
+class AttentionBlock(GraphableBlock):
+    """``h -> h + attention(input_norm(h))`` over a static layout (Megatron's ``attn`` scope)."""
+
+    def __init__(self, norm: RMSNorm, attn: Attention, autocast: Optional[torch.dtype]) -> None:
+        super().__init__(autocast)
+        self.norm, self.attn = norm, attn
+
+    def forward(self, h: torch.Tensor, *meta: torch.Tensor) -> torch.Tensor:
+        with _amp(h.device, self.autocast):
+            return h + self.attn.forward_static(self.norm(h), meta, self.cp)
+
+
+class FullLayerBlock(GraphableBlock):
+    """The whole layer with static MoE (scope ``full``): ``(h, *meta, valid, moe_scalars) ->
+    (h_out, aux piece)``."""
+
+    def __init__(self, layer: "DecoderLayer", autocast: Optional[torch.dtype]) -> None:
+        super().__init__(autocast)
+        self.attn_block = AttentionBlock(layer.input_norm, layer.attn, autocast)
+        self.norm, self.moe = layer.post_attn_norm, layer.moe
+
+    def forward(self, h: torch.Tensor, *args: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        *meta, valid, scalars = args
+        self.attn_block.cp = self.cp
+        h = self.attn_block(h, *meta)
+        with _amp(h.device, self.autocast):
+            y, piece = self.moe.forward_static(self.norm(h), valid, scalars, self.cp)
+            return h + y, piece
 
 
 class DecoderLayer(nn.Module):
@@ -43,10 +114,33 @@ class DecoderLayer(nn.Module):
         self.moe = MoE(
             m.hidden, m.experts, m.experts_per_token, m.moe_ffn, m.aux_loss_coeff, ep_size, ep_rank
         )
+        self._block: Optional[GraphableBlock] = None  # static-shape mode (make_block)
 
-    def forward(self, h: torch.Tensor, ctx: LayerContext) -> torch.Tensor:
-        h = h + self.attn(self.input_norm(h), ctx.attn)
-        return h + self.moe(self.post_attn_norm(h), ctx.moe)
+    def make_block(self, scope: str, autocast: Optional[torch.dtype]) -> GraphableBlock:
+        """The graphable part of this layer for ``scope``; kept outside the module tree (its
+        parameters are this layer's, so state dicts and parameter lists do not change)."""
+        block: GraphableBlock = (AttentionBlock(self.input_norm, self.attn, autocast) if scope == "attn"
+                                 else FullLayerBlock(self, autocast))
+        object.__setattr__(self, "_block", block)
+        return block
+
+    @property
+    def block(self) -> GraphableBlock:
+        if self._block is None:
+            raise RuntimeError("static-shape mode: call make_block(scope, autocast) first")
+        return self._block
+
+    def forward(self, h: torch.Tensor, ctx: LayerContext, key: tuple[int, int] = (0, 0)) -> torch.Tensor:
+        st = ctx.static
+        if st is None:
+            h = h + self.attn(self.input_norm(h), ctx.attn)
+            return h + self.moe(self.post_attn_norm(h), ctx.moe)
+        if st.scope == "attn":
+            h = st.run(self.block, key, (h, *st.meta))
+            return h + self.moe(self.post_attn_norm(h), ctx.moe)  # eager MoE between graphs
+        h, piece = st.run(self.block, key, (h, *st.meta, st.valid, st.moe_scalars))
+        st.aux_sink.append(piece)
+        return h
 
 
 class ModelChunk(nn.Module):
@@ -60,8 +154,10 @@ class ModelChunk(nn.Module):
         last: bool,
         ep_size: int = 1,
         ep_rank: int = 0,
+        index: int = 0,
     ) -> None:
         super().__init__()
+        self.index = index  # this PP rank's chunk number (0-based)
         self.layer_ids = layer_ids
         self.first, self.last = first, last
         self.embed = nn.Embedding(m.vocab, m.hidden) if first else None
@@ -73,8 +169,8 @@ class ModelChunk(nn.Module):
         """``x``: token ids ``[T]`` on the first chunk, else hidden ``[T, H]``. Returns hidden,
         or logits ``[T, vocab]`` on the last chunk."""
         h = self.embed(x) if self.embed is not None else x
-        for layer in self.layers:
-            h = layer(h, ctx)
+        for i, layer in enumerate(self.layers):
+            h = layer(h, ctx, (self.index, i))
         if self.head is not None:
             assert self.final_norm is not None
             h = self.head(self.final_norm(h))
@@ -146,8 +242,8 @@ def build_chunks(
 ) -> list[ModelChunk]:
     """This PP rank's model chunks, initialised, on ``device``."""
     chunks = []
-    for lay in chunk_layouts(m.layers, pp, vpp, pp_rank):
-        chunk = ModelChunk(m, lay.layers, lay.first, lay.last, ep_size, ep_rank)
+    for index, lay in enumerate(chunk_layouts(m.layers, pp, vpp, pp_rank)):
+        chunk = ModelChunk(m, lay.layers, lay.first, lay.last, ep_size, ep_rank, index)
         init_chunk(chunk, m, seed, first_expert=ep_rank * (m.experts // ep_size))
         chunks.append(chunk.to(device) if device is not None else chunk)
     return chunks

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.workload.comm import GroupHandle, all_reduce_sum_
-from harness.workload.ep import dispatch_and_compute
+from harness.workload.ep import dispatch_and_compute, grouped_dispatch
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,21 @@ class MoEContext:
     ep: Optional[GroupHandle]  # expert-parallel group (None: all experts local)
     # Detached aux-loss pieces, (T/N) * aux_local per layer call, collected for reporting.
     aux_sink: list = field(default_factory=list)
+
+
+class _AuxLossScaler(torch.autograd.Function):
+    """As :class:`_AuxLossInjector` with the scale in a device tensor (static shapes: the scale
+    changes per microbatch, so a captured graph reads it from a buffer)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, aux: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(scale)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor):  # type: ignore[override]
+        (scale,) = ctx.saved_tensors
+        return grad, scale.to(torch.float32).reshape(()), None
 
 
 class _AuxLossInjector(torch.autograd.Function):
@@ -113,3 +128,34 @@ class MoE(nn.Module):
         if self.coeff > 0 and torch.is_grad_enabled():
             y = _AuxLossInjector.apply(y, aux_local, self.coeff * weight)
         return y
+
+    def forward_static(self, x: torch.Tensor, valid: torch.Tensor, scalars: torch.Tensor,
+                       cp: Optional[GroupHandle]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The MoE block with static shapes and no host reads (capturable; experts local):
+        ``valid`` ``[T]`` bool, ``scalars`` ``[2]`` fp32 = (``E / (T_unit^2 k)``, ``T_unit / N``)
+        of the microbatch (:func:`moe_scalars`). Returns ``(y, aux piece)``, the aux piece being
+        ``(T_unit/N) * aux_local`` (what the eager path appends to its sink)."""
+        e, k = self.num_experts, self.top_k
+        logits = F.linear(x.float(), self.router.weight.float())
+        probs = torch.softmax(logits, dim=-1)
+        top_p, top_i = probs.topk(k, dim=-1)
+        weights = top_p / top_p.sum(dim=-1, keepdim=True)
+        vf = valid.to(probs.dtype)[:, None]
+        experts = torch.arange(e, device=x.device)
+        hits = (top_i[:, :, None] == experts).to(torch.float32)  # one-hot, no host sync
+        counts = (hits * vf[:, :, None]).sum(dim=(0, 1))
+        all_reduce_sum_(counts, cp)
+        prob_sum = (probs * vf).sum(dim=0)
+        aux_local = (prob_sum * counts).sum() * scalars[0]
+        piece = aux_local.detach() * scalars[1]
+        y = grouped_dispatch(x, top_i, weights.to(x.dtype), self.experts, e)
+        if self.coeff > 0 and torch.is_grad_enabled():
+            y = _AuxLossScaler.apply(y, aux_local, scalars[1:2] * self.coeff)
+        return y, piece
+
+
+def moe_scalars(unit_tokens: int, step_tokens: int, experts: int, top_k: int) -> torch.Tensor:
+    """The per-microbatch scalars of :meth:`MoE.forward_static` (host tensor, fp32)."""
+    unit = max(unit_tokens, 1)
+    return torch.tensor([experts / (unit * unit * top_k), unit_tokens / step_tokens],
+                        dtype=torch.float32)

@@ -31,6 +31,7 @@ from typing import Callable, Optional
 
 from harness.errors import ConfigError
 from harness.slotmem.schedule import microbatch_count_problem
+from harness.spec.layout import cp_size_problem
 from harness.spec.schema import Case
 from harness.workload.data import Sequence, step_sequences
 
@@ -115,15 +116,23 @@ def schedulable(case: Case) -> Callable[[int], Optional[str]]:
     return lambda m: microbatch_count_problem(par.pp, par.vpp, par.group_size, m)
 
 
-def plan_step(case: Case, step: int, fixed_cp: Optional[int] = None) -> StepPlan:
-    """The microbatches of 1-based ``step`` for ``case`` (``fixed_cp`` overrides dynamic CP).
+def plan_step(case: Case, step: int) -> StepPlan:
+    """The microbatches of 1-based ``step`` for ``case`` (an arm case: a fixed-CP arm of a
+    dynamic-CP case is a fixed-CP case, ``harness.spec.derive.as_fixed_cp``).
 
     The microbatch count is raised, where needed, to one the interleaved schedule can run (as
-    Megatron's ``align_sample_id_groups`` does for dynamic CP)."""
+    Megatron's ``align_sample_id_groups`` does for dynamic CP). In static-shape mode (graph cases)
+    a fixed-CP bin holds ``seq_length`` *padded* tokens (so each rank's share fits its
+    ``seq_length / cp`` buffer) and every CP group at most ``train.max_seqs_per_microbatch``
+    sequences (the capacity of the metadata buffers)."""
     seqs = step_sequences(case.train, case.data, step)
     pool = case.dp_cp
     problem = schedulable(case)
-    if case.parallel.is_dynamic and fixed_cp is None:
+    for size in case.parallel.cp_sizes:
+        why = cp_size_problem(size, pool)
+        if why is not None:
+            raise ConfigError(f"case {case.id}: {why}; fix parallel.dynamic_cp / parallel.cp")
+    if case.parallel.is_dynamic:
         mbs = _pack_dynamic(case, seqs, pool, step)
         target = len(mbs)
         while problem(len(mbs)) is not None:
@@ -135,10 +144,7 @@ def plan_step(case: Case, step: int, fixed_cp: Optional[int] = None) -> StepPlan
                 )
             mbs = _pack_dynamic(case, seqs, pool, step, max_per_microbatch=-(-len(seqs) // target))
     else:
-        cp = fixed_cp if fixed_cp is not None else (case.parallel.cp or 1)
-        if pool % cp:
-            raise ConfigError(f"CP size {cp} does not divide the DP x CP ranks of a stage ({pool})")
-        mbs = _pack_fixed(case, seqs, pool, cp, step, problem)
+        mbs = _pack_fixed(case, seqs, pool, case.parallel.max_cp, step, problem)
     return StepPlan(step, pool, tuple(mbs), sum(s.length for s in seqs))
 
 
@@ -152,6 +158,8 @@ def _pack_fixed(
 ) -> list[MicrobatchPlan]:
     dp = pool // cp
     cap = case.train.seq_length
+    most = _seq_cap(case)
+    size = (lambda s: padded_length(s.length, cp)) if case.static_shapes else (lambda s: s.length)
     order = sorted(seqs, key=lambda s: (-s.length, s.index))
     fixed = case.train.microbatches
     total = sum(s.length for s in seqs)
@@ -165,8 +173,8 @@ def _pack_fixed(
         bins: list[list[Sequence]] = [[] for _ in range(nbins)]
         ok = True
         for s in order:
-            need = s.length
-            fits = [b for b in range(nbins) if loads[b] + need <= cap]
+            need = size(s)
+            fits = [b for b in range(nbins) if loads[b] + need <= cap and len(bins[b]) < most]
             if not fits:
                 ok = False
                 break
@@ -205,9 +213,8 @@ def _pack_dynamic(
     step: int,
     max_per_microbatch: Optional[int] = None,
 ) -> list[MicrobatchPlan]:
-    sizes = tuple(s for s in case.parallel.cp_sizes if s <= pool)
-    if not sizes:
-        raise ConfigError(f"parallel.dynamic_cp {case.parallel.cp_sizes} has no size <= DP x CP ({pool})")
+    sizes = case.parallel.cp_sizes
+    most = _seq_cap(case)
     msr = case.train.max_seqlen_per_rank
     if msr is None:
         raise ConfigError("dynamic CP needs train.max_seqlen_per_rank (tokens one rank may hold)")
@@ -230,7 +237,8 @@ def _pack_dynamic(
                 placed = True
             for g in sorted(groups, key=lambda g: (g[2] / g[0], g[0])) if not placed else ():
                 room = g[0] * msr - g[2]
-                if g[0] >= need[s.index] and padded_length(s.length, g[0]) <= room:
+                if (g[0] >= need[s.index] and padded_length(s.length, g[0]) <= room
+                        and len(g[1]) < most):
                     g[1].append(s)
                     g[2] += padded_length(s.length, g[0])
                     placed = True
@@ -261,6 +269,13 @@ def _pack_dynamic(
     return out
 
 
+def _seq_cap(case: Case) -> float:
+    """Most sequences one CP group may hold in a microbatch (static shapes: the metadata
+    buffers' capacity; else unbounded)."""
+    cap = case.train.max_seqs_per_microbatch
+    return cap if cap is not None and case.static_shapes else math.inf
+
+
 def _split_off(filled: list[list[list]], free: int, need: dict[int, int]) -> bool:
     """Give idle ranks of the last microbatch a sequence of their own, taken from a group that
     keeps at least one (this microbatch first, then the latest earlier one; the shortest that
@@ -284,7 +299,8 @@ def _widen(groups: list[list], free: int, sizes: tuple[int, ...], msr: int) -> i
     while free:
         grown = False
         for g in sorted(groups, key=lambda g: (g[0], g[2])):
-            bigger = [s for s in sizes if g[0] < s <= g[0] + free]
+            bigger = [s for s in sizes if g[0] < s <= g[0] + free
+                      and sum(padded_length(x.length, s) for x in g[1]) <= s * msr]
             if not bigger:
                 continue
             new = min(bigger)

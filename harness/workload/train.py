@@ -14,20 +14,28 @@ import torch
 import torch.distributed as dist
 
 from harness.errors import ConfigError
+from harness.results import GraphStats, MemoryProbe, StepRecord
 from harness.spec.schema import Case
 from harness.workload import checkpoint as ckpt
 from harness.workload.attention import AttentionContext, attention_plan
-from harness.workload.batch import local_batch
+from harness.workload.batch import local_batch, static_batch
 from harness.workload.data import successor_table
-from harness.workload.model import LayerContext, ModelChunk, build_chunks, is_expert_param
-from harness.workload.moe import MoEContext
+from harness.workload.graphed import GraphLayout, LayerGraphs, capture, reachable_microbatch_counts
+from harness.workload.model import (
+    GraphableBlock,
+    LayerContext,
+    ModelChunk,
+    StaticContext,
+    build_chunks,
+    is_expert_param,
+)
+from harness.workload.moe import MoEContext, moe_scalars
 from harness.workload.optim import all_reduce_grads, clip_grads_, global_grad_norm, make_optimizer
-from harness.workload.options import TrainOptions
 from harness.workload.packing import StepPlan, plan_step
 from harness.workload.pipeline import MicrobatchInput, run_step
 from harness.workload.runtime import Layout, ProcessGroups, RankContext, build_groups
 
-StepCallback = Callable[[dict], None]
+StepCallback = Callable[[StepRecord], None]
 
 
 @contextmanager
@@ -53,13 +61,11 @@ class _Setup:
     device: torch.device
 
 
-def cp_sizes_for(case: Case, options: TrainOptions) -> tuple[int, ...]:
-    if options.fixed_cp is not None:
-        return (options.fixed_cp,)
-    return case.parallel.cp_sizes
+def _autocast(case: Case) -> Optional[torch.dtype]:
+    return torch.bfloat16 if case.train.dtype == "bf16" else None
 
 
-def _setup(case: Case, options: TrainOptions, ctx: RankContext) -> _Setup:
+def _setup(case: Case, ctx: RankContext) -> _Setup:
     if ctx.world_size != case.world_size:
         raise ConfigError(
             f"case {case.id} needs {case.world_size} ranks (nodes x gpus_per_node) but this run has "
@@ -70,10 +76,14 @@ def _setup(case: Case, options: TrainOptions, ctx: RankContext) -> _Setup:
         raise ConfigError("parallel.vpp > 1 needs parallel.pp > 1 (virtual stages interleave over PP ranks)")
     layout = Layout(ctx.world_size, par.pp, par.ep)
     device = ctx.torch_device
-    groups = build_groups(layout, ctx.rank, cp_sizes_for(case, options), device)
+    groups = build_groups(layout, ctx.rank, par.cp_sizes, device)
     chunks = build_chunks(
         case.model, case.train.seed, par.pp, par.vpp, groups.pp_rank, par.ep, groups.ep.rank, device
     )
+    if case.graphs is not None:  # static shapes: every layer gets its graphable block
+        for chunk in chunks:
+            for layer in chunk.layers:
+                layer.make_block(case.graphs.scope, _autocast(case))
     dense, expert = [], []
     for chunk in chunks:
         for name, p in chunk.named_parameters():
@@ -81,10 +91,19 @@ def _setup(case: Case, options: TrainOptions, ctx: RankContext) -> _Setup:
     return _Setup(layout, groups, chunks, dense, expert, device)
 
 
+class _GraphSlot:
+    """The graphs of a graph arm once captured (None before: eager warmup steps)."""
+
+    def __init__(self) -> None:
+        self.graphs: Optional[LayerGraphs] = None
+
+
 def _microbatch_input(
-    case: Case, plan: StepPlan, m: int, s: _Setup, table: torch.Tensor
+    case: Case, plan: StepPlan, m: int, s: _Setup, table: torch.Tensor, slot: _GraphSlot
 ) -> MicrobatchInput:
     group = plan.microbatches[m].group_of(s.groups.pool_rank)
+    if case.static_shapes:
+        return _static_input(case, plan, m, s, table, slot)
     b = local_batch(group, s.groups.pool_rank, case.train.seed, plan.step, case.model.vocab, table)
     dev = s.device
     positions = b.positions.to(dev)
@@ -104,6 +123,72 @@ def _microbatch_input(
     return MicrobatchInput(b.inputs.to(dev), b.targets.to(dev), valid, LayerContext(attn, moe))
 
 
+def _static_input(
+    case: Case, plan: StepPlan, m: int, s: _Setup, table: torch.Tensor, slot: _GraphSlot
+) -> MicrobatchInput:
+    """A static-shape microbatch: fixed token buffer, metadata tensors, the block runner (eager
+    call, or graph replay once captured)."""
+    assert case.graphs is not None and case.train.max_seqs_per_microbatch is not None
+    group = plan.microbatches[m].group_of(s.groups.pool_rank)
+    b = static_batch(group, s.groups.pool_rank, case.train.seed, plan.step, case.model.vocab, table,
+                     case.tokens_per_rank, case.train.max_seqs_per_microbatch)
+    dev = s.device
+    cp = s.groups.cp_group(group.size)
+    meta = tuple(t.to(dev) for t in b.layout.metadata())
+    valid = b.valid.to(dev)
+    moe = MoEContext(valid=valid, unit_tokens=b.unit_tokens, step_tokens=plan.total_tokens, cp=cp,
+                     ep=s.groups.ep)
+    scalars = moe_scalars(b.unit_tokens, plan.total_tokens, case.model.experts,
+                          case.model.experts_per_token).to(dev)
+
+    def run(block: GraphableBlock, key: tuple[int, int], inputs: tuple[torch.Tensor, ...]) -> object:
+        if slot.graphs is not None:
+            return slot.graphs.call(key[0], key[1], inputs, group.size, m, cp)
+        block.cp = cp
+        return block(*inputs)
+
+    static = StaticContext(meta, valid, scalars, cp, group.size, m, case.graphs.scope, run,
+                           aux_sink=moe.aux_sink)
+    return MicrobatchInput(b.inputs.to(dev), b.targets.to(dev), valid, LayerContext(None, moe, static))
+
+
+def _capture(case: Case, s: _Setup) -> LayerGraphs:
+    """Capture this rank's blocks (every rank at the same step: warmup runs CP collectives)."""
+    assert case.graphs is not None and case.train.max_seqs_per_microbatch is not None
+    par = case.parallel
+    most = case.train.global_batch if par.is_dynamic else case.train.global_batch // case.dp
+    counts = ((case.train.microbatches,) if case.train.microbatches is not None
+              else reachable_microbatch_counts(par.pp, par.vpp, par.group_size, most))
+    layout = GraphLayout(par.pp, par.vpp, par.group_size, s.groups.pp_rank,
+                         tuple(len(c.layers) for c in s.chunks), par.cp_sizes, counts)
+    handles = {c: s.groups.cp_group(c) for c in par.cp_sizes}
+    return capture(
+        s.chunks, layout, handles, lambda c: s.groups.pool_rank % c,
+        scope=case.graphs.scope, separate=case.execution.pools == "separate",
+        tokens=case.tokens_per_rank, hidden=case.model.hidden,
+        max_seqs=case.train.max_seqs_per_microbatch, experts=case.model.experts,
+        top_k=case.model.experts_per_token, warmup_iters=case.graphs.capture_warmup_iters,
+        seed=case.train.seed, log=lambda line: print(line, flush=True),
+    )
+
+
+def _probe(device: torch.device) -> Optional[MemoryProbe]:
+    """Memory after emptying the allocator cache (the dcp_vs_fixed_cp figures; CUDA only)."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    free, total = torch.cuda.mem_get_info(device)
+    st = torch.cuda.memory_stats(device)
+    return MemoryProbe(
+        device_used_bytes=int(total - free),
+        device_total_bytes=int(total),
+        allocated_bytes=int(st.get("allocated_bytes.all.current", 0)),
+        active_bytes=int(st.get("active_bytes.all.current", 0)),
+        reserved_bytes=int(st.get("reserved_bytes.all.current", 0)),
+    )
+
+
 def _memory(device: torch.device) -> dict[str, Optional[int]]:
     if device.type != "cuda":
         return {k: None for k in ("allocated_bytes", "reserved_bytes", "active_bytes", "max_allocated_bytes")}
@@ -114,15 +199,6 @@ def _memory(device: torch.device) -> dict[str, Optional[int]]:
         "active_bytes": int(st.get("active_bytes.all.current", 0)),
         "max_allocated_bytes": int(st.get("allocated_bytes.all.peak", 0)),
     }
-
-
-def _break_backward(params: list[torch.nn.Parameter], seed: int, step: int) -> None:
-    """Fault ``broken_backward``: replace every gradient by seeded noise of the same norm."""
-    g = torch.Generator(device="cpu")
-    g.manual_seed(seed * 7919 + step)
-    for p in params:
-        noise = torch.randn(p.shape, generator=g).to(p.grad.device, p.grad.dtype)
-        p.grad.copy_(noise * (p.grad.norm() / (noise.norm() + 1e-12)))
 
 
 def _state(s: _Setup, opt: torch.optim.Optimizer, case: Case, step: int, rank: int) -> dict[str, Any]:
@@ -150,20 +226,19 @@ def _restore(s: _Setup, opt: torch.optim.Optimizer, state: dict[str, Any], case:
 
 def train_arm(
     case: Case,
-    options: TrainOptions,
     ctx: RankContext,
     on_step: StepCallback,
     checkpoint_dir: Optional[Path] = None,
 ) -> None:
-    """Train ``case.train.steps`` steps, calling ``on_step(record)`` after each (docs/internals.md)."""
-    if options.graphs:
-        raise ConfigError(
-            "CUDA-graph arms (TrainOptions.graphs) are not available in the eager workload yet; "
-            "run the eager arm"
-        )
+    """Train ``case.train.steps`` steps of an arm case (``harness.arms``: its layout, static
+    shapes, eager or graphed), calling ``on_step(record)`` after each (docs/internals.md)."""
     train = case.train
+    graphed = case.execution.graphed
+    if graphed and ctx.torch_device.type != "cuda":
+        raise ConfigError(f"arm '{case.arm}' replays CUDA graphs and needs a CUDA GPU per rank "
+                          f"(this rank runs on {ctx.device})")
     with _determinism(train.deterministic, train.seed):
-        s = _setup(case, options, ctx)
+        s = _setup(case, ctx)
         params = s.dense + s.expert
         opt = make_optimizer(params, train)
         start = ckpt.agreed_resume_step(checkpoint_dir, ctx.rank, s.groups.world)
@@ -171,67 +246,79 @@ def train_arm(
             assert checkpoint_dir is not None
             _restore(s, opt, ckpt.load(checkpoint_dir, ctx.rank, start), case, ctx.rank)
         table = successor_table(train.seed, case.model.vocab)
-        autocast = torch.bfloat16 if train.dtype == "bf16" else None
+        autocast = _autocast(case)
         pool_rank = s.groups.pool_rank
-        for step in range(start + 1, train.steps + 1):
-            if s.device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(s.device)
-            t0 = time.perf_counter()
-            plan = plan_step(case, step, options.fixed_cp)
-            opt.zero_grad(set_to_none=False)
-            totals = run_step(
-                s.chunks,
-                s.groups,
-                case.parallel.pp,
-                case.parallel.group_size,
-                len(plan.microbatches),
-                lambda m: _microbatch_input(case, plan, m, s, table),
-                plan.total_tokens,
-                case.model.hidden,
-                autocast,
-                s.device,
-            )
-            all_reduce_grads(s.dense, s.groups.pool)
-            all_reduce_grads(s.expert, s.groups.expert_dp)
-            if options.fault == "broken_backward":
-                _break_backward(params, train.seed, step)
-            norm = global_grad_norm(
-                s.dense, s.expert, pool_rank == 0, pool_rank < case.parallel.ep, s.groups.world, s.device
-            )
-            sums = torch.tensor([totals.loss_sum, totals.aux_sum], dtype=torch.float64, device=s.device)
-            if s.groups.world.active:
-                dist.all_reduce(sums, group=s.groups.world.group)
-            loss, aux = float(sums[0]), float(sums[1]) / case.model.layers
-            finite = math.isfinite(loss) and math.isfinite(norm)
-            skipped = not math.isfinite(norm)
-            if not skipped:
-                clip = train.optimizer.grad_clip
-                if clip is not None:
-                    clip_grads_(params, norm, clip)
-                opt.step()
-            if s.device.type == "cuda":
-                torch.cuda.synchronize(s.device)
-            elapsed = time.perf_counter() - t0
-            mb_sizes = [mb.group_of(pool_rank).size for mb in plan.microbatches]
-            record = {
-                "step": step,
-                "loss": loss,
-                "aux_loss": aux,
-                "grad_norm": norm,
-                "nan": not finite,
-                "skipped": skipped,
-                "tokens": plan.total_tokens,
-                "microbatches": len(plan.microbatches),
-                "cp_sizes": mb_sizes,
-                "lr": train.lr,
-                "step_time_s": elapsed,
-                "device": ctx.device,
-                **_memory(s.device),
-            }
-            # Record first, then checkpoint: a rank stopped in between re-runs this step on
-            # resume (same values; the results store drops the duplicate record), whereas the
-            # other order could resume after a step that was never recorded.
-            on_step(record)
-            every = train.checkpoint_every
-            if checkpoint_dir is not None and every and step % every == 0:
-                ckpt.save(checkpoint_dir, ctx.rank, step, _state(s, opt, case, step, ctx.rank))
+        slot = _GraphSlot()
+        probe_step = train.memory_probe_step or train.steps
+        try:
+            for step in range(start + 1, train.steps + 1):
+                stats: Optional[GraphStats] = None
+                if graphed and slot.graphs is None and step > case.graphs.warmup_steps:  # type: ignore[union-attr]
+                    slot.graphs = _capture(case, s)
+                    stats = slot.graphs.stats
+                if s.device.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats(s.device)
+                t0 = time.perf_counter()
+                plan = plan_step(case, step)
+                if slot.graphs is not None:
+                    slot.graphs.check_step(len(plan.microbatches))
+                opt.zero_grad(set_to_none=False)
+                totals = run_step(
+                    s.chunks,
+                    s.groups,
+                    case.parallel.pp,
+                    case.parallel.group_size,
+                    len(plan.microbatches),
+                    lambda m: _microbatch_input(case, plan, m, s, table, slot),
+                    plan.total_tokens,
+                    case.model.hidden,
+                    autocast,
+                    s.device,
+                )
+                all_reduce_grads(s.dense, s.groups.pool)
+                all_reduce_grads(s.expert, s.groups.expert_dp)
+                norm = global_grad_norm(
+                    s.dense, s.expert, pool_rank == 0, pool_rank < case.parallel.ep, s.groups.world, s.device
+                )
+                sums = torch.tensor([totals.loss_sum, totals.aux_sum], dtype=torch.float64, device=s.device)
+                if s.groups.world.active:
+                    dist.all_reduce(sums, group=s.groups.world.group)
+                loss, aux = float(sums[0]), float(sums[1]) / case.model.layers
+                finite = math.isfinite(loss) and math.isfinite(norm)
+                skipped = not math.isfinite(norm)
+                if not skipped:
+                    clip = train.optimizer.grad_clip
+                    if clip is not None:
+                        clip_grads_(params, norm, clip)
+                    opt.step()
+                if s.device.type == "cuda":
+                    torch.cuda.synchronize(s.device)
+                elapsed = time.perf_counter() - t0
+                record = StepRecord(
+                    step=step,
+                    loss=loss,
+                    aux_loss=aux,
+                    grad_norm=norm,
+                    nan=not finite,
+                    skipped=skipped,
+                    tokens=plan.total_tokens,
+                    microbatches=len(plan.microbatches),
+                    cp_sizes=tuple(mb.group_of(pool_rank).size for mb in plan.microbatches),
+                    lr=train.lr,
+                    step_time_s=elapsed,
+                    device=ctx.device,
+                    graphed=slot.graphs is not None,
+                    memory_probe=_probe(s.device) if step == probe_step else None,
+                    graph_stats=stats,
+                    **_memory(s.device),
+                )
+                # Record first, then checkpoint: a rank stopped in between re-runs this step on
+                # resume (same values; the results store drops the duplicate record), whereas the
+                # other order could resume after a step that was never recorded.
+                on_step(record)
+                every = train.checkpoint_every
+                if checkpoint_dir is not None and every and step % every == 0:
+                    ckpt.save(checkpoint_dir, ctx.rank, step, _state(s, opt, case, step, ctx.rank))
+        finally:
+            if slot.graphs is not None:
+                slot.graphs.close()

@@ -29,7 +29,7 @@ def test_one_rank_and_two_rank_cases_pass_the_gate_then_resume(write_case, tmp_p
     printed = capsys.readouterr()
     assert "results:" in printed.out and "two-rank" in printed.out
     steps = read_steps(out / "two-rank" / "eager-repeat")
-    assert sorted(steps) == [0, 1] and [r["step"] for r in steps[1]] == [1, 2, 3]
+    assert sorted(steps) == [0, 1] and [r.step for r in steps[1]] == [1, 2, 3]
     assert steps[0][0]["loss"] == read_steps(out / "two-rank" / "eager")[0][0]["loss"]
     assert json.loads((out / "two-rank" / "verdict.json").read_text())["status"] == "pass"
     for name in ("summary.md", "junit.xml", "index.json"):
@@ -58,7 +58,7 @@ def test_crashing_rank_fails_its_case_and_the_sweep_goes_on(write_case, tmp_path
     assert "harness.launch.local" in outcome.repro and "--arm eager" in outcome.repro
     # rank 0 was blocked in a collective of step 2; it was stopped, not left running.
     assert "stopped rank(s) 0" in outcome.detail or "also rank(s) 0" in outcome.detail
-    assert [r["step"] for r in read_steps(out / "crashing" / "eager")[1]] == [1]
+    assert [r.step for r in read_steps(out / "crashing" / "eager")[1]] == [1]
     assert gate(out) == 2
 
 
@@ -83,7 +83,7 @@ def test_hung_rank_times_out_with_stacks_then_resumes(write_case, tmp_path, monk
     log = (out / "hanging" / "eager" / "log.txt").read_text()
     assert "1/3 steps already recorded" in log  # resumed after step 1, the last recorded step
     steps = read_steps(out / "hanging" / "eager")
-    assert all([r["step"] for r in steps[k]] == [1, 2, 3] for k in (0, 1))
+    assert all([r.step for r in steps[k]] == [1, 2, 3] for k in (0, 1))
     assert gate(out) == 0
 
 

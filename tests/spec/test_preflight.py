@@ -183,8 +183,8 @@ def test_exact_repeat_needs_determinism() -> None:
                   train={"deterministic": False}) == []
 
 
-def test_graph_vs_eager_is_not_a_preflight_error() -> None:
-    assert fields(compare={"graph_vs_eager": {"loss": "exact"}}) == []
+def test_graph_pairs_need_a_graphs_section() -> None:
+    assert fields(compare={"graph_vs_eager": {"loss": "exact"}}) == ["compare.graph_vs_eager"]
 
 
 def test_qwen3_preset_on_a_real_layout() -> None:

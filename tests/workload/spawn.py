@@ -43,15 +43,31 @@ def run_spawned(world: int, fn: Callable, args: tuple, tmp: Path) -> list[Any]:
     return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
 
 
+def job_case(case_json: dict, options: dict):
+    """The case a job trains: ``fixed_cp: N`` derives the fixed-CP arm case
+    (``harness.spec.derive.as_fixed_cp``); ``static: {scope, max_seqs}`` turns on static shapes
+    (a graph case's eager arm; no preflight: CPU tests run it in fp32)."""
+    from harness.spec.derive import as_fixed_cp
+    from harness.spec.schema import Case, GraphSpec
+
+    case = Case.model_validate(case_json)
+    if options.get("fixed_cp") is not None:
+        case = as_fixed_cp(case, options["fixed_cp"], f"fixed-cp{options['fixed_cp']}")
+    static = options.get("static")
+    if static is not None:
+        train = case.train.model_copy(update={"max_seqs_per_microbatch": static["max_seqs"]})
+        case = case.model_copy(update={"graphs": GraphSpec(scope=static["scope"]), "train": train})
+    return case
+
+
 def train_jobs(ctx, jobs: list[tuple[str, dict, dict]]) -> dict[str, list[dict]]:
-    """Run each ``(name, case json, TrainOptions kwargs)`` job; ``{name: records}``."""
-    from harness.spec.schema import Case
-    from harness.workload import TrainOptions, train_arm
+    """Run each ``(name, case json, options)`` job (see :func:`job_case`); ``{name: records}``."""
+    from harness.workload import train_arm
 
     results: dict[str, list[dict]] = {}
     for name, case_json, options in jobs:
         records: list[dict] = []
-        train_arm(Case.model_validate(case_json), TrainOptions(**options), ctx, records.append)
+        train_arm(job_case(case_json, options), ctx, lambda r: records.append(r.to_dict()))
         results[name] = records
     return results
 

@@ -96,7 +96,9 @@ def test_fixed_cp_override_of_a_dynamic_case_packs_the_same_tokens():
         world=2, parallel={"dynamic_cp": [1, 2]},
         train={"global_batch": 12, "seq_length": 64, "max_seqlen_per_rank": 32},
     )
-    dyn, fixed = plan_step(case, 1), plan_step(case, 1, fixed_cp=2)
+    from harness.spec.derive import as_fixed_cp
+
+    dyn, fixed = plan_step(case, 1), plan_step(as_fixed_cp(case, 2, "fixed-cp2"), 1)
     assert _all_indices(dyn) == _all_indices(fixed)
     assert dyn.total_tokens == fixed.total_tokens
     assert all(mb.cp_sizes == (2,) for mb in fixed.microbatches)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.workload import RankContext, TrainOptions, train_arm
+from harness.workload import RankContext, train_arm
 
 from tests.workload.factories import make_case
 from tests.workload.spawn import run_spawned, run_train_jobs
@@ -22,7 +22,7 @@ TRAIN = dict(steps=3, global_batch=8, seq_length=64, max_seqlen_per_rank=32, lr=
 DATA = {"lengths": {"distribution": "uniform", "min": 8, "max": 60}}
 NOAUX = {"aux_loss_coeff": 0.0}
 
-# name: (world, parallel, model overrides, TrainOptions kwargs, steps)
+# name: (world, parallel, model overrides, job options (tests/workload/spawn.py job_case))
 SAME_GROUPING = {
     "pp2": (2, {"pp": 2}, {}, {}),
     "pp2-vpp2": (2, {"pp": 2, "vpp": 2}, {}, {}),
@@ -56,8 +56,26 @@ def _case(world, parallel, model=None, steps=TRAIN["steps"], train=None):
 
 def _single(model=None, train=None):
     records = []
-    train_arm(_case(1, {}, model, train=train), TrainOptions(), RankContext(0, 1, 0, "cpu", "none"), records.append)
+    train_arm(_case(1, {}, model, train=train), RankContext(0, 1, 0, "cpu", "none"),
+              lambda r: records.append(r.to_dict()))
     return records
+
+
+# Static-shape mode (every arm of a graph case): each layout above again, aux loss off (the
+# static fixed-CP packer counts padded tokens, so it may group microbatches differently), scope
+# attn everywhere and full where the MoE is local (ep 1).
+def _static_jobs():
+    out = []
+    layouts = {**{k: (w, p, o) for k, (w, p, _, o) in SAME_GROUPING.items()}, **REGROUPED}
+    for name, (world, par, opts) in layouts.items():
+        scopes = ["attn"] + (["full"] if par.get("ep", 1) == 1 else [])
+        for scope in scopes:
+            job = {**opts, "static": {"scope": scope, "max_seqs": 16}}
+            out.append((world, f"{name}/static-{scope}", _case(world, par, NOAUX), job))
+    return out
+
+
+STATIC = _static_jobs()
 
 
 @pytest.fixture(scope="module")
@@ -68,12 +86,24 @@ def runs(tmp_path_factory):
     for name, (world, par, opts) in REGROUPED.items():
         jobs[world].append((name + "/aux", _case(world, par, steps=1), opts))
         jobs[world].append((name + "/noaux", _case(world, par, NOAUX), opts))
+    for world, name, case, opts in STATIC:
+        jobs[world].append((name, case, opts))
     out = {}
     for world, js in jobs.items():
         out.update(run_train_jobs(world, js, tmp_path_factory.mktemp(f"w{world}")))
     out["ref/aux"] = [_single()]
     out["ref/aux-fixed-mb"] = [_single(train=FIXED_MB)]
     out["ref/noaux"] = [_single(NOAUX)]
+    static_single = []
+    from tests.workload.spawn import job_case
+
+    for scope in ("attn", "full"):
+        recs: list[dict] = []
+        case = job_case(_case(1, {}, NOAUX).model_dump(mode="json"),
+                        {"static": {"scope": scope, "max_seqs": 16}})
+        train_arm(case, RankContext(0, 1, 0, "cpu", "none"), lambda r: recs.append(r.to_dict()))
+        static_single.append(recs)
+    out["ref/static-attn"], out["ref/static-full"] = static_single
     return out
 
 
@@ -108,6 +138,15 @@ def test_regrouping_layouts_match_single_rank(runs, name):
     _assert_close(aux[0], runs["ref/aux"][0], "loss", 1)
     for key in ("loss", "grad_norm"):
         _assert_close(noaux[0], runs["ref/noaux"][0], key, TRAIN["steps"])
+
+
+@pytest.mark.parametrize("name", [n for _, n, _, _ in STATIC] + ["ref/static-attn", "ref/static-full"])
+def test_static_shape_layouts_match_single_rank_every_step(runs, name):
+    ranks = runs[name] if not name.startswith("ref/") else [runs[name]]
+    _assert_ranks_agree(ranks)
+    assert len(ranks[0]) == TRAIN["steps"]
+    for key in ("loss", "grad_norm"):
+        _assert_close(ranks[0], runs["ref/noaux"][0], key, TRAIN["steps"])
 
 
 def test_dynamic_cp_logs_per_microbatch_sizes(runs):
@@ -179,7 +218,7 @@ def resume_probe(ctx: RankContext, case_json: dict, root: str) -> dict:
 
     case = Case.model_validate(case_json)
     whole: list[dict] = []
-    train_arm(case, TrainOptions(), ctx, whole.append)
+    train_arm(case, ctx, lambda r: whole.append(r.to_dict()))
 
     class Stop(Exception):
         pass
@@ -188,12 +227,12 @@ def resume_probe(ctx: RankContext, case_json: dict, root: str) -> dict:
 
     def stop_at_4(r: dict) -> None:
         # Records come before checkpoints: step 4 is recorded, step 3 is the last checkpoint.
-        first.append(r)
-        if r["step"] == 4:
+        first.append(r.to_dict())
+        if r.step == 4:
             raise Stop
 
     try:
-        train_arm(case, TrainOptions(), ctx, stop_at_4, checkpoint_dir=Path(root))
+        train_arm(case, ctx, stop_at_4, checkpoint_dir=Path(root))
     except Stop:
         pass
     if ctx.rank == 0:  # as if rank 0 died while writing step 3
@@ -202,7 +241,7 @@ def resume_probe(ctx: RankContext, case_json: dict, root: str) -> dict:
 
     dist.barrier()
     rest: list[dict] = []
-    train_arm(case, TrainOptions(), ctx, rest.append, checkpoint_dir=Path(root))
+    train_arm(case, ctx, lambda r: rest.append(r.to_dict()), checkpoint_dir=Path(root))
     return {"whole": whole, "first": first, "rest": rest}
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from harness.errors import ConfigError
 from harness.spec import load_cases
-from harness.workload import RankContext, TrainOptions, train_arm
+from harness.workload import RankContext, train_arm
 
 from tests.workload.factories import make_case
 
@@ -13,20 +13,20 @@ CPU = RankContext(0, 1, 0, "cpu", "none")
 KEYS = {
     "step", "loss", "aux_loss", "grad_norm", "nan", "skipped", "tokens", "microbatches", "cp_sizes",
     "lr", "step_time_s", "device", "allocated_bytes", "reserved_bytes", "active_bytes",
-    "max_allocated_bytes",
+    "max_allocated_bytes", "graphed", "memory_probe", "graph_stats",
 }
 
 
-def run(case, options=TrainOptions(), checkpoint_dir=None, stop_after=None):
+def run(case, checkpoint_dir=None, stop_after=None):
     records = []
 
     def on_step(r):
-        records.append(r)
-        if stop_after is not None and r["step"] == stop_after:
+        records.append(r.to_dict())
+        if stop_after is not None and r.step == stop_after:
             raise KeyboardInterrupt  # simulate a kill right after a completed step
 
     try:
-        train_arm(case, options, CPU, on_step, checkpoint_dir=checkpoint_dir)
+        train_arm(case, CPU, on_step, checkpoint_dir=checkpoint_dir)
     except KeyboardInterrupt:
         pass
     return records
@@ -43,10 +43,24 @@ def test_records_have_the_documented_keys():
         assert 0.9 < r["aux_loss"] < 2.0  # ~1 for a balanced router
 
 
-def test_loss_falls_when_training_works_and_not_when_backward_is_broken():
+def test_loss_falls_when_training_works_and_not_when_backward_is_broken(monkeypatch):
+    import torch
+
+    import harness.workload.train as train_mod
+
     case = make_case(train={"steps": 14, "lr": 5e-3})
     good = [r["loss"] for r in run(case)]
-    bad = [r["loss"] for r in run(case, TrainOptions(fault="broken_backward"))]
+    real = train_mod.all_reduce_grads
+    g = torch.Generator().manual_seed(0)
+
+    def noise(params, handle):  # the fault: every gradient replaced by noise of the same norm
+        real(params, handle)
+        for p in params:
+            n = torch.randn(p.shape, generator=g)
+            p.grad.copy_(n * (p.grad.norm() / (n.norm() + 1e-12)))
+
+    monkeypatch.setattr(train_mod, "all_reduce_grads", noise)
+    bad = [r["loss"] for r in run(case)]
     assert good[0] == bad[0]  # same model, same data
     assert sum(good[-3:]) / 3 < good[0] - 0.4
     assert sum(bad[-3:]) / 3 > bad[0] - 0.1
@@ -139,7 +153,7 @@ def test_cuda_run_reports_memory_and_matches_cpu():
         pytest.skip("needs a CUDA GPU")
     case = make_case(train={"steps": 2})
     cuda = []
-    train_arm(case, TrainOptions(), RankContext(0, 1, 0, "cuda:0", "none"), cuda.append)
+    train_arm(case, RankContext(0, 1, 0, "cuda:0", "none"), lambda r: cuda.append(r.to_dict()))
     cpu = run(case)
     for g, c in zip(cuda, cpu):
         assert g["device"] == "cuda:0"

@@ -1,0 +1,59 @@
+"""Arm cases: the configurations a case's arms run, each derived from the case and preflighted.
+
+An arm is not an option beside its case but a :class:`~harness.spec.schema.Case` of its own, made
+here from the case the user wrote and checked by the same preflight (so a layout rule such as "a CP
+size divides the DP x CP ranks of a stage" is written once, in ``harness.spec.layout``):
+
+* :func:`as_fixed_cp` -- the case's data at one fixed CP size (``fixed-cp<N>`` arms);
+* :func:`with_execution` -- eager, or slot-shared CUDA graphs in one MemPool or in one pool per
+  CP size (``graph``, ``graph-separate-pools``, ``graph-fixed-cp<N>``).
+
+A derived case keeps the parent's id and shape; its ``compare`` section is empty (pairs belong to
+the parent) and its ``arm`` field names the arm. Pure: no torch.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from harness.errors import CaseError
+from harness.spec.preflight import preflight
+from harness.spec.schema import Case, CompareSpec, Execution
+
+
+def _checked(parent: Case, derived: Case, field: str, what: str) -> Case:
+    problems = preflight(derived)
+    if problems:
+        listed = "; ".join(f"{p.field or 'case'}: {p.message}" for p in problems)
+        raise CaseError(f"{what} cannot run: {listed}", file=parent.source, case=parent.id,
+                        field=field)
+    return derived
+
+
+def _derive(case: Case, arm: str, **changes: object) -> Case:
+    data = case.model_dump(mode="python")
+    data.update(changes)
+    data["compare"] = CompareSpec()
+    data["arm"] = arm
+    return Case.model_validate(data)
+
+
+def as_fixed_cp(case: Case, cp: int, arm: str, field: str = "compare.dcp_vs_fixed_cp.fixed_cp") -> Case:
+    """The case's data with every microbatch at CP size ``cp`` (``parallel.cp``; the dynamic-CP
+    fields dropped). Its per-rank token buffer is ``seq_length / cp`` in static-shape mode."""
+    par = case.parallel.model_copy(update={"cp": cp, "dynamic_cp": None})
+    train = case.train.model_copy(update={"max_seqlen_per_rank": None})
+    derived = _derive(case, arm, parallel=par, train=train, execution=case.execution)
+    return _checked(case, derived, field, f"arm '{arm}' (the case at fixed CP {cp})")
+
+
+def with_execution(case: Case, arm: str, graphed: bool,
+                   pools: Literal["shared", "separate"] = "shared") -> Case:
+    """The case run eagerly (``graphed=False``) or with slot-shared CUDA graphs (needs a
+    ``graphs:`` section), every CP variant in one MemPool (``shared``) or one per CP size."""
+    if graphed and case.graphs is None:
+        raise CaseError(f"arm '{arm}' runs CUDA graphs: add a `graphs:` section (e.g. "
+                        "{scope: attn, warmup_steps: 2})", file=case.source, case=case.id,
+                        field="graphs")
+    derived = _derive(case, arm, execution=Execution(graphed=graphed, pools=pools))
+    return _checked(case, derived, "graphs" if graphed else "compare", f"arm '{arm}'")
