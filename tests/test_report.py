@@ -189,7 +189,7 @@ def test_summary_and_index(tmp_path: Path) -> None:
     assert case["c-crash"]["arms"]["eager-repeat"]["ranks"] == {
         "0": "c-crash/eager-repeat/rank0.jsonl", "1": "c-crash/eager-repeat/rank1.jsonl"}
     assert case["a-pass"]["verdict_json"] == "a-pass/verdict.json"
-    assert case["a-pass"]["pairs"][1]["not_applicable"] == ["device_delta_pct", "reserved_delta_pct"]
+    assert case["a-pass"]["pairs"][1]["not_applicable"] == ["device_delta_pct", "active_delta_pct", "reserved_delta_pct", "graph_pool_bytes"]
 
 
 def test_memory_figures_in_summary(tmp_path: Path) -> None:
