@@ -24,8 +24,8 @@ from harness.results import read_outcome, read_steps
 GIB = 1024**3
 
 
-def _peak(recs: list[dict], key: str) -> int | None:
-    values = [r[key] for r in recs if r.get(key) is not None]
+def _peak(recs: list, key: str) -> int | None:
+    values = [getattr(r, key) for r in recs if getattr(r, key) is not None]
     return max(values) if values else None  # null without CUDA
 
 
@@ -38,17 +38,18 @@ def arm_rows(case_dir: Path) -> list[list[str]]:
     for arm_dir in sorted(p for p in case_dir.iterdir() if (p / "outcome.json").is_file()):
         outcome = read_outcome(arm_dir)
         for rank, recs in sorted(read_steps(arm_dir).items()):
-            times = [r["step_time_s"] for r in recs[2:]] or [r["step_time_s"] for r in recs]
+            timed = [r for r in recs if r.graphed] or recs[2:] or recs
+            times = [r.step_time_s for r in timed]
             alloc = _peak(recs, "max_allocated_bytes")
             reserved = _peak(recs, "reserved_bytes")
-            cps = sorted({c for r in recs for c in r.get("cp_sizes") or []})
+            cps = sorted({c for r in recs for c in r.cp_sizes})
             rows.append([
                 case_dir.name, arm_dir.name, str(rank), outcome.status, str(len(recs)),
-                f"{recs[-1]['loss']:.4f}" if recs else "-",
-                str(sum(bool(r["nan"]) or bool(r["skipped"]) for r in recs)),
+                f"{recs[-1].loss:.4f}" if recs else "-",
+                str(sum(bool(r.nan) or bool(r.skipped) for r in recs)),
                 f"{1000 * statistics.median(times):.1f}" if times else "-",
                 _gib(alloc), _gib(reserved), ",".join(map(str, cps)),
-                str(recs[-1].get("device", "-")) if recs else "-",
+                str(recs[-1].device or "-") if recs else "-",
             ])
     return rows
 

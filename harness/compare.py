@@ -590,7 +590,7 @@ def evaluate_pair(
     skipped = [(a, arm_data[a][0]) for a in pair.arms
                if a in arm_data and arm_data[a][0] is not None and arm_data[a][0].status == "skipped"]
     if skipped:
-        why = "; ".join(f"{a}: {o.detail}" for a, o in skipped)
+        why = "; ".join(dict.fromkeys(o.detail for _, o in skipped))  # the arms' reasons, once each
         return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), (), "skipped", why)
     for arm in pair.arms:
         outcome, steps = arm_data.get(arm, (None, {}))

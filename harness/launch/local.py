@@ -91,7 +91,7 @@ def skip_reason(case: Case, gpus: int) -> Optional[str]:
     run on CPU processes when GPUs are short."""
     if not case.needs_cuda:
         return None
-    why = "graph arms (CUDA graphs)" if case.graphs is not None else "resources.device: cuda"
+    why = "a graph case" if case.graphs is not None else "resources.device: cuda"
     if gpus == 0:
         return f"needs CUDA ({why}); this machine has no CUDA GPU"
     if gpus < case.world_size:

@@ -157,7 +157,8 @@ def _capture(case: Case, s: _Setup) -> LayerGraphs:
     assert case.graphs is not None and case.train.max_seqs_per_microbatch is not None
     par = case.parallel
     most = case.train.global_batch if par.is_dynamic else case.train.global_batch // case.dp
-    counts = ((case.train.microbatches,) if case.train.microbatches is not None
+    # A fixed microbatch count (fixed CP) is the only one; else every count the packer can make.
+    counts = ((case.train.microbatches,) if case.train.microbatches is not None and not par.is_dynamic
               else reachable_microbatch_counts(par.pp, par.vpp, par.group_size, most))
     layout = GraphLayout(par.pp, par.vpp, par.group_size, s.groups.pp_rank,
                          tuple(len(c.layers) for c in s.chunks), par.cp_sizes, counts)
