@@ -398,6 +398,7 @@ def make_graphed_callables(
     extra_orders: Sequence[Sequence[int]] = (),
     grads_in_flight: bool = True,
     fuse_wgrad_accumulation: bool = False,
+    fused_grad_hooks: bool = True,
     chain_layers: bool = True,
     direct_writes: bool = True,
     variant_hook: Callable[[int], None] | None = None,
@@ -414,7 +415,9 @@ def make_graphed_callables(
     ``grads_in_flight``: returned input grads stay live until the end of the next backward (PP > 1).
     ``fuse_wgrad_accumulation``: parameters with a ``main_grad`` tensor get their gradient added into
     it inside the backward graph; replay returns a zero gradient for them so AccumulateGrad and its
-    hooks (e.g. a DDP reduce hook) still fire. Other parameter grads are cloned on return.
+    hooks (e.g. a DDP reduce hook) still fire; ``fused_grad_hooks=False`` returns no gradient for
+    them instead (no hook needs one: saves a pass over every fused gradient per replay). Other
+    parameter grads are cloned on return.
     ``chain_layers``: layer l's first input is staged in layer l-1's output buffer when shapes match
     (same frame lifetime), so passing layer l-1's output to layer l copies nothing; a different
     tensor passed there is copied into that buffer.
@@ -470,6 +473,7 @@ def make_graphed_callables(
         modules=modules,
         _params=cap.params,
         clone_param_grads="skip_param_grad_clone" not in faults,
+        fused_grad_hooks=fused_grad_hooks,
     )
     mem = owner.memory()
     graphs = sum(1 + (f.bwd is not None) for f in cap.frames.values())

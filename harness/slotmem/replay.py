@@ -86,7 +86,8 @@ def run_forward(frame: Frame, inputs: Sequence[torch.Tensor]) -> None:
 
 
 def run_backward(
-    frame: Frame, grads: Sequence[torch.Tensor | None], clone_param_grads: bool
+    frame: Frame, grads: Sequence[torch.Tensor | None], clone_param_grads: bool,
+    fused_grad_hooks: bool = True,
 ) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
     """Stage output grads, replay the backward; param grads are cloned so ``.grad`` never aliases
     a graph buffer."""
@@ -110,8 +111,20 @@ def run_backward(
             raise RuntimeError(f"{frame.name}: parameter {i}'s main_grad buffer was replaced after capture; the "
                                "graph accumulates into the captured buffer (keep main_grad fixed, or recapture)")
         assert frame.zero is not None
-        p_grads[i] = frame.zero.expand(param.shape)  # AccumulateGrad and its hooks still run
+        # AccumulateGrad and its hooks still run (a zero gradient), or, when no hook needs it,
+        # nothing runs: the graph already accumulated the gradient into main_grad.
+        p_grads[i] = frame.zero.expand(param.shape) if fused_grad_hooks else None
     return in_grads, p_grads
+
+
+def fresh_alias(t: torch.Tensor) -> torch.Tensor:
+    """A tensor over ``t``'s bytes with a version counter of its own. Views of the backing share
+    the backing's counter, which every staging copy into any arena bumps; eager code that saves a
+    replayed output for its backward (scope ``attn``: the MoE's norm saves the attention block's
+    output) would then see it as modified. The slot plan, not the counter, guarantees those bytes
+    stay untouched until the frame's backward."""
+    out = torch.empty(0, dtype=t.dtype, device=t.device)
+    return out.set_(t.untyped_storage(), t.storage_offset(), t.shape, t.stride())
 
 
 class _Replay(torch.autograd.Function):
@@ -120,7 +133,7 @@ class _Replay(torch.autograd.Function):
         owner._run_forward(frame, tensors[:n_user])
         ctx.owner = owner
         ctx.frame = frame
-        outs = tuple(o.detach() for o in frame.static_outputs)
+        outs = tuple(fresh_alias(o) for o in frame.static_outputs)
         ctx.mark_non_differentiable(*(o for o, d in zip(outs, frame.out_differentiable) if not d))
         return outs if len(outs) > 1 else outs[0]
 
@@ -159,6 +172,7 @@ class SlotGraphs:
     modules: Mapping[tuple[int, int], Any]
     _params: Mapping[tuple[int, int], tuple[torch.nn.Parameter, ...]]
     clone_param_grads: bool = True
+    fused_grad_hooks: bool = True  # fused params return a zero grad (hooks fire) or none
     stats: CaptureStats | None = None
     _closed: bool = field(default=False)
 
@@ -184,7 +198,7 @@ class SlotGraphs:
     def _run_backward(
         self, frame: Frame, grads: Sequence[torch.Tensor | None]
     ) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
-        return run_backward(frame, grads, self.clone_param_grads)
+        return run_backward(frame, grads, self.clone_param_grads, self.fused_grad_hooks)
 
     # -- inspection ---------------------------------------------------------------------------
     def memory(self) -> GraphMemory:

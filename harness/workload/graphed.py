@@ -135,6 +135,14 @@ def capture(
 
     blocks: list[list[GraphableBlock]] = [[layer.block for layer in c.layers] for c in chunks]
     every = [b for chunk in blocks for b in chunk]
+    # Fused wgrad accumulation: each block's graph adds its parameter gradients into the
+    # parameter's own .grad (the training loop keeps those tensors for the whole arm: zero_grad
+    # with set_to_none=False, in-place reduction and clipping), as eager AccumulateGrad would.
+    for b in every:
+        for p in b.parameters():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            p.main_grad = p.grad  # type: ignore[attr-defined]
 
     def point_at(cp_size: int) -> None:  # the core's variant hook: never replayed
         for b in every:
@@ -155,7 +163,8 @@ def capture(
     plans = rank_plans(layout, separate)
     for plan in plans:
         g = capture_plan(blocks, sample, plan, num_warmup_iters=warmup_iters, variant_hook=point_at,
-                         chain_layers=(scope == "full"), log=log)
+                         chain_layers=(scope == "full"), fuse_wgrad_accumulation=True,
+                         fused_grad_hooks=False, log=log)
         for c in plan.cp_sizes:
             captured[c] = g
     wall = time.perf_counter() - t0

@@ -30,7 +30,7 @@ def _cuda():
 def test_varlen_static_attention_matches_per_segment_attention(cp):
     dev = _cuda()
     torch.manual_seed(0)
-    lengths, t, heads, kv, d = [100, 37, 256, 1, 64], 256, 8, 2, 64
+    lengths, t, heads, kv, d = [100, 37, 256, 1, 64], 512, 8, 2, 64
     layouts = [static_layout(lengths, cp, r, t, max_seqs=8) for r in range(cp)]
     q = [torch.randn(t, heads, d, device=dev, dtype=torch.bfloat16) for _ in range(cp)]
     k = torch.randn(cp * t, kv, d, device=dev, dtype=torch.bfloat16)
