@@ -1,4 +1,6 @@
-"""plots/<case>.png: loss and grad norm per step, one line per arm (only with matplotlib).
+"""plots/<case>.png: loss and grad norm per step, one line per arm, the first pair's loss difference
+on a second axis; with memory probes (CUDA), per-rank memory bars of every arm (only with
+matplotlib).
 
 Uses matplotlib's object API with the Agg canvas, so no global backend is switched.
 """
@@ -34,9 +36,11 @@ def plot_case(case: CaseView, path: Path) -> Optional[Path]:
     series = {name: (arm.series("loss"), arm.series("grad_norm")) for name, arm in case.arms.items()}
     if not any(loss for loss, _ in series.values()):
         return None
-    fig = Figure(figsize=(8, 3.2), dpi=100)
+    probes = _probes(case)
+    fig = Figure(figsize=(12 if probes else 8, 3.2), dpi=100)
     FigureCanvasAgg(fig)
-    ax_loss, ax_gn = fig.subplots(1, 2)
+    axes = fig.subplots(1, 3 if probes else 2)
+    ax_loss, ax_gn = axes[0], axes[1]
     for name, (loss, gn) in series.items():
         for ax, s in ((ax_loss, loss), (ax_gn, gn)):
             pts = [(k, v) for k, v in s.items() if math.isfinite(v)]
@@ -48,12 +52,57 @@ def plot_case(case: CaseView, path: Path) -> Optional[Path]:
         ax.set_xlabel("step")
         ax.grid(True, alpha=0.3)
     ax_loss.legend(fontsize="small")
+    _loss_difference(case, ax_loss)
+    if probes:
+        _memory_bars(probes, axes[2])
     fig.suptitle(f"{case.case_id} [{case.verdict.status}]", fontsize="medium")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     write_bytes_atomic(path, buf.getvalue())
     return path
+
+
+def _loss_difference(case: CaseView, ax) -> None:  # type: ignore[no-untyped-def]
+    """|loss(candidate) - loss(reference)| of the case's first pair, on a second y axis."""
+    pair = next((p for p in case.verdict.pairs if len(p.arms) == 2), None)
+    if pair is None or not all(a in case.arms for a in pair.arms):
+        return
+    a, b = (case.arms[x].series("loss") for x in pair.arms)
+    steps = [k for k in sorted(set(a) & set(b)) if math.isfinite(a[k] - b[k])]
+    if not steps:
+        return
+    twin = ax.twinx()
+    twin.plot(steps, [abs(a[k] - b[k]) for k in steps], color="gray", linestyle=":",
+              label=f"|{pair.arms[0]} - {pair.arms[1]}|")
+    twin.set_ylabel("loss difference", fontsize="small")
+    twin.legend(fontsize="small", loc="upper center")
+
+
+def _probes(case: CaseView) -> dict[str, dict[int, object]]:
+    """Arm -> rank -> its memory probe (CUDA runs only)."""
+    out: dict[str, dict[int, object]] = {}
+    for name, arm in case.arms.items():
+        for rank, recs in arm.steps.items():
+            for rec in recs:
+                probe = getattr(rec, "memory_probe", None)
+                if probe is not None:
+                    out.setdefault(name, {})[rank] = probe
+    return out
+
+
+def _memory_bars(probes: dict[str, dict[int, object]], ax) -> None:  # type: ignore[no-untyped-def]
+    """Device-used memory after empty_cache, one bar per (arm, rank)."""
+    arms = sorted(probes)
+    ranks = sorted({r for p in probes.values() for r in p})
+    width = 0.8 / max(len(arms), 1)
+    for i, name in enumerate(arms):
+        xs = [r + i * width for r in ranks if r in probes[name]]
+        ys = [getattr(probes[name][r], "device_used_bytes") / 2**30 for r in ranks if r in probes[name]]
+        ax.bar(xs, ys, width=width, label=name)
+    ax.set_xticks([r + 0.4 - width / 2 for r in ranks], [f"rank {r}" for r in ranks])
+    ax.set_title("device used after empty_cache (GiB)", fontsize="small")
+    ax.legend(fontsize="small")
 
 
 def write_plots(sweep: SweepView) -> tuple[Path, ...]:
