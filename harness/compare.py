@@ -447,23 +447,22 @@ def _graph_vs_eager(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
 MIB = 2.0 ** 20
 
 
-def _probes(steps: Steps) -> dict[int, Any]:
-    """Rank -> its memory probe (the last recorded), for ranks that have one."""
+def _last_of(steps: Steps, key: str) -> dict[int, Any]:
+    """Rank -> the last non-null ``key`` (``memory_probe``, ``graph_stats``) it recorded."""
     out: dict[int, Any] = {}
     for rank, rec in _records(steps):
-        probe = field_of(rec, "memory_probe")
-        if probe is not None:
-            out[rank] = probe
+        value = field_of(rec, key)
+        if value is not None:
+            out[rank] = value
     return out
+
+
+def _probes(steps: Steps) -> dict[int, Any]:
+    return _last_of(steps, "memory_probe")
 
 
 def _graph_stats(steps: Steps) -> dict[int, Any]:
-    out: dict[int, Any] = {}
-    for rank, rec in _records(steps):
-        stats = field_of(rec, "graph_stats")
-        if stats is not None:
-            out[rank] = stats
-    return out
+    return _last_of(steps, "graph_stats")
 
 
 def _probe_value(probe: Any, key: str) -> float:
