@@ -143,6 +143,11 @@ def _place_outputs(name: str, plan: ForwardPlan, outs: Sequence[torch.Tensor],
     return tuple(statics), _copy_into(native_src, native_dst)
 
 
+def _capture_device() -> torch.device:
+    """The CUDA device captures run on (the current one)."""
+    return torch.device("cuda", torch.cuda.current_device())
+
+
 class _Session:
     """One slot-shared capture: its phase (:mod:`.phases`), its pool and stream, and what each
     phase produced. Every attribute exists from construction on; the ones a phase produces are
@@ -157,7 +162,7 @@ class _Session:
         self.opts = opts
         self.log = log
         self.variant_hook: Callable[[int], None] = opts.variant_hook or (lambda cp_size: None)
-        self.device = torch.device("cuda", torch.cuda.current_device())
+        self.device = _capture_device()
         self.stream = torch.cuda.Stream(self.device)
         self.pool = torch.cuda.MemPool()
         self.params = {k: trainable_params(m) for k, m in modules.items()}
@@ -284,7 +289,8 @@ class _Session:
         if not extra:
             alloc.verify_live(cp)
             return
-        stale = [s for s in _owner_candidates(module, outs) if s.data_ptr() in extra]
+        stale = [s for s in _owner_candidates(module, outs)
+                 if s.data_ptr() in extra and alloc.has_standard_deleter(s)]  # a detached alias owns nothing
         owned = {s.data_ptr() for s in stale}
         if extra - owned:
             sizes = {b.ptr: b.size for b in alloc.pool_blocks(self.pool.id)}
@@ -348,9 +354,11 @@ class _Session:
         self.direct += redirect.redirected
         self.copied += packer.copies + copies
         self.peak = max(self.peak, torch.cuda.max_memory_allocated(self.device))
+        arena = backing.untyped_storage().data_ptr()
         for o, view in zip(outs, out_views):
-            if view is not None:
-                o.data = view  # keep o as autograd root; its pool bytes are free now
+            if view is not None and o.untyped_storage().data_ptr() != arena:
+                o.data = view  # keep o as autograd root; its pool bytes are free now (an output already
+                # in the arenas, e.g. a static input returned as is, keeps its own bytes)
         frame.static_outputs = statics
         frame.out_differentiable = tuple(o.requires_grad for o in outs)
         frame.roots = outs
