@@ -346,11 +346,12 @@ def _patch_pool(monkeypatch: pytest.MonkeyPatch, session: _FakeSession, owners: 
     monkeypatch.setattr(alloc, "verify_live", lambda cp: calls.append(("verify", cp.live)))
     monkeypatch.setattr(alloc, "restore", lambda cp, stale: calls.append(("restore", [s.data_ptr() for s in stale])))
     monkeypatch.setattr(capture_mod, "_owner_candidates", lambda module, outs: owners)
+    monkeypatch.setattr(alloc, "has_standard_deleter", lambda s: getattr(s, "owns", True))
     return calls
 
 
-def _owner(ptr: int) -> Any:
-    return SimpleNamespace(data_ptr=lambda: ptr)
+def _owner(ptr: int, owns: bool = True) -> Any:
+    return SimpleNamespace(data_ptr=lambda: ptr, owns=owns)
 
 
 def test_the_rewind_restores_only_when_a_capture_left_stale_owners(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -365,7 +366,7 @@ def test_the_rewind_restores_only_when_a_capture_left_stale_owners(monkeypatch: 
     assert calls == [("restore", [0x200])] and stale.restores == 1 and stale.detached == 1
 
     orphan = _FakeSession({0x100, 0x300}, {0x100})
-    _patch_pool(monkeypatch, orphan, [_owner(0x200)])
+    _patch_pool(monkeypatch, orphan, [_owner(0x200), _owner(0x300, owns=False)])  # 0x300: an alias detached earlier
     with pytest.raises(alloc.PoolStateError, match="no known stale owner"):
         capture_mod._Session._rewind(orphan, None, (), "fwd")  # type: ignore[arg-type]
 
