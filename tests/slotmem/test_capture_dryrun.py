@@ -20,6 +20,7 @@ from harness.slotmem.arenas import align
 from harness.slotmem.phases import Phase
 from harness.slotmem.plan import plan_pipeline
 from harness.slotmem.tensors import check_inputs
+from tests.slotmem.test_scenarios_cpu import ExpandedSave, Wrapper
 
 
 class _Graph:
@@ -169,19 +170,9 @@ def test_a_saved_output_and_an_expanded_save_fit_their_arenas(cuda_standins: dic
     assert graphs.memory().backing == 4 * align(1024 * 4)
     graphs.close()
 
-    class Expanded(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-            ctx.save_for_backward((x[:1] + 3.0).expand_as(x))
-            return x + 1.0
-
-        @staticmethod
-        def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
-            return g * ctx.saved_tensors[0]
-
     class Mod(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return Expanded.apply(x)
+            return ExpandedSave.apply(x)
 
     for direct in (True, False):
         g = capture_mod.capture_plan([[Mod()]], lambda cp, c, l: (torch.ones(64, requires_grad=True),),
@@ -190,8 +181,6 @@ def test_a_saved_output_and_an_expanded_save_fit_their_arenas(cuda_standins: dic
 
 
 def test_metadata_inputs_and_wrapper_state_capture(cuda_standins: dict[str, Any]) -> None:
-    from tests.slotmem.test_scenarios_cpu import Wrapper
-
     class Masked(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()

@@ -194,7 +194,9 @@ def test_self_overlap_is_detected_from_strides() -> None:
     assert not TensorMeta((0, 8), (0, 1), torch.float32).overlaps_itself
 
 
-class _ExpandedSave(torch.autograd.Function):
+class ExpandedSave(torch.autograd.Function):
+    """Saves an expanded (stride-0) view of a one-row result (TE's expanded-save scenario)."""
+
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward((x[:1] + 3.0).expand_as(x))
@@ -210,7 +212,7 @@ def test_an_expanded_save_is_copied_into_its_arena_view() -> None:
     x = torch.randn(8, 16, requires_grad=True)
     obs = SaveObserver(set(), [x])
     with torch.autograd.graph.saved_tensors_hooks(obs.pack, obs.unpack):
-        _ExpandedSave.apply(x)
+        ExpandedSave.apply(x)
     entries, comps = obs.plan()
     assert comps == (16 * 4,) and entries[0].meta.stride == (0, 1)
     backing = torch.zeros(align(comps[0]), dtype=torch.uint8)
@@ -219,7 +221,7 @@ def test_an_expanded_save_is_copied_into_its_arena_view() -> None:
         view.copy_((x[:1] + 3.0).expand_as(x))  # what the copy mode used to do
     packer = ArenaPacker("expanded", entries, [view], set(), [x])
     with torch.autograd.graph.saved_tensors_hooks(packer.pack, packer.unpack):
-        y = _ExpandedSave.apply(x)
+        y = ExpandedSave.apply(x)
     packer.finish()
     assert packer.copies == 1
     (gx,) = torch.autograd.grad(y.sum(), [x])

@@ -17,7 +17,8 @@ from harness.slotmem.arenas import align
 from harness.slotmem.capture import CaptureError, capture_plan
 from harness.slotmem.plan import plan_pipeline
 from harness.slotmem.protocol import build_slot_map
-from tests.slotmem.test_capture_gpu import GluLayer, compare_mixed, make_layers, sampler
+from tests.slotmem.test_capture_gpu import GluLayer, _exact_math, compare_mixed, make_layers, sampler  # noqa: F401
+from tests.slotmem.test_scenarios_cpu import ExpandedSave, Wrapper
 
 pytestmark = [
     pytest.mark.cuda,
@@ -26,15 +27,6 @@ pytestmark = [
 
 N = 4096
 FIVE = (1, 2, 4, 8, 16)  # five mutually exclusive variants (TE's tests use five branches)
-
-
-@pytest.fixture(autouse=True)
-def _exact_math() -> Any:
-    prev = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
 
 
 def single(cps: tuple[int, ...], microbatches: int = 1, pp: int = 1) -> Any:
@@ -56,6 +48,14 @@ def replay(graphs: Any, x: torch.Tensor, cp: int, mb: int = 0) -> Any:
 
 def fresh(n: int = N) -> torch.Tensor:
     return torch.randn(n, device="cuda", requires_grad=True)
+
+
+def assert_grads(graphs: Any, cps: Any, grad_of: Callable[[torch.Tensor], torch.Tensor], mb: int = 0) -> None:
+    """Replay forward and backward once per CP size; the input grad must be ``grad_of(input)``."""
+    for cp in cps:
+        x = fresh()
+        replay(graphs, x, cp, mb).sum().backward()
+        assert torch.allclose(x.grad, grad_of(x.detach())), f"cp {cp}"
 
 
 class Square3(torch.nn.Module):
@@ -136,24 +136,6 @@ def test_metadata_as_int_and_bool_tensors_is_captured() -> None:
 # --------------------------------------------------------------- wrapper-subclass module state
 
 
-class Wrapper(torch.Tensor):
-    """Like an FP8 parameter: a wrapper subclass without storage of its own, never dispatched."""
-
-    @staticmethod
-    def __new__(cls, inner: torch.Tensor) -> "Wrapper":
-        t = torch.Tensor._make_wrapper_subclass(cls, inner.shape, strides=inner.stride(), storage_offset=0,
-                                                dtype=inner.dtype, device=inner.device, requires_grad=False)
-        t.inner = inner
-        return t
-
-    def __tensor_flatten__(self) -> tuple[list[str], Any]:
-        return ["inner"], None
-
-    @classmethod
-    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
-        raise RuntimeError("Wrapper is module state and must not be dispatched")
-
-
 class ScaleByState(torch.autograd.Function):
     """Saves the wrapper itself for backward (as TE saves FP8 weights)."""
 
@@ -182,10 +164,7 @@ def test_handles_wrapper_subclass_module_state(saves_it: bool) -> None:
             return ScaleByState.apply(inp, self.state) if saves_it else inp.square()
 
     graphs = capture(Module(), single((1, 2)))
-    for cp in (1, 2):
-        x = fresh()
-        replay(graphs, x, cp).sum().backward()
-        assert torch.equal(x.grad, torch.full_like(x, 1.5) if saves_it else 2 * x.detach())
+    assert_grads(graphs, (1, 2), (lambda x: torch.full_like(x, 1.5)) if saves_it else (lambda x: 2 * x))
     graphs.close()
 
 
@@ -322,10 +301,7 @@ def test_reuses_lockstep_branches(reverse: bool) -> None:
             return transient[: inp.numel()] * 3.0
 
     graphs = capture(Module().cuda(), single(FIVE))
-    for cp in ([2, 1, 4, 8, 16] if reverse else FIVE):
-        x = fresh()
-        replay(graphs, x, cp).sum().backward()
-        assert torch.allclose(x.grad, 6.0 * x.detach())
+    assert_grads(graphs, [2, 1, 4, 8, 16] if reverse else FIVE, lambda x: 6.0 * x)
     graphs.close()
 
 
@@ -381,10 +357,7 @@ def test_rewind_keeps_variants_at_one_footprint_when_a_module_keeps_memory() -> 
     assert five.stats.restores > 0 and five.stats.detached_owners >= five.stats.restores
     assert not alloc.has_standard_deleter(module.kept.untyped_storage())
     assert five.memory().pool_reserved <= one_bytes
-    for cp in FIVE:
-        x = fresh()
-        replay(five, x, cp).sum().backward()
-        assert torch.allclose(x.grad, 6.0 * x.detach())
+    assert_grads(five, FIVE, lambda x: 6.0 * x)
     five.close()
 
 
@@ -425,10 +398,7 @@ def test_rolls_back_restore_failure(monkeypatch: pytest.MonkeyPatch, timing: str
     monkeypatch.undo()
     gc.collect()
     graphs = capture(module, single((1, 2)))
-    for cp in (2, 1):
-        x = fresh()
-        replay(graphs, x, cp).sum().backward()
-        assert torch.allclose(x.grad, 6.0 * x.detach())
+    assert_grads(graphs, (2, 1), lambda x: 6.0 * x)
     graphs.close()
 
 
@@ -441,10 +411,7 @@ def test_tracks_native_saved_storage() -> None:
             return hidden.square()
 
     graphs = capture(Module().cuda(), single(FIVE))
-    for cp in FIVE:
-        x = fresh()
-        replay(graphs, x, cp).sum().backward()
-        assert torch.allclose(x.grad, 8.0 * x.detach())
+    assert_grads(graphs, FIVE, lambda x: 8.0 * x)
     graphs.close()
 
 
@@ -465,12 +432,8 @@ def test_variants_reuse_native_saved_allocations() -> None:
         hook = lambda cp: setattr(module, "canonical", cp == 1)  # noqa: E731
         graphs = capture(module, single(cps, 2, pp=2), variant_hook=hook)
         for m in range(2):
-            for cp in cps:
-                hook(cp)
-                x = fresh()
-                replay(graphs, x, cp, m).sum().backward()
-                want = 2.0 * x.detach() if cp == 1 else 2.0 * x.detach().sin() * x.detach().cos()
-                assert torch.allclose(x.grad, want)
+            assert_grads(graphs, cps[:1], lambda x: 2.0 * x, m)
+            assert_grads(graphs, cps[1:], lambda x: 2.0 * x.sin() * x.cos(), m)
         reserved = graphs.memory().pool_reserved
         graphs.close()
         return reserved
@@ -566,18 +529,6 @@ def test_coalesces_overlapping_saved_views() -> None:
     graphs.close()
 
 
-class ExpandedSave(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, inp: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward((inp[:1] + 3.0).expand_as(inp))
-        return inp + 1.0
-
-    @staticmethod
-    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
-        (saved,) = ctx.saved_tensors
-        return g * saved
-
-
 @pytest.mark.parametrize("direct", [True, False], ids=["direct", "copies"])
 def test_tracks_expanded_native_saved_storage(direct: bool) -> None:
     """TE: 'arena copies must support saved expanded views with internally overlapping strides'."""
@@ -587,10 +538,7 @@ def test_tracks_expanded_native_saved_storage(direct: bool) -> None:
             return ExpandedSave.apply(inp)
 
     graphs = capture(Module().cuda(), single((1, 2)), direct_writes=direct)
-    for cp in (2, 1):
-        x = fresh()
-        replay(graphs, x, cp).sum().backward()
-        assert torch.equal(x.grad, torch.full_like(x, x[0].item() + 3.0))
+    assert_grads(graphs, (2, 1), lambda x: torch.full_like(x, x[0].item() + 3.0))
     graphs.close()
 
 
