@@ -61,8 +61,9 @@ class ProcessStateGuard:
                 self.restore_rng()
             except Exception as err:
                 problems.append(f"restore_rng: {err}")
-            for p in problems:
-                exc.add_note(f"[slotmem] cleanup after the failed capture: {p}")
+            if problems and hasattr(exc, "add_note"):  # Python >= 3.11
+                for p in problems:
+                    exc.add_note(f"[slotmem] cleanup after the failed capture: {p}")
         elif problems:
             raise RuntimeError(f"could not restore process state after capture: {problems}")
 
