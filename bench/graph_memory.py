@@ -13,6 +13,9 @@ eager under a random variant per microbatch, and replay vs eager time of the who
 Second table: what the copies into arenas would cost (their volume in the replayed schedule and the
 GPU time of the same copies alone), (d) with direct writes into the arenas (default) vs with
 copies, and the peak allocated during (d)'s ordered warmup.
+Third table, the acceptance figures of issue 12 per K: graph memory of (d) / the largest variant
+alone (a) (bound 0.96), mismatches of every (d) replay (0), (d)'s warmup peak vs its capture peak
+(warmup <= capture), and the allocator restores (d)'s capture needed; exit status 1 if any fails.
 
 Run on a GPU: python bench/graph_memory.py [--hidden 1024 --tokens 8192 --dtype bf16 --json out.json]
 """
@@ -245,6 +248,7 @@ def main() -> int:
         row["eager_ms"] = schedule_ms(eager, run_order, run_cp)
         row["replay_ms"] = schedule_ms(replayed(d), run_order, run_cp)
         row["d_warmup_peak_MiB"] = (d.stats.peak_allocated_during_warmup - base) / MiB
+        row["d_restores"] = d.stats.restores
         row["d_direct_writes"] = d.stats.direct_writes
         row["d_copies"] = d.stats.copies
         volumes = copy_volumes(d.plans, run_order, vpp, layers, run_cp)
@@ -307,9 +311,24 @@ def main() -> int:
               f"{r['d_MiB']:.0f} / {r['d_nodirect_MiB']:.0f} | {r['d_mismatch_wrap']} / {r['d_nodirect_mismatch_wrap']} | "
               f"{r['eager_ms']:.1f} / {r['replay_ms']:.1f} / {r['replay_nodirect_ms']:.1f} | "
               f"{r['d_warmup_peak_MiB']:.0f} |")
+    print("\nAcceptance (issue 12): graph memory (d)/(a) <= 0.96, 0 mismatches in every (d) replay, "
+          "(d) warmup peak <= capture peak (MiB above the allocation before capture):\n")
+    head3 = ("| K | CP sizes | (d)/(a) | mismatches (d) capture order / 8 mb / 8 mb copies | warmup peak MiB "
+             "| capture peak MiB | warmup <= capture | allocator restores | pass |")
+    print(head3)
+    print("|" + "---|" * (head3.count("|") - 1))
+    failed = False
+    for r in rows:
+        bad = r["d_mismatch"] + r["d_mismatch_wrap"] + r["d_nodirect_mismatch_wrap"]
+        lean = r["d_warmup_peak_MiB"] <= r["d_peak_capture_MiB"]
+        ok = round(r["d/a"], 3) <= 0.96 and bad == 0 and lean  # the bound as the tables print it
+        failed |= not ok
+        print(f"| {r['K']} | {r['cp_sizes']} | {r['d/a']:.4f} | {r['d_mismatch']} / {r['d_mismatch_wrap']} / "
+              f"{r['d_nodirect_mismatch_wrap']} | {r['d_warmup_peak_MiB']:.0f} | {r['d_peak_capture_MiB']:.0f} | "
+              f"{'yes' if lean else 'NO'} | {r['d_restores']} | {'yes' if ok else 'NO'} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -24,8 +24,9 @@ from harness.slotmem.plan import (
     reachable_counts,
     required_slots,
 )
+from harness.slotmem.phases import Phase, PhaseError
 from harness.slotmem.planerrors import PlanError, ScheduleError, SlotPeriodError
-from harness.slotmem.protocol import SlotMap, as_record, build_slot_map, check_liveness, live_colours
+from harness.slotmem.protocol import SlotMap, as_record, build_slot_map, check_liveness, check_orders, live_colours
 from harness.slotmem.records import COMPACT_FIELDS, CaptureEvent, SlotRecord
 from harness.slotmem.schedule import (
     OrderEvent,
@@ -106,7 +107,11 @@ __all__ = [
     "as_record",
     "build_slot_map",
     "check_liveness",
+    "check_orders",
     "live_colours",
+    # capture phases (pure Python)
+    "Phase",
+    "PhaseError",
     # capture (torch; imported on first use, see _CAPTURE_API)
     "AllocatorUnsupported",
     "CaptureError",

@@ -31,7 +31,7 @@ REQUIRED_APIS: tuple[str, ...] = (
     "_cuda_clearCublasWorkspaces",
     "_has_Standard_Deleter",
     "_construct_storage_from_data_pointer",
-)
+)  # optional: UntypedStorage._swap_data_ptr_ (reversible detach, see restore)
 _SETTINGS_GET = "_accelerator_getAllocatorSettings"
 _SETTINGS_SET = "_accelerator_setAllocatorSettings"
 
@@ -268,17 +268,110 @@ def checkpoint(pool_id: tuple[int, int], device: torch.device | int | None = Non
     return Checkpoint(dev, tuple(pool_id), state, live_ptrs(pool_id))  # type: ignore[arg-type]
 
 
+def reversible_detach() -> bool:
+    """Whether this torch can swap a storage's data pointer (``UntypedStorage._swap_data_ptr_``),
+    which makes detaching a stale owner reversible (see :func:`restore`)."""
+    return hasattr(torch.UntypedStorage, "_swap_data_ptr_")
+
+
+def stand_in(storage: torch.UntypedStorage) -> torch.UntypedStorage:
+    """A non-owning storage at ``storage``'s bytes (no deleter)."""
+    return torch._C._construct_storage_from_data_pointer(storage.data_ptr(), storage.device, storage.nbytes())
+
+
+def swap_owner(a: torch.UntypedStorage, b: torch.UntypedStorage) -> None:
+    """Exchange the data pointers (and so the ownership) of two storages of the same bytes."""
+    a._swap_data_ptr_(b)
+
+
+def _check_stale(before: Checkpoint, cp: Checkpoint, stale: Sequence[torch.UntypedStorage]) -> None:
+    """Every stale storage must own (standard deleter) a block allocated after ``cp``; checked
+    before anything changes, so that a refusal leaves the pool and every owner as they were."""
+    for s in stale:
+        if s.data_ptr() not in before.live - cp.live or not has_standard_deleter(s):
+            raise PoolStateError(
+                f"stale storage at {s.data_ptr():#x} does not own a pool block allocated since the checkpoint; "
+                "only storages that own such blocks can be detached (nothing was changed)"
+            )
+
+
 def restore(cp: Checkpoint, stale: Sequence[torch.UntypedStorage]) -> None:
     """Rewind the pool to ``cp`` as a transaction.
 
-    ``stale`` are storages that own blocks allocated after ``cp``: their deleters are stripped so
-    they become non-owning aliases. If the restore or its verification fails, the pool is rolled
-    back to the state just before this call and :class:`PoolStateError` is raised.
+    ``stale`` are storages that own blocks allocated after ``cp``; afterwards they are non-owning
+    aliases of those bytes (their death frees nothing). If the restore or its verification fails,
+    the pool is rolled back to the state just before this call, every stale storage owns its block
+    again (a later death frees it, exactly once) and :class:`PoolStateError` is raised.
+
+    With :func:`reversible_detach` each stale storage gives its owning data pointer to a stand-in
+    (:func:`stand_in`, :func:`swap_owner`); the allocator strips the stand-ins' deleters. Rollback
+    swaps back what a stand-in still owns and lets the rollback re-own the rest (a storage without
+    deleter may take a re-created block's new owning pointer). Without it the allocator strips the
+    stale storages themselves, which cannot be undone: a failure after that raises a
+    :class:`PoolStateError` that says the pool is poisoned.
     """
     before = checkpoint(cp.pool_id, cp.device)
+    _check_stale(before, cp, stale)
+    if not reversible_detach():
+        _restore_irreversibly(before, cp, stale)
+        return
+    pairs: list[tuple[torch.UntypedStorage, torch.UntypedStorage]] = []
+    try:
+        for s in stale:
+            pairs.append((s, stand_in(s)))
+            swap_owner(*pairs[-1])
+        torch._C._cuda_setCheckpointPoolState(cp.device, cp.state, [n._cdata for _, n in pairs], [])
+        _verify_detached(cp, [s for s, _ in pairs] + [n for _, n in pairs])
+    except Exception as err:
+        _roll_back(before, pairs, err)
+        raise PoolStateError(
+            f"pool restore failed and was rolled back, every stale owner owns its block again: {err}"
+        ) from err
+
+
+def _verify_detached(cp: Checkpoint, storages: Sequence[torch.UntypedStorage]) -> None:
+    for s in storages:
+        if has_standard_deleter(s):
+            raise PoolStateError(
+                f"storage at {s.data_ptr():#x} still owns its block after the restore; it would free memory "
+                "that later graphs use"
+            )
+    verify_live(cp)
+
+
+def _roll_back(before: Checkpoint, pairs: Sequence[tuple[torch.UntypedStorage, torch.UntypedStorage]],
+               err: BaseException) -> None:
+    """Back to ``before``: each stale storage ``s`` owns its block again, from its stand-in ``n``
+    when ``n`` still owns it, else from the block the rollback re-creates."""
+    reown = []
+    try:
+        for s, n in pairs:
+            if has_standard_deleter(s):
+                continue  # never detached
+            if has_standard_deleter(n):
+                swap_owner(s, n)
+            else:
+                reown.append(s)  # its stand-in was stripped: s (no deleter) takes the re-created block
+        torch._C._cuda_setCheckpointPoolState(before.device, before.state, [], [s._cdata for s in reown])
+        lost = [s for s, _ in pairs if not has_standard_deleter(s)]
+        if lost or not check_live(before.device, before.pool_id, before.live):
+            raise PoolStateError(f"{len(lost)} stale owner(s) did not get their blocks back, or the live set "
+                                 "differs from the state before the restore")
+    except Exception as err2:
+        raise PoolStateError(
+            f"pool restore failed ({err}) and so did the rollback ({err2}); the pool is poisoned: drop every "
+            "graph captured into it and start a new process"
+        ) from err
+
+
+def _restore_irreversibly(before: Checkpoint, cp: Checkpoint, stale: Sequence[torch.UntypedStorage]) -> None:
+    """:func:`restore` on a torch without ``_swap_data_ptr_``: the allocator strips the stale
+    storages' deleters itself. A failure before that is rolled back with every owner intact; a
+    failure after it leaves the stale storages non-owning (their blocks stay allocated)."""
     try:
         torch._C._cuda_setCheckpointPoolState(cp.device, cp.state, [s._cdata for s in stale], [])
     except RuntimeError as err:
+        stripped = [s for s in stale if not has_standard_deleter(s)]
         try:
             torch._C._cuda_setCheckpointPoolState(before.device, before.state, [], [])
         except RuntimeError as err2:  # pragma: no cover - needs a torch bug to reach
@@ -286,17 +379,16 @@ def restore(cp: Checkpoint, stale: Sequence[torch.UntypedStorage]) -> None:
                 f"pool restore failed ({err}) and so did the rollback ({err2}); the pool is poisoned: "
                 "drop every graph captured into it and start a new process"
             ) from err
+        if stripped:
+            raise PoolStateError(
+                f"pool restore failed after detaching {len(stripped)} stale owner(s) and was rolled back, but this "
+                f"torch cannot give them their blocks back (no UntypedStorage._swap_data_ptr_): {err}"
+            ) from err
         raise PoolStateError(
             f"pool restore failed and was rolled back: {err}. Every storage that owns a block allocated "
             "since the checkpoint must be passed as stale"
         ) from err
-    for s in stale:
-        if has_standard_deleter(s):
-            raise PoolStateError(
-                f"stale storage at {s.data_ptr():#x} still owns its block after the restore; it would free "
-                "memory that later graphs use"
-            )
-    verify_live(cp)
+    _verify_detached(cp, stale)
 
 
 def verify_live(cp: Checkpoint) -> None:

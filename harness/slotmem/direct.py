@@ -6,9 +6,9 @@ the whole output of one out-of-place aten op (``addmm``, ``mul``, ``sigmoid``, `
 an op can write its result into the arena itself through its ``out=`` overload, and the copy is gone.
 
 * Warmup runs each forward under :class:`OpTracer` (a ``TorchDispatchMode`` below autograd) and
-  :func:`find_producers` names, for every saved component and output, the traced call that
-  allocated its storage, when that call's return is contiguous and covers the component's bytes
-  with little to spare (the component is widened to it), or is the output itself.
+  :func:`find_producers` names, for every component (the storage of native saves and outputs,
+  see :mod:`.arenas`), the traced call that allocated it, when that call's return is contiguous
+  and covers the component's bytes with little to spare (the component is widened to it).
 * Capture runs the forward under :class:`Redirect`, which counts the same calls and, at each
   producer, calls the ``out=`` overload with the arena view. It fails closed
   (:class:`~.saved.CaptureMismatch`) when the call is not the op warmup saw, when the op resized its
@@ -18,7 +18,8 @@ an op can write its result into the arena itself through its ``out=`` overload, 
 Only out-of-place ops whose returns are all fresh tensors (no aliasing, no mutation) and whose
 ``out=`` overload takes the same arguments plus one out argument per return are traced (so not
 ``_to_copy``, whose ``out=`` form has no ``dtype``): aten's structured kernels share one
-implementation between the functional and the ``out=`` form, so results are the same bits.
+implementation between the functional and the ``out=`` form, so results are the same bits. A call
+with a tensor-subclass argument or return (e.g. an FP8 wrapper) is counted but never redirected.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .arenas import COMPONENT, OUTPUT, Producer, TensorMeta
+from .arenas import COMPONENT, Producer, TensorMeta
 from .saved import CaptureMismatch
+from .tensors import is_plain
 
 Target = tuple[str, int]
 
@@ -79,8 +81,21 @@ class OpTracer(_Counting):
         out = func(*args, **(kwargs or {}))
         if self.out_names(func) is not None:
             self.calls += 1
-            self.traced.append((str(func), out if isinstance(out, tuple) else (out,)))
+            rets = out if isinstance(out, tuple) else (out,)
+            plain = all(is_plain(r) for r in rets) and not _has_subclass_arg(args, kwargs or {})
+            self.traced.append((str(func), rets if plain else ()))  # () : counted, never a producer
         return out
+
+
+def _has_subclass_arg(args: tuple, kwargs: dict) -> bool:
+    def leaves(x: Any) -> Any:
+        if isinstance(x, (list, tuple)):
+            for y in x:
+                yield from leaves(y)
+        else:
+            yield x
+
+    return any(isinstance(x, torch.Tensor) and not is_plain(x) for x in leaves((args, tuple(kwargs.values()))))
 
 
 def _storage(t: torch.Tensor) -> int:
@@ -90,18 +105,16 @@ def _storage(t: torch.Tensor) -> int:
 def find_producers(
     traced: Sequence[tuple[str, tuple[torch.Tensor, ...]]],
     components: Sequence[tuple[int, int, int]],
-    outputs: Sequence[torch.Tensor],
     widen_limit: float = WIDEN_LIMIT,
 ) -> tuple[tuple[Producer, ...], dict[int, tuple[int, int]]]:
-    """Producers for the components ``(storage_key, first byte, end byte)`` and the outputs, and
-    the components to widen (storage_key -> byte range) so that a producer's output fits.
+    """Producers for the components ``(storage_key, first byte, end byte)`` and the components to
+    widen (storage_key -> byte range) so that a producer's output fits.
 
     A component's producer is the first traced call that returned a tensor in its storage, if that
     return is contiguous and covers the component's bytes with at most ``widen_limit`` of its size
     to spare (the component is then widened to the whole return: e.g. only one GLU half of a
-    matmul output is saved, but its strided span covers nearly all of it). An output's producer is
-    the call that returned exactly that tensor (contiguous). A return feeds one target, a
-    component before an output."""
+    matmul output is saved, but its strided span covers nearly all of it). A return feeds at most
+    one component."""
     first: dict[int, tuple[int, int]] = {}
     for i, (_, rets) in enumerate(traced):
         for j, r in enumerate(rets):
@@ -120,24 +133,12 @@ def find_producers(
             targets[at] = (COMPONENT, k)
             if (r_lo, r_hi) != (lo, hi):
                 widen[key] = (r_lo, r_hi)
-    for k, o in enumerate(outputs):
-        at = first.get(_storage(o)) if o.numel() > 0 else None
-        if at is None or at in targets:
-            continue
-        r = traced[at[0]][1][at[1]]
-        if o.is_contiguous() and _same_view(r, o):
-            targets[at] = (OUTPUT, k)
     producers = []
     for i in sorted({i for i, _ in targets}):
         op, rets = traced[i]
         producers.append(Producer(i, op, tuple(TensorMeta.of(r) for r in rets),
                                   tuple(targets.get((i, j)) for j in range(len(rets)))))
     return tuple(producers), widen
-
-
-def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (_storage(a) == _storage(b) and a.shape == b.shape and a.stride() == b.stride()
-            and a.storage_offset() == b.storage_offset() and a.dtype == b.dtype)
 
 
 def _alias(dst: torch.Tensor) -> torch.Tensor:

@@ -227,6 +227,10 @@ class GradLifetimes:
     def drained(self) -> bool:
         return not self._waiting
 
+    def live_mask(self) -> int:
+        """The grad frames live after the last backward recorded (bitmask)."""
+        return self._live
+
 
 def grad_lifetimes(
     slots: int, layers: Sequence[int], pp: int
@@ -388,7 +392,7 @@ class PlanChecker:
                 frame = (c, m % S)
                 if frame in self._live:
                     raise SlotPeriodError(
-                        f"slot {m % S} of chunk {c} is reused by microbatch {m} while microbatch "
+                        f"chunk {c} microbatch {m} reuses physical slot {m % S} while microbatch "
                         f"{self._live[frame]} still holds it (physical_slots {S} too small)"
                     )
                 self._live[frame] = m
@@ -397,8 +401,9 @@ class PlanChecker:
                     colour = self.saved[key]
                     if colour in self._colours:
                         raise PlanError(
-                            f"saved frames (chunk, slot, layer) {self._colours[colour]} and {key} "
-                            f"are live at the same time but share saved colour {colour}"
+                            f"saved colour {colour} is given to live frames (chunk, slot, layer) "
+                            f"{self._colours[colour]} and {key}: frames live at the same time "
+                            f"cannot share saved colour {colour}"
                         )
                     self._colours[colour] = key
             else:
@@ -418,9 +423,10 @@ class PlanChecker:
                         other = (g // S, g % S)
                         if self.grad[other] == self.grad[frame]:
                             raise PlanError(
-                                f"input-grad frames (chunk, slot) {other} and {frame} are live at "
-                                f"the same time (grad in flight or not yet consumed) but share "
-                                f"grad colour {self.grad[frame]}"
+                                f"grad colour {self.grad[frame]} is given to live input-grad frames "
+                                f"(chunk, slot) {other} and {frame} (grad in flight or not yet "
+                                f"consumed): frames live at the same time cannot share grad colour "
+                                f"{self.grad[frame]}"
                             )
 
     def finish(self) -> None:

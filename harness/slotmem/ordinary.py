@@ -50,7 +50,7 @@ class OrdinaryGraphs:
         run_forward(frame, inputs)
 
     def _run_backward(self, frame: Frame, grads: Sequence[torch.Tensor | None]) -> Any:
-        return run_backward(frame, grads, True)
+        return run_backward(frame, grads)
 
     def pool_reserved(self) -> int:
         unique = {id(p): p for p in self.pools.values()}

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Iterable, Mapping, Sequence
 
+from .liveness import PlanChecker, grad_lifetimes, walk_orders
 from .planerrors import PlanError
 from .records import SlotRecord
 from .schedule import OrderEvent, check_order, order_events
@@ -112,80 +113,61 @@ def build_slot_map(records: Iterable[Any], layers_per_chunk: Sequence[int]) -> S
             raise PlanError(f"chunk {c} has {n} layers but no slot record")
     slots = {c: 1 + max(s for (cc, _), s in slot_of.items() if cc == c)
              for c, n in enumerate(layers_per_chunk) if n}
+    if len(set(slots.values())) > 1:
+        raise PlanError(f"chunks use different slot rings {slots} (chunk -> slots); every chunk must use the same "
+                        "physical_slots (microbatch m replays slot m % physical_slots in every chunk)")
+    for c in slots:
+        used = sorted({s for (cc, _), s in slot_of.items() if cc == c})
+        if used != list(range(slots[c])):
+            raise PlanError(f"chunk {c} has records for slots {used}; the ring must be slots 0..{slots[c] - 1}")
     return SlotMap(variants, tuple(layers_per_chunk), slots, slot_of, saved, grad, group)
 
 
-def check_liveness(order: Sequence[int], smap: SlotMap, grads_in_flight: bool = True) -> None:
-    """Fail closed unless the slot ring and colours are safe for ``order``.
+def ring(smap: SlotMap) -> int:
+    """The plan's physical slot count (one ring for every chunk, see :func:`build_slot_map`)."""
+    return max(smap.slots.values())
 
-    A saved frame (chunk, slot, layer) lives from its forward event to its backward event. A grad
-    frame (chunk, slot) lives from its backward event to the end of the next backward event when
-    ``grads_in_flight`` (PP > 1: the send of the returned grad is still in flight), else only
-    during its own event. Microbatch ``m`` of a chunk runs in slot ``m % slots``. No two live
-    frames may share a slot or a colour.
+
+def check_orders(orders: Sequence[tuple[str, Sequence[int]]], smap: SlotMap, pp: int) -> None:
+    """Fail closed unless the records' slot ring and colours are safe for every ``(label, order)``.
+
+    This is the planner's own check (:class:`~.liveness.PlanChecker`, what
+    :meth:`~.plan.SlotPlan.validate` runs), so capture and planner apply ONE liveness rule: a
+    saved frame (chunk, slot, layer) lives from its forward to its backward; the input grad a
+    backward returns lives until the next backward has finished when it goes over P2P (PP > 1 or
+    VPP > 1) and, with PP = 1 and VPP > 1, until its same-rank consumer chunk's backward
+    (:func:`~.liveness.grad_lifetimes`). No two live frames may share a slot or a colour.
     """
-    evs = events(order, len(smap.layers))
-    open_saved: dict[int, tuple[int, int, int, int]] = {}  # colour -> frame (chunk, slot, layer, mb)
-    open_slots: dict[tuple[int, int], int] = {}  # (chunk, slot) -> microbatch
-    open_grad: dict[int, tuple[int, int, int]] = {}  # colour -> (chunk, slot, mb)
-    pending: list[int] = []  # grad colours to close at the end of the next backward
-    for pos, ev in enumerate(evs):
-        n_layers = smap.layers[ev.chunk]
-        if n_layers == 0:
-            continue
-        slot = ev.microbatch % smap.slots[ev.chunk]
-        if ev.forward:
-            holder = open_slots.get((ev.chunk, slot))
-            if holder is not None:
-                raise PlanError(
-                    f"order position {pos}: chunk {ev.chunk} microbatch {ev.microbatch} reuses physical "
-                    f"slot {slot} while microbatch {holder} still holds it; the slot ring is too small"
-                )
-            open_slots[(ev.chunk, slot)] = ev.microbatch
-            for layer in range(n_layers):
-                colour = smap.saved_colour[(ev.chunk, slot, layer)]
-                other = open_saved.get(colour)
-                if other is not None:
-                    raise PlanError(
-                        f"order position {pos}: saved colour {colour} is given to live frames (chunk, slot, "
-                        f"layer, microbatch) {other} and {(ev.chunk, slot, layer, ev.microbatch)}"
-                    )
-                open_saved[colour] = (ev.chunk, slot, layer, ev.microbatch)
-        else:
-            del open_slots[(ev.chunk, slot)]
-            for layer in range(n_layers):
-                del open_saved[smap.saved_colour[(ev.chunk, slot, layer)]]
-            colour = smap.grad_colour[(ev.chunk, slot)]
-            other = open_grad.get(colour)
-            if other is not None:
-                raise PlanError(
-                    f"order position {pos}: grad colour {colour} is given to live grad frames (chunk, slot, "
-                    f"microbatch) {other} and {(ev.chunk, slot, ev.microbatch)}"
-                )
-            for c_old in pending:
-                open_grad.pop(c_old, None)
-            open_grad[colour] = (ev.chunk, slot, ev.microbatch)
-            pending = [colour]
-            if not grads_in_flight:
-                open_grad.pop(colour)
-                pending = []
+    if not isinstance(pp, int) or isinstance(pp, bool) or pp < 1:
+        raise PlanError(f"pp must be a positive integer (the pipeline size the orders run under), got {pp!r}")
+    checker = PlanChecker(ring(smap), smap.layers, pp, dict(smap.saved_colour), dict(smap.grad_colour))
+    walk_orders(list(orders), checker)
 
 
-def live_colours(order: Sequence[int], smap: SlotMap, upto: int, grads_in_flight: bool = True) -> tuple[set[int], set[int]]:
-    """Saved and grad colours live after the first ``upto`` events of ``order`` (for poisoning)."""
+def check_liveness(order: Sequence[int], smap: SlotMap, pp: int = 2) -> None:
+    """:func:`check_orders` for one order (``pp``: the pipeline size; 2 = grads in flight)."""
+    check_orders([("order", order)], smap, pp)
+
+
+def live_colours(order: Sequence[int], smap: SlotMap, upto: int, pp: int = 2) -> tuple[set[int], set[int]]:
+    """Saved and grad colours live after the first ``upto`` events of ``order`` under the rule of
+    :func:`check_orders` (for poisoning dead memory between replays)."""
+    slots = ring(smap)
+    _, grads = grad_lifetimes(slots, smap.layers, pp)
     saved: dict[tuple[int, int], set[int]] = {}
-    grad: set[int] = set()
+    live_grads = 0
     for ev in events(order, len(smap.layers))[:upto]:
         n = smap.layers[ev.chunk]
         if n == 0:
             continue
-        slot = ev.microbatch % smap.slots[ev.chunk]
-        colours = {smap.saved_colour[(ev.chunk, slot, l)] for l in range(n)}
+        slot = ev.microbatch % slots
         if ev.forward:
-            saved[(ev.chunk, ev.microbatch)] = colours
+            saved[(ev.chunk, ev.microbatch)] = {smap.saved_colour[(ev.chunk, slot, l)] for l in range(n)}
         else:
             del saved[(ev.chunk, ev.microbatch)]
-            grad = {smap.grad_colour[(ev.chunk, slot)]} if grads_in_flight else set()
+            grads.backward(ev.chunk, ev.microbatch)
+            live_grads = grads.live_mask()
+    grad = {smap.grad_colour[(f // slots, f % slots)] for f in range(live_grads.bit_length()) if live_grads >> f & 1}
     return set().union(*saved.values()) if saved else set(), grad
 
 

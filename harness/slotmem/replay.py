@@ -7,13 +7,14 @@ replays the frame selected by ``(cp_size, microbatch % slots)`` under autograd.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
 from . import allocator as alloc
 from .arenas import BackingLayout, ForwardPlan
+from .phases import Phase
 from .protocol import SlotMap
 
 
@@ -69,6 +70,8 @@ class CaptureStats:
     peak_allocated_during_warmup: int = 0  # ordered warmup, all variants of an event held in lockstep
     direct_writes: int = 0  # saved tensors and outputs written into the arenas by their producer op
     copies: int = 0  # saved tensors and outputs copied into the arenas
+    restores: int = 0  # allocator rewinds (a variant's capture left blocks owned by tensors a module kept)
+    detached_owners: int = 0  # stale owners those rewinds detached
 
 
 def run_forward(frame: Frame, inputs: Sequence[torch.Tensor]) -> None:
@@ -77,6 +80,9 @@ def run_forward(frame: Frame, inputs: Sequence[torch.Tensor]) -> None:
         raise TypeError(f"{frame.name}: expected {len(frame.static_inputs)} inputs, got {len(inputs)}")
     with torch.no_grad():
         for i, (s, x) in enumerate(zip(frame.static_inputs, inputs)):
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"{frame.name}: input {i} is a {type(x).__name__}, not a tensor; graphed layers take "
+                                "tensors only (pass metadata as an int/bool tensor)")
             if x.shape != s.shape or x.dtype != s.dtype:
                 raise ValueError(f"{frame.name}: input {i} is {tuple(x.shape)} {x.dtype}, the graph was "
                                  f"captured for {tuple(s.shape)} {s.dtype}")
@@ -85,12 +91,16 @@ def run_forward(frame: Frame, inputs: Sequence[torch.Tensor]) -> None:
     frame.fwd.replay()
 
 
+def own_grad(g: torch.Tensor) -> torch.Tensor:
+    """A parameter grad returned to autograd: a clone, so ``.grad`` never aliases the graph's
+    scratch buffer, which the next backward replay overwrites (pytorch/pytorch#181723)."""
+    return g.clone()
+
+
 def run_backward(
-    frame: Frame, grads: Sequence[torch.Tensor | None], clone_param_grads: bool,
-    fused_grad_hooks: bool = True,
+    frame: Frame, grads: Sequence[torch.Tensor | None], fused_grad_hooks: bool = True,
 ) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
-    """Stage output grads, replay the backward; param grads are cloned so ``.grad`` never aliases
-    a graph buffer."""
+    """Stage output grads, replay the backward; param grads are returned through :func:`own_grad`."""
     if frame.bwd is None:
         raise RuntimeError(f"{frame.name}: no backward graph was captured")
     diff_grads = [g for g, d in zip(grads, frame.out_differentiable) if d]
@@ -102,10 +112,7 @@ def run_backward(
                 buf.copy_(g)
     frame.bwd.replay()
     in_grads = [None if g is None else g.detach() for g in frame.input_grads]
-    if clone_param_grads:
-        p_grads = [None if g is None else g.clone() for g in frame.param_grads]
-    else:
-        p_grads = [None if g is None else g.detach() for g in frame.param_grads]
+    p_grads = [None if g is None else own_grad(g) for g in frame.param_grads]
     for i, param, main_grad in frame.fused:
         if getattr(param, "main_grad", None) is not main_grad:
             raise RuntimeError(f"{frame.name}: parameter {i}'s main_grad buffer was replaced after capture; the "
@@ -171,15 +178,14 @@ class SlotGraphs:
     plans: Mapping[tuple[int, int, int], ForwardPlan]
     modules: Mapping[tuple[int, int], Any]
     _params: Mapping[tuple[int, int], tuple[torch.nn.Parameter, ...]]
-    clone_param_grads: bool = True
     fused_grad_hooks: bool = True  # fused params return a zero grad (hooks fire) or none
     stats: CaptureStats | None = None
-    _closed: bool = field(default=False)
+    phase: Phase = Phase.REPLAY  # REPLAY until close(), then CLOSED (see .phases)
 
     # -- replay -------------------------------------------------------------------------------
     def frame(self, cp_size: int, chunk: int, layer: int, microbatch: int) -> Frame:
-        if self._closed:
-            raise RuntimeError("these graphs were closed")
+        if self.phase is not Phase.REPLAY:
+            raise RuntimeError(f"these graphs were closed (phase {self.phase.value}); capture again to replay")
         if chunk not in self.smap.slots:
             raise KeyError(f"no graphs for chunk {chunk}; chunks are {sorted(self.smap.slots)}")
         key = (cp_size, chunk, layer, microbatch % self.smap.slots[chunk])
@@ -198,7 +204,7 @@ class SlotGraphs:
     def _run_backward(
         self, frame: Frame, grads: Sequence[torch.Tensor | None]
     ) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
-        return run_backward(frame, grads, self.clone_param_grads, self.fused_grad_hooks)
+        return run_backward(frame, grads, self.fused_grad_hooks)
 
     # -- inspection ---------------------------------------------------------------------------
     def memory(self) -> GraphMemory:
@@ -222,4 +228,4 @@ class SlotGraphs:
     def close(self) -> None:
         """Release graphs and arenas (the pool goes when its last graph and this object are gone)."""
         reset_frames(self.frames)
-        self._closed = True
+        self.phase = Phase.CLOSED

@@ -1,4 +1,10 @@
-"""Saved-tensor hooks: observe what a forward saves (warmup) and pack saves into arena views (capture)."""
+"""Saved-tensor hooks: observe what a forward saves (warmup) and pack saves into arena views (capture).
+
+A saved tensor is ``EXTERNAL`` (its bytes are module state: a parameter, a buffer, or a wrapper
+subclass whose inner tensors all are), ``INPUT`` (a view of a static input) or ``NATIVE`` (made by
+the forward: it goes into its component of the frame's arena). A wrapper-subclass save whose
+bytes are not module state cannot be placed in an arena and is refused (:class:`WarmupError`).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,8 @@ from typing import Mapping, Sequence
 
 import torch
 
-from .arenas import EXTERNAL, INPUT, NATIVE, SavedEntry, TensorMeta, group_saves
+from .arenas import EXTERNAL, INPUT, NATIVE, Observation, SavedEntry, StorageGroups, TensorMeta, group_storage
+from .tensors import WarmupError, has_storage, storage_keys
 
 
 class CaptureMismatch(RuntimeError):
@@ -15,6 +22,47 @@ class CaptureMismatch(RuntimeError):
 
 def _storage_key(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
+
+
+def _byte_span(t: torch.Tensor) -> torch.Tensor:
+    """The bytes ``t`` addresses (first to one past the last element), as a uint8 tensor."""
+    m = TensorMeta.of(t)
+    return torch.empty((0,), dtype=torch.uint8, device=t.device).set_(
+        t.untyped_storage(), m.start_byte, (m.extent_bytes,), (1,))
+
+
+def copy_view(src: torch.Tensor, dst: torch.Tensor) -> None:
+    """``dst.copy_(src)`` for a ``dst`` laid out like ``src``; a view whose elements share bytes
+    (``expand``: stride 0) cannot be written element-wise, so its byte span is copied instead."""
+    with torch.no_grad():
+        if TensorMeta.of(dst).overlaps_itself:
+            if (tuple(src.shape), tuple(src.stride()), src.dtype) != (tuple(dst.shape), tuple(dst.stride()), dst.dtype):
+                raise CaptureMismatch(f"cannot copy a {tuple(src.shape)}/{tuple(src.stride())} tensor into a "
+                                      f"self-overlapping {tuple(dst.shape)}/{tuple(dst.stride())} view")
+            _byte_span(dst).copy_(_byte_span(src))
+        else:
+            dst.copy_(src)
+
+
+def classify(t: torch.Tensor, external: set[int], source: int, what: str) -> tuple[str, int]:
+    """``(kind, storage key)`` of a saved tensor or output: ``EXTERNAL`` (module state), ``INPUT``
+    (``source >= 0``: a view of that input) or ``NATIVE``."""
+    if not has_storage(t):
+        keys = storage_keys(t)
+        if keys and keys <= external:
+            return EXTERNAL, min(keys)
+        raise WarmupError(
+            f"{what} is a {type(t).__name__}, a wrapper tensor subclass whose bytes are not module state "
+            f"(its inner storages {sorted(hex(k) for k in keys) or 'cannot be found'}); slot-shared capture places "
+            "saved tensors by storage and cannot put it in an arena. Save its plain inner tensors instead "
+            "(or keep it a parameter/buffer of the module)"
+        )
+    key = _storage_key(t)
+    if key in external:
+        return EXTERNAL, key
+    if source >= 0:
+        return INPUT, key
+    return NATIVE, key
 
 
 class _InputIndex:
@@ -37,31 +85,39 @@ class _InputIndex:
 
 
 class SaveObserver:
-    """Pack hook for warmup: records every save, returns it unchanged."""
+    """Pack hook for warmup: records every save, returns it unchanged; then the outputs."""
 
     def __init__(self, external: set[int], inputs: Sequence[torch.Tensor]) -> None:
         self._external = external
         self._inputs = _InputIndex(inputs)
-        self.raw: list[tuple[str, int, TensorMeta, int]] = []
+        self.raw: list[Observation] = []
+        self.outputs: list[Observation] = []
 
     def pack(self, t: torch.Tensor) -> torch.Tensor:
-        key = _storage_key(t)
-        meta = TensorMeta.of(t)
-        source = self._inputs.find(t)
-        if key in self._external:
-            self.raw.append((EXTERNAL, key, meta, -1))
-        elif source >= 0:
-            self.raw.append((INPUT, key, meta, source))
-        else:
-            self.raw.append((NATIVE, key, meta, -1))
+        source = self._inputs.find(t) if has_storage(t) else -1
+        kind, key = classify(t, self._external, source, f"saved tensor {len(self.raw)}")
+        self.raw.append((kind, key, TensorMeta.of(t), source if kind == INPUT else -1))
         return t
 
     @staticmethod
     def unpack(t: torch.Tensor) -> torch.Tensor:
         return t
 
+    def observe_outputs(self, outputs: Sequence[torch.Tensor]) -> None:
+        """Outputs of module state are ``EXTERNAL`` (returned as they are); every other output,
+        also one that views an input, is ``NATIVE`` (it gets its component's bytes)."""
+        for k, o in enumerate(outputs):
+            kind, key = classify(o, self._external, -1, f"output {k}")
+            self.outputs.append((kind, key, TensorMeta.of(o), -1))
+
+    def groups(self, widen: Mapping[int, tuple[int, int]] | None = None) -> StorageGroups:
+        """Saved entries, output places and components of the saves and outputs observed."""
+        return group_storage(self.raw, self.outputs, widen)
+
     def plan(self, widen: Mapping[int, tuple[int, int]] | None = None) -> tuple[tuple[SavedEntry, ...], tuple[int, ...]]:
-        return group_saves(self.raw, widen)
+        """``(saved entries, component sizes)``; see :meth:`groups`."""
+        g = self.groups(widen)
+        return g.saved, g.components
 
 
 class ArenaPacker:
@@ -98,11 +154,14 @@ class ArenaPacker:
         meta = TensorMeta.of(t)
         if (meta.shape, meta.stride, meta.dtype) != (entry.meta.shape, entry.meta.stride, entry.meta.dtype):
             raise CaptureMismatch(f"{self._name}: saved tensor {k} is {meta}, warmup saw {entry.meta}")
-        key = _storage_key(t)
         if entry.kind == EXTERNAL:
-            if key not in self._external:
+            keys = storage_keys(t)
+            if not keys or not keys <= self._external:
                 raise CaptureMismatch(f"{self._name}: saved tensor {k} was a parameter/buffer in warmup, not now")
             return t
+        if not has_storage(t):
+            raise CaptureMismatch(f"{self._name}: saved tensor {k} is a tensor subclass now, warmup saw a plain tensor")
+        key = _storage_key(t)
         source = self._inputs.find(t)
         if entry.kind == INPUT:
             if source != entry.source:
@@ -119,8 +178,7 @@ class ArenaPacker:
         assert dst is not None
         if t.data_ptr() == dst.data_ptr() and key == _storage_key(dst):
             return dst  # written in place by its producer (see .direct): nothing to copy
-        with torch.no_grad():
-            dst.copy_(t)
+        copy_view(t, dst)
         self.copies += 1
         return dst
 

@@ -2,10 +2,12 @@
 
 Warmup replays the rank's order ``iters`` times on the current stream (like Transformer Engine's
 ordered warmup): forwards and backwards interleaved as at run time, layers ascending in a forward
-event and descending in a backward event, and the CP variants of each (event, layer) in lockstep.
-A forward's inputs, outputs and saved tensors are held until the matching backward and released
-there (TE PR #3427: an ordered warmup that keeps consumed outputs runs out of memory at scale), so
-warmup memory follows the schedule's microbatches in flight, times the variants held in lockstep.
+event and descending in a backward event. The CP variants are warmed **one at a time**, largest CP
+first (by warmup group): each variant replays the whole order before the next starts. A forward's
+inputs, outputs and saved tensors are held until the matching backward and released there (TE PR
+#3427: an ordered warmup that keeps consumed outputs runs out of memory at scale), so warmup holds
+the microbatches in flight of ONE variant: no more than the capture's arenas, which hold the
+frames in flight once, sized for the largest variant (variants in lockstep would hold the sum).
 
 :func:`warmup_steps` is the pure event sequence; :func:`ordered_warmup` runs it and returns one
 :class:`~.arenas.ForwardPlan` per (cp_size, chunk, layer), checked identical over every microbatch
@@ -25,12 +27,10 @@ from .arenas import ForwardPlan, Producer, TensorMeta, component_spans
 from .direct import OpTracer, find_producers
 from .protocol import events
 from .saved import SaveObserver
+from .tensors import WarmupError, check_inputs, external_storage_keys
 
 SampleFn = Callable[[int, int, int], Sequence[torch.Tensor]]  # (cp_size, chunk 0-based, layer) -> inputs
 
-
-class WarmupError(RuntimeError):
-    """The callable does something capture cannot handle, or behaves differently between warmups."""
 
 
 @dataclass(frozen=True)
@@ -57,10 +57,11 @@ def warmup_steps(
     iters: int,
     group: Mapping[tuple[int, int, int], int] | None = None,
 ) -> tuple[WarmupStep, ...]:
-    """The warmup's calls: ``iters`` passes over ``order`` (which must drain), forward layers
-    ascending and backward layers descending, every variant of each (event, layer) in lockstep,
-    ordered by ``group[(cp_size, chunk, layer)]`` (the plan's warmup group: largest CP first) then
-    by their position in ``variants``. Zero-layer chunks make no calls."""
+    """The warmup's calls, one variant at a time: for each variant, ``iters`` passes over
+    ``order`` (which must drain), forward layers ascending and backward layers descending.
+    Variants are ordered by their lowest ``group[(cp_size, chunk, layer)]`` (the plan's warmup
+    group: largest CP first), then by their position in ``variants``. Zero-layer chunks make no
+    calls."""
     if iters < 1:
         raise WarmupError("num_warmup_iters must be >= 1 (cuBLAS and autograd need a warm backward before capture)")
     if not variants or len(set(variants)) != len(variants):
@@ -68,13 +69,18 @@ def warmup_steps(
     rank = {v: i for i, v in enumerate(variants)}
     groups = group or {}
     evs = events(order, len(layers_per_chunk))
+    callables = [(c, l) for c, n in enumerate(layers_per_chunk) for l in range(n)]
+
+    def first_group(v: int) -> tuple[int, int]:
+        return (min((groups.get((v, c, l), 0) for c, l in callables), default=0), rank[v])
+
     steps: list[WarmupStep] = []
-    for it in range(iters):
-        for ev in evs:
-            n = layers_per_chunk[ev.chunk]
-            for layer in (range(n) if ev.forward else range(n - 1, -1, -1)):
-                lockstep = sorted(variants, key=lambda v: (groups.get((v, ev.chunk, layer), 0), rank[v]))
-                steps.extend(WarmupStep(it, ev.forward, ev.chunk, layer, ev.microbatch, v) for v in lockstep)
+    for v in sorted(variants, key=first_group):
+        for it in range(iters):
+            for ev in evs:
+                n = layers_per_chunk[ev.chunk]
+                for layer in (range(n) if ev.forward else range(n - 1, -1, -1)):
+                    steps.append(WarmupStep(it, ev.forward, ev.chunk, layer, ev.microbatch, v))
     return tuple(steps)
 
 
@@ -108,12 +114,18 @@ def trainable_params(module: Callable[..., object]) -> tuple[torch.nn.Parameter,
 
 
 def external_storages(module: Callable[..., object]) -> set[int]:
-    """Storage pointers of the callable's parameters and buffers (saved as they are)."""
+    """Storage pointers of the callable's parameters and buffers (saved and returned as they are);
+    a wrapper-subclass parameter or buffer (e.g. FP8) contributes its inner tensors' storages."""
     if not isinstance(module, torch.nn.Module):
         return set()
-    out = {p.untyped_storage().data_ptr() for p in module.parameters()}
-    out |= {b.untyped_storage().data_ptr() for b in module.buffers()}
-    return out
+    return external_storage_keys([*module.parameters(), *module.buffers()])
+
+
+def sample_inputs(sample: SampleFn, cp_size: int, chunk: int, layer: int, require_cuda: bool = True
+                  ) -> tuple[torch.Tensor, ...]:
+    """``sample(cp_size, chunk, layer)``, checked to be plain (CUDA) tensors (see :func:`.tensors.check_inputs`)."""
+    return check_inputs(sample(cp_size, chunk, layer), f"sample_args(cp_size={cp_size}, chunk={chunk}, layer={layer})",
+                        require_cuda)
 
 
 def check_output(t: torch.Tensor, name: str, require_cuda: bool = True) -> None:
@@ -143,7 +155,8 @@ def _run_forward(module: Callable[..., object], sample: Sequence[torch.Tensor], 
         outs = as_tuple(module(*inputs))
     for o in outs:
         check_output(o, name, require_cuda)
-    producers, widen = find_producers(tracer.traced, component_spans(obs.raw), outs)
+    obs.observe_outputs(outs)
+    producers, widen = find_producers(tracer.traced, component_spans(obs.raw, obs.outputs))
     return _Held(inputs, outs, obs, producers, widen)
 
 
@@ -159,16 +172,17 @@ def _run_backward(held: _Held, params: tuple[torch.nn.Parameter, ...]) -> Forwar
     in_grads = iter(grads[:n_in])
     input_grads = tuple(bool(t.requires_grad and next(in_grads) is not None) for t in inputs)
     params_used = tuple(g is not None for g in grads[n_in:]) if grads else tuple(False for _ in params)
-    saved, components = held.observer.plan(held.widen)
+    groups = held.observer.groups(held.widen)
     return ForwardPlan(
         inputs=tuple(TensorMeta.of(t) for t in inputs),
         outputs=tuple(TensorMeta.of(o) for o in outs),
-        saved=saved,
-        components=components,
+        saved=groups.saved,
+        components=groups.components,
         input_grads=input_grads,
         params_used=params_used,
         param_grad_bytes=sum(p.numel() * p.element_size() for p, u in zip(params, params_used) if u),
         producers=held.producers,
+        output_places=groups.outputs,
     )
 
 
@@ -203,7 +217,8 @@ def ordered_warmup(
         if step.forward:
             if key in held:
                 raise WarmupError(f"{name}: microbatch {m} of warmup iteration {step.iteration} ran forward twice")
-            held[key] = _run_forward(modules[(c, l)], sample(v, c, l), external[(c, l)], name, require_cuda)
+            held[key] = _run_forward(modules[(c, l)], sample_inputs(sample, v, c, l, require_cuda), external[(c, l)],
+                                     name, require_cuda)
         else:
             if key not in held:
                 raise WarmupError(f"{name}: backward of microbatch {m} (iteration {step.iteration}) before its forward")

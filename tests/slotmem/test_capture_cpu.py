@@ -31,6 +31,7 @@ from harness.slotmem.protocol import (
     build_slot_map,
     capture_steps,
     check_liveness,
+    check_orders,
     live_colours,
 )
 from harness.slotmem.saved import ArenaPacker, CaptureMismatch, SaveObserver
@@ -212,7 +213,7 @@ def test_planner_plans_pass_the_liveness_check(pp2_plan) -> None:
     pp1 = plan_pipeline(1, 1, (3, 5), (1, 2, 4), 3).ranks[0]
     smap1 = build_slot_map(pp1.records, pp1.layers_per_chunk)
     for _, order in pp1.reachable_orders():
-        check_liveness(order, smap1, grads_in_flight=False)
+        check_liveness(order, smap1, pp=1)
 
 
 def test_two_live_frames_one_saved_colour_is_rejected(pp2_plan) -> None:
@@ -226,8 +227,26 @@ def test_consecutive_backwards_sharing_a_grad_colour_are_rejected_with_pp(pp2_pl
     merged = [replace(r, grad_colour=0) for r in pp2_plan.records]
     smap = build_slot_map(merged, pp2_plan.layers_per_chunk)
     with pytest.raises(PlanError, match="grad colour 0"):
-        check_liveness(pp2_plan.order, smap, grads_in_flight=True)
-    check_liveness(pp2_plan.order, smap, grads_in_flight=False)
+        check_liveness(pp2_plan.order, smap, pp=2)
+    # PP = 1 without VPP: nothing is sent, a returned grad is dead after its own backward
+    pp1 = plan_pipeline(1, 1, (3, 5), (1, 2), 2).ranks[0]
+    check_liveness(pp1.order, build_slot_map([replace(r, grad_colour=0) for r in pp1.records], (2,)), pp=1)
+
+
+def test_capture_and_planner_apply_one_grad_liveness_rule() -> None:
+    """PP = 1 with VPP = 2: a returned grad stays live until its same-rank consumer's backward; the
+    planner's validate and capture's check must reject the same merged colours."""
+    plan = plan_pipeline(1, 2, (4,), (1, 2), 1, strict=False).ranks[0]
+    assert plan.grad_colours > 1
+    merged = replace(plan, records=tuple(replace(r, grad_colour=0) for r in plan.records))
+    with pytest.raises(PlanError, match="share grad colour") as planner:
+        merged.validate()
+    smap = build_slot_map(merged.records, merged.layers_per_chunk)
+    with pytest.raises(PlanError, match="share grad colour") as capture:
+        check_orders(merged.reachable_orders(), smap, merged.pp)
+    assert str(planner.value).split(": ", 1)[1] == str(capture.value).split(": ", 1)[1]
+    for label, order in plan.reachable_orders():  # the planner's own colours pass both
+        check_liveness(order, build_slot_map(plan.records, plan.layers_per_chunk), pp=1)
 
 
 def test_too_small_slot_ring_is_rejected(pp2_plan) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from harness.slotmem.arenas import COMPONENT, NATIVE, OUTPUT, ForwardPlan, contiguous_meta, frame_layout, view_at
+from harness.slotmem.arenas import COMPONENT, NATIVE, ForwardPlan, contiguous_meta, frame_layout, view_at
 from harness.slotmem.direct import Redirect
 from harness.slotmem.saved import ArenaPacker, CaptureMismatch
 from harness.slotmem.warmup import external_storages, ordered_warmup, warmup_steps
@@ -42,10 +42,10 @@ def _capture_like(module: Glu, plan: ForwardPlan, x: torch.Tensor, direct: bool,
     inp = view_at(backing, fl.inputs[0], contiguous_meta(x.shape, x.dtype)).requires_grad_()
     with torch.no_grad():
         inp.copy_(x)
-    out_view = view_at(backing, fl.outputs[0], plan.outputs[0])
+    out_view = view_at(backing, fl.outputs[0], plan.output_view_meta(0))
     saved = [view_at(backing, fl.components[e.component] + e.rel_byte, e.meta) if e.kind == NATIVE else None
              for e in plan.saved]
-    targets = {t: (out_view if t[0] == OUTPUT else view_at(backing, fl.components[t[1]], m))
+    targets = {t: view_at(backing, fl.components[t[1]], m)
                for p in plan.producers for m, t in zip(p.returns, p.targets) if t is not None}
     packer = ArenaPacker("glu", plan.saved, saved, external_storages(module), (inp,))
     redirect = Redirect("glu", plan.producers if direct else (), targets, torch.device("cpu"))
@@ -67,7 +67,10 @@ def test_warmup_finds_the_ops_that_produce_saved_tensors_and_the_output() -> Non
     ops = [p.op for p in plan.producers]
     assert "aten.addmm.default" in ops and "aten.sigmoid.default" in ops and "aten.mul.Tensor" in ops
     targets = [t for p in plan.producers for t in p.targets if t is not None]
-    assert (OUTPUT, 0) in targets  # the residual add writes the layer output
+    out = plan.output_places[0]
+    assert out.kind == NATIVE and plan.output_alone(0)  # the output is a component of its own ...
+    add = [p for p in plan.producers if (COMPONENT, out.component) in p.targets]
+    assert [p.op for p in add] == ["aten.add.Tensor"]  # ... written by the residual add
     assert {k for kind, k in targets if kind == COMPONENT} == set(range(len(plan.components)))
 
 
@@ -82,7 +85,7 @@ def test_direct_writes_remove_the_copies_and_keep_results_bitwise() -> None:
     direct = _capture_like(module, plan, x, direct=True)
     assert copied["redirected"] == 0 and copied["copies"] == sum(e.kind == NATIVE for e in plan.saved)
     assert direct["copies"] == 0
-    assert direct["redirected"] == len(plan.components) + 1
+    assert direct["redirected"] == len(plan.components)  # every saved component and the output
     assert direct["out"].data_ptr() == direct["out_view"].data_ptr()  # the output is in the arena already
     assert copied["out"].data_ptr() != copied["out_view"].data_ptr()
     for run in (copied, direct):

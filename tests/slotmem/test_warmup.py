@@ -30,7 +30,7 @@ def _units(steps: tuple[WarmupStep, ...]) -> list[tuple[int, bool, int, int, int
     return out
 
 
-def test_steps_replay_the_order_with_variants_in_lockstep(pp2_plan) -> None:
+def test_steps_replay_the_order_one_variant_at_a_time(pp2_plan) -> None:
     smap = build_slot_map(pp2_plan.records, pp2_plan.layers_per_chunk)
     layers = pp2_plan.layers_per_chunk
     steps = warmup_steps(pp2_plan.order, layers, smap.variants, 2, smap.warmup_group)
@@ -41,14 +41,15 @@ def test_steps_replay_the_order_with_variants_in_lockstep(pp2_plan) -> None:
         for ev in evs
         for l in (range(layers[ev.chunk]) if ev.forward else reversed(range(layers[ev.chunk])))
     ]
-    assert _units(steps) == expected  # forwards and backwards interleaved as in the order
-    assert len(steps) == len(expected) * 3
-    for i in range(0, len(steps), 3):  # every unit holds each variant once, largest CP first (warmup group)
-        assert [s.cp_size for s in steps[i:i + 3]] == [4, 2, 1]
-        assert len({(s.iteration, s.forward, s.chunk, s.microbatch, s.layer) for s in steps[i:i + 3]}) == 1
+    n = len(expected)
+    assert len(steps) == n * 3
+    for k, cp in enumerate((4, 2, 1)):  # each variant replays the whole order, largest CP first (warmup group)
+        block = steps[k * n:(k + 1) * n]
+        assert {s.cp_size for s in block} == {cp}
+        assert _units(block) == expected  # forwards and backwards interleaved as in the order
     # without groups the variants keep the given order
     plain = warmup_steps(pp2_plan.order, layers, (2, 1), 1)
-    assert [s.cp_size for s in plain[:2]] == [2, 1]
+    assert plain[0].cp_size == 2 and plain[-1].cp_size == 1
 
 
 def test_each_forward_is_held_until_its_backward_and_then_released(pp2_plan) -> None:
@@ -65,7 +66,7 @@ def test_each_forward_is_held_until_its_backward_and_then_released(pp2_plan) -> 
         else:
             del in_flight[(ev.chunk, ev.microbatch)]
         peak_by_order = max(peak_by_order, sum(in_flight.values()))
-    assert max(held) == peak_by_order * len(variants)
+    assert max(held) == peak_by_order  # one variant in flight at a time, never the sum over variants
     assert held[-1] == 0
     total = sum(layers[ev.chunk] for ev in order_events(pp2_plan.order, len(layers))) // 2 * len(variants)
     assert max(held) < total, "a warmup that never releases would hold every forward"
