@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from harness.errors import ConfigError
+from harness.spec import load_cases, select_cases
 from harness.slotmem.plan import PipelinePlan, plan_pipeline
 from harness.slotmem.planerrors import PlanError
 from harness.slotmem.schedule import allowed_microbatch_counts, microbatch_count_problem
@@ -182,8 +183,6 @@ def _requests(args: argparse.Namespace) -> list[PlanRequest]:
     if given:
         raise ConfigError(f"give either a CASE file or layout flags, not both (got {args.case} "
                           f"and {' '.join(given)})")
-    from harness.spec import load_cases, select_cases
-
     cases = select_cases(load_cases([args.case]), k=args.k)
     if not cases:
         raise ConfigError(f"no case in {args.case} matches -k {args.k!r}")

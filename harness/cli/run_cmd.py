@@ -13,7 +13,12 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from harness.arms import arms_for_case
 from harness.errors import ConfigError
+from harness.launch.local import LocalLauncher
+from harness.launch.progress import make_progress
+from harness.launch.sweep import check_resumable, run_sweep
+from harness.report import console_table, gate, make_console
 from harness.spec import load_cases, select_cases
 
 RESULTS_ROOT = Path("results")
@@ -70,13 +75,6 @@ def point_latest(root: Path, target: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Imported here: they pull in torch, which other subcommands (validate, report) do not need.
-    from harness.arms import arms_for_case
-    from harness.launch.local import LocalLauncher
-    from harness.launch.progress import make_progress
-    from harness.launch.sweep import check_resumable, run_sweep
-    from harness.report import console_table, gate, make_console
-
     if args.timeout_min is not None and not args.timeout_min > 0:
         raise ConfigError(f"--timeout-min must be a positive number of minutes, got {args.timeout_min}")
     cases = select_cases(load_cases(args.paths), k=args.k, tags=args.tags)

@@ -27,17 +27,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Deque, Mapping, Optional, Sequence
+from typing import IO, Deque, Mapping, Optional, Sequence
 
+from harness.arms import Arm, arm_by_name
 from harness.errors import ConfigError
 from harness.launch.failures import tail_text
 from harness.launch.ports import is_addr_in_use, pick_free_port
 from harness.launch.rank_main import FAULT_ENV, LAUNCHER_PID_ENV, read_case_json, stacks_path
 from harness.results import LOG_FILE, ArmOutcome, read_steps, write_outcome
 from harness.spec.schema import Case
-
-if TYPE_CHECKING:
-    from harness.arms import Arm
 
 TAIL_LINES = 60
 STACK_LINES = 80
@@ -320,8 +318,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--out", required=True, type=Path, metavar="ARM_DIR")
     p.add_argument("--timeout-min", type=float, default=None, metavar="M")
     args = p.parse_args(argv)
-    from harness.arms import arm_by_name
-
     try:
         case = read_case_json(args.case)
         arm = arm_by_name(case, args.arm)

@@ -29,6 +29,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from harness.errors import ConfigError
 from harness.launch.profiles import Profile
+from harness.launch.slurm_job import CaseJob
 from harness.results import read_json, write_json_atomic
 
 SLURM_DIR = "slurm"
@@ -248,9 +249,7 @@ def submit_groups(cases: Mapping[str, Any], groups: Sequence[JobGroup],
     """Submit every group through submitit and record the jobs. Case folders (``case.json``)
     must exist already (``harness.launch.sweep.prepare_case_dir``). ``retry_rounds`` maps a
     re-submitted case to how many jobs it had before (counted in its arms' ``restarts``)."""
-    import submitit
-
-    from harness.launch.slurm_job import CaseJob
+    import submitit  # imported on use: only submitting needs it
 
     sweep_dir = Path(sweep_dir).resolve()
     round_ = next_round(sweep_dir)
