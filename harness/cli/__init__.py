@@ -2,7 +2,9 @@
 
 Each module exposes ``register(subparsers)``, which adds its parser with ``set_defaults(func=run)``;
 ``run(args) -> int`` returns the exit code. A :class:`~harness.errors.ConfigError` raised anywhere in a
-command becomes one ``error: ...`` line on stderr and exit code 2.
+command becomes one ``error: ...`` line on stderr and exit code 2, and so does a
+:class:`~harness.results.ResultsError` (a results file that cannot be used: an infrastructure or
+harness error, never a regression).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Optional, Sequence
 
 from harness import __version__
 from harness.errors import ConfigError
+from harness.results import ResultsError
 
 # Order is the order of `dcp-harness --help`.
 _COMMAND_MODULES = (
@@ -25,6 +28,7 @@ _COMMAND_MODULES = (
 )
 
 EXIT_USAGE = 2
+EXIT_ERROR = 2  # the gate's code for an infrastructure/harness error
 
 
 class _Parser(argparse.ArgumentParser):
@@ -57,6 +61,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except ResultsError as exc:
+        print(f"error: unusable results: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

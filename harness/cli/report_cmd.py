@@ -7,6 +7,7 @@ from pathlib import Path
 
 from harness.cli.run_cmd import LATEST, RESULTS_ROOT
 from harness.errors import ConfigError
+from harness.launch.rules import case_rules
 from harness.report import console_table, gate, make_console, write_reports
 
 DEFAULT_SWEEP = RESULTS_ROOT / LATEST  # where `dcp-harness run` points its newest sweep
@@ -41,7 +42,7 @@ def _sweep_dir(path: Path) -> Path:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    files = write_reports(_sweep_dir(args.dir))
+    files = write_reports(_sweep_dir(args.dir), rules=case_rules)
     console_table(files, make_console())
     print(f"wrote {files.summary}, {files.junit}, {files.index}"
           + (f" and {len(files.plots)} plot(s)" if files.plots else ""))
@@ -49,4 +50,4 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_gate(args: argparse.Namespace) -> int:
-    return gate(_sweep_dir(args.dir))
+    return gate(_sweep_dir(args.dir), rules=case_rules)

@@ -17,8 +17,9 @@ from harness.arms import arms_for_case
 from harness.errors import ConfigError
 from harness.launch.local import LocalLauncher
 from harness.launch.progress import make_progress
+from harness.launch.rules import case_rules
 from harness.launch.sweep import check_resumable, run_sweep
-from harness.report import console_table, gate, make_console
+from harness.report import console_table, gate, make_console, write_reports
 from harness.spec import load_cases, select_cases
 
 RESULTS_ROOT = Path("results")
@@ -95,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
                        progress=make_progress(sys.stderr))
     if args.out is None:
         point_latest(RESULTS_ROOT, out)
-    # Not a terminal (CI log, pipe): rich would wrap the table at 80 columns.
-    console_table(result.summary, make_console())
+    # The reports again, judged by the harness's own arms and pairs (as the gate does).
+    files = write_reports(out, rules=case_rules)
+    console_table(files, make_console())
     print(f"results: {out}  (summary.md, junit.xml, index.json)")
-    return gate(out)
+    return gate(out, rules=case_rules)

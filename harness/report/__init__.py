@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Optional
 
 from harness.errors import ConfigError
 from harness.results import (
@@ -29,11 +30,12 @@ from .junit import render_junit
 from .load import ArmView, CaseView, SweepView, load_sweep
 from .plots import write_plots
 from .summary import render_summary
+from .verify import CaseRules, RulesFn, rules_from_files
 
 __all__ = [
-    "ArmView", "CaseView", "EXIT_ERROR", "EXIT_FAIL", "EXIT_PASS", "GateResult", "ReportFiles",
-    "SweepView", "console_table", "gate", "gate_result", "load_sweep", "make_console",
-    "write_reports",
+    "ArmView", "CaseRules", "CaseView", "EXIT_ERROR", "EXIT_FAIL", "EXIT_PASS", "GateResult",
+    "ReportFiles", "RulesFn", "SweepView", "console_table", "gate", "gate_result", "load_sweep",
+    "make_console", "rules_from_files", "write_reports",
 ]
 
 
@@ -47,10 +49,12 @@ class ReportFiles:
     sweep: SweepView
 
 
-def write_reports(sweep_dir: PathLike, *, plots: bool = True) -> ReportFiles:
+def write_reports(sweep_dir: PathLike, *, plots: bool = True,
+                  rules: Optional[RulesFn] = None) -> ReportFiles:
     """Write summary.md, junit.xml, index.json (and plots/<case>.png with matplotlib) into the
-    sweep folder, atomically. Raises ConfigError when the folder does not exist."""
-    sweep = load_sweep(sweep_dir)
+    sweep folder, atomically, from what the records prove (``rules``: see ``verify.py``).
+    Raises ConfigError when the folder does not exist."""
+    sweep = load_sweep(sweep_dir, rules)
     if not sweep.exists:
         raise ConfigError(f"no sweep folder at {sweep_dir}: give the --out folder of a "
                           "`dcp-harness run`")
