@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -29,6 +30,7 @@ _COMMAND_MODULES = (
 
 EXIT_USAGE = 2
 EXIT_ERROR = 2  # the gate's code for an infrastructure/harness error
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a reader that went away
 
 
 class _Parser(argparse.ArgumentParser):
@@ -67,6 +69,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `dcp-harness plan --json | head`: the reader stopped reading
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real stdout file descriptor (captured in tests)
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,6 +17,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "report",
         help="(re)write summary.md, junit.xml, index.json and plots of a sweep folder",
+        description="Judge every case of a sweep folder from its files (each verdict.json is "
+        "checked against the step records and outcomes it was made from) and (re)write "
+        "summary.md, junit.xml, index.json and plots/<case>.png; print the table. Exit 0, or 2 "
+        "for a missing folder.",
     )
     p.add_argument("dir", nargs="?", type=Path, default=DEFAULT_SWEEP, metavar="DIR",
                    help=f"sweep folder (default: {DEFAULT_SWEEP})")
@@ -25,6 +29,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g = subparsers.add_parser(
         "gate",
         help="merge gate: exit 0 all pass, 1 a check failed, 2 errors without failures",
+        description="The merge gate. Every case is judged from what its files prove: the pairs "
+        "are evaluated again from the step records and compared with verdict.json. Exit 0 when "
+        "every check passed; 1 when a check failed on recorded values (a regression); 2 for an "
+        "error without regressions: a crashed, hung or killed arm, unreadable or inconsistent "
+        "results, or nothing run.",
     )
     g.add_argument("dir", nargs="?", type=Path, default=DEFAULT_SWEEP, metavar="DIR",
                    help=f"sweep folder (default: {DEFAULT_SWEEP})")

@@ -14,13 +14,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from harness.arms import arms_for_case
+from harness.cli.selection import selected_cases
 from harness.errors import ConfigError
 from harness.launch.local import LocalLauncher
 from harness.launch.progress import make_progress
 from harness.launch.rules import case_rules
 from harness.launch.sweep import check_resumable, run_sweep
 from harness.report import console_table, gate, make_console, write_reports
-from harness.spec import load_cases, select_cases
 
 RESULTS_ROOT = Path("results")
 LATEST = "latest"
@@ -78,10 +78,7 @@ def point_latest(root: Path, target: Path) -> Path:
 def run(args: argparse.Namespace) -> int:
     if args.timeout_min is not None and not args.timeout_min > 0:
         raise ConfigError(f"--timeout-min must be a positive number of minutes, got {args.timeout_min}")
-    cases = select_cases(load_cases(args.paths), k=args.k, tags=args.tags)
-    if not cases:
-        raise ConfigError(f"no case selected from {' '.join(args.paths)} "
-                          f"(-k {args.k!r}, --tags {args.tags}); `dcp-harness validate` lists them")
+    cases = selected_cases(args.paths, k=args.k, tags=args.tags)
     for case in cases:
         arms_for_case(case)  # an arm the case cannot have is a config error, raised here
     now = datetime.now(timezone.utc)
