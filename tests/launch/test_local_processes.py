@@ -11,6 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
+from harness.launch.failures import classify_failure
 from harness.launch.local import RankCommand, device_env, rank_env, run_ranks
 from harness.results import LOG_FILE
 
@@ -106,7 +107,8 @@ def test_hung_rank_times_out_with_python_stacks(tmp_path):
     assert out.wall_s >= 3.0
 
 
-def test_rank_killed_by_signal_is_reported(tmp_path):
+def test_rank_killed_by_sigkill_is_infra_as_under_slurm(tmp_path):
+    # One taxonomy: locally this was `failed` (a regression?), under Slurm `infra`.
     cmd = _cmd(tmp_path, """
         import signal
         if rank == 0:
@@ -114,8 +116,31 @@ def test_rank_killed_by_signal_is_reported(tmp_path):
         time.sleep(600)
     """)
     out = run_ranks(cmd, stack_wait_s=1.0, kill_grace_s=1.0)
-    assert out.status == "failed"
-    assert "rank 0 exited with signal 9" in out.detail
+    assert out.status == "infra"
+    assert "rank 0 exited with signal 9" in out.detail and "killed by SIGKILL" in out.detail
+    assert classify_failure("FAILED", "0:9").status == out.status
+
+
+def test_rank_whose_output_shows_an_nccl_timeout_is_infra(tmp_path):
+    cmd = _cmd(tmp_path, """
+        if rank == 1:
+            print("[E] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4)", flush=True)
+            raise SystemExit(1)
+        time.sleep(600)
+    """)
+    out = run_ranks(cmd, stack_wait_s=1.0, kill_grace_s=1.0)
+    assert out.status == "infra" and "NCCL timeout" in out.detail
+
+
+def test_rank_killed_by_another_signal_still_failed(tmp_path):
+    cmd = _cmd(tmp_path, """
+        import signal
+        if rank == 0:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        time.sleep(600)
+    """)
+    out = run_ranks(cmd, stack_wait_s=1.0, kill_grace_s=1.0)
+    assert out.status == "failed" and "signal 11" in out.detail
 
 
 def test_port_taken_is_retried_on_a_fresh_port(tmp_path):
