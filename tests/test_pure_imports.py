@@ -27,7 +27,11 @@ PURE = (
     "harness.launch.local",
     "harness.launch.slurm",
     "harness.launch.slurm_job",
-    "harness.launch.slurm_track",
+    "harness.launch.slurm_poll",
+    "harness.launch.slurm_status",
+    "harness.launch.slurm_wait",
+    "harness.launch.slurm_collect",
+    "harness.launch.slurm_retry",
 )
 
 

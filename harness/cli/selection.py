@@ -21,6 +21,6 @@ def selected_cases(paths: Sequence[str], k: Optional[str] = None,
     cases = select_cases(load_cases(list(paths)), k=k, tags=tags)
     if not cases:
         where = " ".join(str(p) for p in paths)
-        raise ConfigError(f"the case files in {where} are valid, but no case matches "
+        raise ConfigError(f"no case selected: the case files in {where} are valid, but none matches "
                           f"{filters_text(k, tags)}; `dcp-harness validate {where}` lists them")
     return cases

@@ -27,9 +27,13 @@ from harness.launch.profiles import find_profile, load_profile
 from harness.launch.rules import case_rules
 from harness.launch.slurm import (describe_plan, plan_jobs, render_sbatch, round_folder,
                                   slurm_dir, submit_groups)
-from harness.launch.slurm_track import collect, counts, retry_infra, sweep_status, wait_for_sweep
+from harness.launch.slurm_collect import collect
+from harness.launch.slurm_poll import SchedulerPoller, SchedulerUnavailable
+from harness.launch.slurm_retry import retry_infra
+from harness.launch.slurm_status import counts, sweep_status
+from harness.launch.slurm_wait import wait_for_sweep
 from harness.launch.sweep import check_resumable, prepare_case_dir
-from harness.report import console_table, gate, make_console
+from harness.report import EXIT_ERROR, console_table, gate, load_sweep, make_console
 
 _STATE_STYLE = {"pending": "yellow", "running": "cyan", "done": "green", "failed": "red",
                 "error": "magenta"}
@@ -198,9 +202,10 @@ def run_status(args: argparse.Namespace) -> int:
     if args.watch is None:
         console.print(status_renderable(sweep_status(sweep), sweep))
         return 0
+    poller = SchedulerPoller()  # ended jobs are not asked about again
     with Live(console=console, auto_refresh=False) as live:
         while True:
-            statuses = sweep_status(sweep)
+            statuses = sweep_status(sweep, poller=poller)
             live.update(status_renderable(statuses, sweep), refresh=True)
             if all(s.terminal for s in statuses):
                 return 0
@@ -235,12 +240,16 @@ def _wait_collect_gate(sweep: Path, args: argparse.Namespace) -> int:
 
     while True:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        wait_for_sweep(sweep, timeout_s=left, poll_s=args.poll_s, on_poll=on_poll)
+        try:
+            wait_for_sweep(sweep, timeout_s=left, poll_s=args.poll_s, on_poll=on_poll)
+        except SchedulerUnavailable as exc:  # an infrastructure error, not the user's input
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
         result = collect(sweep)
         _print_collect(result)
         if result.still_active:
             print(f"gave up waiting after {args.timeout_min} min", file=sys.stderr)
-            return 2
+            return EXIT_ERROR
         new = retry_infra(sweep, args.retry_infra, args.max_parallel) if args.retry_infra else []
         if not new:
             break
@@ -257,7 +266,7 @@ def run_collect(args: argparse.Namespace) -> int:
         return _wait_collect_gate(sweep, args)
     result = collect(sweep)
     _print_collect(result)
-    console_table(sweep, make_console())
+    console_table(load_sweep(sweep, case_rules), make_console())
     print(f"wrote {sweep / 'summary.md'}, {sweep / 'junit.xml'}, {sweep / 'index.json'}\n"
           f"next: dcp-harness gate {sweep}")
     return 0

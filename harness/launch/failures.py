@@ -81,7 +81,7 @@ def _signal(exit_code: str) -> Optional[int]:
 
 
 def classify_failure(state: Optional[str], exit_code: str = "", log_text: str = "") -> Classification:
-    """Why a job ended without an outcome for its arm in flight (see ``slurm_track``)."""
+    """Why a job ended without an outcome for its arm in flight (see ``slurm_collect``)."""
     state = (state or "").upper()
     if state in INFRA_STATES:
         return Classification("infra", INFRA_STATES[state])

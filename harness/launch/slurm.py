@@ -11,8 +11,8 @@
 * **Logs** under ``<sweep>/slurm/logs/round-<k>/`` (submitit's folder: sbatch script, pickles,
   ``<job>_<task>_log.{out,err}``); the sweep folder must be on a filesystem the nodes share.
 * **Record.** ``<sweep>/slurm/jobs.json`` lists every submission round and, per case, its jobs,
-  newest last; ``status`` and ``collect`` (:mod:`harness.launch.slurm_track`) read only it, the
-  case folders and the scheduler.
+  newest last; ``status`` and ``collect`` (:mod:`harness.launch.slurm_status`,
+  :mod:`harness.launch.slurm_collect`) read only it, the case folders and the scheduler.
 
 ``plan_jobs`` and ``render_sbatch`` are pure (``--dry-run`` uses them and touches no Slurm).
 """

@@ -33,11 +33,11 @@ def test_an_empty_selection_names_only_the_given_filters(command: str, capsys) -
         argv += ["--dry-run"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "no case matches --tags no-such-tag" in err and "None" not in err
+    assert "none matches --tags no-such-tag" in err and "None" not in err
     assert main([command, str(REPO / "cases" / "focused"), "-k", "zzz"]
                 + (["--dry-run"] if command == "submit" else [])) == 2
     err = capsys.readouterr().err
-    assert "no case matches -k 'zzz'" in err and "--tags" not in err and "None" not in err
+    assert "none matches -k 'zzz'" in err and "--tags" not in err and "None" not in err
 
 
 @pytest.mark.parametrize("argv, message", [

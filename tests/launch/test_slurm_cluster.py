@@ -17,7 +17,9 @@ import pytest
 from harness.cli import report_cmd, submit_cmd
 from harness.launch.slurm import latest_jobs, read_jobs
 from harness.launch.slurm_job import read_events
-from harness.launch.slurm_track import collect, retry_infra, wait_for_sweep
+from harness.launch.slurm_collect import collect
+from harness.launch.slurm_retry import retry_infra
+from harness.launch.slurm_wait import wait_for_sweep
 from harness.report import gate
 from harness.results import read_outcome, read_steps
 
