@@ -55,6 +55,8 @@ def run_report(args: argparse.Namespace) -> int:
     console_table(files, make_console())
     print(f"wrote {files.summary}, {files.junit}, {files.index}"
           + (f" and {len(files.plots)} plot(s)" if files.plots else ""))
+    for note in files.notes:
+        print(note)
     return 0
 
 

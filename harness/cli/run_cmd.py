@@ -96,5 +96,8 @@ def run(args: argparse.Namespace) -> int:
     # The reports again, judged by the harness's own arms and pairs (as the gate does).
     files = write_reports(out, rules=case_rules)
     console_table(files, make_console())
-    print(f"results: {out}  (summary.md, junit.xml, index.json)")
+    shown = "summary.md, junit.xml, index.json" + (", plots/" if files.plots else "")
+    print(f"results: {out}  ({shown})")
+    for note in files.notes:
+        print(note)
     return gate(out, rules=case_rules)

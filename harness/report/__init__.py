@@ -28,7 +28,7 @@ from .gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, GateResult, exit_code, gate,
 from .index import build_index
 from .junit import render_junit
 from .load import ArmView, CaseView, SweepView, load_sweep
-from .plots import write_plots
+from .plots import NO_MATPLOTLIB, matplotlib_available, write_plots
 from .summary import render_summary
 from .verify import CaseRules, RulesFn, rules_from_files
 
@@ -47,6 +47,7 @@ class ReportFiles:
     plots: tuple[Path, ...]
     exit_code: int
     sweep: SweepView
+    notes: tuple[str, ...] = ()  # what the reports lack and why (e.g. no plots without matplotlib)
 
 
 def write_reports(sweep_dir: PathLike, *, plots: bool = True,
@@ -62,7 +63,9 @@ def write_reports(sweep_dir: PathLike, *, plots: bool = True,
     now = datetime.now(timezone.utc)
     code = exit_code(sweep)
     plot_paths = write_plots(sweep) if plots else ()
+    notes = (NO_MATPLOTLIB,) if plots and not matplotlib_available() else ()
     write_text_atomic(root / SUMMARY_FILE, render_summary(sweep, code))
     write_bytes_atomic(root / JUNIT_FILE, render_junit(sweep, now))
     write_json_atomic(root / INDEX_FILE, build_index(sweep, code, now, plot_paths))
-    return ReportFiles(root / SUMMARY_FILE, root / JUNIT_FILE, root / INDEX_FILE, plot_paths, code, sweep)
+    return ReportFiles(root / SUMMARY_FILE, root / JUNIT_FILE, root / INDEX_FILE, plot_paths, code,
+                       sweep, notes)
