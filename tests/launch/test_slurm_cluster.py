@@ -158,6 +158,8 @@ def test_focused_case_end_to_end(tmp_path):
     verdict = json.loads((out / "tiny-moe-eager" / "verdict.json").read_text())
     assert verdict["status"] == "pass"
     assert (out / "junit.xml").is_file() and (out / "summary.md").is_file()
+    # complete arms keep no checkpoints, as in a local sweep (they were 32 .pt files, 76 MB)
+    assert not list((out / "tiny-moe-eager").rglob("*.pt"))
 
 
 def test_job_array_of_several_cases(tmp_path):
