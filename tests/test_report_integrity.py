@@ -86,3 +86,20 @@ def test_case_status_that_contradicts_its_entries_is_an_error(tmp_path: Path) ->
 def test_an_untouched_passing_sweep_still_passes(tmp_path: Path) -> None:
     passing(tmp_path)
     assert gate(tmp_path, io.StringIO()) == 0
+
+
+def test_a_record_of_a_step_the_case_does_not_have_is_an_error(tmp_path: Path) -> None:
+    d = passing(tmp_path)
+    with open(d / "dcp" / "rank0.jsonl", "a") as fh:  # step 10**23: building range() would OOM
+        fh.write(json.dumps({"step": 10 ** 23, "loss": 2.0}) + "\n")
+    result = gate_result(load_sweep(tmp_path))
+    assert result.code == 2 and "record of step 100000000000000000000000" in result.message
+
+
+def test_a_case_json_with_an_absurd_step_count_is_an_error(tmp_path: Path) -> None:
+    d = passing(tmp_path)
+    data = json.loads((d / "case.json").read_text())
+    data["train"]["steps"] = 10 ** 23
+    (d / "case.json").write_text(json.dumps(data))
+    result = gate_result(load_sweep(tmp_path))
+    assert result.code == 2 and "train.steps is 100000000000000000000000" in result.message

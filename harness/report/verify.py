@@ -33,6 +33,7 @@ from harness.compare import (
     pair_status,
 )
 from harness.results import ArmOutcome
+from harness.spec.limits import LIMITS, STEPS
 
 Steps = Mapping[int, Sequence[Mapping[str, Any]]]
 
@@ -52,8 +53,16 @@ class CaseRules:
 RulesFn = Callable[[Mapping[str, Any], Optional[CaseVerdict]], CaseRules]
 
 
-def _int_or_none(value: Any) -> Optional[int]:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def _bounded(data: Mapping[str, Any], section: str, key: str) -> Optional[int]:
+    """``data[section][key]`` when an int (None otherwise); ValueError past its schema bound
+    (a corrupt case.json must not make the checks build a range of 10**23 steps)."""
+    value = (data.get(section) or {}).get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    bound = LIMITS[f"{section}.{key}"]
+    if not 1 <= value <= bound.max:
+        raise ValueError(f"{section}.{key} is {value}, outside 1..{bound.max}")
+    return value
 
 
 def rules_from_files(case: Mapping[str, Any], stored: Optional[CaseVerdict]) -> CaseRules:
@@ -66,9 +75,8 @@ def rules_from_files(case: Mapping[str, Any], stored: Optional[CaseVerdict]) -> 
         arms += [a for a in p.arms if a not in arms]
         if p.contract != "arm_checks":
             pairs.append(Pair(p.pair, p.contract, p.arms, dict(compare.get(p.contract) or {})))
-    resources = case.get("resources") or {}
-    nodes, per_node = _int_or_none(resources.get("nodes")), _int_or_none(resources.get("gpus_per_node"))
-    return CaseRules(tuple(arms), tuple(pairs), _int_or_none((case.get("train") or {}).get("steps")),
+    nodes, per_node = _bounded(case, "resources", "nodes"), _bounded(case, "resources", "gpus_per_node")
+    return CaseRules(tuple(arms), tuple(pairs), _bounded(case, "train", "steps"),
                      nodes * per_node if nodes is not None and per_node is not None else None)
 
 
@@ -162,6 +170,17 @@ class ArmFiles:
     problem: Optional[str] = None
 
 
+def _step_problem(steps: Steps, last: int) -> Optional[str]:
+    """A record whose ``step`` is not a step of the case (1..``last``), or None."""
+    for rank in sorted(steps):
+        for rec in steps[rank]:
+            step = rec.get("step")
+            if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= last:
+                return (f"rank {rank} holds a record of step {step!r}, not a step of this case "
+                        f"(1..{last})")
+    return None
+
+
 def judge_case(case_id: str, case: Optional[Mapping[str, Any]], stored: Optional[CaseVerdict],
                arms: Mapping[str, ArmFiles], rules: RulesFn = rules_from_files,
                problems: Sequence[str] = ()) -> CaseVerdict:
@@ -179,7 +198,10 @@ def judge_case(case_id: str, case: Optional[Mapping[str, Any]], stored: Optional
     except Exception as exc:  # a case.json the harness cannot read back: never a pass
         return error_verdict(case_id, sorted(arms), f"case.json cannot be read back "
                                                     f"({type(exc).__name__}: {exc})")
-    unreadable = [f"arm '{a}': {arms[a].problem}" for a in r.arms if a in arms and arms[a].problem]
+    last = r.expected_steps or STEPS.max
+    unreadable = [f"arm '{a}': {arms[a].problem or _step_problem(arms[a].steps, last)}"
+                  for a in r.arms if a in arms
+                  and (arms[a].problem or _step_problem(arms[a].steps, last))]
     if unreadable:
         return error_verdict(case_id, r.arms, "unreadable results, so nothing can be judged: "
                              + "; ".join(unreadable))
