@@ -25,6 +25,7 @@ like the local launcher does. Rank 0 appends one JSON line per arm start/end to
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import io
 import json
 import os
@@ -229,6 +230,9 @@ def raised_outcome(exc: BaseException, tb: str, ident: TaskIdentity, arm_dir: Pa
 def run_case_arms(case: Any, case_dir: Path, ident: TaskIdentity, retry_round: int = 0) -> dict:
     """Run every arm of ``case`` that still needs it, as this task's rank (see module doc)."""
     case_dir = Path(case_dir)
+    # Load the workload (torch) before any arm's clock starts: the per-arm limit is for training,
+    # not for this task's one-off imports (harness.workload loads lazily).
+    importlib.import_module("harness.workload.train")
     restarts = ident.restarts + retry_round
     ident = TaskIdentity(ident.job_id, ident.rank, ident.local_rank, ident.world_size,
                          ident.master_addr, restarts)
