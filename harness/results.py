@@ -119,11 +119,33 @@ def write_text_atomic(path: PathLike, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
+def current_umask() -> int:
+    """This process's umask (read from /proc on Linux; elsewhere set and restored at once)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # pragma: no cover - platforms without /proc/self/status
+    os.umask(mask)  # pragma: no cover
+    return mask  # pragma: no cover
+
+
+def file_mode() -> int:
+    """The mode a plain ``open(path, "w")`` would give a new file: 0666 less the umask."""
+    return 0o666 & ~current_umask()
+
+
 def write_bytes_atomic(path: PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temporary file + fsync + os.replace); the file
+    gets the mode an ordinary write would (0644 under umask 022), not mkstemp's 0600."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
+        os.fchmod(fd, file_mode())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

@@ -39,7 +39,10 @@ def write_arm(case_dir: Path, arm: str, losses: list[float], outcome: Optional[A
 def make_case(sweep: Path, case_id: str, pairs: list[Pair], arms: dict[str, tuple],
               finished: bool = True) -> Path:
     d = sweep / case_id
-    write_json_atomic(d / "case.json", {"id": case_id, "tags": ["focused"], "train": {"steps": 4}})
+    write_json_atomic(d / "case.json", {
+        "id": case_id, "tags": ["focused"], "train": {"steps": 4},
+        "resources": {"nodes": 1, "gpus_per_node": 2},
+        "compare": {p.contract: dict(p.params) for p in pairs}})
     for arm, spec in arms.items():
         write_arm(d, arm, *spec)
     if finished:

@@ -19,8 +19,10 @@ from harness.results import (
     read_json,
     read_outcome,
     read_steps,
+    write_bytes_atomic,
     write_json_atomic,
     write_outcome,
+    write_text_atomic,
 )
 
 
@@ -206,3 +208,20 @@ def test_records_are_typed_and_a_renamed_key_is_an_error(tmp_path: Path) -> None
         fh.write(json.dumps({"step": 3}) + "\n")
     with pytest.raises(ResultsError, match="record 2.*max_alloc_bytes"):
         read_steps(tmp_path)
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
+def test_results_files_honour_the_umask(tmp_path: Path, umask: int, mode: int) -> None:
+    # mkstemp creates 0600 files: a sweep on a shared filesystem was unreadable by anyone else.
+    old = os.umask(umask)
+    try:
+        write_json_atomic(tmp_path / "case" / "verdict.json", {"status": "pass"})
+        write_text_atomic(tmp_path / "summary.md", "# s\n")
+        write_bytes_atomic(tmp_path / "junit.xml", b"<testsuites/>")
+        write_outcome(tmp_path / "case" / "arm", ArmOutcome(status="ok"))
+        StepWriter(tmp_path / "case" / "arm", 0).append(rec(1))
+    finally:
+        os.umask(old)
+    files = [tmp_path / "case" / "verdict.json", tmp_path / "summary.md", tmp_path / "junit.xml",
+             tmp_path / "case" / "arm" / "outcome.json", tmp_path / "case" / "arm" / "rank0.jsonl"]
+    assert {f.name: oct(f.stat().st_mode & 0o777) for f in files} == {f.name: oct(mode) for f in files}

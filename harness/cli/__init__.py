@@ -2,18 +2,22 @@
 
 Each module exposes ``register(subparsers)``, which adds its parser with ``set_defaults(func=run)``;
 ``run(args) -> int`` returns the exit code. A :class:`~harness.errors.ConfigError` raised anywhere in a
-command becomes one ``error: ...`` line on stderr and exit code 2.
+command becomes one ``error: ...`` line on stderr and exit code 2, and so does a
+:class:`~harness.results.ResultsError` (a results file that cannot be used: an infrastructure or
+harness error, never a regression).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import Optional, Sequence
 
 from harness import __version__
 from harness.errors import ConfigError
+from harness.results import ResultsError
 
 # Order is the order of `dcp-harness --help`.
 _COMMAND_MODULES = (
@@ -25,6 +29,8 @@ _COMMAND_MODULES = (
 )
 
 EXIT_USAGE = 2
+EXIT_ERROR = 2  # the gate's code for an infrastructure/harness error
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a reader that went away
 
 
 class _Parser(argparse.ArgumentParser):
@@ -57,9 +63,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except ResultsError as exc:
+        print(f"error: unusable results: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `dcp-harness plan --json | head`: the reader stopped reading
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real stdout file descriptor (captured in tests)
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

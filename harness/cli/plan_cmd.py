@@ -26,7 +26,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+from harness.cli.selection import selected_cases
 from harness.errors import ConfigError
+from harness.spec.limits import LIMITS, MICROBATCHES, Limit
 from harness.slotmem.plan import PipelinePlan, plan_pipeline
 from harness.slotmem.planerrors import PlanError
 from harness.slotmem.schedule import allowed_microbatch_counts, microbatch_count_problem
@@ -78,6 +80,26 @@ class PlanRequest:
     layers: Any
 
 
+# Each flag's bound is the case-file field's (harness.spec.limits), so both say the same.
+_FLAG_LIMITS: dict[str, Limit] = {
+    "--pp": LIMITS["parallel.pp"], "--vpp": LIMITS["parallel.vpp"],
+    "--group": LIMITS["parallel.microbatch_group"], "--microbatches": MICROBATCHES,
+    "--cp": LIMITS["parallel.cp"], "--layers-per-chunk": LIMITS["model.layers"],
+    "--slots": MICROBATCHES,
+}
+
+
+def _in_range(value: Optional[int], flag: str, low: int = 1) -> None:
+    """ConfigError for a flag value below ``low`` or above the flag's bound (saying why)."""
+    if value is None:
+        return
+    if value < low:
+        raise ConfigError(f"{flag} must be >= {low}, got {value}")
+    bound = _FLAG_LIMITS[flag]
+    if value > bound.max:
+        raise ConfigError(f"{flag} must be at most {bound.max}, got {value}: {bound.reason}")
+
+
 def _int(text: str, what: str) -> int:
     try:
         return int(text.strip())
@@ -98,11 +120,13 @@ def parse_counts(spec: str) -> tuple[list[int], list[int]]:
             lo, hi = _int(lo_text, "--microbatches"), _int(hi_text, "--microbatches")
             if lo < 1 or hi < lo:
                 raise ConfigError(f"--microbatches range '{part}' must satisfy 1 <= A <= B")
+            _in_range(hi, "--microbatches")
             ranged.extend(range(lo, hi + 1))
         else:
             m = _int(part, "--microbatches")
             if m < 1:
                 raise ConfigError(f"--microbatches: {m} is not a positive count")
+            _in_range(m, "--microbatches")
             explicit.append(m)
     return explicit, ranged
 
@@ -124,26 +148,31 @@ def _select(
     return tuple(sorted(keep)), tuple(sorted(set(ranged) - keep))
 
 
+def _layer_count(text: str) -> int:
+    n = _int(text, "--layers-per-chunk")
+    _in_range(n, "--layers-per-chunk", low=0)  # 0: a chunk without layers (the planner checks)
+    return n
+
+
 def parse_layers(spec: str) -> Any:
     """``N`` -> int; ``a,b`` -> list; ``a,b/c,d`` -> list of lists (validated by the planner)."""
     if "/" in spec:
-        return [[_int(x, "--layers-per-chunk") for x in row.split(",")] for row in spec.split("/")]
+        return [[_layer_count(x) for x in row.split(",")] for row in spec.split("/")]
     if "," in spec:
-        return [_int(x, "--layers-per-chunk") for x in spec.split(",")]
-    return _int(spec, "--layers-per-chunk")
-
-
-def _positive(value: Optional[int], flag: str) -> None:
-    if value is not None and value < 1:
-        raise ConfigError(f"{flag} must be >= 1, got {value}")
+        return [_layer_count(x) for x in spec.split(",")]
+    return _layer_count(spec)
 
 
 def request_from_flags(args: argparse.Namespace) -> PlanRequest:
-    if args.pp is None or args.microbatches is None:
-        raise ConfigError("give a CASE file, or --pp and --microbatches (plus --vpp, --cp, ...)")
-    _positive(args.pp, "--pp")
-    _positive(args.vpp, "--vpp")
-    _positive(args.group, "--group")
+    _in_range(args.pp, "--pp")
+    _in_range(args.vpp, "--vpp")
+    _in_range(args.group, "--group")
+    missing = [flag for flag, value in (("--pp", args.pp), ("--microbatches", args.microbatches))
+               if value is None]
+    if missing:
+        verb = "is" if len(missing) == 1 else "are"
+        raise ConfigError(f"{' and '.join(missing)} {verb} missing: give a CASE file, or the layout "
+                          "flags --pp P --microbatches M (plus --vpp, --cp, ...)")
     vpp = args.vpp or 1
     group = args.group or args.pp
     if vpp > 1 and args.pp == 1:
@@ -156,6 +185,8 @@ def request_from_flags(args: argparse.Namespace) -> PlanRequest:
     explicit, ranged = parse_counts(args.microbatches)
     counts, skipped = _select(args.pp, vpp, group, explicit, ranged, "--microbatches")
     cp = tuple(_int(x, "--cp") for x in (args.cp or "1").split(","))
+    for size in cp:
+        _in_range(size, "--cp")
     layers = parse_layers(args.layers_per_chunk) if args.layers_per_chunk else 1
     return PlanRequest(None, args.pp, vpp, args.group, counts, skipped, cp, layers)
 
@@ -182,11 +213,7 @@ def _requests(args: argparse.Namespace) -> list[PlanRequest]:
     if given:
         raise ConfigError(f"give either a CASE file or layout flags, not both (got {args.case} "
                           f"and {' '.join(given)})")
-    from harness.spec import load_cases, select_cases
-
-    cases = select_cases(load_cases([args.case]), k=args.k)
-    if not cases:
-        raise ConfigError(f"no case in {args.case} matches -k {args.k!r}")
+    cases = selected_cases([args.case], k=args.k)
     return [request_from_case(c) for c in cases]
 
 
@@ -248,7 +275,7 @@ def build(req: PlanRequest, slots: Optional[int]) -> PipelinePlan:
 
 
 def run(args: argparse.Namespace) -> int:
-    _positive(args.slots, "--slots")
+    _in_range(args.slots, "--slots")
     requests = _requests(args)
     plans = [(req, build(req, args.slots)) for req in requests]
     if args.json:

@@ -13,8 +13,14 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from harness.arms import arms_for_case
+from harness.cli.selection import selected_cases
 from harness.errors import ConfigError
-from harness.spec import load_cases, select_cases
+from harness.launch.local import LocalLauncher
+from harness.launch.progress import make_progress
+from harness.launch.rules import case_rules
+from harness.launch.sweep import check_resumable, run_sweep
+from harness.report import console_table, gate, make_console, write_reports
 
 RESULTS_ROOT = Path("results")
 LATEST = "latest"
@@ -70,19 +76,9 @@ def point_latest(root: Path, target: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Imported here: they pull in torch, which other subcommands (validate, report) do not need.
-    from harness.arms import arms_for_case
-    from harness.launch.local import LocalLauncher
-    from harness.launch.progress import make_progress
-    from harness.launch.sweep import check_resumable, run_sweep
-    from harness.report import console_table, gate, make_console
-
     if args.timeout_min is not None and not args.timeout_min > 0:
         raise ConfigError(f"--timeout-min must be a positive number of minutes, got {args.timeout_min}")
-    cases = select_cases(load_cases(args.paths), k=args.k, tags=args.tags)
-    if not cases:
-        raise ConfigError(f"no case selected from {' '.join(args.paths)} "
-                          f"(-k {args.k!r}, --tags {args.tags}); `dcp-harness validate` lists them")
+    cases = selected_cases(args.paths, k=args.k, tags=args.tags)
     for case in cases:
         arms_for_case(case)  # an arm the case cannot have is a config error, raised here
     now = datetime.now(timezone.utc)
@@ -97,7 +93,11 @@ def run(args: argparse.Namespace) -> int:
                        progress=make_progress(sys.stderr))
     if args.out is None:
         point_latest(RESULTS_ROOT, out)
-    # Not a terminal (CI log, pipe): rich would wrap the table at 80 columns.
-    console_table(result.summary, make_console())
-    print(f"results: {out}  (summary.md, junit.xml, index.json)")
-    return gate(out)
+    # The reports again, judged by the harness's own arms and pairs (as the gate does).
+    files = write_reports(out, rules=case_rules)
+    console_table(files, make_console())
+    shown = "summary.md, junit.xml, index.json" + (", plots/" if files.plots else "")
+    print(f"results: {out}  ({shown})")
+    for note in files.notes:
+        print(note)
+    return gate(out, rules=case_rules)

@@ -19,8 +19,21 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from harness.arms import arms_for_case
 from harness.cli.run_cmd import RESULTS_ROOT
+from harness.cli.selection import selected_cases
 from harness.errors import ConfigError
+from harness.launch.profiles import find_profile, load_profile
+from harness.launch.rules import case_rules
+from harness.launch.slurm import (describe_plan, plan_jobs, render_sbatch, round_folder,
+                                  slurm_dir, submit_groups)
+from harness.launch.slurm_collect import collect
+from harness.launch.slurm_poll import SchedulerPoller, SchedulerUnavailable
+from harness.launch.slurm_retry import retry_infra
+from harness.launch.slurm_status import counts, sweep_status
+from harness.launch.slurm_wait import wait_for_sweep
+from harness.launch.sweep import check_resumable, prepare_case_dir
+from harness.report import EXIT_ERROR, console_table, gate, load_sweep, make_console
 
 _STATE_STYLE = {"pending": "yellow", "running": "cyan", "done": "green", "failed": "red",
                 "error": "magenta"}
@@ -48,15 +61,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _add_wait_args(p)
     p.set_defaults(func=run_submit)
 
-    s = subparsers.add_parser("status", help="table of a submitted sweep: pending / running / "
-                                             "done / failed / error, with a progress bar")
+    s = subparsers.add_parser(
+        "status", help="table of a submitted sweep: pending / running / done / failed / error, "
+                       "with a progress bar",
+        description="Show where every case of a submitted sweep stands (from its case folders "
+        "and the scheduler: squeue, and sacct when accounting exists): pending, running (arm and "
+        "step), done, failed or error, with a progress line. --watch S refreshes until every "
+        "case has ended. Reads only; changes nothing.")
     s.add_argument("dir", type=Path, metavar="DIR", help="the --out folder of `dcp-harness submit`")
     s.add_argument("--watch", type=float, default=None, metavar="S",
                    help="refresh every S seconds until every case has ended")
     s.set_defaults(func=run_status)
 
-    c = subparsers.add_parser("collect", help="classify ended jobs, write verdicts and reports "
-                                              "(then `dcp-harness gate DIR`)")
+    c = subparsers.add_parser(
+        "collect", help="classify ended jobs, write verdicts and reports (then `dcp-harness "
+                        "gate DIR`)",
+        description="For every case whose Slurm job has ended: give the arms it left without an "
+        "outcome one (infra for node failures, cancellations, kills and NCCL timeouts; timeout; "
+        "failed), write verdict.json, remove the checkpoints of complete arms, and write "
+        "summary.md, junit.xml and index.json. Cases still queued or running are left alone. "
+        "--wait waits for them; --retry-infra N re-submits infrastructure failures.")
     c.add_argument("dir", type=Path, metavar="DIR", help="the --out folder of `dcp-harness submit`")
     c.add_argument("--max-parallel", type=int, default=None, metavar="N",
                    help="array concurrency of --retry-infra submissions")
@@ -98,8 +122,6 @@ def _default_out() -> Path:
 
 
 def _load_profiles(cases, override: Optional[str]):
-    from harness.launch.profiles import find_profile, load_profile
-
     names = sorted({override} if override else {c.resources.profile for c in cases})
     profiles, files = {}, {}
     for name in names:
@@ -112,15 +134,8 @@ def _load_profiles(cases, override: Optional[str]):
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    from harness.arms import arms_for_case
-    from harness.launch.slurm import (describe_plan, plan_jobs, render_sbatch, round_folder,
-                                      slurm_dir, submit_groups)
-    from harness.spec import load_cases, select_cases
-
     check_wait_args(args)
-    cases = select_cases(load_cases(args.paths), k=args.k, tags=args.tags)
-    if not cases:
-        raise ConfigError("no case selected; check PATHS, -k and --tags")
+    cases = selected_cases(args.paths, k=args.k, tags=args.tags)
     profiles, files, profile_of = _load_profiles(cases, args.profile)
     groups = plan_jobs(cases, {c.id: len(arms_for_case(c)) for c in cases}, profiles, profile_of,
                        args.max_parallel)
@@ -139,8 +154,6 @@ def run_submit(args: argparse.Namespace) -> int:
     if (slurm_dir(out) / "jobs.json").is_file():
         raise ConfigError(f"{out} already holds a submitted sweep; follow it with `dcp-harness "
                           f"status {out}` / `collect {out}`, or pass a fresh --out")
-    from harness.launch.sweep import check_resumable, prepare_case_dir
-
     check_resumable(cases, out)
     for case in cases:
         prepare_case_dir(case, out)
@@ -170,8 +183,6 @@ def status_renderable(statuses, sweep_dir: Path):
 
 def progress_line(statuses, width: int = 30) -> Text:
     """``[#######.......] 3/7 ended: 1 pending, 2 running, 3 done, 0 failed, 1 error``."""
-    from harness.launch.slurm_track import counts
-
     ended = sum(1 for s in statuses if s.terminal)
     filled = round(width * ended / len(statuses)) if statuses else width
     line = Text("[")
@@ -184,9 +195,6 @@ def progress_line(statuses, width: int = 30) -> Text:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from harness.launch.slurm_track import sweep_status
-    from harness.report import make_console
-
     sweep = _sweep(args.dir)
     if args.watch is not None and not args.watch > 0:
         raise ConfigError(f"--watch must be a positive number of seconds, got {args.watch}")
@@ -194,9 +202,10 @@ def run_status(args: argparse.Namespace) -> int:
     if args.watch is None:
         console.print(status_renderable(sweep_status(sweep), sweep))
         return 0
+    poller = SchedulerPoller()  # ended jobs are not asked about again
     with Live(console=console, auto_refresh=False) as live:
         while True:
-            statuses = sweep_status(sweep)
+            statuses = sweep_status(sweep, poller=poller)
             live.update(status_renderable(statuses, sweep), refresh=True)
             if all(s.terminal for s in statuses):
                 return 0
@@ -205,8 +214,6 @@ def run_status(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- collect
 def _sweep(path: Path) -> Path:
-    from harness.launch.slurm import slurm_dir
-
     if not (slurm_dir(path) / "jobs.json").is_file():
         raise ConfigError(f"{path} holds no submitted sweep (slurm/jobs.json); pass the --out "
                           "folder of `dcp-harness submit`")
@@ -222,9 +229,6 @@ def _print_collect(result, out=sys.stdout) -> None:
 
 
 def _wait_collect_gate(sweep: Path, args: argparse.Namespace) -> int:
-    from harness.launch.slurm_track import collect, retry_infra, wait_for_sweep
-    from harness.report import gate
-
     deadline = None if args.timeout_min is None else time.monotonic() + 60 * args.timeout_min
     last: dict[str, str] = {}
 
@@ -236,32 +240,33 @@ def _wait_collect_gate(sweep: Path, args: argparse.Namespace) -> int:
 
     while True:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        wait_for_sweep(sweep, timeout_s=left, poll_s=args.poll_s, on_poll=on_poll)
+        try:
+            wait_for_sweep(sweep, timeout_s=left, poll_s=args.poll_s, on_poll=on_poll)
+        except SchedulerUnavailable as exc:  # an infrastructure error, not the user's input
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
         result = collect(sweep)
         _print_collect(result)
         if result.still_active:
             print(f"gave up waiting after {args.timeout_min} min", file=sys.stderr)
-            return 2
+            return EXIT_ERROR
         new = retry_infra(sweep, args.retry_infra, args.max_parallel) if args.retry_infra else []
         if not new:
             break
         print(f"retrying {len(new)} case(s) after infrastructure failures: "
               + ", ".join(f"{r.case_id} (job {r.job_id})" for r in new), flush=True)
         last.clear()
-    return gate(sweep)
+    return gate(sweep, rules=case_rules)
 
 
 def run_collect(args: argparse.Namespace) -> int:
-    from harness.launch.slurm_track import collect
-    from harness.report import console_table, make_console
-
     check_wait_args(args)
     sweep = _sweep(args.dir)
     if args.wait or args.retry_infra:
         return _wait_collect_gate(sweep, args)
     result = collect(sweep)
     _print_collect(result)
-    console_table(sweep, make_console())
+    console_table(load_sweep(sweep, case_rules), make_console())
     print(f"wrote {sweep / 'summary.md'}, {sweep / 'junit.xml'}, {sweep / 'index.json'}\n"
           f"next: dcp-harness gate {sweep}")
     return 0

@@ -6,9 +6,9 @@ import argparse
 
 from rich.table import Table
 
-from harness.errors import ConfigError
+from harness.cli.selection import selected_cases
 from harness.report import make_console
-from harness.spec import Case, load_cases, select_cases
+from harness.spec import Case
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,12 +32,7 @@ def layout(case: Case) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    cases = select_cases(load_cases(args.paths), k=args.k, tags=args.tags)
-    if not cases:
-        given = ([f"-k {args.k!r}"] if args.k else []) + (
-            [f"--tags {' '.join(args.tags)}"] if args.tags else [])
-        raise ConfigError(f"the case files in {' '.join(args.paths)} are valid, but no case "
-                          f"matches {' '.join(given)}")
+    cases = selected_cases(args.paths, k=args.k, tags=args.tags)
     table = Table(title=f"{len(cases)} valid case(s)")
     for col in ("case", "layout", "ranks", "steps", "pairs", "source"):
         table.add_column(col)

@@ -1,8 +1,11 @@
 """Why a run ended badly: infrastructure (an error, retried by ``--retry-infra``) or not.
 
-Used where an arm ends without a clean outcome: by ``slurm_track`` for a job that ended without
-one (Slurm state, exit code and logs), and by ``slurm_job`` for a rank that raised (its traceback:
-a rank whose peer vanished sees a connection error, which is not a regression of this rank).
+One taxonomy for every launcher: :func:`classify_exit` judges a rank that died (its signal and
+its output); the local launcher uses it for a rank process that exited non-zero, and the Slurm
+collector, through :func:`classify_failure`, for a job that ended without an outcome (Slurm state
+first, then the same rule); ``slurm_job`` uses :func:`infra_reason` for a rank that raised (its
+traceback: a rank whose peer vanished sees a connection error, which is not a regression of this
+rank). A rank killed by SIGKILL is ``infra`` everywhere (the host OOM killer or an operator).
 """
 
 from __future__ import annotations
@@ -55,19 +58,38 @@ def infra_reason(text: str) -> Optional[str]:
     return None
 
 
+SIGKILL = 9
+KILLED = "killed by SIGKILL (host OOM killer or an operator)"
+
+
+def classify_exit(signal: Optional[int], log_text: str = "") -> Optional[Classification]:
+    """The infrastructure failure a rank that ended badly shows (killed by SIGKILL, or its
+    output matches :data:`INFRA_LOG_PATTERNS`), or None: then it ``failed``, a possible
+    regression. ``signal``: what killed the process (None when it exited with a code)."""
+    reason = infra_reason(log_text)
+    if reason is not None:
+        return Classification("infra", reason)
+    if signal == SIGKILL:
+        return Classification("infra", KILLED)
+    return None
+
+
+def _signal(exit_code: str) -> Optional[int]:
+    """The signal of Slurm's ``code:signal`` exit code (None when there is none)."""
+    text = exit_code.partition(":")[2].strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
 def classify_failure(state: Optional[str], exit_code: str = "", log_text: str = "") -> Classification:
-    """Why a job ended without an outcome for its arm in flight (see ``slurm_track``)."""
+    """Why a job ended without an outcome for its arm in flight (see ``slurm_collect``)."""
     state = (state or "").upper()
     if state in INFRA_STATES:
         return Classification("infra", INFRA_STATES[state])
     if state == "TIMEOUT":
         return Classification("timeout", "the job hit its Slurm time limit (requeues used up)")
-    reason = infra_reason(log_text)
-    if reason is not None:
-        return Classification("infra", reason)
-    signal = exit_code.partition(":")[2]
-    if signal == "9":
-        return Classification("infra", "killed by SIGKILL (host OOM killer or an operator)")
+    infra = classify_exit(_signal(exit_code), log_text)
+    if infra is not None:
+        return infra
     if state in ("", "GONE"):
         return Classification("infra", "the job left the queue without a result and Slurm "
                                        "accounting has no record of it")

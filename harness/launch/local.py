@@ -5,7 +5,9 @@ when a rank reports "address already in use"). They train on CUDA (NCCL) when th
 least as many CUDA GPUs as the case has ranks, otherwise on CPU (gloo; GPUs hidden from the ranks).
 Every line a rank prints goes to ``<arm_dir>/log.txt`` prefixed with ``[rank k]``.
 
-A rank that exits non-zero fails the arm; an arm past its time limit times out. Either way the ranks
+A rank that exits non-zero fails the arm (``infra`` instead when ``failures.classify_exit`` sees an
+infrastructure failure: killed by SIGKILL, an NCCL timeout, a peer's dropped connection in its
+output; the same rule as under Slurm); an arm past its time limit times out. Either way the ranks
 still alive get SIGUSR1 first (``rank_main`` dumps their Python stacks to ``stacks.rank<k>.txt``),
 then their process groups are terminated (SIGTERM, then SIGKILL). The outcome carries the log tail,
 those stacks and a one-line repro command. Nothing here raises for a failing arm.
@@ -27,17 +29,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Deque, Mapping, Optional, Sequence
+from typing import IO, Deque, Mapping, Optional, Sequence
 
+from harness.arms import Arm, arm_by_name
 from harness.errors import ConfigError
-from harness.launch.failures import tail_text
+from harness.launch.failures import classify_exit, tail_text
 from harness.launch.ports import is_addr_in_use, pick_free_port
 from harness.launch.rank_main import FAULT_ENV, LAUNCHER_PID_ENV, read_case_json, stacks_path
 from harness.results import LOG_FILE, ArmOutcome, read_steps, write_outcome
 from harness.spec.schema import Case
-
-if TYPE_CHECKING:
-    from harness.arms import Arm
 
 TAIL_LINES = 60
 STACK_LINES = 80
@@ -155,7 +155,7 @@ def run_ranks(cmd: RankCommand, *, stack_wait_s: float = 3.0, kill_grace_s: floa
             outcome, attempt_text = _attempt(cmd, port, log, started, stack_wait_s, kill_grace_s,
                                              poll_s)
             # Only a rendezvous failure (no step made) is retried on another port.
-            retry = (outcome.status == "failed" and restarts < port_retries
+            retry = (outcome.status in ("failed", "infra") and restarts < port_retries
                      and is_addr_in_use(attempt_text) and _steps_recorded(arm_dir) == steps_before)
             if not retry:
                 break
@@ -211,6 +211,10 @@ def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wa
         log.flush()
     if culprit is not None:  # the failing rank's own output, not drowned by its siblings'
         tail = f"--- last lines of rank {culprit} ---\n" + "\n".join(ranks[culprit].tail)
+        infra = classify_exit(-returncode if returncode is not None and returncode < 0 else None,
+                              "\n".join(ranks[culprit].tail))
+        if infra is not None:
+            status, detail = infra.status, f"{detail}: {infra.reason}"
     else:
         tail = tail_text(arm_dir / LOG_FILE, TAIL_LINES)
     if stacks:
@@ -342,8 +346,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--out", required=True, type=Path, metavar="ARM_DIR")
     p.add_argument("--timeout-min", type=float, default=None, metavar="M")
     args = p.parse_args(argv)
-    from harness.arms import arm_by_name
-
     try:
         case = read_case_json(args.case)
         arm = arm_by_name(case, args.arm)

@@ -11,8 +11,8 @@
 * **Logs** under ``<sweep>/slurm/logs/round-<k>/`` (submitit's folder: sbatch script, pickles,
   ``<job>_<task>_log.{out,err}``); the sweep folder must be on a filesystem the nodes share.
 * **Record.** ``<sweep>/slurm/jobs.json`` lists every submission round and, per case, its jobs,
-  newest last; ``status`` and ``collect`` (:mod:`harness.launch.slurm_track`) read only it, the
-  case folders and the scheduler.
+  newest last; ``status`` and ``collect`` (:mod:`harness.launch.slurm_status`,
+  :mod:`harness.launch.slurm_collect`) read only it, the case folders and the scheduler.
 
 ``plan_jobs`` and ``render_sbatch`` are pure (``--dry-run`` uses them and touches no Slurm).
 """
@@ -29,6 +29,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from harness.errors import ConfigError
 from harness.launch.profiles import Profile
+from harness.launch.slurm_job import CaseJob
 from harness.results import read_json, write_json_atomic
 
 SLURM_DIR = "slurm"
@@ -248,9 +249,7 @@ def submit_groups(cases: Mapping[str, Any], groups: Sequence[JobGroup],
     """Submit every group through submitit and record the jobs. Case folders (``case.json``)
     must exist already (``harness.launch.sweep.prepare_case_dir``). ``retry_rounds`` maps a
     re-submitted case to how many jobs it had before (counted in its arms' ``restarts``)."""
-    import submitit
-
-    from harness.launch.slurm_job import CaseJob
+    import submitit  # imported on use: only submitting needs it
 
     sweep_dir = Path(sweep_dir).resolve()
     round_ = next_round(sweep_dir)

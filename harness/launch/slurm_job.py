@@ -25,6 +25,7 @@ like the local launcher does. Rank 0 appends one JSON line per arm start/end to
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import io
 import json
 import os
@@ -38,9 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
+from harness.arms import arms_for_case
 from harness.launch.failures import infra_reason, tail_text
+from harness.launch import rank_main
+from harness.launch.sweep import arm_is_complete
 from harness.results import (LOG_FILE, OUTCOME_FILE, ArmOutcome, read_outcome, read_steps,
                              write_outcome)
+from harness.spec.schema import Case
 
 EVENTS_FILE = "slurm_events.jsonl"
 TAIL_LINES = 60
@@ -94,8 +99,6 @@ def distributed_env(ident: TaskIdentity, port: int) -> dict[str, str]:
 
 def arm_needs_run(case: Any, arm_dir: Path) -> bool:
     """False when the arm's outcome is final: complete ``ok``, or ``failed`` / ``timeout``."""
-    from harness.launch.sweep import arm_is_complete
-
     outcome = read_outcome(arm_dir)
     if outcome is None or outcome.status == "infra":
         return True
@@ -226,10 +229,10 @@ def raised_outcome(exc: BaseException, tb: str, ident: TaskIdentity, arm_dir: Pa
 
 def run_case_arms(case: Any, case_dir: Path, ident: TaskIdentity, retry_round: int = 0) -> dict:
     """Run every arm of ``case`` that still needs it, as this task's rank (see module doc)."""
-    from harness.arms import arms_for_case
-    from harness.launch.rank_main import run_rank
-
     case_dir = Path(case_dir)
+    # Load the workload (torch) before any arm's clock starts: the per-arm limit is for training,
+    # not for this task's one-off imports (harness.workload loads lazily).
+    importlib.import_module("harness.workload.train")
     restarts = ident.restarts + retry_round
     ident = TaskIdentity(ident.job_id, ident.rank, ident.local_rank, ident.world_size,
                          ident.master_addr, restarts)
@@ -255,7 +258,7 @@ def run_case_arms(case: Any, case_dir: Path, ident: TaskIdentity, retry_round: i
         sys.stdout, sys.stderr = tee_out, tee_err
         try:
             with _ArmWatchdog(60.0 * case.resources.time_min, arm_dir, ident, started, repro):
-                run_rank(case, arm.name, arm_dir, resume=True)
+                rank_main.run_rank(case, arm.name, arm_dir, resume=True)
         except Exception as exc:
             tb = traceback.format_exc()
             print(tb, file=sys.stderr, flush=True)
@@ -288,8 +291,6 @@ class CaseJob:
     retry_round: int = 0
 
     def __call__(self) -> dict:
-        from harness.spec.schema import Case
-
         case = Case.model_validate(self.case_data)
         return run_case_arms(case, Path(self.case_dir), task_identity(), self.retry_round)
 

@@ -108,6 +108,15 @@ def arm_is_complete(case: Case, arm_dir: Path) -> bool:
                for rank in range(case.world_size))
 
 
+def remove_checkpoints_if_complete(case: Case, arm_dir: Path) -> bool:
+    """Remove ``<arm>/checkpoint`` once the arm is complete (nothing left to resume): the one
+    rule for local sweeps (after each arm) and Slurm sweeps (``collect``). True when removed."""
+    if not arm_is_complete(case, arm_dir):
+        return False
+    shutil.rmtree(Path(arm_dir) / CHECKPOINT_DIR, ignore_errors=True)
+    return True
+
+
 def finalize_case(case_dir: Path) -> CaseVerdict:
     """Evaluate a case from its folder alone and write ``verdict.json``."""
     case_dir = Path(case_dir)
@@ -208,8 +217,7 @@ def _run_cases(cases: Sequence[Case], out_dir: Path, launcher: ArmLauncher,
                 shown.arm_started(case.id, arm.name, arm_dir, case.train.steps)
                 outcome = _run_one(launcher, case, arm, arm_dir, case_dir / CASE_FILE)
                 write_outcome(arm_dir, outcome)
-                if arm_is_complete(arm.case, arm_dir):  # finished for good: no resume needed
-                    shutil.rmtree(arm_dir / CHECKPOINT_DIR, ignore_errors=True)
+                remove_checkpoints_if_complete(arm.case, arm_dir)  # finished for good: no resume
                 ran += 1
                 shown.arm_finished(case.id, arm.name, outcome)
             verdict = _finalize_or_error(case, case_dir)

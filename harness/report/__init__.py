@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Optional
 
 from harness.errors import ConfigError
 from harness.results import (
@@ -27,13 +28,14 @@ from .gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, GateResult, exit_code, gate,
 from .index import build_index
 from .junit import render_junit
 from .load import ArmView, CaseView, SweepView, load_sweep
-from .plots import write_plots
+from .plots import NO_MATPLOTLIB, matplotlib_available, write_plots
 from .summary import render_summary
+from .verify import CaseRules, RulesFn, rules_from_files
 
 __all__ = [
-    "ArmView", "CaseView", "EXIT_ERROR", "EXIT_FAIL", "EXIT_PASS", "GateResult", "ReportFiles",
-    "SweepView", "console_table", "gate", "gate_result", "load_sweep", "make_console",
-    "write_reports",
+    "ArmView", "CaseRules", "CaseView", "EXIT_ERROR", "EXIT_FAIL", "EXIT_PASS", "GateResult",
+    "ReportFiles", "RulesFn", "SweepView", "console_table", "gate", "gate_result", "load_sweep",
+    "make_console", "rules_from_files", "write_reports",
 ]
 
 
@@ -45,12 +47,15 @@ class ReportFiles:
     plots: tuple[Path, ...]
     exit_code: int
     sweep: SweepView
+    notes: tuple[str, ...] = ()  # what the reports lack and why (e.g. no plots without matplotlib)
 
 
-def write_reports(sweep_dir: PathLike, *, plots: bool = True) -> ReportFiles:
+def write_reports(sweep_dir: PathLike, *, plots: bool = True,
+                  rules: Optional[RulesFn] = None) -> ReportFiles:
     """Write summary.md, junit.xml, index.json (and plots/<case>.png with matplotlib) into the
-    sweep folder, atomically. Raises ConfigError when the folder does not exist."""
-    sweep = load_sweep(sweep_dir)
+    sweep folder, atomically, from what the records prove (``rules``: see ``verify.py``).
+    Raises ConfigError when the folder does not exist."""
+    sweep = load_sweep(sweep_dir, rules)
     if not sweep.exists:
         raise ConfigError(f"no sweep folder at {sweep_dir}: give the --out folder of a "
                           "`dcp-harness run`")
@@ -58,7 +63,9 @@ def write_reports(sweep_dir: PathLike, *, plots: bool = True) -> ReportFiles:
     now = datetime.now(timezone.utc)
     code = exit_code(sweep)
     plot_paths = write_plots(sweep) if plots else ()
+    notes = (NO_MATPLOTLIB,) if plots and not matplotlib_available() else ()
     write_text_atomic(root / SUMMARY_FILE, render_summary(sweep, code))
     write_bytes_atomic(root / JUNIT_FILE, render_junit(sweep, now))
     write_json_atomic(root / INDEX_FILE, build_index(sweep, code, now, plot_paths))
-    return ReportFiles(root / SUMMARY_FILE, root / JUNIT_FILE, root / INDEX_FILE, plot_paths, code, sweep)
+    return ReportFiles(root / SUMMARY_FILE, root / JUNIT_FILE, root / INDEX_FILE, plot_paths, code,
+                       sweep, notes)

@@ -9,6 +9,7 @@ from typing import TextIO, Optional
 from harness.results import PathLike
 
 from .load import SweepView, load_sweep
+from .verify import RulesFn
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
@@ -56,9 +57,10 @@ def gate_result(sweep: SweepView) -> GateResult:
     return GateResult(code, "\n".join(lines))
 
 
-def gate(sweep_dir: PathLike, out: Optional[TextIO] = None) -> int:
-    """Judge a sweep from its folder alone and print one summary line (plus one per failed or
-    errored entry) to ``out`` (default stdout). Returns the exit code."""
-    result = gate_result(load_sweep(sweep_dir))
+def gate(sweep_dir: PathLike, out: Optional[TextIO] = None, rules: Optional[RulesFn] = None) -> int:
+    """Judge a sweep from its folder alone (each verdict checked against the step records,
+    ``rules``: see ``verify.py``) and print one summary line (plus one per failed or errored
+    entry) to ``out`` (default stdout). Returns the exit code."""
+    result = gate_result(load_sweep(sweep_dir, rules))
     print(result.message, file=out if out is not None else sys.stdout)
     return result.code

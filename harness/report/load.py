@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from harness.compare import (
-    ARM_CHECKS_PAIR,
     CaseVerdict,
     PairVerdict,
     combine_status,
@@ -31,10 +30,7 @@ from harness.results import (
     read_steps,
 )
 
-NOT_FINISHED = (
-    "no verdict.json: the case never finished (interrupted or still running); "
-    "re-run the sweep with the same --out to resume it"
-)
+from .verify import ArmFiles, RulesFn, judge_case, rules_from_files
 
 
 @dataclass(frozen=True)
@@ -72,12 +68,16 @@ class ArmView:
 
 @dataclass(frozen=True)
 class CaseView:
+    """One case folder. ``verdict`` is what the records prove (``verify.judge_case``), the
+    one every report and the gate use; ``stored_verdict`` is verdict.json as written."""
+
     case_id: str
     dir: Path
     case: Optional[Mapping[str, Any]]
     verdict: CaseVerdict
     verdict_found: bool
     arms: Mapping[str, ArmView]
+    stored_verdict: Optional[CaseVerdict] = None
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -182,42 +182,41 @@ def _load_arm(name: str, path: Path) -> ArmView:
     return ArmView(name, path, outcome, steps, arm_figures(steps), "; ".join(problems) or None)
 
 
-def _error_verdict(case_id: str, arms: Sequence[str], message: str) -> CaseVerdict:
-    entry = PairVerdict(case_id, ARM_CHECKS_PAIR, "arm_checks", tuple(arms), (), "error", message)
-    return CaseVerdict(case_id, (entry,), "error")
-
-
-def load_case(path: Path) -> CaseView:
+def load_case(path: Path, rules: RulesFn = rules_from_files) -> CaseView:
     case: Optional[Mapping[str, Any]] = None
     problems: list[str] = []
     if (path / CASE_FILE).is_file():
         try:
             data = read_json(path / CASE_FILE)
-            case = data if isinstance(data, dict) else None
+            if isinstance(data, dict):
+                case = data
+            else:
+                problems.append(f"{path / CASE_FILE}: expected a JSON object, got a "
+                                f"{type(data).__name__}")
         except (ResultsError, OSError) as exc:
             problems.append(str(exc))
     case_id = str((case or {}).get("id") or path.name)
     arms = {name: _load_arm(name, d) for name, d in list_arm_dirs(path).items()}
-    verdict: Optional[CaseVerdict] = None
+    stored: Optional[CaseVerdict] = None
     try:
-        verdict = read_verdict(path)
+        stored = read_verdict(path)
     except (ResultsError, OSError) as exc:
         problems.append(str(exc))
-    found = verdict is not None
-    if verdict is None:
-        msg = "; ".join(problems) if problems else NOT_FINISHED
-        verdict = _error_verdict(case_id, sorted(arms), msg)
-    return CaseView(case_id, path, case, verdict, found, arms)
+    files = {name: ArmFiles(a.outcome, a.steps, a.problem) for name, a in arms.items()}
+    verdict = judge_case(case_id, case, stored, files, rules, problems)
+    return CaseView(case_id, path, case, verdict, stored is not None, arms, stored)
 
 
 def is_case_dir(path: Path) -> bool:
     return path.is_dir() and ((path / CASE_FILE).is_file() or (path / VERDICT_FILE).is_file())
 
 
-def load_sweep(sweep_dir: PathLike) -> SweepView:
-    """Every case folder (one holding case.json or verdict.json) of a sweep, sorted by name."""
+def load_sweep(sweep_dir: PathLike, rules: Optional[RulesFn] = None) -> SweepView:
+    """Every case folder (one holding case.json or verdict.json) of a sweep, sorted by name,
+    each judged from its records (``rules``: the cases' arms and pairs, see ``verify.py``)."""
     root = Path(sweep_dir)
     if not root.is_dir():
         return SweepView(root, False, ())
-    cases = tuple(load_case(child) for child in sorted(root.iterdir()) if is_case_dir(child))
+    how = rules or rules_from_files
+    cases = tuple(load_case(child, how) for child in sorted(root.iterdir()) if is_case_dir(child))
     return SweepView(root, True, cases)

@@ -17,6 +17,8 @@ from harness.results import write_bytes_atomic
 from .load import CaseView, SweepView
 
 PLOTS_DIR = "plots"
+NO_MATPLOTLIB = ("no plots: matplotlib cannot be imported (a dependency of dcp-harness; "
+                 "`pip install matplotlib`)")
 
 
 def matplotlib_available() -> bool:

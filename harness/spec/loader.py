@@ -1,17 +1,18 @@
 """Case files -> validated :class:`Case` objects (safe YAML, matrix, presets, preflight).
 
 Every problem becomes one :class:`~harness.errors.CaseError` rendered as
-``FILE[:LINE]: case 'CASE': field 'a.b.c': message``; where the file has more problems the
-message ends with ``(and N more problems)``.
+``FILE[:LINE]: case 'CASE': field 'a.b.c': message``; where the case has more problems, each
+follows on its own line, ``  also field 'x.y' (line N): message``.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional, Union
+from typing import Iterable, Optional, Sequence, Union
 
 from pydantic import ValidationError
 
@@ -21,7 +22,7 @@ from harness.spec.preflight import preflight
 from harness.spec.presets import UnknownPresetError, resolve_model
 from harness.spec.problems import Loc, Problem, ProblemError
 from harness.spec.schema import NAME_PATTERN, Case, CaseFile
-from harness.spec.validation import first_problem
+from harness.spec.validation import all_problems
 from harness.spec.yamlfile import ParsedYaml, parse_case_yaml
 
 CASE_SUFFIXES = (".yaml", ".yml")
@@ -46,26 +47,43 @@ def find_case_files(paths: Iterable[PathLike]) -> list[Path]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            below = sorted(
+            named = sorted(
                 p for p in path.rglob("*")
-                if p.suffix in CASE_SUFFIXES and p.is_file()
+                if p.suffix in CASE_SUFFIXES
                 and not any(part.startswith(".") for part in p.relative_to(path).parts)
             )
+            for p in named:
+                if p.is_symlink() and not p.exists():  # a dangling or looping link: say so
+                    raise ConfigError(f"{p}: {_why_unusable(p)}")
+            below = [p for p in named if p.is_file()]
             if not below:
                 raise ConfigError(f"{path}: folder holds no case files (*.yaml, *.yml)")
             candidates = below
         elif path.is_file():
             candidates = [path]
-        elif path.exists():
-            raise ConfigError(f"{path}: not a file or folder")
         else:
-            raise ConfigError(f"{path}: no such file or folder")
+            raise ConfigError(f"{path}: {_why_unusable(path)}")
         for candidate in candidates:
             key = candidate.resolve()
             if key not in seen:
                 seen.add(key)
                 found.append(candidate)
     return found
+
+
+def _why_unusable(path: Path) -> str:
+    """Why ``path`` is neither a file nor a folder one can read cases from."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symlink loop (following its links never reaches a file); fix or remove the link"
+        if exc.errno == errno.ENOENT and path.is_symlink():
+            return f"broken symlink (its target {os.readlink(path)} does not exist)"
+        if exc.errno == errno.ENOENT:
+            return "no such file or folder"
+        return f"cannot be read: {exc.strerror or exc}"
+    return "not a file or folder"
 
 
 def load_cases(paths: Union[PathLike, Iterable[PathLike]]) -> list[Case]:
@@ -134,14 +152,15 @@ def _build(variant: Variant, parsed: ParsedYaml, file: str, name: Optional[str])
     named = name is not None and _NAME_RE.match(name) is not None
     variant_id = case_id(name, variant.values) if named and name is not None else name
 
-    def fail(problem: Problem, more: int = 0) -> CaseError:
+    def fail(problem: Problem, others: Sequence[Problem] = ()) -> CaseError:
         label = variant_id if variant.value_loc(problem.loc) is not None else name
-        return _located(problem, parsed, file, label, more, variant)
+        return _located(problem, parsed, file, label, others, variant)
 
     try:
         spec = CaseFile.model_validate(variant.data)
     except ValidationError as exc:
-        raise fail(*first_problem(exc)) from None
+        first, *others = all_problems(exc)
+        raise fail(first, others) from None
     try:
         model = resolve_model(spec.model)
     except UnknownPresetError as exc:
@@ -163,19 +182,28 @@ def _build(variant: Variant, parsed: ParsedYaml, file: str, name: Optional[str])
     )
     problems = preflight(case)
     if problems:
-        raise _located(problems[0], parsed, file, case.id, len(problems) - 1, variant)
+        raise _located(problems[0], parsed, file, case.id, problems[1:], variant)
     return LoadedCase(case=case, line=parsed.line_of(("name",)))
 
 
-def _located(problem: Problem, parsed: ParsedYaml, file: str, case: Optional[str],
-             more: int = 0, variant: Optional[Variant] = None) -> CaseError:
-    """A CaseError at the line of ``problem``'s field (or of the matrix value that set it)."""
+def _line(problem: Problem, parsed: ParsedYaml, variant: Optional[Variant]) -> Optional[int]:
+    """The line of ``problem``'s field (or of the matrix value that set it)."""
     line_loc: Loc = problem.loc
     if variant is not None:
         line_loc = variant.value_loc(problem.loc) or problem.loc
-    message = problem.message
-    if more:
-        message += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return parsed.line_of(line_loc)
+
+
+def _also(problem: Problem, parsed: ParsedYaml, variant: Optional[Variant]) -> str:
+    line = _line(problem, parsed, variant)
+    where = f"field '{problem.field}'" if problem.field else "the case"
+    return f"\n  also {where}{f' (line {line})' if line is not None else ''}: {problem.message}"
+
+
+def _located(problem: Problem, parsed: ParsedYaml, file: str, case: Optional[str],
+             others: Sequence[Problem] = (), variant: Optional[Variant] = None) -> CaseError:
+    """A CaseError at the line of ``problem``'s field, listing every other problem after it."""
+    message = problem.message + "".join(_also(p, parsed, variant) for p in others)
     return CaseError(message, file=file, case=case, field=problem.field or None,
-                     line=parsed.line_of(line_loc))
+                     line=_line(problem, parsed, variant))
 

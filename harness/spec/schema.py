@@ -20,6 +20,9 @@ from pydantic import (
     model_validator,
 )
 
+# Upper bounds of sizes (le=): limits.py says why each is what it is.
+from harness.spec.limits import limit
+
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 
 
@@ -58,15 +61,16 @@ class ModelSpec(_Strict):
     """Model shape: a preset plus optional overrides of any of its fields."""
 
     preset: str = "tiny"
-    layers: Optional[int] = Field(default=None, ge=1)
-    hidden: Optional[int] = Field(default=None, ge=1)
-    heads: Optional[int] = Field(default=None, ge=1)
-    kv_heads: Optional[int] = Field(default=None, ge=1)
-    head_dim: Optional[int] = Field(default=None, ge=2)
-    experts: Optional[int] = Field(default=None, ge=1)
-    experts_per_token: Optional[int] = Field(default=None, ge=1)
-    moe_ffn: Optional[int] = Field(default=None, ge=1)
-    vocab: Optional[int] = Field(default=None, ge=2)
+    layers: Optional[int] = Field(default=None, ge=1, le=limit("model.layers"))
+    hidden: Optional[int] = Field(default=None, ge=1, le=limit("model.hidden"))
+    heads: Optional[int] = Field(default=None, ge=1, le=limit("model.heads"))
+    kv_heads: Optional[int] = Field(default=None, ge=1, le=limit("model.kv_heads"))
+    head_dim: Optional[int] = Field(default=None, ge=2, le=limit("model.head_dim"))
+    experts: Optional[int] = Field(default=None, ge=1, le=limit("model.experts"))
+    experts_per_token: Optional[int] = Field(default=None, ge=1,
+                                             le=limit("model.experts_per_token"))
+    moe_ffn: Optional[int] = Field(default=None, ge=1, le=limit("model.moe_ffn"))
+    vocab: Optional[int] = Field(default=None, ge=2, le=limit("model.vocab"))
     rope_theta: Optional[float] = Field(default=None, gt=0)
     norm_eps: Optional[float] = Field(default=None, gt=0)
     # Megatron's moe_aux_loss_coeff; 0 turns the load-balancing loss off.
@@ -102,13 +106,14 @@ class ParallelSpec(_Strict):
     """Parallel layout. DP is derived: world / (pp * cp) for fixed CP; with dynamic CP the
     world / pp ranks of a stage form one DP x CP pool that each microbatch carves into CP groups."""
 
-    pp: int = Field(default=1, ge=1)
-    vpp: int = Field(default=1, ge=1)
-    ep: int = Field(default=1, ge=1)
-    cp: Optional[int] = Field(default=None, ge=1)
+    pp: int = Field(default=1, ge=1, le=limit("parallel.pp"))
+    vpp: int = Field(default=1, ge=1, le=limit("parallel.vpp"))
+    ep: int = Field(default=1, ge=1, le=limit("parallel.ep"))
+    cp: Optional[int] = Field(default=None, ge=1, le=limit("parallel.cp"))
     dynamic_cp: Optional[list[int]] = None
     # Megatron's microbatch_group_size_per_vp_stage; default = pp.
-    microbatch_group: Optional[int] = Field(default=None, ge=1)
+    microbatch_group: Optional[int] = Field(default=None, ge=1,
+                                            le=limit("parallel.microbatch_group"))
 
     @field_validator("dynamic_cp")
     @classmethod
@@ -160,16 +165,17 @@ class OptimizerSpec(_Strict):
 
 
 class TrainSpec(_Strict):
-    steps: int = Field(ge=1)
+    steps: int = Field(ge=1, le=limit("train.steps"))
     # Sequences per optimizer step (the whole DP x CP world together).
-    global_batch: int = Field(ge=1)
+    global_batch: int = Field(ge=1, le=limit("train.global_batch"))
     # Longest sequence the data may hold, and the packed-microbatch capacity per CP group
     # for fixed CP (tokens). Sequences are clipped to it.
-    seq_length: int = Field(ge=2)
+    seq_length: int = Field(ge=2, le=limit("train.seq_length"))
     # Dynamic CP: tokens one rank may hold; CP size per sequence follows Megatron's rule.
-    max_seqlen_per_rank: Optional[int] = Field(default=None, ge=1)
+    max_seqlen_per_rank: Optional[int] = Field(default=None, ge=1,
+                                               le=limit("train.max_seqlen_per_rank"))
     # Microbatches per step per pipeline (fixed CP). None: derived from the packing.
-    microbatches: Optional[int] = Field(default=None, ge=1)
+    microbatches: Optional[int] = Field(default=None, ge=1, le=limit("train.microbatches"))
     lr: float = Field(gt=0)
     seed: int = 1234
     deterministic: bool = True
@@ -178,7 +184,7 @@ class TrainSpec(_Strict):
     # parameter per rank); 0 = never. Every step (the default) lets a killed, re-run or requeued
     # arm resume right after its last completed step; large models should save less often and
     # re-run the steps since their last checkpoint (their records are not duplicated).
-    checkpoint_every: int = Field(default=1, ge=0)
+    checkpoint_every: int = Field(default=1, ge=0, le=limit("train.checkpoint_every"))
     # Most packed sequences one CP group holds in a microbatch (Megatron's max_num_seqs /
     # thd_max_packed_sequences): the capacity of the fixed-size sequence metadata buffers
     # (cu_seqlens) of a graph case. Enforced by the packer; required when `graphs:` is set.
@@ -191,8 +197,8 @@ class TrainSpec(_Strict):
 
 class LengthSpec(_Strict):
     distribution: Literal["lognormal", "uniform", "fixed"] = "lognormal"
-    min: int = Field(default=16, ge=1)
-    max: int = Field(default=256, ge=1)
+    min: int = Field(default=16, ge=1, le=limit("data.lengths.min"))
+    max: int = Field(default=256, ge=1, le=limit("data.lengths.max"))
     # lognormal: median length (default: geometric mean of min and max) and log-space sigma.
     median: Optional[float] = Field(default=None, gt=0)
     sigma: float = Field(default=0.75, gt=0)
@@ -292,10 +298,10 @@ class Execution(_Strict):
 
 # --------------------------------------------------------------------------- resources
 class ResourcesSpec(_Strict):
-    nodes: int = Field(default=1, ge=1)
+    nodes: int = Field(default=1, ge=1, le=limit("resources.nodes"))
     # Ranks per node. Without GPUs the local launcher runs this many CPU (gloo) processes.
-    gpus_per_node: int = Field(default=1, ge=1)
-    time_min: float = Field(default=30, gt=0)
+    gpus_per_node: int = Field(default=1, ge=1, le=limit("resources.gpus_per_node"))
+    time_min: float = Field(default=30, gt=0, le=limit("resources.time_min"))
     profile: str = "local"
     # cuda: the case runs only on CUDA GPUs (one per rank); the local launcher skips it, with the
     # reason, on a machine without enough of them. any: CPU processes (gloo) stand in for GPUs.

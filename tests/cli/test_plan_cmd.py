@@ -71,7 +71,7 @@ def test_records_flag(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--vpp", "2", "--microbatches", "4"], "--pp and --microbatches"),
+        (["--vpp", "2", "--microbatches", "4"], "--pp is missing"),
         (["--pp", "2", "--vpp", "2", "--microbatches", "1"], "fewer than the microbatch group"),
         (["--pp", "4", "--vpp", "2", "--microbatches", "1..3"], "none of the counts"),
         (["--pp", "2", "--microbatches", "x"], "not an integer"),

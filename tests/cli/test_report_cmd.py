@@ -12,14 +12,27 @@ from harness.compare import Pair, evaluate_case, write_verdict
 from harness.errors import ConfigError
 from harness.results import ArmOutcome, StepWriter, read_outcome, read_steps, write_json_atomic, \
     write_outcome
+from harness.spec.loader import cases_from_text
 
 CASE_ID = "a-rather-long-case-id-that-must-stay-whole.vpp2"
-PAIR = Pair("repeat", "repeat", ("eager", "eager-repeat"), {"loss": "exact"})
+PAIR = Pair("repeat", "repeat", ("eager", "eager-repeat"), {"arm": "eager", "loss": "exact"})
+CASE_YAML = f"""
+name: {CASE_ID}
+compare: {{repeat: {{loss: exact}}}}
+train: {{steps: 2, global_batch: 2, seq_length: 16, lr: 1.0e-3}}
+data: {{lengths: {{min: 4, max: 16}}}}
+resources: {{gpus_per_node: 1}}
+"""
+
+
+def case_json() -> dict:
+    (loaded,) = cases_from_text(CASE_YAML, "case.yaml")
+    return loaded.case.model_dump(mode="json")
 
 
 def _sweep(root: Path, repeat_losses: list[float]) -> Path:
     case_dir = root / CASE_ID
-    write_json_atomic(case_dir / "case.json", {"id": CASE_ID, "tags": []})
+    write_json_atomic(case_dir / "case.json", case_json())
     for arm, losses in (("eager", [2.0, 1.5]), ("eager-repeat", repeat_losses)):
         writer = StepWriter(case_dir / arm, 0)
         for step, loss in enumerate(losses, 1):

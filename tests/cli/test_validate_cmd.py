@@ -48,7 +48,7 @@ def test_lists_every_case_whole_when_output_is_not_a_terminal(
 
 def test_selection_that_matches_nothing_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "case.yaml").write_text(CASE)
-    with pytest.raises(ConfigError, match="valid, but no case matches -k 'vpp3' --tags gpu"):
+    with pytest.raises(ConfigError, match="valid, but none matches -k 'vpp3' --tags gpu"):
         _run([str(tmp_path), "-k", "vpp3", "--tags", "gpu"])
     assert _run([str(tmp_path), "-k", "vpp2", "--tags", "cpu"]) == 0
 

@@ -11,6 +11,9 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
+from harness.launch.failures import classify_failure
 from harness.launch.local import RankCommand, device_env, rank_env, run_ranks
 from harness.results import LOG_FILE
 
@@ -106,16 +109,33 @@ def test_hung_rank_times_out_with_python_stacks(tmp_path):
     assert out.wall_s >= 3.0
 
 
-def test_rank_killed_by_signal_is_reported(tmp_path):
-    cmd = _cmd(tmp_path, """
+@pytest.mark.parametrize("sig, status, words, slurm_code", [
+    ("SIGKILL", "infra", "killed by SIGKILL", "0:9"),  # locally this was `failed`, Slurm `infra`
+    ("SIGSEGV", "failed", "signal 11", "139:0"),
+])
+def test_rank_killed_by_a_signal_is_classified_as_under_slurm(tmp_path, sig, status, words,
+                                                               slurm_code):
+    cmd = _cmd(tmp_path, f"""
         import signal
         if rank == 0:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), signal.{sig})
         time.sleep(600)
     """)
     out = run_ranks(cmd, stack_wait_s=1.0, kill_grace_s=1.0)
-    assert out.status == "failed"
-    assert "rank 0 exited with signal 9" in out.detail
+    assert out.status == status and "rank 0 exited with signal" in out.detail
+    assert words in out.detail
+    assert classify_failure("FAILED", slurm_code).status == out.status  # one taxonomy
+
+
+def test_rank_whose_output_shows_an_nccl_timeout_is_infra(tmp_path):
+    cmd = _cmd(tmp_path, """
+        if rank == 1:
+            print("[E] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4)", flush=True)
+            raise SystemExit(1)
+        time.sleep(600)
+    """)
+    out = run_ranks(cmd, stack_wait_s=1.0, kill_grace_s=1.0)
+    assert out.status == "infra" and "NCCL timeout" in out.detail
 
 
 def test_port_taken_is_retried_on_a_fresh_port(tmp_path):

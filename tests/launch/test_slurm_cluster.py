@@ -17,7 +17,9 @@ import pytest
 from harness.cli import report_cmd, submit_cmd
 from harness.launch.slurm import latest_jobs, read_jobs
 from harness.launch.slurm_job import read_events
-from harness.launch.slurm_track import collect, retry_infra, wait_for_sweep
+from harness.launch.slurm_collect import collect
+from harness.launch.slurm_retry import retry_infra
+from harness.launch.slurm_wait import wait_for_sweep
 from harness.report import gate
 from harness.results import read_outcome, read_steps
 
@@ -156,6 +158,8 @@ def test_focused_case_end_to_end(tmp_path):
     verdict = json.loads((out / "tiny-moe-eager" / "verdict.json").read_text())
     assert verdict["status"] == "pass"
     assert (out / "junit.xml").is_file() and (out / "summary.md").is_file()
+    # complete arms keep no checkpoints, as in a local sweep (they were 32 .pt files, 76 MB)
+    assert not list((out / "tiny-moe-eager").rglob("*.pt"))
 
 
 def test_job_array_of_several_cases(tmp_path):

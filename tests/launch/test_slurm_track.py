@@ -4,24 +4,21 @@ import time
 
 import pytest
 
-from harness.errors import ConfigError
-
+from harness.launch.failures import classify_failure
 from harness.launch.slurm import JobRef, latest_jobs, read_jobs, record_jobs
+from harness.launch.slurm_collect import collect, outcomes_for_ended_job
 from harness.launch.slurm_job import append_event, arm_needs_run
-from harness.launch.slurm_track import (
+from harness.launch.slurm_poll import (
     CommandResult,
     SchedState,
-    case_status,
-    classify_failure,
-    collect,
-    infra_cases,
-    outcomes_for_ended_job,
+    SchedulerUnavailable,
     parse_sacct,
     parse_squeue,
     query_scheduler,
-    reset_infra,
-    wait_for_sweep,
 )
+from harness.launch.slurm_retry import infra_cases, reset_infra
+from harness.launch.slurm_status import case_status
+from harness.launch.slurm_wait import wait_for_sweep
 from harness.launch.sweep import prepare_case_dir
 from harness.results import ArmOutcome, StepWriter, read_outcome, write_outcome
 from harness.spec import load_cases
@@ -168,7 +165,7 @@ def test_a_job_that_vanished_ends_instead_of_waiting_forever(sweep):
     assert case_status(out / "t", fresh, view).state == "pending"  # just submitted: grace
     broken = query_scheduler(["41"], Scheduler(squeue_rc=1))
     assert not case_status(out / "t", ref, broken).terminal  # squeue down: unknown, not dead
-    with pytest.raises(ConfigError, match="squeue has not answered"):
+    with pytest.raises(SchedulerUnavailable, match="squeue has not answered"):
         wait_for_sweep(out, poll_s=0.01, runner=Scheduler(squeue_rc=1), scheduler_down_s=0.05)
 
 

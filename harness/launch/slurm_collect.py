@@ -1,0 +1,131 @@
+"""Collecting a submitted sweep: outcomes for arms an ended job left without one, verdicts,
+checkpoint clean-up and reports.
+
+When a job ended without an outcome for some arm, ``failures.classify_failure`` decides why from
+the Slurm state and the logs: node failure, cancellation, preemption, host OOM kill, NCCL timeouts,
+GPU faults and SIGKILL are ``infra`` (an error, never a regression; ``--retry-infra`` re-runs
+them), a time limit is ``timeout``, anything else is ``failed``. The arm's wall time is measured
+as for every Slurm arm, from its ``arm_start`` event to its last sign of life (the newest file in
+its folder). Complete arms lose their checkpoints (``sweep.remove_checkpoints_if_complete``, the
+rule local sweeps follow too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from harness.launch.failures import classify_failure, tail_text
+from harness.launch.rules import case_rules
+from harness.launch.slurm import JobRef, latest_jobs
+from harness.launch.slurm_job import arm_needs_run, read_events, repro_line
+from harness.launch.slurm_poll import Runner, SchedState, SchedulerPoller, run_command
+from harness.launch.slurm_status import CaseStatus, arm_names, case_status
+from harness.launch.sweep import finalize_case, load_case, remove_checkpoints_if_complete
+from harness.report import write_reports
+from harness.results import LOG_FILE, ArmOutcome, read_outcome, read_steps, write_outcome
+
+
+def job_log_text(ref: JobRef, lines: int = 80) -> str:
+    """Tails of the job's submitit logs (every task's stderr, then stdout)."""
+    folder = Path(ref.folder)
+    parts = []
+    for suffix in ("err", "out"):
+        for path in sorted(folder.glob(f"{ref.job_id}_*_log.{suffix}")):
+            text = path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+            parts.append(f"--- {path.name} ---\n" + "\n".join(text))
+    return "\n".join(parts)
+
+
+def _arm_started(case_dir: Path, arm: str, events: Sequence[Mapping]) -> bool:
+    return (any(e.get("event") == "arm_start" and e.get("arm") == arm for e in events)
+            or bool(read_steps(case_dir / arm)))
+
+
+def arm_wall_s(arm_dir: Path, arm: str, events: Sequence[Mapping]) -> float:
+    """Seconds from the arm's last ``arm_start`` event to the newest file in its folder (its
+    last sign of life); 0.0 when it has no start event or no files."""
+    starts = [float(e["time"]) for e in events if e.get("event") == "arm_start"
+              and e.get("arm") == arm and isinstance(e.get("time"), (int, float))]
+    files = [p for p in Path(arm_dir).iterdir() if p.is_file()] if Path(arm_dir).is_dir() else []
+    if not starts or not files:
+        return 0.0
+    return round(max(0.0, max(p.stat().st_mtime for p in files) - starts[-1]), 3)
+
+
+def outcomes_for_ended_job(case_dir: Path, ref: JobRef, sched: Optional[SchedState]
+                           ) -> dict[str, ArmOutcome]:
+    """Outcomes for the arms a finished job left without one: the arm in flight gets the
+    classified status, arms that never started ``infra`` ("not run")."""
+    case = load_case(case_dir)
+    events = read_events(case_dir)
+    restarts = max((int(e.get("restarts", 0)) for e in events), default=0)
+    logs = job_log_text(ref)
+    state = sched.state if sched else "GONE"
+    code = sched.exit_code if sched else ""
+    out: dict[str, ArmOutcome] = {}
+    blame = None
+    for arm in arm_names(case):
+        arm_dir = case_dir / arm
+        if not arm_needs_run(case, arm_dir):
+            prior = read_outcome(arm_dir)
+            if prior is not None and not prior.ok:
+                blame = blame or f"arm '{arm}' {prior.status}"
+            continue
+        if blame is None and _arm_started(case_dir, arm, events):
+            arm_log = tail_text(arm_dir / LOG_FILE, 60)
+            how = classify_failure(state, code, f"{arm_log}\n{logs}")
+            out[arm] = ArmOutcome(
+                status=how.status, returncode=None, wall_s=arm_wall_s(arm_dir, arm, events),
+                log_tail=f"{arm_log}\n{logs}".strip()[-12000:],
+                repro=repro_line(case_dir, arm), restarts=restarts,
+                detail=f"slurm job {ref.job_id} ended ({state}"
+                       f"{', exit ' + code if code else ''}): {how.reason}")
+            blame = f"arm '{arm}' {how.status}: {how.reason}"
+        else:
+            why = blame or f"slurm job {ref.job_id} ended ({state}) before it started"
+            out[arm] = ArmOutcome(status="infra", repro=repro_line(case_dir, arm),
+                                  restarts=restarts, detail=f"not run: {why}",
+                                  log_tail=logs[-4000:])
+    return out
+
+
+@dataclass(frozen=True)
+class CollectResult:
+    statuses: tuple[CaseStatus, ...]
+    finalized: tuple[str, ...]
+    still_active: tuple[str, ...]
+    problems: tuple[str, ...] = field(default_factory=tuple)
+
+
+def collect(sweep_dir: Path, runner: Runner = run_command, reports: bool = True) -> CollectResult:
+    """Give every ended case its missing outcomes and a verdict, remove the checkpoints of its
+    complete arms, write the reports. Cases whose job is still queued or running are left alone
+    (listed in ``still_active``)."""
+    sweep_dir = Path(sweep_dir)
+    refs = latest_jobs(sweep_dir)
+    view = SchedulerPoller(runner).view(r.job_id for r in refs.values())
+    finalized, active, problems = [], [], []
+    for cid, ref in sorted(refs.items()):
+        case_dir = sweep_dir / cid
+        status = case_status(case_dir, ref, view)
+        if not status.terminal:
+            active.append(cid)
+            continue
+        case = load_case(case_dir)
+        for arm in arm_names(case):
+            remove_checkpoints_if_complete(case, case_dir / arm)
+        if status.verdict:
+            continue
+        for arm, outcome in outcomes_for_ended_job(case_dir, ref, view.get(ref.job_id)).items():
+            write_outcome(case_dir / arm, outcome)
+        try:
+            finalize_case(case_dir)
+            finalized.append(cid)
+        except Exception as exc:  # unreadable results: the report counts the case as an error
+            problems.append(f"{cid}: could not evaluate: {type(exc).__name__}: {exc}")
+    if reports:
+        write_reports(sweep_dir, rules=case_rules)
+    statuses = [case_status(sweep_dir / cid, ref, view) for cid, ref in sorted(refs.items())]
+    return CollectResult(tuple(statuses), tuple(finalized), tuple(active), tuple(problems))
