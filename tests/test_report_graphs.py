@@ -40,7 +40,10 @@ def write_arm(d: Path, arm: str, used: float, graph: dict | None) -> None:
 
 def graph_case(sweep: Path, shared_pool: float) -> Path:
     d = sweep / "g"
-    write_json_atomic(d / "case.json", {"id": "g", "train": {"steps": 3}})
+    write_json_atomic(d / "case.json", {"id": "g", "train": {"steps": 3},
+                                        "resources": {"nodes": 1, "gpus_per_node": 2},
+                                        "compare": {"dcp_vs_fixed_cp": DCP.params,
+                                                    "graph_pools": POOLS.params}})
     write_arm(d, "graph", 20 * GIB, stats(shared_pool, shared_pool, 1))
     write_arm(d, "graph-separate-pools", 21 * GIB, stats(3.4 * GIB, 2 * GIB, 2))
     write_arm(d, "graph-fixed-cp2", 20.5 * GIB, stats(1.9 * GIB, 1.9 * GIB, 1))
@@ -70,7 +73,9 @@ def test_pool_ratio_over_bound_fails_the_gate(tmp_path: Path) -> None:
 
 def test_skipped_arms_skip_their_pairs_and_a_sweep_of_skips_is_not_a_pass(tmp_path: Path, capsys) -> None:
     d = tmp_path / "gpu-only"
-    write_json_atomic(d / "case.json", {"id": "gpu-only", "train": {"steps": 3}})
+    write_json_atomic(d / "case.json", {"id": "gpu-only", "train": {"steps": 3},
+                                        "resources": {"nodes": 1, "gpus_per_node": 1},
+                                        "compare": {"graph_vs_eager": {"loss": "exact"}}})
     why = "needs CUDA (a graph case); this machine has no CUDA GPU"
     for arm in ("graph", "eager"):
         (d / arm).mkdir(parents=True)

@@ -30,6 +30,7 @@ from harness.compare import (
     PairVerdict,
     combine_status,
     evaluate_case,
+    field_of,
     pair_status,
 )
 from harness.results import ArmOutcome
@@ -116,7 +117,10 @@ def pair_differences(stored: PairVerdict, derived: PairVerdict) -> list[str]:
             diff = _check_difference(check, made[name])
             if diff:
                 out.append(diff)
-    own = pair_status(stored.checks, [stored.error] if stored.error else [])
+    # A skipped entry has no checks (an arm could not run here); whether it was skipped is what
+    # the re-judged entry (from the arms' outcomes) says, compared above by status.
+    own = ("skipped" if stored.status == "skipped" and not stored.checks
+           else pair_status(stored.checks, [stored.error] if stored.error else []))
     if stored.status != own:
         out.append(f"status '{stored.status}' but its own checks give '{own}'")
     elif stored.status != derived.status and not out:
@@ -174,7 +178,7 @@ def _step_problem(steps: Steps, last: int) -> Optional[str]:
     """A record whose ``step`` is not a step of the case (1..``last``), or None."""
     for rank in sorted(steps):
         for rec in steps[rank]:
-            step = rec.get("step")
+            step = field_of(rec, "step")
             if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= last:
                 return (f"rank {rank} holds a record of step {step!r}, not a step of this case "
                         f"(1..{last})")
