@@ -283,7 +283,8 @@ class ReferenceContract(_Strict):
     and, with the aux loss on, its gradient moves the weights apart, so loss (after that step)
     and grad norm (from it) are compared under ``regrouped_loss`` / ``regrouped_grad_norm``
     (with ``aux_loss_coeff: 0``: still under ``loss`` / ``grad_norm``). Default bounds: measured
-    fp32 deterministic CPU noise x 10 (docs/internals.md, "Measured noise")."""
+    fp32 deterministic CPU noise x 10 (docs/internals.md, "Measured noise"); a bf16 case
+    (e.g. a graph case, whose reference arm keeps its static shapes) must declare its own."""
 
     # Candidate arms; None: the case's eager arm (``dcp`` in a dynamic-CP case) and, with
     # compare.dcp_vs_fixed_cp, its fixed-CP arm.
