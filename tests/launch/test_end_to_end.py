@@ -30,7 +30,7 @@ def test_one_rank_and_two_rank_cases_pass_the_gate_then_resume(write_case, tmp_p
     assert "results:" in printed.out and "two-rank" in printed.out
     steps = read_steps(out / "two-rank" / "eager-repeat")
     assert sorted(steps) == [0, 1] and [r.step for r in steps[1]] == [1, 2, 3]
-    assert steps[0][0]["loss"] == read_steps(out / "two-rank" / "eager")[0][0]["loss"]
+    assert steps[0][0].loss == read_steps(out / "two-rank" / "eager")[0][0].loss
     assert json.loads((out / "two-rank" / "verdict.json").read_text())["status"] == "pass"
     for name in ("summary.md", "junit.xml", "index.json"):
         assert (out / name).is_file()
