@@ -9,6 +9,10 @@ they must satisfy (``harness.compare``). Both follow from the case's ``compare:`
 * ``dcp_vs_fixed_cp`` -> ``dcp`` (dynamic CP) and ``fixed-cp<N>`` (the same data at CP size N); in a
   graph case (``graphs:``) both sides run the graphs: ``graph`` and ``graph-fixed-cp<N>``
 * ``graph_pools``     -> ``graph`` (one MemPool) and ``graph-separate-pools`` (one pool per CP size)
+* ``reference``       -> each candidate arm (default: the eager arm, and the fixed-CP arm of
+  ``dcp_vs_fixed_cp``) and ``reference`` (the case on one rank); pairs ``reference`` (the first
+  candidate) and ``reference-<arm>`` (the others)
+* ``golden``          -> one arm (default ``eager``) against the case's committed golden values
 
 Arms with the same name run once and are shared by the pairs that name them. In a dynamic-CP case
 the eager arm *is* the dynamic-CP arm, so ``eager`` is named ``dcp`` there. A case without pairs
@@ -20,17 +24,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Sequence
 
-from harness.compare import Pair
+from harness.compare import AUX_COEFF, GOLDEN_CASE, GOLDEN_DIR, SAME_GROUPING, Pair
 from harness.errors import CaseError
-from harness.spec.derive import as_fixed_cp, with_execution
+from harness.spec.derive import as_fixed_cp, as_reference, with_execution
 from harness.spec.schema import Case
 
 EAGER = "eager"
 GRAPH = "graph"
 DCP = "dcp"
 SEPARATE_POOLS = "graph-separate-pools"
+REFERENCE = "reference"
 REPEAT_SUFFIX = "-repeat"
 _FIXED_CP = re.compile(r"^(graph-)?fixed-cp([1-9][0-9]*)$")
 
@@ -61,6 +67,8 @@ def arm_case(case: Case, name: str) -> Case:
         return with_execution(case, base, graphed=True)
     if base == SEPARATE_POOLS:
         return with_execution(case, base, graphed=True, pools="separate")
+    if base == REFERENCE:
+        return as_reference(case, base)
     match = _FIXED_CP.match(base)
     if match:
         graphed, cp = match.group(1) is not None, int(match.group(2))
@@ -68,8 +76,8 @@ def arm_case(case: Case, name: str) -> Case:
         return with_execution(fixed, base, graphed=graphed)
     raise _arm_error(
         case, "compare.repeat.arm",
-        f"unknown arm '{name}'; use eager, dcp, graph, graph-separate-pools, fixed-cp<N> or "
-        "graph-fixed-cp<N>",
+        f"unknown arm '{name}'; use eager, dcp, graph, graph-separate-pools, fixed-cp<N>, "
+        "graph-fixed-cp<N> or reference",
     )
 
 
@@ -81,7 +89,8 @@ def canonical_arm_name(case: Case, name: str) -> str:
 
 
 def pairs_for_case(case: Case) -> tuple[Pair, ...]:
-    """The case's pairs, in a fixed order (repeat, graph_vs_eager, dcp_vs_fixed_cp, graph_pools)."""
+    """The case's pairs, in a fixed order (repeat, graph_vs_eager, dcp_vs_fixed_cp, graph_pools,
+    reference, golden)."""
     spec = case.compare
     pairs: list[Pair] = []
     if spec.repeat is not None:
@@ -104,7 +113,47 @@ def pairs_for_case(case: Case) -> tuple[Pair, ...]:
                            spec.dcp_vs_fixed_cp))
     if spec.graph_pools is not None:
         pairs.append(_pair("graph_pools", (GRAPH, SEPARATE_POOLS), spec.graph_pools))
+    if spec.reference is not None:
+        for i, arm in enumerate(reference_candidates(case, pairs)):
+            params = {**spec.reference.model_dump(mode="json"),
+                      SAME_GROUPING: arm_case(case, arm).dp == 1,
+                      AUX_COEFF: case.model.aux_loss_coeff}
+            pairs.append(Pair(name="reference" if i == 0 else f"reference-{arm}",
+                              contract="reference", arms=(arm, REFERENCE), params=params))
+    if spec.golden is not None:
+        arm = canonical_arm_name(case, spec.golden.arm)
+        arm_case(case, arm)
+        params = {**spec.golden.model_dump(mode="json"), "arm": arm,
+                  GOLDEN_DIR: str(golden_dir(case)), GOLDEN_CASE: case.id}
+        pairs.append(Pair(name="golden", contract="golden", arms=(arm,), params=params))
     return tuple(pairs)
+
+
+def reference_candidates(case: Case, pairs: Sequence[Pair] = ()) -> tuple[str, ...]:
+    """The arms ``compare.reference`` compares with the single-rank arm: ``compare.reference.arms``
+    (canonical names), else the eager arm and the fixed-CP arm of the ``dcp_vs_fixed_cp`` pair."""
+    spec = case.compare.reference
+    assert spec is not None
+    if spec.arms is not None:
+        names = [canonical_arm_name(case, a) for a in spec.arms]
+    else:
+        names = [canonical_arm_name(case, EAGER)]
+        names += [p.arms[1] for p in pairs if p.contract == "dcp_vs_fixed_cp"]
+    out: list[str] = []
+    for name in names:
+        if name == REFERENCE or name.startswith(REFERENCE + REPEAT_SUFFIX):
+            raise _arm_error(case, "compare.reference.arms", "the reference arm is not a candidate")
+        arm_case(case, name)  # validates the name
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+def golden_dir(case: Case) -> Path:
+    """Folder of the case's golden files: ``compare.golden.dir`` relative to the case file's."""
+    spec = case.compare.golden
+    assert spec is not None
+    return Path(case.source).parent / spec.dir
 
 
 def arms_for_case(case: Case) -> tuple[Arm, ...]:

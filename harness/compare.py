@@ -1,8 +1,11 @@
 """Pairs, contracts and checks: turn arms' step records into a verdict.
 
 A *pair* is two arms plus a *contract*: ``arms = (candidate, reference)``; relative differences
-and memory deltas are measured against the reference arm. Every arm also gets the *arm checks*
-(all steps present on every rank, no NaN/Inf loss or grad norm, no skipped step).
+and memory deltas are measured against the reference arm (the ``golden`` contract has one arm and
+compares it with committed values). Every arm also gets the *arm checks* (all steps present on
+every rank, no NaN/Inf loss or grad norm, no skipped step) and the *sanity checks* of
+``compare.sanity`` (grad norm not zero, loss moves, no loss spike; ``harness.golden`` holds the
+golden files).
 
 Verdict status of a pair:
 * ``fail``  a check failed on recorded values (a regression), even if an arm later crashed;
@@ -28,6 +31,16 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from pydantic import BaseModel, ValidationError
 
+from harness.golden import (
+    MEMORY_METRICS,
+    Golden,
+    GoldenError,
+    golden_file,
+    loss_series,
+    memory_series,
+    platform_of,
+    read_golden,
+)
 from harness.results import (
     VERDICT_FILE,
     ArmOutcome,
@@ -40,10 +53,13 @@ from harness.results import (
 )
 from harness.spec.schema import (
     DcpVsFixedCpContract,
+    GoldenContract,
     GraphPoolsContract,
     GraphVsEagerContract,
     LossBound,
+    ReferenceContract,
     RepeatContract,
+    SanitySpec,
     Tolerance,
 )
 from harness.textfmt import collapse_runs
@@ -404,6 +420,57 @@ def arm_checks(
     return (complete, finite, no_skip)
 
 
+def _not_run(name: str, why: str) -> Check:
+    return Check(name, None, None, True, f"not applicable: {why}", applicable=False)
+
+
+def sanity_checks(arm: str, steps: Steps, spec: SanitySpec) -> tuple[Check, ...]:
+    """``compare.sanity`` on one arm: ``<arm>.grad_norm_nonzero`` (steps, over every rank, whose
+    grad norm is exactly 0: nothing learns), ``<arm>.loss_moves`` (steps whose LM loss is within
+    ``loss_moves_rel`` of the step before: a dead model repeats ln(vocab) whatever the data; a
+    live one never repeats a loss over different data) and ``<arm>.loss_spike`` (the largest
+    loss over the lowest loss of the earlier steps, bound ``loss_spike_factor``). Non-finite
+    values are the ``no_nan_inf`` check's."""
+    out: list[Check] = []
+    if spec.grad_norm_nonzero:
+        zero = [f"rank {rank} step {field_of(rec, 'step')}" for rank, rec in _records(steps)
+                if _finite_number(field_of(rec, "grad_norm")) and field_of(rec, "grad_norm") == 0]
+        out.append(Check(
+            f"{arm}.grad_norm_nonzero", float(len(zero)), 0.0, not zero,
+            ("grad norm exactly 0 (no gradient reaches the parameters) at " + ", ".join(zero[:5])
+             + (f" (+{len(zero) - 5} more)" if len(zero) > 5 else "")) if zero
+            else "grad norm non-zero on every step"))
+    loss = {s: v for s, v in step_series(steps, "loss").items() if v is not None and math.isfinite(v)}
+    order = sorted(loss)
+    if spec.loss_moves:
+        name = f"{arm}.loss_moves"
+        if len(order) < 2:
+            out.append(_not_run(name, f"{len(order)} finite loss(es): nothing to move"))
+        else:
+            still = [b for a, b in zip(order, order[1:])
+                     if abs(loss[b] - loss[a]) <= spec.loss_moves_rel * abs(loss[a])]
+            out.append(Check(
+                name, float(len(still)), 0.0, not still,
+                (f"loss did not move (within rel {spec.loss_moves_rel:g} of the step before) at "
+                 f"step(s) {collapse_runs(still)}, loss {_fmt(loss[still[0]])}") if still
+                else f"loss moved on each of {len(order) - 1} steps (rel > {spec.loss_moves_rel:g})"))
+    if spec.loss_spike_factor is not None:
+        name = f"{arm}.loss_spike"
+        worst, where, low = None, "", math.inf
+        for a, b in zip(order, order[1:]):
+            low = min(low, loss[a])
+            if low > 0:
+                ratio = loss[b] / low
+                if worst is None or ratio > worst:
+                    worst, where = ratio, f"step {b}: {_fmt(loss[b])} vs lowest earlier {_fmt(low)}"
+        if worst is None:
+            out.append(_not_run(name, "fewer than 2 positive finite losses"))
+        else:
+            out.append(Check(name, worst, spec.loss_spike_factor, worst <= spec.loss_spike_factor,
+                             f"largest loss / lowest earlier loss: {worst:.4g} at {where}"))
+    return tuple(out)
+
+
 # --------------------------------------------------------------------------- contracts
 ContractFn = Callable[[Pair, Mapping[str, Steps]], tuple[Check, ...]]
 
@@ -425,6 +492,15 @@ def _series_check(name: str, key: str, data: Mapping[str, Steps], arms: tuple[st
                   bound: LossBound) -> Check:
     return compare_series(name, step_series(data[arms[0]], key), step_series(data[arms[1]], key),
                           bound, arms)
+
+
+def _series_on(name: str, key: str, data: Mapping[str, Steps], arms: tuple[str, str],
+               bound: LossBound, keep: Callable[[int], bool], what: str) -> Check:
+    """``_series_check`` on the steps ``keep`` accepts; ``what`` prefixes the detail."""
+    cand = {s: v for s, v in step_series(data[arms[0]], key).items() if keep(s)}
+    ref = {s: v for s, v in step_series(data[arms[1]], key).items() if keep(s)}
+    check = compare_series(name, cand, ref, bound, arms)
+    return Check(check.name, check.value, check.bound, check.passed, f"{what}: {check.detail}")
 
 
 def _repeat(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
@@ -504,6 +580,7 @@ def _dcp_vs_fixed_cp(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]
     arms = _two(pair)
     return (_series_check("loss", "loss", data, arms, p.loss),
             _series_check("aux_loss", "aux_loss", data, arms, p.aux_loss),
+            _series_check("grad_norm", "grad_norm", data, arms, p.grad_norm),
             _probe_check("device_delta_pct", data, arms, "device_used_bytes", p.device_delta_pct, True),
             _probe_check("active_delta_pct", data, arms, "active_bytes", p.active_delta_pct, False),
             _probe_check("reserved_delta_pct", data, arms, "reserved_bytes", p.reserved_delta_pct, False),
@@ -528,10 +605,13 @@ def _graph_pools(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     p: GraphPoolsContract = _params(GraphPoolsContract, pair)
     arms = _two(pair)
     shared, separate = _graph_stats(data[arms[0]]), _graph_stats(data[arms[1]])
+    gn = p.grad_norm if p.grad_norm is not None else p.loss
+    numerics = (_series_check("loss", "loss", data, arms, p.loss),
+                _series_check("grad_norm", "grad_norm", data, arms, gn))
     ranks = sorted(set(shared) & set(separate))
     if not ranks:
         return (Check("pool_ratio", None, p.max_ratio, False,
-                      f"no capture statistics in both {arms[0]} and {arms[1]}"),)
+                      f"no capture statistics in both {arms[0]} and {arms[1]}"),) + numerics
     worst, parts = -math.inf, []
     for r in ranks:
         largest = _probe_value(separate[r], "largest_pool_bytes")
@@ -541,7 +621,118 @@ def _graph_pools(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
         parts.append(f"r{r} {ratio:.3f} (separate pools {summed:.3f}, largest variant "
                      f"{largest / MIB:.0f} MiB)")
     return (Check("pool_ratio", worst, p.max_ratio, worst <= p.max_ratio,
-                  f"graph pool / largest single variant's pool: " + ", ".join(parts)),)
+                  f"graph pool / largest single variant's pool: " + ", ".join(parts)),) + numerics
+
+
+# Keys the pair builder (harness.arms) adds to a reference pair's params: how the candidate
+# layout groups tokens, which decides what the math lets the pair compare.
+SAME_GROUPING = "groups_like_reference"
+AUX_COEFF = "aux_loss_coeff"
+
+
+def regroup_step(same_grouping: bool, cand: Steps, ref: Steps) -> Optional[int]:
+    """The first step at which the candidate groups tokens into other microbatches than the
+    reference: 1 for a regrouping layout, else the first step whose microbatch count differs
+    (None: never)."""
+    if not same_grouping:
+        return 1
+    a, b = step_series(cand, "microbatches"), step_series(ref, "microbatches")
+    return next((s for s in sorted(set(a) & set(b)) if a[s] != b[s]), None)
+
+
+def _reference(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
+    """A candidate layout against the single-rank ``reference`` arm (``compare.reference``).
+
+    With ``k`` = :func:`regroup_step`: loss on steps <= k, grad norm and aux loss on steps < k
+    under the exact bounds (the weights are identical until step k's update, and step k's LM loss
+    does not depend on the grouping); after that loss (steps > k) and grad norm (steps >= k)
+    under the ``regrouped_*`` bounds when the aux loss is on (its gradient depends on the
+    grouping), else still under the exact bounds; the aux loss from step k is not compared."""
+    params = dict(pair.params)
+    same = params.pop(SAME_GROUPING, None)
+    coeff = params.pop(AUX_COEFF, None)
+    if not isinstance(same, bool) or not isinstance(coeff, (int, float)):
+        raise ValueError(f"pair '{pair.name}': reference params need '{SAME_GROUPING}' and "
+                         f"'{AUX_COEFF}' (set by harness.arms)")
+    p: ReferenceContract = _params(ReferenceContract, Pair(pair.name, pair.contract, pair.arms, params))
+    arms = _two(pair)
+    k = regroup_step(same, data[arms[0]], data[arms[1]])
+    if k is None:
+        why = f"{arms[0]} groups tokens like the single rank on every step"
+    elif not same:
+        why = f"{arms[0]} regroups tokens into other microbatches (DP, EP over DP or dynamic CP)"
+    else:
+        why = f"{arms[0]} packs other microbatches than the single rank from step {k}"
+    last = math.inf if k is None else k
+    drift = coeff > 0
+
+    def check(name: str, key: str, bound: LossBound, keep: Callable[[int], bool], what: str) -> Check:
+        steps = [s for s in step_series(data[arms[0]], key) if keep(s)]
+        if not steps:
+            return _not_run(name, f"{why}: no step {what}")
+        return _series_on(name, key, data, arms, bound, keep, f"{why}; {what}")
+
+    checks = [check("loss", "loss", p.loss, lambda s: s <= last, "up to the regrouping")
+              if drift else check("loss", "loss", p.loss, lambda s: True, "every step (aux loss off)"),
+              check("grad_norm", "grad_norm", p.grad_norm, lambda s: s < last, "before the regrouping")
+              if drift else check("grad_norm", "grad_norm", p.grad_norm, lambda s: True,
+                                  "every step (aux loss off)"),
+              check("aux_loss", "aux_loss", p.aux_loss, lambda s: s < last,
+                    "before the regrouping (the per-microbatch aux loss depends on the grouping)")]
+    if drift and k is not None:
+        checks.append(check("loss_regrouped", "loss", p.regrouped_loss, lambda s: s > k,
+                            "after the regrouping (the aux-loss gradient moved the weights)"))
+        checks.append(check("grad_norm_regrouped", "grad_norm", p.regrouped_grad_norm,
+                            lambda s: s >= k, "from the regrouping"))
+    return tuple(checks)
+
+
+# Keys the pair builder adds to a golden pair's params: where the golden files are.
+GOLDEN_DIR = "golden_dir"
+GOLDEN_CASE = "case_id"
+
+
+def _golden_check(name: str, metric: str, run: Mapping[int, float], golden: Golden,
+                  bound: LossBound, arm: str) -> Check:
+    want = golden.series(metric)
+    if set(run) - set(want):
+        raise GoldenError(f"{golden.path}: '{metric}' has no value for step(s) "
+                          f"{collapse_runs(sorted(set(run) - set(want)))} of arm '{arm}' (the case "
+                          "changed? re-record it)")
+    if set(want) - set(run) and run and max(want) > max(run):
+        raise GoldenError(f"{golden.path}: '{metric}' runs to step {max(want)}, arm '{arm}' to "
+                          f"{max(run)} (train.steps changed? re-record it)")
+    return compare_series(name, dict(run), dict(want), bound, (arm, f"golden {golden.path.name}"))
+
+
+def _golden(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
+    """One arm against its committed golden values (``compare.golden``; ``harness.golden``):
+    LM loss, aux loss and grad norm per step, and memory (largest over ranks) where the run
+    recorded it. A missing file, metric or step raises GoldenError: an error, never a pass."""
+    params = dict(pair.params)
+    where, case_id = params.pop(GOLDEN_DIR, None), params.pop(GOLDEN_CASE, None)
+    if not isinstance(where, str) or not isinstance(case_id, str):
+        raise ValueError(f"pair '{pair.name}': golden params need '{GOLDEN_DIR}' and '{GOLDEN_CASE}'")
+    p: GoldenContract = _params(GoldenContract, Pair(pair.name, pair.contract, pair.arms, params))
+    if len(pair.arms) != 1:
+        raise ValueError(f"pair '{pair.name}' (golden) needs exactly 1 arm, got {list(pair.arms)}")
+    arm = pair.arms[0]
+    steps = data[arm]
+    golden = read_golden(golden_file(where, case_id, p.platform or platform_of(steps)))
+    checks = [_golden_check(name, metric, loss_series(steps, metric), golden, bound, arm)
+              for name, metric, bound in (("loss", "lm loss", p.loss),
+                                          ("aux_loss", "aux loss", p.aux_loss),
+                                          ("grad_norm", "grad norm", p.grad_norm))]
+    for metric in MEMORY_METRICS:
+        run = memory_series(steps, metric)
+        name = metric.replace("-", "_")
+        if p.memory is None:
+            checks.append(_not_run(name, "compare.golden.memory is null"))
+        elif not run:
+            checks.append(_not_run(name, f"arm '{arm}' recorded no device memory (CPU)"))
+        else:
+            checks.append(_golden_check(name, metric, run, golden, p.memory, arm))
+    return tuple(checks)
 
 
 CONTRACTS: Mapping[str, ContractFn] = MappingProxyType({
@@ -549,6 +740,8 @@ CONTRACTS: Mapping[str, ContractFn] = MappingProxyType({
     "graph_vs_eager": _graph_vs_eager,
     "dcp_vs_fixed_cp": _dcp_vs_fixed_cp,
     "graph_pools": _graph_pools,
+    "reference": _reference,
+    "golden": _golden,
 })
 
 
@@ -578,15 +771,28 @@ def _status(checks: Sequence[Check], errors: Sequence[str]) -> str:
 pair_status = _status  # the rule, public: the report re-derives stored statuses with it
 
 
+ExpectedRanks = Union[None, int, Mapping[str, int]]
+
+
+def _ranks_of(expected_ranks: ExpectedRanks, arm: str) -> Optional[int]:
+    if isinstance(expected_ranks, Mapping):
+        return expected_ranks.get(arm)
+    return expected_ranks
+
+
 def evaluate_pair(
     case_id: str,
     pair: Pair,
     arm_data: ArmData,
     *,
     expected_steps: Optional[int] = None,
-    expected_ranks: Optional[int] = None,
+    expected_ranks: ExpectedRanks = None,
+    sanity: Optional[SanitySpec] = None,
 ) -> PairVerdict:
-    """Arm checks of the pair's arms + the contract's checks -> one PairVerdict."""
+    """Arm checks and sanity checks (``sanity``; None: the defaults, all on) of the pair's arms
+    + the contract's checks -> one PairVerdict. ``expected_ranks``: one count for every arm, or
+    arm -> count (an arm not named: the largest rank seen)."""
+    sanity = sanity if sanity is not None else SanitySpec()
     checks: list[Check] = []
     errors: list[str] = []
     skipped = [(a, arm_data[a][0]) for a in pair.arms
@@ -599,7 +805,8 @@ def evaluate_pair(
         err = _arm_error(arm, outcome, arm in arm_data)
         if err:
             errors.append(err)
-        checks.extend(arm_checks(arm, steps, expected_steps, expected_ranks))
+        checks.extend(arm_checks(arm, steps, expected_steps, _ranks_of(expected_ranks, arm)))
+        checks.extend(sanity_checks(arm, steps, sanity))
     if pair.contract != "arm_checks":
         fn = CONTRACTS.get(pair.contract)
         if fn is None:
@@ -619,15 +826,17 @@ def evaluate_case(
     arm_data: ArmData,
     *,
     expected_steps: Optional[int] = None,
-    expected_ranks: Optional[int] = None,
+    expected_ranks: ExpectedRanks = None,
+    sanity: Optional[SanitySpec] = None,
 ) -> CaseVerdict:
     """Evaluate every pair of a case. ``arm_data``: arm name -> (outcome or None, rank -> step
-    records). ``expected_steps`` (``case.train.steps``) and ``expected_ranks``
-    (``case.world_size``) make the completeness check exact; without them the largest step and
-    rank seen are expected. Arms in no pair (or a case with no pairs) get one extra entry named
+    records). ``expected_steps`` (``case.train.steps``) and ``expected_ranks`` (arm -> its
+    ``arm.case.world_size``, or one count for all) make the completeness check exact; without
+    them the largest step and rank seen are expected. ``sanity``: ``case.compare.sanity``
+    (None: every sanity check on). Arms in no pair (or a case with no pairs) get one extra entry named
     ``checks`` with their arm checks."""
     verdicts = [evaluate_pair(case_id, p, arm_data, expected_steps=expected_steps,
-                              expected_ranks=expected_ranks) for p in pairs]
+                              expected_ranks=expected_ranks, sanity=sanity) for p in pairs]
     in_pairs = {a for p in pairs for a in p.arms}
     loose = tuple(a for a in sorted(arm_data) if a not in in_pairs)
     if loose or not pairs:
@@ -637,5 +846,5 @@ def evaluate_case(
                                         "the case has no arms with results"))
         else:
             verdicts.append(evaluate_pair(case_id, extra, arm_data, expected_steps=expected_steps,
-                                          expected_ranks=expected_ranks))
+                                          expected_ranks=expected_ranks, sanity=sanity))
     return CaseVerdict(case_id, tuple(verdicts), combine_status([v.status for v in verdicts]))

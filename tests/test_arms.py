@@ -96,3 +96,61 @@ def test_unknown_arm_and_lookup():
     assert arm_case(case, "fixed-cp2-repeat").parallel.cp == 2
     with pytest.raises(CaseError):
         arm_case(make_case(parallel={"cp": 2}), "dcp")
+
+
+# --------------------------------------------------------------------------- reference / golden
+def test_reference_arm_is_the_case_on_one_rank():
+    case = make_case(parallel={"pp": 2, "vpp": 2, "ep": 2, "dynamic_cp": [1, 2]},
+                     compare={"reference": {}, "dcp_vs_fixed_cp": {"fixed_cp": 2}},
+                     train={"microbatches": 4})
+    ref = arm_case(case, "reference")
+    assert ref.world_size == 1 and ref.arm == "reference" and ref.id == case.id
+    assert (ref.parallel.pp, ref.parallel.vpp, ref.parallel.ep, ref.parallel.cp) == (1, 1, 1, None)
+    assert ref.parallel.dynamic_cp is None and ref.train.max_seqlen_per_rank is None
+    assert ref.model == case.model and ref.data == case.data and ref.train.seed == case.train.seed
+    assert ref.train.global_batch == case.train.global_batch and ref.train.microbatches == 4
+    assert not ref.execution.graphed and ref.compare.reference is None
+
+
+def test_reference_pairs_name_each_candidate_and_its_grouping():
+    case = make_case(compare={"reference": {}, "dcp_vs_fixed_cp": {"fixed_cp": 2}}, gpus=2)
+    pairs = {p.name: p for p in pairs_for_case(case)}
+    assert pairs["reference"].arms == ("dcp", "reference")
+    assert pairs["reference-fixed-cp2"].arms == ("fixed-cp2", "reference")
+    assert pairs["reference"].params["groups_like_reference"] is False  # dynamic CP regroups
+    assert pairs["reference-fixed-cp2"].params["groups_like_reference"] is True  # dp 1
+    assert pairs["reference"].params["aux_loss_coeff"] == case.model.aux_loss_coeff
+    assert names(arms_for_case(case)) == ["dcp", "fixed-cp2", "reference"]
+    dp2 = make_case(parallel={"cp": 1}, compare={"reference": {"arms": ["eager"]}}, gpus=2)
+    (pair,) = pairs_for_case(dp2)
+    assert pair.arms == ("eager", "reference") and pair.params["groups_like_reference"] is False
+
+
+def test_reference_candidates_are_checked():
+    case = make_case(compare={"reference": {"arms": ["reference"]}}, gpus=2)
+    with pytest.raises(CaseError) as err:
+        pairs_for_case(case)
+    assert err.value.field == "compare.reference.arms"
+    with pytest.raises(CaseError):
+        pairs_for_case(make_case(compare={"reference": {"arms": ["graph"]}}, gpus=2))
+
+
+def test_single_rank_case_has_no_reference_of_its_own():
+    from harness.spec.preflight import preflight
+
+    case = make_case(parallel={"cp": 1}, gpus=1, compare={"reference": {}})
+    assert [p.field for p in preflight(case)] == ["compare.reference"]
+    with pytest.raises(CaseError) as err:
+        arm_case(case, "reference")
+    assert "single-rank reference layout" in str(err.value)
+
+
+def test_golden_pair_points_at_the_folder_next_to_the_case_file():
+    case = make_case(compare={"golden": {"dir": "gold"}}, gpus=2)
+    (pair,) = pairs_for_case(case)
+    assert pair.contract == "golden" and pair.arms == ("dcp",)  # eager of a DCP case is dcp
+    assert pair.params["golden_dir"] == "cases/gold" and pair.params["case_id"] == "c"
+    from harness.spec.preflight import preflight
+
+    absolute = make_case(compare={"golden": {"dir": "/abs"}}, gpus=2)
+    assert [p.field for p in preflight(absolute)] == ["compare.golden.dir"]

@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
     "run_cmd",
     "submit_cmd",
     "report_cmd",
+    "golden_cmd",
 )
 
 EXIT_USAGE = 2

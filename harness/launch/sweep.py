@@ -122,14 +122,16 @@ def finalize_case(case_dir: Path) -> CaseVerdict:
     case_dir = Path(case_dir)
     case = load_case(case_dir)
     arm_data = {}
-    for arm in arms_for_case(case):
+    arms = arms_for_case(case)
+    for arm in arms:
         arm_dir = case_dir / arm.name
         if arm_dir.is_dir():
             arm_data[arm.name] = (read_outcome(arm_dir), read_steps(arm_dir))
+    # Each arm runs its own derived case's world size (the reference arm runs one rank).
     verdict = evaluate_case(case.id, pairs_for_case(case), arm_data,
-                            expected_steps=case.train.steps, expected_ranks=case.world_size)
-    # (every arm of a case runs the case's world size; a reference arm of another size would
-    # pass its own expected ranks)
+                            expected_steps=case.train.steps,
+                            expected_ranks={arm.name: arm.case.world_size for arm in arms},
+                            sanity=case.compare.sanity)
     write_verdict(case_dir, verdict)
     return verdict
 

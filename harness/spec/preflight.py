@@ -42,6 +42,8 @@ problem names the field to change. Rules (``world = resources.nodes * resources.
   dividing ``dp_cp`` and the fixed-CP arm's layout must hold too (``global_batch`` divisible by
   ``dp_cp / fixed_cp``; ``seq_length % (2 * fixed_cp) == 0`` when ``fixed_cp > 1``).
 * ``compare.repeat`` with ``loss: exact`` needs ``train.deterministic: true``.
+* ``compare.reference`` needs a layout other than the single-rank one it is compared with (more
+  than one rank, or PP, CP or EP); ``compare.golden.dir`` is relative (to the case file's folder).
 * Graphs (``graphs:``): ``train.max_seqs_per_microbatch`` given (the cu_seqlens capacity; a fixed-CP
   bin then holds at most that many sequences), ``warmup_steps < steps``, scope ``full`` only with
   ``ep == 1``; ``compare.graph_vs_eager`` / ``compare.graph_pools`` need a ``graphs:`` section, and
@@ -51,6 +53,7 @@ problem names the field to change. Rules (``world = resources.nodes * resources.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from harness.slotmem.schedule import microbatch_count_problem
@@ -366,6 +369,15 @@ def check_microbatch_fill(case: Case) -> list[Problem]:
     return problems
 
 
+def reference_layout_problem(case: Case) -> Optional[str]:
+    """Why ``case`` has no single-rank reference arm distinct from itself (None: it has one)."""
+    p = case.parallel
+    if case.world_size == 1 and p.pp == 1 and p.ep == 1 and p.max_cp == 1 and not p.is_dynamic:
+        return ("the case already runs the single-rank reference layout (1 rank, no PP, CP or "
+                "EP): check it against compare.golden values or a compare.repeat instead")
+    return None
+
+
 def check_compare(case: Case) -> list[Problem]:
     p, t, c = case.parallel, case.train, case.compare
     problems: list[Problem] = []
@@ -390,6 +402,14 @@ def check_compare(case: Case) -> list[Problem]:
                     problems.append(Problem(
                         field, f"the fixed-CP arm needs train.seq_length {t.seq_length} "
                                f"divisible by 2*fixed_cp = {2 * pair.fixed_cp}"))
+    if c.reference is not None:
+        why = reference_layout_problem(case)
+        if why is not None:
+            problems.append(Problem(_at("compare.reference"), why))
+    if c.golden is not None and Path(c.golden.dir).is_absolute():
+        problems.append(Problem(_at("compare.golden.dir"), (
+            f"{c.golden.dir} is absolute; golden files are committed next to the case files, so "
+            "give a folder relative to the case file's folder (e.g. golden)")))
     if c.repeat is not None and c.repeat.loss == "exact" and not t.deterministic:
         problems.append(Problem(
             _at("compare.repeat.loss"),

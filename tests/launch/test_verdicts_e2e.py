@@ -1,0 +1,49 @@
+"""Real CPU runs through the CLI: the dead-model case fails its sanity checks, a CP layout matches
+its single-rank reference arm, and golden values round-trip through `dcp-harness golden record`."""
+
+import json
+
+from harness.cli import main
+from harness.golden import golden_file, read_golden
+from harness.report import gate
+from harness.results import read_steps
+
+
+def test_dead_model_fails_the_gate_naming_the_checks(write_case, tmp_path, capsys):
+    dead = write_case("dead", train={"steps": 3, "lr": 1.0e+6})
+    out = tmp_path / "out"
+    assert main(["run", str(dead), "--out", str(out)]) == 1
+    capsys.readouterr()
+    assert gate(out) == 1
+    printed = capsys.readouterr().out
+    assert "FAIL  dead / checks:" in printed and "eager.grad_norm_nonzero" in printed
+    steps = read_steps(out / "dead" / "eager")[0]
+    assert all(r.grad_norm == 0 for r in steps[1:]) and not any(r.nan for r in steps)
+
+
+def test_reference_pair_and_golden_values_on_a_cp2_case(write_case, tmp_path, capsys):
+    case = write_case("cp2", train={"steps": 2, "seq_length": 64},
+                      parallel={"cp": 2}, resources={"gpus_per_node": 2},
+                      compare={"reference": {}, "golden": {"dir": "golden"}})
+    out = tmp_path / "out"
+    # No golden values yet: an error (exit 2), never a pass; the reference pair passes.
+    assert main(["run", str(case), "--out", str(out)]) == 2
+    verdict = json.loads((out / "cp2" / "verdict.json").read_text())
+    status = {p["pair"]: p["status"] for p in verdict["pairs"]}
+    assert status == {"reference": "pass", "golden": "error"}
+    reference = next(p for p in verdict["pairs"] if p["pair"] == "reference")
+    assert {c["name"] for c in reference["checks"]} >= {"loss", "grad_norm", "aux_loss",
+                                                         "reference.steps_complete"}
+    assert sorted(read_steps(out / "cp2" / "reference")) == [0]  # one rank
+
+    assert main(["golden", "record", str(out)]) == 0
+    path = golden_file(case.parent / "golden", "cp2", "cpu")
+    assert "wrote " + str(path) in capsys.readouterr().out
+    assert sorted(read_golden(path).series("lm loss")) == [1, 2]
+    # Re-running into the same folder re-judges the complete arms against the goldens.
+    assert main(["run", str(case), "--out", str(out)]) == 0
+
+    doc = json.loads(path.read_text())
+    doc["grad norm"]["values"]["2"] *= 1.01
+    path.write_text(json.dumps(doc))
+    assert main(["run", str(case), "--out", str(out)]) == 1

@@ -1,0 +1,234 @@
+"""Reference, golden and sanity checks, grad norm in every pair, per-arm expected ranks (hand-made
+step records; no training)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from harness.compare import (
+    AUX_COEFF,
+    GOLDEN_CASE,
+    GOLDEN_DIR,
+    SAME_GROUPING,
+    Pair,
+    regroup_step,
+    sanity_checks,
+)
+from harness.golden import GoldenError, golden_file, golden_values, platform_of, read_golden, write_golden
+from harness.spec.schema import ReferenceContract, SanitySpec
+
+from tests.test_compare import LOSS, OK, by_name, one, run
+
+GRAD = [0.9, 0.8, 0.7, 0.6]
+
+
+def reference_pair(same: bool, coeff: float = 0.01, **bounds) -> Pair:
+    params = {**ReferenceContract(**bounds).model_dump(mode="json"), SAME_GROUPING: same,
+              AUX_COEFF: coeff}
+    return Pair("reference", "reference", ("cand", "reference"), params)
+
+
+def ref_data(cand: dict, ref: dict) -> dict:
+    return {"cand": (OK, cand), "reference": (OK, ref)}
+
+
+def ranks(**kw) -> dict:
+    return {"expected_ranks": {"cand": 2, "reference": 1}, **kw}
+
+
+def with_mbs(data: dict, counts: list[int]) -> dict:
+    for recs in data.values():
+        for rec, n in zip(recs, counts):
+            rec["microbatches"] = n
+    return data
+
+
+# --------------------------------------------------------------------------- reference
+def test_same_grouping_compares_every_metric_on_every_step_tightly() -> None:
+    cand, ref = run(LOSS, grad=GRAD), run(LOSS, ranks=1, grad=GRAD)
+    v = one([reference_pair(True)], ref_data(cand, ref), **ranks())
+    assert v.status == "pass"
+    checks = by_name(v.pairs[0])
+    assert {"loss", "grad_norm", "aux_loss"} <= set(checks)
+    assert "loss_regrouped" not in checks
+    assert "every step" in checks["loss"].detail
+    # A grad-norm drift of 1e-5 (10x the default bound) is a regression.
+    drift = run(LOSS, grad=[GRAD[0], GRAD[1] * (1 + 1e-5), *GRAD[2:]])
+    bad = one([reference_pair(True)], ref_data(drift, ref), **ranks())
+    assert bad.status == "fail"
+    assert [c.name for c in bad.pairs[0].failed_checks] == ["grad_norm"]
+
+
+def test_regrouped_layout_with_aux_loss_is_exact_on_step_one_then_loose() -> None:
+    ref = run(LOSS, ranks=1, grad=GRAD, aux=[1.0, 1.0, 1.0, 1.0])
+    later = [LOSS[0], LOSS[1] * (1 + 5e-4), LOSS[2], LOSS[3]]  # within regrouped_loss 1e-3
+    cand = run(later, grad=[g * (1 + 1e-4) for g in GRAD], aux=[1.01, 1.02, 1.0, 1.0])
+    v = one([reference_pair(False)], ref_data(cand, ref), **ranks())
+    assert v.status == "pass"
+    checks = by_name(v.pairs[0])
+    assert checks["loss"].value == 0 and "up to the regrouping" in checks["loss"].detail
+    assert not checks["aux_loss"].applicable and not checks["grad_norm"].applicable
+    assert checks["loss_regrouped"].bound == pytest.approx(1e-3)
+    assert checks["grad_norm_regrouped"].passed
+    # Step 1 differing at all beyond 1e-6 (a dropped or duplicated token) fails.
+    first = run([LOSS[0] * (1 + 1e-5), *LOSS[1:]], grad=GRAD)
+    bad = one([reference_pair(False)], ref_data(first, ref), **ranks())
+    assert [c.name for c in bad.pairs[0].failed_checks] == ["loss"]
+
+
+def test_regrouped_layout_without_aux_loss_is_exact_everywhere_but_aux() -> None:
+    ref = run(LOSS, ranks=1, grad=GRAD)
+    cand = run([LOSS[0], LOSS[1] * (1 + 5e-4), *LOSS[2:]], grad=GRAD, aux=[0.5] * 4)
+    v = one([reference_pair(False, coeff=0.0)], ref_data(cand, ref), **ranks())
+    checks = by_name(v.pairs[0])
+    assert v.status == "fail" and not checks["loss"].passed and "aux loss off" in checks["loss"].detail
+    assert checks["grad_norm"].passed and not checks["aux_loss"].applicable
+    assert "loss_regrouped" not in checks
+
+
+def test_layout_packing_other_microbatches_is_compared_exactly_until_then() -> None:
+    ref = with_mbs(run(LOSS, ranks=1, grad=GRAD), [4, 4, 3, 3])
+    cand = with_mbs(run([*LOSS[:3], LOSS[3] * (1 + 1e-4)], grad=GRAD), [4, 4, 4, 4])
+    assert regroup_step(True, cand, ref) == 3 and regroup_step(False, cand, ref) == 1
+    assert regroup_step(True, ref, ref) is None
+    v = one([reference_pair(True)], ref_data(cand, ref), **ranks())
+    checks = by_name(v.pairs[0])
+    assert v.status == "pass"
+    assert "from step 3" in checks["loss"].detail and "all 3 steps" in checks["loss"].detail
+    assert "all 2 steps" in checks["grad_norm"].detail
+    assert "all 1 steps" in checks["loss_regrouped"].detail
+
+
+def test_reference_pair_without_its_layout_params_is_an_error() -> None:
+    pair = Pair("reference", "reference", ("cand", "reference"), {})
+    v = one([pair], ref_data(run(LOSS), run(LOSS, ranks=1)), **ranks())
+    assert v.status == "error" and SAME_GROUPING in v.pairs[0].error
+
+
+def test_expected_ranks_per_arm() -> None:
+    data = ref_data(run(LOSS), run(LOSS, ranks=1))
+    assert one([reference_pair(True)], data, **ranks()).status == "pass"
+    # With the case's world size for every arm, the one-rank reference arm misses rank 1.
+    v = one([reference_pair(True)], data, expected_ranks=2)
+    assert v.status == "fail"
+    assert by_name(v.pairs[0])["reference.steps_complete"].detail == "missing rank 1: 1-4"
+
+
+# --------------------------------------------------------------------------- grad norm in pairs
+def test_dcp_vs_fixed_cp_compares_grad_norm() -> None:
+    pair = Pair("dcp_vs_fixed_cp", "dcp_vs_fixed_cp", ("dcp", "fixed-cp2"), {"fixed_cp": 2})
+    bad = one([pair], {"dcp": (OK, run(LOSS, grad=[g * 1.001 for g in GRAD])),
+                       "fixed-cp2": (OK, run(LOSS, grad=GRAD))})
+    assert [c.name for c in bad.pairs[0].failed_checks] == ["grad_norm"]
+    assert by_name(bad.pairs[0])["grad_norm"].bound == pytest.approx(2e-4)
+
+
+def test_graph_pools_compares_loss_and_grad_norm_bitwise() -> None:
+    pair = Pair("graph_pools", "graph_pools", ("graph", "graph-separate-pools"), {})
+    v = one([pair], {"graph": (OK, run(LOSS, grad=GRAD)),
+                     "graph-separate-pools": (OK, run(LOSS, grad=[*GRAD[:3], GRAD[3] + 1e-9]))})
+    checks = by_name(v.pairs[0])
+    assert checks["loss"].passed and not checks["grad_norm"].passed
+
+
+# --------------------------------------------------------------------------- sanity
+def names_failed(v) -> list[str]:
+    return sorted(c.name for p in v.pairs for c in p.failed_checks)
+
+
+def test_dead_model_fails_zero_grad_and_stuck_loss() -> None:
+    vocab = math.log(256)
+    dead = run([5.9, vocab, vocab, vocab], grad=[3.0, 0.0, 0.0, 0.0])
+    v = one([], {"eager": (OK, dead)})
+    assert v.status == "fail"
+    assert names_failed(v) == ["eager.grad_norm_nonzero", "eager.loss_moves"]
+    checks = by_name(v.pairs[0])
+    assert checks["eager.grad_norm_nonzero"].value == 6  # steps 2-4 on 2 ranks
+    assert "step(s) 3-4" in checks["eager.loss_moves"].detail
+
+
+def test_loss_spike_beyond_the_factor_fails() -> None:
+    v = one([], {"eager": (OK, run([2.5, 2.0, 3.1, 2.0]))})
+    assert names_failed(v) == ["eager.loss_spike"]
+    spike = by_name(v.pairs[0])["eager.loss_spike"]
+    assert spike.value == pytest.approx(3.1 / 2.0) and spike.bound == 1.5
+    assert one([], {"eager": (OK, run([2.5, 2.0, 2.9, 2.0]))}).status == "pass"
+
+
+def test_sanity_checks_switch_off_one_by_one() -> None:
+    dead = run([5.9, 5.5, 5.5, 9.0], grad=[3.0, 0.0, 0.0, 0.0])
+    off = SanitySpec(grad_norm_nonzero=False, loss_moves=False, loss_spike_factor=None)
+    assert sanity_checks("eager", dead, off) == ()
+    assert one([], {"eager": (OK, dead)}, sanity=off).status == "pass"
+    only_spike = SanitySpec(grad_norm_nonzero=False, loss_moves=False)
+    assert [c.name for c in sanity_checks("eager", dead, only_spike)] == ["eager.loss_spike"]
+
+
+def test_one_step_run_has_nothing_to_move() -> None:
+    checks = {c.name: c for c in sanity_checks("eager", run([2.0]), SanitySpec())}
+    assert not checks["eager.loss_moves"].applicable and not checks["eager.loss_spike"].applicable
+    assert checks["eager.grad_norm_nonzero"].passed
+
+
+# --------------------------------------------------------------------------- golden
+def golden_pair(where: Path, **params) -> Pair:
+    return Pair("golden", "golden", ("eager",), {**params, GOLDEN_DIR: str(where), GOLDEN_CASE: "c1"})
+
+
+def test_golden_file_layout_is_megatrons(tmp_path: Path) -> None:
+    data = run(LOSS, grad=GRAD)
+    path = write_golden(golden_file(tmp_path, "c1", "cpu"), data)
+    assert path == tmp_path / "c1" / "golden_values_cpu.json"
+    doc = json.loads(path.read_text())
+    assert sorted(doc) == ["aux loss", "grad norm", "lm loss"]  # no memory on CPU
+    assert doc["lm loss"] == {"start_step": 1, "end_step": 4, "step_interval": 1,
+                              "values": {"1": 2.5, "2": 2.31, "3": 2.2, "4": 2.1}}
+    assert read_golden(path).series("grad norm") == {1: 0.9, 2: 0.8, 3: 0.7, 4: 0.6}
+    assert platform_of(data) == "cpu" and platform_of({0: [{"step": 1, "device": "cuda:3"}]}) == "cuda"
+    mem = run(LOSS, mem=4.0 * 2**30)
+    assert golden_values(mem)["mem-max-allocated-bytes"]["values"]["4"] == 4.0 * 2**30
+
+
+def test_golden_check_passes_fails_and_errors(tmp_path: Path) -> None:
+    data = {"eager": (OK, run(LOSS, grad=GRAD))}
+    missing = one([golden_pair(tmp_path)], data)
+    assert missing.status == "error" and "no golden values at" in missing.pairs[0].error
+    write_golden(golden_file(tmp_path, "c1", "cpu"), run(LOSS, grad=GRAD))
+    good = one([golden_pair(tmp_path)], data)
+    assert good.status == "pass"
+    checks = by_name(good.pairs[0])
+    assert checks["loss"].value == 0 and not checks["mem_max_allocated_bytes"].applicable
+    moved = {"eager": (OK, run(LOSS, grad=GRAD, aux=[0.01, 0.0101, 0.01, 0.01]))}
+    bad = one([golden_pair(tmp_path)], moved)
+    assert bad.status == "fail" and [c.name for c in bad.pairs[0].failed_checks] == ["aux_loss"]
+    # A declared platform picks another file, which is missing: an error, never a pass.
+    other = one([golden_pair(tmp_path, platform="h200")], data)
+    assert other.status == "error" and "golden_values_h200.json" in other.pairs[0].error
+
+
+def test_golden_that_does_not_cover_the_run_is_an_error(tmp_path: Path) -> None:
+    write_golden(golden_file(tmp_path, "c1", "cpu"), run(LOSS[:3]))
+    v = one([golden_pair(tmp_path)], {"eager": (OK, run(LOSS))})
+    assert v.status == "error" and "no value for step(s) 4" in v.pairs[0].error
+    path = golden_file(tmp_path, "c1", "cpu")
+    doc = json.loads(path.read_text())
+    del doc["grad norm"]
+    path.write_text(json.dumps(doc))
+    v = one([golden_pair(tmp_path)], {"eager": (OK, run(LOSS[:3]))}, expected_steps=3)
+    assert v.status == "error" and "no metric 'grad norm'" in v.pairs[0].error
+    path.write_text("{not json")
+    with pytest.raises(GoldenError, match="unreadable"):
+        read_golden(path)
+
+
+def test_golden_memory_is_checked_where_cuda_recorded_it(tmp_path: Path) -> None:
+    write_golden(golden_file(tmp_path, "c1", "cpu"), run(LOSS, mem=1000.0))
+    grown = {"eager": (OK, run(LOSS, mem=1100.0))}  # +10% > the default 5%
+    v = one([golden_pair(tmp_path)], grown)
+    failed = [c.name for c in v.pairs[0].failed_checks]
+    assert failed == ["mem_max_allocated_bytes"]
+    assert one([golden_pair(tmp_path, memory=None)], grown).status == "pass"
