@@ -19,5 +19,8 @@ def case_rules(case_json: Mapping[str, Any], stored: Optional[CaseVerdict] = Non
     """Arms, pairs, steps and ranks of the case stored as ``case_json`` (``case.json``).
     Raises pydantic's ValidationError / CaseError when the harness cannot read it back."""
     case = Case.model_validate(dict(case_json))
-    return CaseRules(arms=tuple(a.name for a in arms_for_case(case)), pairs=pairs_for_case(case),
-                     expected_steps=case.train.steps, expected_ranks=case.world_size)
+    arms = arms_for_case(case)
+    return CaseRules(arms=tuple(a.name for a in arms), pairs=pairs_for_case(case),
+                     expected_steps=case.train.steps,
+                     expected_ranks={a.name: a.case.world_size for a in arms},
+                     sanity=case.compare.sanity)

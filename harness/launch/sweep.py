@@ -21,6 +21,7 @@ from typing import Any, Iterator, Optional, Protocol, Sequence
 from harness.arms import Arm, arms_for_case, pairs_for_case
 from harness.compare import ARM_CHECKS_PAIR, CaseVerdict, PairVerdict, evaluate_case, write_verdict
 from harness.errors import ConfigError
+from harness.launch.rules import case_rules
 from harness.launch.progress import NullProgress, SweepProgress
 from harness.launch.rank_main import CHECKPOINT_DIR
 from harness.results import (
@@ -121,17 +122,15 @@ def finalize_case(case_dir: Path) -> CaseVerdict:
     """Evaluate a case from its folder alone and write ``verdict.json``."""
     case_dir = Path(case_dir)
     case = load_case(case_dir)
+    rules = case_rules(case.model_dump(mode="json"))  # the one rule the gate re-judges with
     arm_data = {}
-    arms = arms_for_case(case)
-    for arm in arms:
-        arm_dir = case_dir / arm.name
+    for name in rules.arms:
+        arm_dir = case_dir / name
         if arm_dir.is_dir():
-            arm_data[arm.name] = (read_outcome(arm_dir), read_steps(arm_dir))
+            arm_data[name] = (read_outcome(arm_dir), read_steps(arm_dir))
     # Each arm runs its own derived case's world size (the reference arm runs one rank).
-    verdict = evaluate_case(case.id, pairs_for_case(case), arm_data,
-                            expected_steps=case.train.steps,
-                            expected_ranks={arm.name: arm.case.world_size for arm in arms},
-                            sanity=case.compare.sanity)
+    verdict = evaluate_case(case.id, rules.pairs, arm_data, expected_steps=rules.expected_steps,
+                            expected_ranks=rules.expected_ranks, sanity=rules.sanity)
     write_verdict(case_dir, verdict)
     return verdict
 

@@ -29,6 +29,7 @@ from harness.compare import (
     Pair,
     PairVerdict,
     combine_status,
+    ExpectedRanks,
     evaluate_case,
     field_of,
     pair_status,
@@ -47,7 +48,8 @@ class CaseRules:
     arms: tuple[str, ...]
     pairs: tuple[Pair, ...]
     expected_steps: Optional[int]
-    expected_ranks: Optional[int]
+    expected_ranks: ExpectedRanks  # one count, or arm -> count (a reference arm runs one rank)
+    sanity: Any = None  # the case's compare.sanity (None: every sanity check on)
 
 
 # case.json (a dict) and the stored verdict (None when there is none) -> the case's rules.
@@ -211,7 +213,7 @@ def judge_case(case_id: str, case: Optional[Mapping[str, Any]], stored: Optional
                              + "; ".join(unreadable))
     data = {a: (arms[a].outcome, arms[a].steps) for a in r.arms if a in arms}
     derived = evaluate_case(case_id, r.pairs, data, expected_steps=r.expected_steps,
-                            expected_ranks=r.expected_ranks)
+                            expected_ranks=r.expected_ranks, sanity=r.sanity)
     return reconcile(stored, derived)
 
 
