@@ -227,6 +227,16 @@ def raised_outcome(exc: BaseException, tb: str, ident: TaskIdentity, arm_dir: Pa
                f"(slurm job {ident.job_id}{because})")
 
 
+def _sit_out(arm_dir: Path, limit_s: float, poll_s: float = 2.0) -> None:
+    """A task beyond an arm's ranks waits for rank 0 to finish that arm (its outcome.json)
+    before the next arm, which all tasks run again; bounded by the arm's time limit."""
+    deadline = time.monotonic() + limit_s
+    while not (Path(arm_dir) / OUTCOME_FILE).is_file():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{arm_dir}: rank 0 did not finish this arm within {limit_s:.0f} s")
+        time.sleep(poll_s)
+
+
 def run_case_arms(case: Any, case_dir: Path, ident: TaskIdentity, retry_round: int = 0) -> dict:
     """Run every arm of ``case`` that still needs it, as this task's rank (see module doc)."""
     case_dir = Path(case_dir)
@@ -243,13 +253,20 @@ def run_case_arms(case: Any, case_dir: Path, ident: TaskIdentity, retry_round: i
             skipped.append(arm.name)
             continue
         arm_dir.mkdir(parents=True, exist_ok=True)
+        world = arm.case.world_size  # an arm may run fewer ranks than the job (the reference arm)
+        if ident.rank >= world:
+            _sit_out(arm_dir, 60.0 * case.resources.time_min + 120.0)
+            skipped.append(arm.name)
+            continue
         if ident.rank == 0:
             (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome in flight
             done = read_steps(arm_dir).get(0, [])
             append_event(case_dir, {"event": "arm_start", "arm": arm.name, "job_id": ident.job_id,
                                     "restarts": restarts, "resumed_after_step": len(done),
                                     "time": time.time()})
-        os.environ.update(distributed_env(ident, arm_port(ident.job_id, arm.name, restarts)))
+        arm_ident = TaskIdentity(ident.job_id, ident.rank, ident.local_rank, world,
+                                 ident.master_addr, restarts)
+        os.environ.update(distributed_env(arm_ident, arm_port(ident.job_id, arm.name, restarts)))
         repro = repro_line(case_dir, arm.name)
         started = time.monotonic()
         out, err = sys.stdout, sys.stderr

@@ -142,3 +142,19 @@ def test_arm_past_its_limit_times_out_with_stacks(tmp_path):
     outcome = read_outcome(case_dir / "eager")
     assert outcome.status == "timeout" and "arm limit of 3s" in outcome.detail
     assert "trigger_fault" in outcome.log_tail  # the hung frame is in the stacks
+
+
+def test_a_task_beyond_an_arms_ranks_sits_it_out_until_rank_0_finishes(tmp_path):
+    import threading
+    import time
+
+    from harness.launch.slurm_job import _sit_out
+
+    arm_dir = tmp_path / "reference"
+    arm_dir.mkdir()
+    threading.Timer(0.3, lambda: (arm_dir / "outcome.json").write_text("{}")).start()
+    start = time.monotonic()
+    _sit_out(arm_dir, limit_s=10, poll_s=0.05)
+    assert 0.25 < time.monotonic() - start < 5
+    with pytest.raises(TimeoutError, match="did not finish"):
+        _sit_out(tmp_path / "never", limit_s=0.2, poll_s=0.05)
