@@ -123,7 +123,7 @@ def job_info(job_id):
 
 
 def steps_of(arm_dir):
-    return [r["step"] for r in read_steps(arm_dir).get(0, [])]
+    return [r.step for r in read_steps(arm_dir).get(0, [])]
 
 
 def job_pids(array_job, task):
