@@ -621,7 +621,7 @@ def _graph_pools(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
         parts.append(f"r{r} {ratio:.3f} (separate pools {summed:.3f}, largest variant "
                      f"{largest / MIB:.0f} MiB)")
     return (Check("pool_ratio", worst, p.max_ratio, worst <= p.max_ratio,
-                  f"graph pool / largest single variant's pool: " + ", ".join(parts)),) + numerics
+                  "graph pool / largest single variant's pool: " + ", ".join(parts)),) + numerics
 
 
 # Keys the pair builder (harness.arms) adds to a reference pair's params: how the candidate

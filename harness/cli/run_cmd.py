@@ -20,7 +20,7 @@ from harness.launch.local import LocalLauncher
 from harness.launch.progress import make_progress
 from harness.launch.rules import case_rules
 from harness.launch.sweep import check_resumable, run_sweep
-from harness.report import console_table, gate, make_console, write_reports
+from harness.report import console_table, gate, make_console
 
 RESULTS_ROOT = Path("results")
 LATEST = "latest"
@@ -93,8 +93,7 @@ def run(args: argparse.Namespace) -> int:
                        progress=make_progress(sys.stderr))
     if args.out is None:
         point_latest(RESULTS_ROOT, out)
-    # The reports again, judged by the harness's own arms and pairs (as the gate does).
-    files = write_reports(out, rules=case_rules)
+    files = result.summary  # the sweep's reports, judged by the case's own arms and pairs
     console_table(files, make_console())
     shown = "summary.md, junit.xml, index.json" + (", plots/" if files.plots else "")
     print(f"results: {out}  ({shown})")

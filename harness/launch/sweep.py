@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Protocol, Sequence
 
-from harness.arms import Arm, arms_for_case, pairs_for_case
+from harness.arms import Arm, arms_for_case
 from harness.compare import ARM_CHECKS_PAIR, CaseVerdict, PairVerdict, evaluate_case, write_verdict
 from harness.errors import ConfigError
 from harness.launch.rules import case_rules
@@ -192,7 +192,7 @@ def run_sweep(cases: Sequence[Case], out_dir: Path, launcher: ArmLauncher,
     check_resumable(cases, out_dir)
     with sweep_lock(out_dir):
         verdicts, ran, skipped = _run_cases(cases, out_dir, launcher, progress or NullProgress())
-        summary = write_reports(out_dir)
+        summary = write_reports(out_dir, rules=case_rules)  # judged as the gate judges
     return SweepResult(out_dir=out_dir, verdicts=tuple(verdicts), arms_run=ran,
                        arms_skipped=skipped, summary=summary)
 
