@@ -31,7 +31,7 @@ from typing import Callable, Optional
 
 from harness.errors import ConfigError
 from harness.slotmem.schedule import microbatch_count_problem
-from harness.spec.layout import cp_size_problem
+from harness.spec.layout import cp_divides_problem, cp_size_problem
 from harness.spec.schema import Case
 from harness.workload.data import Sequence, step_sequences
 
@@ -128,8 +128,9 @@ def plan_step(case: Case, step: int) -> StepPlan:
     seqs = step_sequences(case.train, case.data, step)
     pool = case.dp_cp
     problem = schedulable(case)
+    rule = cp_size_problem if case.parallel.is_dynamic else cp_divides_problem
     for size in case.parallel.cp_sizes:
-        why = cp_size_problem(size, pool)
+        why = rule(size, pool)
         if why is not None:
             raise ConfigError(f"case {case.id}: {why}; fix parallel.dynamic_cp / parallel.cp")
     if case.parallel.is_dynamic:

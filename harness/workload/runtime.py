@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from harness.errors import ConfigError
+from harness.spec.layout import cp_divides_problem
 from harness.workload.comm import GroupHandle
 
 
@@ -192,8 +193,9 @@ def build_groups(layout: Layout, rank: int, cp_sizes: tuple[int, ...], device: t
     mine["ep"] = visit("ep", [b for s in stages for b in layout.ep_blocks(s)])
     mine["expert_dp"] = visit("expert_dp", [g for s in stages for g in layout.expert_dp_groups(s)])
     for size in sorted(set(cp_sizes)):
-        if layout.pool % size:
-            raise ConfigError(f"CP size {size} does not divide the DP x CP ranks of a stage ({layout.pool})")
+        why = cp_divides_problem(size, layout.pool)
+        if why is not None:
+            raise ConfigError(why)
         cp[size] = visit(f"cp{size}", [b for s in stages for b in layout.cp_blocks(s, size)])
     # One group per one-way (stage pair, kind) channel: activations flow s -> s+1 (and the VPP wrap
     # pp-1 -> 0), grads the other way. Each channel then carries one FIFO stream in one direction,

@@ -123,3 +123,35 @@ def test_microbatch_counts_are_raised_to_what_the_vpp_schedule_runs():
             plan = plan_step(case, step)
             assert microbatch_count_problem(2, 2, 2, len(plan.microbatches)) is None
             assert _all_indices(plan) == list(range(12))
+
+
+def test_a_fixed_cp_that_is_no_power_of_two_still_packs():
+    # Fixed CP needs only to divide the DP x CP ranks (the power-of-two rule is dynamic CP's).
+    case = make_case(world=3, parallel={"cp": 3}, train={"global_batch": 6, "seq_length": 60})
+    plan = plan_step(case, 1)
+    assert all(g.size == 3 for mb in plan.microbatches for g in mb.groups)
+
+
+def test_static_shapes_cap_sequences_per_group_and_count_padded_tokens():
+    from harness.spec.schema import GraphSpec
+    from harness.workload.packing import padded_length
+
+    def static(case, most):
+        train = case.train.model_copy(update={"max_seqs_per_microbatch": most})
+        return case.model_copy(update={"graphs": GraphSpec(), "train": train})
+
+    fixed = static(make_case(world=2, parallel={"cp": 2},
+                             train={"global_batch": 16, "seq_length": 64},
+                             data={"lengths": {"distribution": "uniform", "min": 3, "max": 13}}), 2)
+    dyn = static(make_case(world=2, parallel={"dynamic_cp": [1, 2]},
+                           train={"global_batch": 16, "seq_length": 64, "max_seqlen_per_rank": 32},
+                           data={"lengths": {"distribution": "uniform", "min": 3, "max": 60}}), 2)
+    for case in (fixed, dyn):
+        for step in (1, 2, 3):
+            plan = plan_step(case, step)
+            assert plan.sequences == 16
+            for mb in plan.microbatches:
+                for g in mb.groups:
+                    assert len(g.sequences) <= 2
+                    assert sum(padded_length(s.length, g.size) for s in g.sequences) <= \
+                        g.size * case.tokens_per_rank
