@@ -320,3 +320,27 @@ def test_suggested_global_batches_pack(gbs: int, dp: int) -> None:
     for value in suggested.split(" or "):
         good = fill_case(int(value), dp=dp)
         assert preflight(good) == [] and not _plan_fails(good)
+
+
+GRAPH_TRAIN = {"steps": 4, "dtype": "bf16", "max_seqs_per_microbatch": 8}
+
+
+def test_a_valid_graph_case_passes() -> None:
+    assert fields(graphs={"scope": "attn"}, train=GRAPH_TRAIN, compare={"graph_vs_eager": {}}) == []
+    assert fields(graphs={"scope": "full"}, train=GRAPH_TRAIN) == []
+
+
+@pytest.mark.parametrize(("sections", "field", "words"), [
+    ({"train": {**GRAPH_TRAIN, "max_seqs_per_microbatch": None}}, "train.max_seqs_per_microbatch",
+     "cu_seqlens"),
+    ({"train": {**GRAPH_TRAIN, "dtype": "fp32"}}, "train.dtype", "bf16"),
+    ({"train": {**GRAPH_TRAIN, "steps": 2}}, "graphs.warmup_steps", "leave none"),
+    ({"train": GRAPH_TRAIN, "graphs": {"scope": "full"}, "parallel": {"ep": 2},
+      "resources": {"gpus_per_node": 2}, "model": {"experts": 4}}, "graphs.scope", "fixed-size all-to-all"),
+    ({"train": GRAPH_TRAIN, "compare": {"graph_pools": {}}}, "compare.graph_pools", "two or more"),
+    ({"train": {**GRAPH_TRAIN, "memory_probe_step": 9}}, "train.memory_probe_step", "after the last"),
+])
+def test_graph_case_problems_name_their_field(sections, field, words) -> None:
+    sections = {"graphs": {"scope": "attn", "warmup_steps": 2}, **sections}
+    assert field in fields(**sections)
+    assert words in messages(**sections)
