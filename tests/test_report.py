@@ -42,7 +42,7 @@ def make_case(sweep: Path, case_id: str, pairs: list[Pair], arms: dict[str, tupl
     write_json_atomic(d / "case.json", {
         "id": case_id, "tags": ["focused"], "train": {"steps": 4},
         "resources": {"nodes": 1, "gpus_per_node": 2},
-        "compare": {p.contract: dict(p.params) for p in pairs}})
+        "compare": {p.contract: p.to_dict()["params"] for p in pairs}})
     for arm, spec in arms.items():
         write_arm(d, arm, *spec)
     if finished:

@@ -43,7 +43,8 @@ problem names the field to change. Rules (``world = resources.nodes * resources.
   ``dp_cp / fixed_cp``; ``seq_length % (2 * fixed_cp) == 0`` when ``fixed_cp > 1``).
 * ``compare.repeat`` with ``loss: exact`` needs ``train.deterministic: true``.
 * ``compare.reference`` needs a layout other than the single-rank one it is compared with (more
-  than one rank, or PP, CP or EP); ``compare.golden.dir`` is relative (to the case file's folder).
+  than one rank, or PP, CP or EP), or a ``graphs:`` section (its reference runs dynamic shapes);
+  ``compare.golden.dir`` is relative (to the case file's folder).
 * Graphs (``graphs:``): ``train.max_seqs_per_microbatch`` given (the cu_seqlens capacity; a fixed-CP
   bin then holds at most that many sequences), ``warmup_steps < steps``, scope ``full`` only with
   ``ep == 1``; ``compare.graph_vs_eager`` / ``compare.graph_pools`` need a ``graphs:`` section, and
@@ -370,9 +371,12 @@ def check_microbatch_fill(case: Case) -> list[Problem]:
 
 
 def reference_layout_problem(case: Case) -> Optional[str]:
-    """Why ``case`` has no single-rank reference arm distinct from itself (None: it has one)."""
+    """Why ``case`` has no single-rank reference arm distinct from itself (None: it has one). A
+    graph case always has one: its reference runs the dynamic-shape eager path, which its static
+    arms do not share."""
     p = case.parallel
-    if case.world_size == 1 and p.pp == 1 and p.ep == 1 and p.max_cp == 1 and not p.is_dynamic:
+    if (case.world_size == 1 and p.pp == 1 and p.ep == 1 and p.max_cp == 1 and not p.is_dynamic
+            and case.graphs is None):
         return ("the case already runs the single-rank reference layout (1 rank, no PP, CP or "
                 "EP): check it against compare.golden values or a compare.repeat instead")
     return None

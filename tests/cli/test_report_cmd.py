@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.arms import plan_case
 from harness.cli import report_cmd
+from harness.launch.sweep import prepare_case_dir
 from harness.compare import Pair, evaluate_case, write_verdict
 from harness.errors import ConfigError
 from harness.results import ArmOutcome, StepWriter, read_outcome, read_steps, write_json_atomic, \
@@ -31,8 +33,8 @@ def case_json() -> dict:
 
 
 def _sweep(root: Path, repeat_losses: list[float]) -> Path:
-    case_dir = root / CASE_ID
-    write_json_atomic(case_dir / "case.json", case_json())
+    (loaded,) = cases_from_text(CASE_YAML, "case.yaml")
+    case_dir = prepare_case_dir(plan_case(loaded.case), root)  # case.json + plan.json
     for arm, losses in (("eager", [2.0, 1.5]), ("eager-repeat", repeat_losses)):
         writer = StepWriter(case_dir / arm, 0)
         for step, loss in enumerate(losses, 1):

@@ -207,21 +207,25 @@ def test_repro_entry_point_reports_user_mistakes_without_a_traceback(tmp_path, c
     from harness.launch.local import main as local_main
     from harness.spec.schema import Case
 
+    from harness.arms import plan_case
+    from harness.launch.sweep import prepare_case_dir
+
     out = str(tmp_path / "arm")
     assert local_main(["--case", str(tmp_path / "gone.json"), "--arm", "eager", "--out", out]) == 2
     assert "no such file; pass the case.json" in capsys.readouterr().err
-    bad = tmp_path / "bad.json"
-    bad.write_text("{not json")
-    assert local_main(["--case", str(bad), "--arm", "eager", "--out", out]) == 2
-    assert "not a readable JSON file" in capsys.readouterr().err
+    bad = tmp_path / "bad" / "case.json"
+    bad.parent.mkdir()
     bad.write_text('{"name": 3}')
     assert local_main(["--case", str(bad), "--arm", "eager", "--out", out]) == 2
-    assert "not a case written by this dcp-harness version" in capsys.readouterr().err
+    assert "has no plan.json" in capsys.readouterr().err  # not a sweep's case folder
     from tests.workload.factories import make_case
 
-    case_json = tmp_path / "case.json"
-    case_json.write_text(make_case().model_dump_json())
+    case_dir = prepare_case_dir(plan_case(make_case()), tmp_path / "sweep")
+    case_json = case_dir / "case.json"
     assert Case.model_validate_json(case_json.read_text()).id == "t"
     assert local_main(["--case", str(case_json), "--arm", "graph", "--out", out]) == 2
-    assert "case has no arm 'graph' (its arms: eager)" in capsys.readouterr().err
+    assert "case 't' has no arm 'graph' (its arms: eager)" in capsys.readouterr().err
+    (case_dir / "plan.json").write_text("{not json")
+    assert local_main(["--case", str(case_json), "--arm", "eager", "--out", out]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
     assert not (tmp_path / "arm").exists()
