@@ -94,8 +94,8 @@ def skip_reason(case: Case, gpus: int) -> Optional[str]:
     why = "a graph case" if case.graphs is not None else "resources.device: cuda"
     if gpus == 0:
         return f"needs CUDA ({why}); this machine has no CUDA GPU"
-    if gpus < case.world_size:
-        return (f"needs {case.world_size} CUDA GPUs (resources.nodes x gpus_per_node, one per "
+    if gpus < case.layout.world:
+        return (f"needs {case.layout.world} CUDA GPUs (resources.nodes x gpus_per_node, one per "
                 f"rank); this machine has {gpus}")
     return None
 
@@ -315,7 +315,7 @@ class LocalLauncher:
     def run_arm(self, case: Case, arm: Arm, arm_dir: Path, case_json: Path) -> ArmOutcome:
         """Run every rank of ``arm``; never raises for a failing arm (see :class:`ArmOutcome`)."""
         arm_dir = Path(arm_dir)
-        world = arm.case.world_size
+        world = arm.case.layout.world
         gpus = cuda_device_count()
         arm_dir.mkdir(parents=True, exist_ok=True)
         skip = skip_reason(arm.case, gpus)

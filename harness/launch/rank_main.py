@@ -237,11 +237,11 @@ def _destroy_process_group() -> None:
 
 
 def _describe(case) -> str:
-    par, ex = case.parallel, case.execution
-    cp = f"dynamic CP {list(par.cp_sizes)}" if par.is_dynamic else f"CP {par.max_cp}"
+    lay, ex = case.layout, case.execution
+    cp = f"dynamic CP {list(lay.cp_sizes)}" if lay.dynamic else f"CP {lay.max_cp}"
     how = (f"CUDA graphs, scope {case.graphs.scope}, {ex.pools} pool(s)" if ex.graphed
            else "eager" + (", static shapes" if case.static_shapes else ""))
-    return f"pp {par.pp} vpp {par.vpp} ep {par.ep} {cp}; {how}"
+    return f"pp {lay.pp} vpp {lay.vpp} ep {lay.ep} {cp}; {how}"
 
 
 def run_rank(case, arm_name: str, arm_dir: Path, resume: bool = True) -> None:
@@ -257,7 +257,7 @@ def run_rank(case, arm_name: str, arm_dir: Path, resume: bool = True) -> None:
     run_case = arm.case  # the derived case this arm trains (its own layout and execution)
     arm_dir = Path(arm_dir)
     arm_dir.mkdir(parents=True, exist_ok=True)
-    os.environ.update(resolve_rank_env(os.environ, run_case.world_size))
+    os.environ.update(resolve_rank_env(os.environ, run_case.layout.world))
     rank = int(os.environ["RANK"])
     fault = parse_fault(os.environ.get(FAULT_ENV))
     writer = StepWriter(arm_dir, rank)

@@ -41,7 +41,8 @@ def _derive(case: Case, arm: str, **changes: object) -> Case:
 
 def as_fixed_cp(case: Case, cp: int, arm: str, field: str = "compare.dcp_vs_fixed_cp.fixed_cp") -> Case:
     """The case's data with every microbatch at CP size ``cp`` (``parallel.cp``; the dynamic-CP
-    fields dropped). Its per-rank token buffer is ``seq_length / cp`` in static-shape mode."""
+    fields dropped): its layout is ``case.layout.at_fixed_cp(cp)``. Its per-rank token buffer is
+    ``seq_length / cp`` in static-shape mode."""
     par = case.parallel.model_copy(update={"cp": cp, "dynamic_cp": None})
     train = case.train.model_copy(update={"max_seqlen_per_rank": None})
     derived = _derive(case, arm, parallel=par, train=train, execution=case.execution)

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from harness.spec.layout import ParallelLayout
 # Upper bounds of sizes (le=): limits.py says why each is what it is.
 from harness.spec.limits import limit
 
@@ -103,8 +104,9 @@ class ResolvedModel(ModelPreset):
 
 # --------------------------------------------------------------------------- parallel
 class ParallelSpec(_Strict):
-    """Parallel layout. DP is derived: world / (pp * cp) for fixed CP; with dynamic CP the
-    world / pp ranks of a stage form one DP x CP pool that each microbatch carves into CP groups."""
+    """Parallel degrees as written. DP is derived: world / (pp * cp) for fixed CP; with dynamic CP
+    the world / pp ranks of a stage form one DP x CP pool that each microbatch carves into CP
+    groups. The derived sizes and their rules: ``Case.layout`` (``harness.spec.layout``)."""
 
     pp: int = Field(default=1, ge=1, le=limit("parallel.pp"))
     vpp: int = Field(default=1, ge=1, le=limit("parallel.vpp"))
@@ -133,24 +135,6 @@ class ParallelSpec(_Strict):
         if self.cp is not None and self.dynamic_cp is not None:
             raise ValueError("give either cp (fixed CP) or dynamic_cp, not both")
         return self
-
-    @property
-    def is_dynamic(self) -> bool:
-        return self.dynamic_cp is not None
-
-    @property
-    def cp_sizes(self) -> tuple[int, ...]:
-        if self.dynamic_cp is not None:
-            return tuple(self.dynamic_cp)
-        return (self.cp or 1,)
-
-    @property
-    def max_cp(self) -> int:
-        return max(self.cp_sizes)
-
-    @property
-    def group_size(self) -> int:
-        return self.microbatch_group or self.pp
 
 
 # --------------------------------------------------------------------------- train / data
@@ -429,27 +413,7 @@ class Case(_Strict):
         return self.graphs is not None or self.resources.device == "cuda"
 
     @property
-    def tokens_per_rank(self) -> int:
-        """Static shapes: each rank's microbatch buffer, ``max_seqlen_per_rank`` with dynamic CP,
-        ``seq_length / cp`` with fixed CP (Megatron's pad-packed-seq alignment 'max')."""
-        if self.parallel.is_dynamic:
-            assert self.train.max_seqlen_per_rank is not None
-            return self.train.max_seqlen_per_rank
-        return self.train.seq_length // self.parallel.max_cp
-
-    @property
-    def world_size(self) -> int:
-        return self.resources.nodes * self.resources.gpus_per_node
-
-    @property
-    def dp_cp(self) -> int:
-        """Ranks of one pipeline stage: the DP x CP pool (world / pp)."""
-        return self.world_size // self.parallel.pp
-
-    @property
-    def dp(self) -> int:
-        """Static data-parallel degree: dp_cp / cp for fixed CP; for dynamic CP the whole DP x CP
-        pool is the static DP group, carved into CP groups per microbatch."""
-        if self.parallel.is_dynamic:
-            return self.dp_cp
-        return self.dp_cp // self.parallel.max_cp
+    def layout(self) -> ParallelLayout:
+        """The parallel layout: degrees, world, derived sizes (``dp_cp``, ``dp``,
+        ``tokens_per_rank``, ...) and their rules (``harness.spec.layout``)."""
+        return ParallelLayout.of(self)
