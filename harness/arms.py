@@ -30,7 +30,7 @@ from typing import Any, Sequence
 from harness.compare import AUX_COEFF, GOLDEN_CASE, GOLDEN_DIR, SAME_GROUPING, Pair
 from harness.errors import CaseError
 from harness.spec.derive import as_fixed_cp, as_reference, with_execution
-from harness.spec.schema import Case
+from harness.spec.schema import Case, Pools
 
 EAGER = "eager"
 GRAPH = "graph"
@@ -66,7 +66,7 @@ def arm_case(case: Case, name: str) -> Case:
     if base == GRAPH:
         return with_execution(case, base, graphed=True)
     if base == SEPARATE_POOLS:
-        return with_execution(case, base, graphed=True, pools="separate")
+        return with_execution(case, base, graphed=True, pools=Pools.SEPARATE)
     if base == REFERENCE:
         return as_reference(case, base)
     match = _FIXED_CP.match(base)

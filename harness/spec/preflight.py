@@ -57,7 +57,7 @@ from typing import Callable, Optional, Sequence
 from harness.spec.layout import ParallelLayout, cp_size_problem
 from harness.spec.problems import Problem
 from harness.spec.problems import at as _at
-from harness.spec.schema import Case
+from harness.spec.schema import Case, DType, GraphScope, LengthDistribution
 
 
 def check_layout(case: Case) -> list[Problem]:
@@ -161,7 +161,7 @@ def _shortest(case: Case) -> tuple[int, str]:
     """A lower bound on every sequence's length, and how to describe the sequences."""
     spec, seq_length = case.data.lengths, case.train.seq_length
     longest = min(spec.max, seq_length)
-    if spec.distribution == "fixed":
+    if spec.distribution is LengthDistribution.FIXED:
         return longest, f"{longest} tokens each (data.lengths distribution: fixed)"
     shortest = min(spec.min, longest)
     return shortest, f"at least {shortest} tokens (data.lengths.min)"
@@ -332,7 +332,7 @@ def check_graphs(case: Case) -> list[Problem]:
         problems.append(Problem(_at("train.max_seqs_per_microbatch"), (
             "a graph case needs the most sequences one CP group holds in a microbatch (the "
             "capacity of its fixed-size cu_seqlens buffers), e.g. max_seqs_per_microbatch: 16")))
-    if t.dtype != "bf16":
+    if t.dtype is not DType.BF16:
         problems.append(Problem(_at("train.dtype"), (
             f"graph cases run flash varlen attention and grouped expert GEMMs, which need "
             f"dtype bf16 (got {t.dtype}); their fp32 fallbacks read offsets on the host and "
@@ -341,7 +341,7 @@ def check_graphs(case: Case) -> list[Problem]:
         problems.append(Problem(_at("graphs.warmup_steps"), (
             f"{g.warmup_steps} eager warmup steps leave none of the {t.steps} train.steps for the "
             "graphs; use fewer warmup steps or more steps")))
-    if g.scope == "full" and p.ep > 1:
+    if g.scope is GraphScope.FULL and p.ep > 1:
         problems.append(Problem(_at("graphs.scope"), (
             f"scope full graphs the MoE dispatch too, whose all-to-all sizes with ep={p.ep} depend "
             "on the routing (no fixed-size all-to-all here); use scope: attn, or ep: 1 (grouped "

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from harness.errors import ConfigError
 from harness.results import GraphStats, MemoryProbe, StepRecord
 from harness.spec.layout import ParallelLayout
-from harness.spec.schema import Case
+from harness.spec.schema import Case, DType, Pools
 from harness.workload import checkpoint as ckpt
 from harness.workload.attention import AttentionContext, attention_plan
 from harness.workload.batch import local_batch, static_batch
@@ -63,7 +63,7 @@ class _Setup:
 
 
 def _autocast(case: Case) -> Optional[torch.dtype]:
-    return torch.bfloat16 if case.train.dtype == "bf16" else None
+    return torch.bfloat16 if case.train.dtype is DType.BF16 else None
 
 
 def _setup(case: Case, ctx: RankContext) -> _Setup:
@@ -164,7 +164,7 @@ def _capture(case: Case, s: _Setup) -> LayerGraphs:
     handles = {c: s.groups.cp_group(c) for c in lay.cp_sizes}
     return capture(
         s.chunks, layout, handles, lambda c: s.groups.pool_rank % c,
-        scope=case.graphs.scope, separate=case.execution.pools == "separate",
+        scope=case.graphs.scope, separate=case.execution.pools is Pools.SEPARATE,
         tokens=lay.tokens_per_rank, hidden=case.model.hidden,
         max_seqs=case.train.max_seqs_per_microbatch, experts=case.model.experts,
         top_k=case.model.experts_per_token, warmup_iters=case.graphs.capture_warmup_iters,
