@@ -37,7 +37,7 @@ from harness.compare import GoldenPairParams, Pair, ReferencePairParams
 from harness.errors import CaseError
 from harness.golden import snapshot_golden
 from harness.spec.derive import as_fixed_cp, as_reference, with_execution
-from harness.spec.schema import Case
+from harness.spec.schema import Case, Pools
 
 EAGER = "eager"
 GRAPH = "graph"
@@ -77,12 +77,12 @@ def arm_catalog(case: Case) -> dict[str, ArmSpec]:
     ``graph-separate-pools`` with a ``graphs:`` section, ``fixed-cp<N>`` (and
     ``graph-fixed-cp<N>``) for each CP size of a dynamic-CP case and ``dcp_vs_fixed_cp``'s
     ``fixed_cp``, ``reference``; each also as ``<name>-repeat``."""
-    dynamic = case.parallel.is_dynamic
+    dynamic = case.layout.dynamic
     specs = [ArmSpec(DCP if dynamic else EAGER)]
     if case.graphs is not None:
         specs += [ArmSpec(GRAPH), ArmSpec(SEPARATE_POOLS)]
     if dynamic:
-        sizes = set(case.parallel.cp_sizes)
+        sizes = set(case.layout.cp_sizes)
         if case.compare.dcp_vs_fixed_cp is not None:
             sizes.add(case.compare.dcp_vs_fixed_cp.fixed_cp)
         for cp in sorted(sizes):
@@ -124,7 +124,7 @@ def derive_arm_case(case: Case, spec: ArmSpec) -> Case:
     if spec.kind == GRAPH:
         return with_execution(case, base, graphed=True)
     if spec.kind == SEPARATE_POOLS:
-        return with_execution(case, base, graphed=True, pools="separate")
+        return with_execution(case, base, graphed=True, pools=Pools.SEPARATE)
     if spec.kind == REFERENCE:
         return as_reference(case, base)
     assert spec.fixed_cp is not None
@@ -166,7 +166,7 @@ def plan_case(case: Case) -> CasePlan:
                           (arm(GRAPH, "graphs"), arm(EAGER, "compare.graph_vs_eager")),
                           spec.graph_vs_eager))
     if spec.dcp_vs_fixed_cp is not None:
-        if not case.parallel.is_dynamic:
+        if not case.layout.dynamic:
             raise _arm_error(case, "compare.dcp_vs_fixed_cp", "dcp_vs_fixed_cp needs a dynamic-CP "
                              "case: set parallel.dynamic_cp (not parallel.cp)")
         cp, graphed = spec.dcp_vs_fixed_cp.fixed_cp, case.graphs is not None
@@ -182,7 +182,7 @@ def plan_case(case: Case) -> CasePlan:
         ref = arm(REFERENCE, "compare.reference")
         for i, cand in enumerate(_reference_candidates(case, pairs, arm)):
             params = ReferencePairParams(**dict(spec.reference),
-                                         groups_like_reference=derived[cand][1].dp == 1,
+                                         groups_like_reference=derived[cand][1].layout.dp == 1,
                                          aux_loss_coeff=case.model.aux_loss_coeff)
             pairs.append(Pair("reference" if i == 0 else f"reference-{cand}", "reference",
                               (cand, ref), params))
@@ -200,8 +200,8 @@ def plan_case(case: Case) -> CasePlan:
     if not names:
         names.append(arm(EAGER, "compare"))
     arms = tuple(PlannedArm(name=n, kind=derived[n][0].kind, case=derived[n][1],
-                            world_size=derived[n][1].world_size,
-                            ranks=tuple(range(derived[n][1].world_size)),
+                            world_size=derived[n][1].layout.world,
+                            ranks=tuple(range(derived[n][1].layout.world)),
                             repeat=derived[n][0].repeat) for n in names)
     return CasePlan(case=case, case_hash=case_hash(case.model_dump(mode="json")),
                     source=str(Path(case.source).resolve()), arms=arms, pairs=tuple(pairs))

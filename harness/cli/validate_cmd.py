@@ -29,9 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def layout(case: Case) -> str:
     """``pp2 vpp2 dcp1/2 ep2 dp2``: the parallel layout of a case in one word list."""
-    par = case.parallel
-    cp = "dcp" + "/".join(str(c) for c in par.cp_sizes) if par.is_dynamic else f"cp{par.max_cp}"
-    return f"pp{par.pp} vpp{par.vpp} {cp} ep{par.ep} dp{case.dp}"
+    lay = case.layout
+    cp = "dcp" + "/".join(str(c) for c in lay.cp_sizes) if lay.dynamic else f"cp{lay.max_cp}"
+    return f"pp{lay.pp} vpp{lay.vpp} {cp} ep{lay.ep} dp{lay.dp}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,9 +42,9 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(col)
     for case, plan in zip(cases, plans):
         pairs = [p.name for p in plan.pairs] or ["(arm checks only)"]
-        arms = [a.name + (f" ({a.world_size} rank)" if a.world_size != case.world_size else "")
+        arms = [a.name + (f" ({a.world_size} rank)" if a.world_size != case.layout.world else "")
                 for a in plan.arms]
-        table.add_row(case.id, layout(case), str(case.world_size), str(case.train.steps),
+        table.add_row(case.id, layout(case), str(case.layout.world), str(case.train.steps),
                       ", ".join(arms), ", ".join(pairs), case.source)
     make_console().print(table)
     return 0

@@ -38,8 +38,8 @@ from harness.errors import ConfigError
 from harness.launch.failures import classify_exit, tail_text
 from harness.launch.placement import runs_on_cuda, skip_reason
 from harness.launch.ports import is_addr_in_use, pick_free_port
-from harness.launch.rank_main import (FAULT_ENV, LAUNCHER_PID_ENV, read_plan_beside,
-                                      remove_empty_stacks, stacks_path)
+from harness.launch.rank_main import (LAUNCHER_PID_ENV, read_plan_beside, remove_empty_stacks,
+                                      stacks_path)
 from harness.results import LOG_FILE, ArmOutcome, read_steps, write_outcome
 
 TAIL_LINES = 60
@@ -291,13 +291,11 @@ def _terminate(live: list[_Rank], grace_s: float) -> None:
 
 
 # --------------------------------------------------------------------------- the launcher
-def repro_command(python: str, case_json: Path, arm_name: str, case_id: str,
-                  fault: Optional[str]) -> str:
+def repro_command(python: str, case_json: Path, arm_name: str, case_id: str) -> str:
     """One shell line that re-runs just this arm into a fresh folder."""
     argv = [python, "-m", "harness.launch.local", "--case", str(case_json),
             "--arm", arm_name, "--out", f"/tmp/dcp-repro/{case_id}/{arm_name}"]
-    prefix = f"{FAULT_ENV}={shlex.quote(fault)} " if fault else ""
-    return f"cd {shlex.quote(str(_REPO_ROOT))} && {prefix}{shlex.join(argv)}"
+    return f"cd {shlex.quote(str(_REPO_ROOT))} && {shlex.join(argv)}"
 
 
 @dataclass(frozen=True)
@@ -335,8 +333,7 @@ class LocalLauncher:
                   "--arm", arm.name, "--out", str(arm_dir)),
             world_size=world, arm_dir=arm_dir, timeout_s=self.timeout_s(plan),
             env=extra,
-            repro=repro_command(self.python, Path(case_json).resolve(), arm.name, plan.case_id,
-                                os.environ.get(FAULT_ENV)),
+            repro=repro_command(self.python, Path(case_json).resolve(), arm.name, plan.case_id),
         )
         return run_ranks(cmd, stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s,
                          port_retries=self.port_retries)
