@@ -12,8 +12,7 @@ from harness.cli import report_cmd
 from harness.launch.sweep import prepare_case_dir
 from harness.compare import Pair, evaluate_case, write_verdict
 from harness.errors import ConfigError
-from harness.results import ArmOutcome, StepWriter, read_outcome, read_steps, write_json_atomic, \
-    write_outcome
+from harness.results import ArmOutcome, StepWriter, read_outcome, read_steps, write_outcome
 from harness.spec.loader import cases_from_text
 
 CASE_ID = "a-rather-long-case-id-that-must-stay-whole.vpp2"

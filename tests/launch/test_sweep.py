@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.arms import plan_case, plan_cases
+from harness.arms import plan_cases
 from harness.errors import ConfigError
 from harness.launch.sweep import (check_resumable, finalize_case, prepare_case_dir, run_sweep,
                                   sweep_lock)
