@@ -18,9 +18,12 @@ derived and preflighted here. Reported, all from this run:
   microbatches); graph / ideal beside graph / eager (static) and graph / eager (today);
 * graph vs eager bitwise (LM loss, aux loss, grad norm on every step);
 * the graph arm's memory by parts (pool: arenas by kind, transients; device used over eager);
-* a torch.profiler summary of one more step per arm (``--profile-file``), not counted in the times.
+* with ``--profile-file``, a torch.profiler summary of the last step of every arm, from a second
+  pass in a child process after the tables: Kineto leaves CUPTI loaded after a profile
+  (pytorch/pytorch#144455), which slows every later kernel launch of that process, so no timed
+  step ever shares a process with the profiler.
 
-    python bench/graph_arms.py [--tokens 4096 1024] [--scopes attn full] [--steps 9]
+    python bench/graph_arms.py [--tokens 4096 1024] [--scopes attn full] [--steps 8]
                                [--json FILE] [--profile-file FILE]
 
 Without CUDA the graph arms are skipped (with the reason) and the eager arms run on the CPU, which
@@ -33,8 +36,10 @@ import argparse
 import contextlib
 import copy
 import dataclasses
+import gc
 import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -199,6 +204,7 @@ def isolated_block_times(sample: dict, graphs: Any, cuda: bool) -> dict[str, flo
         out["plain_graph_pool_mib"] = (free0 - torch.cuda.mem_get_info()[0]) / MIB
         out["plain_graph_ms"] = time_ms(_fwd_bwd(lambda x: plain(x, *rest), inputs[0]), cuda)
         del plain, twin
+        gc.collect()  # modules hold reference cycles: free the plain graph's pool before the next arm
     out["eager_ms"] = time_ms(_fwd_bwd(lambda x: block(x, *rest), inputs[0]), cuda)
     if graphs is not None:
         out["replay_ms"] = time_ms(_fwd_bwd(
@@ -286,10 +292,11 @@ def memory_parts(graphs: Any) -> dict[str, float]:
         parts["transients"] = parts.get("transients", 0.0) + (mem.pool_reserved - mem.backing) / MIB
         for (kind, _), n in g.layout.sizes.items():
             parts[f"arena_{kind}"] = parts.get(f"arena_{kind}", 0.0) + n / MIB
-        inputs = 0
-        for f in g.frames.values():
-            inputs += sum(t.numel() * t.element_size() for t in f.static_inputs
-                          if t.untyped_storage().data_ptr() == g.backing.untyped_storage().data_ptr())
+        # inputs with bytes of their own (a chained input is the previous layer's output view)
+        outputs = {o.data_ptr() for f in g.frames.values() for o in f.static_outputs}
+        inputs = sum(t.numel() * t.element_size() for f in g.frames.values() for t in f.static_inputs
+                     if t.data_ptr() not in outputs
+                     and t.untyped_storage().data_ptr() == g.backing.untyped_storage().data_ptr())
         parts["frame_static_inputs"] = parts.get("frame_static_inputs", 0.0) + inputs / MIB
         st = g.stats
         if st is not None:
@@ -355,7 +362,9 @@ def _profile_table(prof: Any, limit: int = 25) -> tuple[str, float]:
     return "\n".join(lines), kernels
 
 
-def run_arm(case: Case, cuda: bool, init_cache: dict, profile: bool) -> dict:
+def run_arm(case: Case, cuda: bool, init_cache: dict, profile: bool = False) -> dict:
+    """Train one arm in this process; ``profile``: profile its last step instead of timing and
+    diagnosing it (the profile pass)."""
     from harness.workload import RankContext, train_arm
 
     dev = "cuda:0" if cuda else "cpu"
@@ -375,7 +384,7 @@ def run_arm(case: Case, cuda: bool, init_cache: dict, profile: bool) -> dict:
             prof_box["p"] = torch.profiler.profile(activities=acts)
             prof_box["p"].start()
         if r.step == steps:
-            for name, fn in _last_step_diagnostics(r):
+            for name, fn in _last_step_diagnostics(r)[: 1 if profile else None]:
                 try:
                     fn()
                 except Exception:  # noqa: BLE001 - a failed diagnostic is reported, the run goes on
@@ -414,7 +423,7 @@ def run_arm(case: Case, cuda: bool, init_cache: dict, profile: bool) -> dict:
         train_arm(case, ctx, on_step)
     result["wall_s"] = time.perf_counter() - t0
     keep.clear()
-    timed_last = steps - 1 if profile else steps  # the profiled step is not timed
+    timed_last = steps
     result["records"] = [dict(step=r.step, loss=r.loss, aux=r.aux_loss, grad_norm=r.grad_norm,
                               graphed=r.graphed, ms=r.step_time_s * 1e3, microbatches=r.microbatches,
                               blocks=clock.per_step.get(r.step, []),
@@ -426,6 +435,10 @@ def run_arm(case: Case, cuda: bool, init_cache: dict, profile: bool) -> dict:
 
 
 # ------------------------------------------------------------------------------------- tables
+def _ratio(a: Optional[float], b: Optional[float]) -> str:
+    return f"{a / b:.3f}" if a and b else "-"
+
+
 def _med(xs: list[float]) -> Optional[float]:
     return statistics.median(xs) if xs else None
 
@@ -499,16 +512,18 @@ def report(results: dict) -> str:
                                (sg["call_fwd_ms"] + sg["call_bwd_ms"]) if sg and sg["call_fwd_ms"] else None,
                                iso.get("eager_ms"), iso.get("replay_ms"), iso.get("plain_graph_ms"),
                                iso.get("plain_graph_pool_mib")])
-            ideal = None
+            ideal = ideal_own = None
             if sg is not None and iso.get("plain_graph_ms") is not None:
-                per = [se["rest_by_step"][s] + se["calls_by_step"][s] * iso["plain_graph_ms"]
-                       for s in steps if s in se["rest_by_step"]]
-                ideal = _med(per)
+                plain = iso["plain_graph_ms"]
+                ideal = _med([se["rest_by_step"][s] + se["calls_by_step"][s] * plain
+                              for s in steps if s in se["rest_by_step"]])
+                ideal_own = _med([sg["rest_by_step"][s] + sg["calls_by_step"][s] * plain
+                                  for s in steps if s in sg["rest_by_step"]])
             g = sg["step_ms"] if sg else None
-            ratio_rows.append([tokens, scope, g, ideal, se["step_ms"], st["step_ms"] if st else None,
-                               g / ideal if g and ideal else None, g / se["step_ms"] if g else None,
-                               g / st["step_ms"] if g and st else None,
-                               se["step_ms"] / st["step_ms"] if st else None])
+            ratio_rows.append([tokens, scope, g, ideal, ideal_own, se["step_ms"], st["step_ms"] if st else None,
+                               _ratio(g, ideal), _ratio(g, ideal_own), _ratio(g, se["step_ms"]),
+                               _ratio(g, st["step_ms"] if st else None),
+                               _ratio(se["step_ms"], st["step_ms"] if st else None)])
             if sg is not None:
                 notes.append(f"t{tokens} {scope}: graph vs eager {bitwise(graph, eager)}; "
                              f"{graph.get('capture_line', '')}")
@@ -538,10 +553,12 @@ def report(results: dict) -> str:
         table(["tokens", "scope", "eager in step", "replay in step", "eager alone", "replay alone",
                "plain graph alone", "plain graph pool MiB"], block_rows),
         "",
-        "Graph arm against the ideal (static eager rest + every block call at the plain graph's time) "
-        "and both eager paths:",
-        table(["tokens", "scope", "graph ms", "ideal ms", "static eager ms", "today's eager ms", "graph / ideal",
-               "graph / static", "graph / today", "static / today"], ratio_rows),
+        "Graph arm against the ideal (the static eager arm's rest + every block call at the plain graph's "
+        "time; also with the graph arm's own rest, which is shorter where the host runs ahead) and both "
+        "eager paths:",
+        table(["tokens", "scope", "graph ms", "ideal ms", "ideal (graph's rest) ms", "static eager ms",
+               "today's eager ms", "graph / ideal", "graph / ideal (graph's rest)", "graph / static",
+               "graph / today", "static / today"], ratio_rows),
         "",
         "Memory (MiB): device used after the last step's empty_cache, eager vs graph, and the graph "
         "arm's pool by parts (arenas: saved frames incl. static inputs, returned input grads, output-grad "
@@ -558,14 +575,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tokens", type=int, nargs="+", default=[4096, 1024])
     p.add_argument("--scopes", nargs="+", default=["attn", "full"], choices=["attn", "full"])
-    p.add_argument("--steps", type=int, default=9, help="steps per arm (the last one is profiled)")
+    p.add_argument("--steps", type=int, default=8, help="steps per arm (timed: the graph-replaying ones)")
     p.add_argument("--graphs-case", type=Path, default=GRAPHS_CASE)
     p.add_argument("--eager-case", type=Path, default=EAGER_CASE)
     p.add_argument("--no-today", action="store_true", help="skip today's eager path")
-    p.add_argument("--no-profile", action="store_true")
-    p.add_argument("--profile-file", type=Path, default=None, help="write every arm's profile here")
+    p.add_argument("--profile-file", type=Path, default=None,
+                   help="then profile every arm's last step in a child process and write the summaries here")
+    p.add_argument("--profile-pass", action="store_true", help=argparse.SUPPRESS)  # the child's mode
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--report-from", type=Path, default=None,
+                   help="print the tables of an earlier run's --json file (nothing is run)")
     args = p.parse_args(argv)
+    if args.report_from is not None:
+        saved = json.loads(args.report_from.read_text())
+        print(report({(int(k.split("/")[0]), *k.split("/")[1:]): v for k, v in saved.items()}))
+        return 0
     cuda = torch.cuda.is_available()
     if cuda:
         print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
@@ -573,7 +597,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"torch {torch.__version__}, no CUDA: graph arms skipped (they replay CUDA graphs)", flush=True)
     graph_cases = {c.graphs.scope: c for c in load_cases([args.graphs_case]) if c.graphs is not None}
     eager_cases = load_cases([args.eager_case])
-    profile = not args.no_profile
+    profile = args.profile_pass
+    if profile and args.profile_file is None:
+        raise SystemExit("--profile-pass needs --profile-file")
     init_cache: dict = {}
     results: dict = {}
     for tokens in args.tokens:
@@ -596,17 +622,27 @@ def main(argv: Optional[list[str]] = None) -> int:
                 continue
             results[(tokens, scope, arm)] = res
             print(f"   {res['wall_s']:.1f}s; step ms " + " ".join(f"{r['ms']:.1f}" for r in res["records"]), flush=True)
-            if args.profile_file is not None and "profile" in res:
+            if profile and "profile" in res:
                 with args.profile_file.open("a") as f:
                     f.write(f"==== {case.id} / {arm}: profiled step {res['profile_step_ms']:.1f} ms, GPU time "
                             f"{res['profile_gpu_ms']:.1f} ms\n{res['profile']}\n\n")
+            gc.collect()  # what an arm leaves in reference cycles must not count in the next one's memory
             if cuda:
                 torch.cuda.empty_cache()
-            if args.json is not None:  # after every arm: a run cut short keeps what it measured
+            if args.json is not None and not profile:  # after every arm: a run cut short keeps what it measured
                 args.json.write_text(json.dumps({f"{t}/{s}/{a}": {k: v for k, v in r.items() if k != "profile"}
                                                  for (t, s, a), r in results.items()}, indent=1, default=str))
+    if profile:
+        return 0
     print()
     print(report(results))
+    if args.profile_file is not None:
+        child = [sys.executable, str(Path(__file__).resolve()), "--profile-pass", "--profile-file",
+                 str(args.profile_file), "--tokens", *map(str, args.tokens), "--scopes", *args.scopes,
+                 "--steps", str(args.steps), "--graphs-case", str(args.graphs_case),
+                 "--eager-case", str(args.eager_case)] + (["--no-today"] if args.no_today else [])
+        print(f"\nprofile pass (child process): {' '.join(child[1:])}", flush=True)
+        return subprocess.call(child)
     return 0
 
 

@@ -52,7 +52,7 @@ def test_bench_reports_eager_arms_blocks_and_rest_from_one_run(tmp_path, capsys)
     (tmp_path / "e.yaml").write_text(EAGER)
     bench = _bench()
     rc = bench.main(["--graphs-case", str(tmp_path / "g.yaml"), "--eager-case", str(tmp_path / "e.yaml"),
-                     "--tokens", "128", "64", "--steps", "4", "--no-profile", "--json", str(tmp_path / "r.json")])
+                     "--tokens", "128", "64", "--steps", "4", "--json", str(tmp_path / "r.json")])
     out = capsys.readouterr().out
     assert rc == 0
     assert "graph arms skipped" in out
