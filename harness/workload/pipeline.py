@@ -74,7 +74,10 @@ def run_step(
     stages = pp * vpp
     pp_rank = groups.pp_rank
     order = pipeline_order(pp, vpp, group, pp_rank, microbatches)
-    totals = StepTotals()
+    # Loss and aux pieces add up on the device (fp64, in the order a host sum would take them:
+    # the same bits) and are read once, at the end: no host sync per microbatch.
+    loss_acc = torch.zeros((), dtype=torch.float64, device=device)
+    aux_acc = torch.zeros((), dtype=torch.float64, device=device)
     inputs: dict[int, MicrobatchInput] = {}
     saved: dict[tuple[int, int], tuple[torch.Tensor | None, torch.Tensor]] = {}
     backwards_left = {m: vpp for m in range(microbatches)}
@@ -122,7 +125,7 @@ def run_step(
                 ce = F.cross_entropy(out.float(), mb.targets, reduction="none")
                 ce_sum = (ce * mb.valid.to(ce.dtype)).sum()
                 loss = ce_sum / step_tokens
-                totals.loss_sum += float(loss.detach())
+                loss_acc += loss.detach().double()
                 saved[(c, m)] = (x_in, loss)
             else:
                 send = out.detach().float().contiguous()
@@ -152,10 +155,20 @@ def run_step(
             pending = [(w, t) for w, t in pending if not w.is_completed()]  # type: ignore[attr-defined]
             backwards_left[m] -= 1
             if backwards_left[m] == 0:
-                totals.aux_sum += float(sum(t.item() for t in inputs[m].ctx.moe.aux_sink))
+                aux_acc += _ordered_sum(inputs[m].ctx.moe.aux_sink, device)
                 del inputs[m]
     for work, _ in pending:
         work.wait()  # type: ignore[attr-defined]
     if saved or inputs:
         raise RuntimeError(f"pipeline order left work behind: saved {sorted(saved)}, inputs {sorted(inputs)}")
-    return totals
+    loss_sum, aux_sum = torch.stack([loss_acc, aux_acc]).tolist()
+    return StepTotals(loss_sum=loss_sum, aux_sum=aux_sum)
+
+
+def _ordered_sum(pieces: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """``0.0 + p0 + p1 + ...`` in fp64, one piece after another (what ``sum`` of the host values
+    gives, bit for bit)."""
+    acc = torch.zeros((), dtype=torch.float64, device=device)
+    for p in pieces:
+        acc += p.detach().reshape(()).double()
+    return acc

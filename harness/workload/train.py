@@ -20,7 +20,7 @@ from harness.spec.schema import Case, DType, Pools
 from harness.workload import checkpoint as ckpt
 from harness.workload.attention import AttentionContext, attention_plan
 from harness.workload.batch import local_batch, static_batch
-from harness.workload.data import successor_table
+from harness.workload.data import Table, successor_table
 from harness.workload.graphed import GraphLayout, LayerGraphs, capture, reachable_microbatch_counts
 from harness.workload.model import (
     GraphableBlock,
@@ -35,6 +35,7 @@ from harness.workload.optim import all_reduce_grads, clip_grads_, global_grad_no
 from harness.workload.packing import StepPlan, plan_step
 from harness.workload.pipeline import MicrobatchInput, run_step
 from harness.workload.runtime import ProcessGroups, RankContext, build_groups
+from harness.workload.transfer import to_device
 
 StepCallback = Callable[[StepRecord], None]
 
@@ -98,7 +99,7 @@ class _GraphSlot:
 
 
 def _microbatch_input(
-    case: Case, plan: StepPlan, m: int, s: _Setup, table: torch.Tensor, slot: _GraphSlot
+    case: Case, plan: StepPlan, m: int, s: _Setup, table: Table, slot: _GraphSlot
 ) -> MicrobatchInput:
     group = plan.microbatches[m].group_of(s.groups.pool_rank)
     if case.static_shapes:
@@ -123,7 +124,7 @@ def _microbatch_input(
 
 
 def _static_input(
-    case: Case, plan: StepPlan, m: int, s: _Setup, table: torch.Tensor, slot: _GraphSlot
+    case: Case, plan: StepPlan, m: int, s: _Setup, table: Table, slot: _GraphSlot
 ) -> MicrobatchInput:
     """A static-shape microbatch: fixed token buffer, metadata tensors, the block runner (eager
     call, or graph replay once captured)."""
@@ -131,14 +132,13 @@ def _static_input(
     group = plan.microbatches[m].group_of(s.groups.pool_rank)
     b = static_batch(group, s.groups.pool_rank, case.train.seed, plan.step, case.model.vocab, table,
                      case.layout.tokens_per_rank, case.train.max_seqs_per_microbatch)
-    dev = s.device
     cp = s.groups.cp_group(group.size)
-    meta = tuple(t.to(dev) for t in b.layout.metadata())
-    valid = b.valid.to(dev)
+    host_scalars = moe_scalars(b.unit_tokens, plan.total_tokens, case.model.experts,
+                               case.model.experts_per_token)
+    ids, targets, valid, scalars, *meta = to_device(
+        (b.inputs, b.targets, b.valid, host_scalars, *b.layout.metadata()), s.device)  # one upload
     moe = MoEContext(valid=valid, unit_tokens=b.unit_tokens, step_tokens=plan.total_tokens, cp=cp,
-                     ep=s.groups.ep)
-    scalars = moe_scalars(b.unit_tokens, plan.total_tokens, case.model.experts,
-                          case.model.experts_per_token).to(dev)
+                     ep=s.groups.ep, static_shapes=True)
 
     def run(block: GraphableBlock, key: tuple[int, int], inputs: tuple[torch.Tensor, ...]) -> object:
         if slot.graphs is not None:
@@ -146,9 +146,9 @@ def _static_input(
         block.cp = cp
         return block(*inputs)
 
-    static = StaticContext(meta, valid, scalars, cp, group.size, m, case.graphs.scope, run,
+    static = StaticContext(tuple(meta), valid, scalars, cp, group.size, m, case.graphs.scope, run,
                            aux_sink=moe.aux_sink)
-    return MicrobatchInput(b.inputs.to(dev), b.targets.to(dev), valid, LayerContext(None, moe, static))
+    return MicrobatchInput(ids, targets, valid, LayerContext(None, moe, static))
 
 
 def _capture(case: Case, s: _Setup) -> LayerGraphs:
@@ -245,7 +245,7 @@ def train_arm(
         if start > 0:
             assert checkpoint_dir is not None
             _restore(s, opt, ckpt.load(checkpoint_dir, ctx.rank, start), case, ctx.rank)
-        table = successor_table(train.seed, case.model.vocab)
+        table = successor_table(train.seed, case.model.vocab).tolist()  # read once, not per sequence
         autocast = _autocast(case)
         pool_rank = s.groups.pool_rank
         slot = _GraphSlot()
