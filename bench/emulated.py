@@ -143,30 +143,17 @@ def run_rank(case: Case, rank: int, arms: list[tuple[str, Case]], cache: WeightC
             print(f"[{run.label}] {name}: skipped (deadline)", flush=True)
             continue
         sink = _Sink(out / case.id / name, rank)
-        recs, on_step = sink.records, sink.append
-
-        print(f"[{run.label}] {name}: {arm.train.steps} steps", flush=True)
+        recs = sink.records
         sites = name in (GRAPH, arms[2][0])
-        try:
-            try:
-                res = emulate_rank(arm, rank, on_step, weights=cache, sites=sites)
-            except torch.cuda.OutOfMemoryError:
-                raise
-            except Exception:
-                if not sites:
-                    raise
-                # the figures matter more than the site table: once more without recording sites
-                traceback.print_exc()
-                print(f"[{run.label}] {name}: failed with allocation sites recorded; again without",
-                      flush=True)
-                sink.reset()
-                res = emulate_rank(arm, rank, on_step, weights=cache, sites=False)
-                run.errors[f"{name} (sites)"] = "failed with allocation sites recorded; ran without"
-        except Exception as exc:  # one arm failing (e.g. out of memory) must not lose the others
-            peak = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
-            run.errors[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:400] + \
-                f" (peak allocated {peak / MiB:.0f} MiB)"
-            traceback.print_exc()
+        res, error = _attempt(arm, rank, sink, cache, sites)
+        if res is None and sites and "out of memory" not in error:
+            # the figures matter more than the site table: once more without recording sites
+            print(f"[{run.label}] {name}: failed with allocation sites recorded; again without", flush=True)
+            run.errors[f"{name} (sites)"] = f"failed with allocation sites recorded ({error}); ran without"
+            sink.reset()
+            res, error = _attempt(arm, rank, sink, cache, False)
+        if res is None:
+            run.errors[name] = error
             run.records[name] = recs
             continue
         run.records[name], run.arms[name] = recs, res
@@ -175,6 +162,19 @@ def run_rank(case: Case, rank: int, arms: list[tuple[str, Case]], cache: WeightC
               f"{statistics.median(times) if times else float('nan'):.3f}s, "
               f"peak allocated {max(r.max_allocated_bytes or 0 for r in recs) / MiB:.0f} MiB", flush=True)
     return run
+
+
+def _attempt(arm: Case, rank: int, sink: _Sink, cache: WeightCache,
+             sites: bool) -> tuple[Optional[EmulatedArm], str]:
+    """One emulated arm; on failure None and the error (the exception, and with it every tensor
+    its frames held, is gone when this returns, before anything else runs)."""
+    try:
+        return emulate_rank(arm, rank, sink.append, weights=cache, sites=sites), ""
+    except Exception as exc:  # one arm failing (e.g. out of memory) must not lose the others
+        traceback.print_exc()
+        peak = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
+        return None, (f"{type(exc).__name__}: {exc}".splitlines()[0][:400]
+                      + f" (peak allocated {peak / MiB:.0f} MiB)")
 
 
 def _probe(recs: list[StepRecord]) -> Any:
@@ -317,7 +317,7 @@ def fit_check(case: Case, rank: int, steps: int, cache: WeightCache) -> dict[str
     from harness.slotmem.schedule import warmup_count
     from harness.workload.graphed import reachable_microbatch_counts
 
-    arm = with_steps(arm_case(case, arm_names(case)[0]), steps)
+    arm = with_steps(arm_case(case, arm_names(case)[0]), max(steps, case.graphs.warmup_steps + 1))
     par, place = case.parallel, rank_place(case, rank)
     static = 4 * cache.param_bytes(case, rank)
     recs: list[StepRecord] = []

@@ -38,39 +38,6 @@ def _calls(comm: Loopback, x: torch.Tensor, rows: torch.Tensor, counts: torch.Te
     return y, ex, back, gx, grows, got, buf
 
 
-def test_loopback_calls_capture_replay_as_eager_and_never_sync():
-    dev = _cuda()
-    comm = Loopback(seed=5)
-    torch.manual_seed(0)
-    x = torch.randn(64, 2, 32, device=dev, dtype=torch.bfloat16, requires_grad=True)
-    rows = torch.randn(8, 16, device=dev, requires_grad=True)
-    counts = torch.tensor([1, 2, 3, 4], device=dev)
-    buf = torch.empty(100, 256, device=dev)
-    eager = [t.clone() for t in _calls(comm, x, rows, counts, buf)]  # also draws the receive bank
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        _calls(comm, x, rows, counts, buf)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):  # warm up on the capture stream
-            _calls(comm, x, rows, counts, buf)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static = _calls(comm, x, rows, counts, buf)
-    buf.zero_()
-    graph.replay()
-    torch.cuda.synchronize()
-    for name, a, b in zip(("gather", "exchange", "combine", "dx", "drows", "counts", "recv"), eager, static):
-        assert torch.equal(a, b), name
-        assert not a.is_floating_point() or torch.isfinite(a.float()).all(), name
-    assert eager[0].shape == (128, 2, 32) and eager[1].shape == (10, 16) and eager[2].shape == (8, 16)
-
-
 def _case() -> Case:
     return Case.model_validate(dict(
         id="emulated-tiny", name="emulated-tiny", source="<test>", model=MODEL,
@@ -104,3 +71,46 @@ def test_an_emulated_graph_arm_replays_both_cp_sizes_bitwise_equal_to_its_eager_
         sum(len(r.cp_sizes) for r in graph if r.graphed) * 2  # 2 layers on this rank
     assert out.sites is not None and any(s.pool == GRAPH_POOL for s in out.sites)
     assert graph[2].memory_probe is not None
+
+
+def _inputs(dev: torch.device) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(0)
+    x = torch.randn(64, 2, 32, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    rows = torch.randn(8, 16, device=dev, requires_grad=True)
+    counts = torch.tensor([1, 2, 3, 4], device=dev)
+    return x, rows, counts, torch.empty(100, 256, device=dev)
+
+
+def test_loopback_calls_never_synchronise_with_the_host():
+    dev = _cuda()
+    comm, args = Loopback(seed=5), _inputs(_cuda())
+    _calls(comm, *args)  # draws the receive bank
+    torch.cuda.synchronize(dev)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = _calls(comm, *args)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert out[0].shape == (128, 2, 32) and out[1].shape == (10, 16) and out[2].shape == (8, 16)
+
+
+def test_loopback_calls_capture_and_replay_as_eager():
+    dev = _cuda()
+    comm, args = Loopback(seed=5), _inputs(dev)
+    x, rows, counts, buf = args
+    eager = [t.clone() for t in _calls(comm, *args)]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # warm up on the capture stream
+            _calls(comm, *args)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = _calls(comm, *args)
+    buf.zero_()
+    graph.replay()
+    torch.cuda.synchronize(dev)
+    for name, a, b in zip(("gather", "exchange", "combine", "dx", "drows", "counts", "recv"), eager, static):
+        assert torch.equal(a, b), name
+        assert not a.is_floating_point() or torch.isfinite(a.float()).all(), name
