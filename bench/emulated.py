@@ -52,7 +52,7 @@ from harness.spec.loader import load_cases  # noqa: E402
 from harness.spec.preflight import preflight  # noqa: E402
 from harness.spec.schema import Case  # noqa: E402
 from harness.workload.allocsites import diff_sites, pool_totals  # noqa: E402
-from harness.workload.emulate import EmulatedArm, WeightCache, emulate_rank, rank_place  # noqa: E402
+from harness.workload.emulate import EmulatedArm, WeightCache, emulate_rank, rank_place, stage_ranks  # noqa: E402
 
 MiB = 2**20
 GRAPH, SEPARATE = "graph", "graph-separate-pools"
@@ -125,7 +125,7 @@ def arm_names(case: Case) -> list[str]:
 def plan_arms(case: Case) -> list[tuple[str, Case]]:
     """The arms an emulated rank runs, each as the derived case it trains: the eager and graph
     arms every step, the other two up to the memory probe (and the capture)."""
-    if case.graphs is None or not case.parallel.is_dynamic:
+    if case.graphs is None or not case.layout.dynamic:
         raise SystemExit(f"{case.id}: bench/emulated.py needs a dynamic-CP graph case (graphs: and "
                          "parallel.dynamic_cp)")
     probe = case.train.memory_probe_step or case.train.steps
@@ -211,7 +211,7 @@ def summarize(case: Case, run: RankRun, top: int) -> dict[str, Any]:
         s["replays"] = {f"cp{c}/slot{k}": n for (c, k), n in sorted(frames.items())}
         s["replayed_cp_sizes"] = sorted({c for c, _ in frames})
         s["graphed_steps"] = sum(1 for r in g if r.graphed)
-        checks["every_cp_size_replayed"] = s["replayed_cp_sizes"] == list(case.parallel.cp_sizes)
+        checks["every_cp_size_replayed"] = s["replayed_cp_sizes"] == list(case.layout.cp_sizes)
         st = _stats(g)
         if st is not None:
             s["capture"] = st.summary
@@ -318,7 +318,7 @@ def fit_check(case: Case, rank: int, steps: int, cache: WeightCache) -> dict[str
     from harness.workload.graphed import reachable_microbatch_counts
 
     arm = with_steps(arm_case(case, arm_names(case)[0]), max(steps, case.graphs.warmup_steps + 1))
-    par, place = case.parallel, rank_place(case, rank)
+    lay, place = case.layout, rank_place(case, rank)
     static = 4 * cache.param_bytes(case, rank)
     recs: list[StepRecord] = []
     oom = None
@@ -331,8 +331,8 @@ def fit_check(case: Case, rank: int, steps: int, cache: WeightCache) -> dict[str
     total = torch.cuda.mem_get_info()[1]
     ran = [r.microbatches or 0 for r in recs]
     most = case.train.global_batch
-    held = lambda m: warmup_count(par.pp, place.pp_rank, m, par.vpp, par.group_size) + 1  # noqa: E731
-    worst = max(held(m) for m in reachable_microbatch_counts(par.pp, par.vpp, par.group_size, most))
+    held = lambda m: warmup_count(lay.pp, place.pp_rank, m, lay.vpp, lay.group) + 1  # noqa: E731
+    worst = max(held(m) for m in reachable_microbatch_counts(lay.pp, lay.vpp, lay.group, most))
     seen = max((held(m) for m in ran), default=worst)
     predicted = static + (peak - static) * worst / seen if oom is None else None
     fits = oom is None and predicted is not None and predicted < 0.95 * total
@@ -366,7 +366,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if len(cases) != 1:
         raise SystemExit(f"{args.case}: pick one case with --case-id (have {[c.id for c in cases]})")
     case = cases[0]
-    ranks = [int(x) for x in args.ranks.split(",")] if args.ranks else [0, case.world_size - 1]
+    ranks = [int(x) for x in args.ranks.split(",")] if args.ranks else list(stage_ranks(case))
     for r in ranks:
         rank_place(case, r)
     if not torch.cuda.is_available():

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 from harness.compare import AUX_COEFF, GOLDEN_CASE, GOLDEN_DIR, SAME_GROUPING, Pair
 from harness.errors import CaseError
 from harness.spec.derive import as_fixed_cp, as_reference, with_execution
-from harness.spec.schema import Case
+from harness.spec.schema import Case, Pools
 
 EAGER = "eager"
 GRAPH = "graph"
@@ -60,13 +60,13 @@ def arm_case(case: Case, name: str) -> Case:
     the field when the case cannot have that arm."""
     base = name[: -len(REPEAT_SUFFIX)] if name.endswith(REPEAT_SUFFIX) else name
     if base in (EAGER, DCP):
-        if base == DCP and not case.parallel.is_dynamic:
+        if base == DCP and not case.layout.dynamic:
             raise _arm_error(case, "compare", f"arm '{name}' needs dynamic CP (parallel.dynamic_cp)")
         return with_execution(case, base, graphed=False)
     if base == GRAPH:
         return with_execution(case, base, graphed=True)
     if base == SEPARATE_POOLS:
-        return with_execution(case, base, graphed=True, pools="separate")
+        return with_execution(case, base, graphed=True, pools=Pools.SEPARATE)
     if base == REFERENCE:
         return as_reference(case, base)
     match = _FIXED_CP.match(base)
@@ -83,7 +83,7 @@ def arm_case(case: Case, name: str) -> Case:
 
 def canonical_arm_name(case: Case, name: str) -> str:
     """``eager[-repeat]`` of a dynamic-CP case is its ``dcp[-repeat]`` arm (same configuration)."""
-    if case.parallel.is_dynamic and (name == EAGER or name == EAGER + REPEAT_SUFFIX):
+    if case.layout.dynamic and (name == EAGER or name == EAGER + REPEAT_SUFFIX):
         return DCP + name[len(EAGER):]
     return name
 
@@ -101,7 +101,7 @@ def pairs_for_case(case: Case) -> tuple[Pair, ...]:
         pairs.append(_pair("graph_vs_eager", (GRAPH, canonical_arm_name(case, EAGER)),
                            spec.graph_vs_eager))
     if spec.dcp_vs_fixed_cp is not None:
-        if not case.parallel.is_dynamic:
+        if not case.layout.dynamic:
             raise _arm_error(
                 case, "compare.dcp_vs_fixed_cp",
                 "dcp_vs_fixed_cp needs a dynamic-CP case: set parallel.dynamic_cp (not parallel.cp)",
@@ -116,7 +116,7 @@ def pairs_for_case(case: Case) -> tuple[Pair, ...]:
     if spec.reference is not None:
         for i, arm in enumerate(reference_candidates(case, pairs)):
             params = {**spec.reference.model_dump(mode="json"),
-                      SAME_GROUPING: arm_case(case, arm).dp == 1,
+                      SAME_GROUPING: arm_case(case, arm).layout.dp == 1,
                       AUX_COEFF: case.model.aux_loss_coeff}
             pairs.append(Pair(name="reference" if i == 0 else f"reference-{arm}",
                               contract="reference", arms=(arm, REFERENCE), params=params))

@@ -831,7 +831,7 @@ def evaluate_case(
 ) -> CaseVerdict:
     """Evaluate every pair of a case. ``arm_data``: arm name -> (outcome or None, rank -> step
     records). ``expected_steps`` (``case.train.steps``) and ``expected_ranks`` (arm -> its
-    ``arm.case.world_size``, or one count for all) make the completeness check exact; without
+    ``arm.case.layout.world``, or one count for all) make the completeness check exact; without
     them the largest step and rank seen are expected. ``sanity``: ``case.compare.sanity``
     (None: every sanity check on). Arms in no pair (or a case with no pairs) get one extra entry named
     ``checks`` with their arm checks."""

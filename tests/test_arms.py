@@ -69,7 +69,7 @@ def test_graph_case_pairs_use_graph_arms_on_both_sides():
     assert arms["graph-separate-pools"].execution.pools == "separate"
     assert not arms["dcp"].execution.graphed and arms["dcp"].static_shapes  # like with like
     fixed = arms["graph-fixed-cp2"]
-    assert fixed.execution.graphed and fixed.parallel.cp == 2 and fixed.tokens_per_rank == 32
+    assert fixed.execution.graphed and fixed.parallel.cp == 2 and fixed.layout.tokens_per_rank == 32
 
 
 def test_graph_arm_without_graphs_section_names_the_field():
@@ -104,7 +104,7 @@ def test_reference_arm_is_the_case_on_one_rank():
                      compare={"reference": {}, "dcp_vs_fixed_cp": {"fixed_cp": 2}},
                      train={"microbatches": 4})
     ref = arm_case(case, "reference")
-    assert ref.world_size == 1 and ref.arm == "reference" and ref.id == case.id
+    assert ref.layout.world == 1 and ref.arm == "reference" and ref.id == case.id
     assert (ref.parallel.pp, ref.parallel.vpp, ref.parallel.ep, ref.parallel.cp) == (1, 1, 1, None)
     assert ref.parallel.dynamic_cp is None and ref.train.max_seqlen_per_rank is None
     assert ref.model == case.model and ref.data == case.data and ref.train.seed == case.train.seed

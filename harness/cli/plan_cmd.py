@@ -29,9 +29,14 @@ from typing import Any, Optional, Sequence
 from harness.cli.selection import selected_cases
 from harness.errors import ConfigError
 from harness.spec.limits import LIMITS, MICROBATCHES, Limit
+from harness.spec.schema import Case
 from harness.slotmem.plan import PipelinePlan, plan_pipeline
 from harness.slotmem.planerrors import PlanError
-from harness.slotmem.schedule import allowed_microbatch_counts, microbatch_count_problem
+from harness.slotmem.schedule import (
+    allowed_microbatch_counts,
+    group_problem,
+    microbatch_count_problem,
+)
 from harness.textfmt import collapse_runs
 
 _FLAG_FIELDS = ("pp", "vpp", "microbatches", "group", "cp", "layers_per_chunk")
@@ -179,9 +184,9 @@ def request_from_flags(args: argparse.Namespace) -> PlanRequest:
         raise ConfigError(f"--vpp {vpp} needs --pp > 1: Megatron interleaves model chunks only "
                           "with pipeline parallelism (PP=1 runs one chunk, non-pipelined), as "
                           "case files require too")
-    if vpp > 1 and group < args.pp:
-        raise ConfigError(f"--group {group} is smaller than --pp {args.pp}; the interleaved "
-                          f"schedule needs group >= PP")
+    why = group_problem(args.pp, vpp, group)
+    if why is not None:
+        raise ConfigError(f"--group {group}: {why}")
     explicit, ranged = parse_counts(args.microbatches)
     counts, skipped = _select(args.pp, vpp, group, explicit, ranged, "--microbatches")
     cp = tuple(_int(x, "--cp") for x in (args.cp or "1").split(","))
@@ -191,17 +196,15 @@ def request_from_flags(args: argparse.Namespace) -> PlanRequest:
     return PlanRequest(None, args.pp, vpp, args.group, counts, skipped, cp, layers)
 
 
-def request_from_case(case: Any) -> PlanRequest:
-    par = case.parallel
-    chunks = par.pp * par.vpp  # preflight checked that the layers split evenly over them
+def request_from_case(case: Case) -> PlanRequest:
+    lay = case.layout  # preflight checked it, and that the layers split evenly over its chunks
     if case.train.microbatches is not None:
         explicit, ranged = [case.train.microbatches], []
     else:
-        explicit, ranged = [], list(range(1, case.train.global_batch + 1))
-    counts, skipped = _select(par.pp, par.vpp, par.group_size, explicit, ranged,
-                              f"case '{case.id}'")
-    return PlanRequest(case.id, par.pp, par.vpp, par.group_size, counts, skipped,
-                       tuple(par.cp_sizes), case.model.layers // chunks)
+        explicit, ranged = [], list(range(1, lay.global_batch + 1))
+    counts, skipped = _select(lay.pp, lay.vpp, lay.group, explicit, ranged, f"case '{case.id}'")
+    return PlanRequest(case.id, lay.pp, lay.vpp, lay.group, counts, skipped, lay.cp_sizes,
+                       case.model.layers // lay.model_chunks)
 
 
 def _requests(args: argparse.Namespace) -> list[PlanRequest]:

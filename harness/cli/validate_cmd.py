@@ -26,9 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def layout(case: Case) -> str:
     """``pp2 vpp2 dcp1/2 ep2 dp2``: the parallel layout of a case in one word list."""
-    par = case.parallel
-    cp = "dcp" + "/".join(str(c) for c in par.cp_sizes) if par.is_dynamic else f"cp{par.max_cp}"
-    return f"pp{par.pp} vpp{par.vpp} {cp} ep{par.ep} dp{case.dp}"
+    lay = case.layout
+    cp = "dcp" + "/".join(str(c) for c in lay.cp_sizes) if lay.dynamic else f"cp{lay.max_cp}"
+    return f"pp{lay.pp} vpp{lay.vpp} {cp} ep{lay.ep} dp{lay.dp}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(col)
     for case in cases:
         pairs = [name for name, v in case.compare if v is not None] or ["(arm checks only)"]
-        table.add_row(case.id, layout(case), str(case.world_size), str(case.train.steps),
+        table.add_row(case.id, layout(case), str(case.layout.world), str(case.train.steps),
                       ", ".join(pairs), case.source)
     make_console().print(table)
     return 0

@@ -35,7 +35,7 @@ from harness.arms import Arm, arm_by_name
 from harness.errors import ConfigError
 from harness.launch.failures import classify_exit, tail_text
 from harness.launch.ports import is_addr_in_use, pick_free_port
-from harness.launch.rank_main import FAULT_ENV, LAUNCHER_PID_ENV, read_case_json, stacks_path
+from harness.launch.rank_main import LAUNCHER_PID_ENV, read_case_json, stacks_path
 from harness.results import LOG_FILE, ArmOutcome, read_steps, write_outcome
 from harness.spec.schema import Case
 
@@ -94,8 +94,8 @@ def skip_reason(case: Case, gpus: int) -> Optional[str]:
     why = "a graph case" if case.graphs is not None else "resources.device: cuda"
     if gpus == 0:
         return f"needs CUDA ({why}); this machine has no CUDA GPU"
-    if gpus < case.world_size:
-        return (f"needs {case.world_size} CUDA GPUs (resources.nodes x gpus_per_node, one per "
+    if gpus < case.layout.world:
+        return (f"needs {case.layout.world} CUDA GPUs (resources.nodes x gpus_per_node, one per "
                 f"rank); this machine has {gpus}")
     return None
 
@@ -290,13 +290,11 @@ def _terminate(live: list[_Rank], grace_s: float) -> None:
 
 
 # --------------------------------------------------------------------------- the launcher
-def repro_command(python: str, case_json: Path, arm_name: str, case_id: str,
-                  fault: Optional[str]) -> str:
+def repro_command(python: str, case_json: Path, arm_name: str, case_id: str) -> str:
     """One shell line that re-runs just this arm into a fresh folder."""
     argv = [python, "-m", "harness.launch.local", "--case", str(case_json),
             "--arm", arm_name, "--out", f"/tmp/dcp-repro/{case_id}/{arm_name}"]
-    prefix = f"{FAULT_ENV}={shlex.quote(fault)} " if fault else ""
-    return f"cd {shlex.quote(str(_REPO_ROOT))} && {prefix}{shlex.join(argv)}"
+    return f"cd {shlex.quote(str(_REPO_ROOT))} && {shlex.join(argv)}"
 
 
 @dataclass(frozen=True)
@@ -315,7 +313,7 @@ class LocalLauncher:
     def run_arm(self, case: Case, arm: Arm, arm_dir: Path, case_json: Path) -> ArmOutcome:
         """Run every rank of ``arm``; never raises for a failing arm (see :class:`ArmOutcome`)."""
         arm_dir = Path(arm_dir)
-        world = arm.case.world_size
+        world = arm.case.layout.world
         gpus = cuda_device_count()
         arm_dir.mkdir(parents=True, exist_ok=True)
         skip = skip_reason(arm.case, gpus)
@@ -331,8 +329,7 @@ class LocalLauncher:
                   "--arm", arm.name, "--out", str(arm_dir)),
             world_size=world, arm_dir=arm_dir, timeout_s=self.timeout_s(case),
             env=extra,
-            repro=repro_command(self.python, Path(case_json).resolve(), arm.name, case.id,
-                                os.environ.get(FAULT_ENV)),
+            repro=repro_command(self.python, Path(case_json).resolve(), arm.name, case.id),
         )
         return run_ranks(cmd, stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s,
                          port_retries=self.port_retries)

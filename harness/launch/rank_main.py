@@ -11,11 +11,8 @@ Each completed step is appended to ``ARM_DIR/rank<k>.jsonl`` through the results
 as one line for people; model, optimizer and data position are checkpointed under
 ``ARM_DIR/checkpoint`` so a re-run (or a Slurm requeue) resumes after the last completed step.
 ``kill -USR1 <pid>`` writes the Python stacks of all threads to ``ARM_DIR/stacks.rank<k>.txt``.
-
-Test-only fault injection: ``DCP_HARNESS_FAULT=KIND@STEP[:RANK]`` with KIND ``crash`` (raise),
-``hang`` (sleep forever) or ``exit`` (``os._exit(FAULT_EXIT_CODE)`` without a traceback) makes the
-rank (every rank, or only RANK) fail when step STEP completes, before that step is recorded. It is
-read only here, set only by tests, and never by case files.
+There are no fault hooks here: tests fail a rank by wrapping ``harness.workload.train_arm``'s
+``on_step`` callback (``tests/launch/faults.py``).
 """
 
 from __future__ import annotations
@@ -30,20 +27,16 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
     from harness.results import StepRecord
 
-FAULT_ENV = "DCP_HARNESS_FAULT"
 # Set by the local launcher: its pid. A rank whose launcher is gone stops itself (no orphans).
 LAUNCHER_PID_ENV = "DCP_HARNESS_LAUNCHER_PID"
 _ORPHAN_POLL_S = 1.0
-FAULT_EXIT_CODE = 43
 CHECKPOINT_DIR = "checkpoint"
-_FAULT = re.compile(r"^(crash|hang|exit)@([1-9][0-9]*)(?::([0-9]+))?$")
 # Port for a Slurm job without MASTER_PORT: derived from the job id so every task agrees on it.
 _SLURM_PORT_BASE = 15000
 _SLURM_PORT_SPAN = 17000  # ports 15000-31999: below the ephemeral range (32768-)
@@ -129,40 +122,6 @@ def resolve_rank_env(environ: Mapping[str, str], world_size: int) -> dict[str, s
     return env
 
 
-# --------------------------------------------------------------------------- faults (test-only)
-@dataclass(frozen=True)
-class Fault:
-    kind: str  # crash | hang | exit
-    step: int
-    rank: Optional[int] = None  # None: every rank
-
-    def applies(self, rank: int, step: int) -> bool:
-        return step == self.step and (self.rank is None or self.rank == rank)
-
-
-def parse_fault(text: Optional[str]) -> Optional[Fault]:
-    """``crash@3``, ``hang@2:1`` (rank 1 only), ``exit@1``; empty or None: no fault."""
-    if not text:
-        return None
-    match = _FAULT.match(text.strip())
-    if not match:
-        raise ValueError(f"{FAULT_ENV}={text!r}: expected KIND@STEP[:RANK], KIND crash|hang|exit")
-    kind, step, rank = match.groups()
-    return Fault(kind=kind, step=int(step), rank=None if rank is None else int(rank))
-
-
-def trigger_fault(fault: Fault, rank: int, step: int) -> None:
-    print(f"[rank {rank}] injected fault {fault.kind}@{step} ({FAULT_ENV})", flush=True)
-    if fault.kind == "crash":
-        raise RuntimeError(f"injected fault: crash at step {step} on rank {rank} ({FAULT_ENV})")
-    if fault.kind == "exit":
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(FAULT_EXIT_CODE)
-    while True:  # hang
-        time.sleep(3600)
-
-
 # --------------------------------------------------------------------------- logging
 def _fmt(value: object, spec: str) -> str:
     if value is None:
@@ -186,12 +145,8 @@ def step_line(arm_name: str, rank: int, steps: int, record: Mapping[str, object]
 
 
 # --------------------------------------------------------------------------- entry points
-def _step_callback(writer, fault: Optional[Fault], rank: int, arm_name: str,
-                   steps: int) -> Callable[["StepRecord"], None]:
+def _step_callback(writer, rank: int, arm_name: str, steps: int) -> Callable[["StepRecord"], None]:
     def on_step(record: StepRecord) -> None:
-        step = record.step
-        if fault is not None and fault.applies(rank, step):
-            trigger_fault(fault, rank, step)
         # A step re-run after resuming from an older checkpoint is already recorded: the store
         # keeps the first record and append() returns False.
         if writer.append(record):
@@ -237,11 +192,11 @@ def _destroy_process_group() -> None:
 
 
 def _describe(case) -> str:
-    par, ex = case.parallel, case.execution
-    cp = f"dynamic CP {list(par.cp_sizes)}" if par.is_dynamic else f"CP {par.max_cp}"
+    lay, ex = case.layout, case.execution
+    cp = f"dynamic CP {list(lay.cp_sizes)}" if lay.dynamic else f"CP {lay.max_cp}"
     how = (f"CUDA graphs, scope {case.graphs.scope}, {ex.pools} pool(s)" if ex.graphed
            else "eager" + (", static shapes" if case.static_shapes else ""))
-    return f"pp {par.pp} vpp {par.vpp} ep {par.ep} {cp}; {how}"
+    return f"pp {lay.pp} vpp {lay.vpp} ep {lay.ep} {cp}; {how}"
 
 
 def run_rank(case, arm_name: str, arm_dir: Path, resume: bool = True) -> None:
@@ -257,9 +212,8 @@ def run_rank(case, arm_name: str, arm_dir: Path, resume: bool = True) -> None:
     run_case = arm.case  # the derived case this arm trains (its own layout and execution)
     arm_dir = Path(arm_dir)
     arm_dir.mkdir(parents=True, exist_ok=True)
-    os.environ.update(resolve_rank_env(os.environ, run_case.world_size))
+    os.environ.update(resolve_rank_env(os.environ, run_case.layout.world))
     rank = int(os.environ["RANK"])
-    fault = parse_fault(os.environ.get(FAULT_ENV))
     writer = StepWriter(arm_dir, rank)
     done = writer.completed_steps()
     checkpoint_dir = arm_dir / CHECKPOINT_DIR
@@ -281,7 +235,7 @@ def run_rank(case, arm_name: str, arm_dir: Path, resume: bool = True) -> None:
         )
         started = time.monotonic()
         train_arm(run_case, ctx,
-                  _step_callback(writer, fault, rank, arm.name, steps),
+                  _step_callback(writer, rank, arm.name, steps),
                   checkpoint_dir=checkpoint_dir)
         print(f"[{arm.name} r{rank}] done: {writer.completed_steps()}/{steps} steps recorded in "
               f"{time.monotonic() - started:.1f}s", flush=True)

@@ -22,5 +22,5 @@ def case_rules(case_json: Mapping[str, Any], stored: Optional[CaseVerdict] = Non
     arms = arms_for_case(case)
     return CaseRules(arms=tuple(a.name for a in arms), pairs=pairs_for_case(case),
                      expected_steps=case.train.steps,
-                     expected_ranks={a.name: a.case.world_size for a in arms},
+                     expected_ranks={a.name: a.case.layout.world for a in arms},
                      sanity=case.compare.sanity)

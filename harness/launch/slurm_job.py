@@ -253,7 +253,7 @@ def run_case_arms(case: Any, case_dir: Path, ident: TaskIdentity, retry_round: i
             skipped.append(arm.name)
             continue
         arm_dir.mkdir(parents=True, exist_ok=True)
-        world = arm.case.world_size  # an arm may run fewer ranks than the job (the reference arm)
+        world = arm.case.layout.world  # an arm may run fewer ranks than the job (the reference arm)
         if ident.rank >= world:
             _sit_out(arm_dir, 60.0 * case.resources.time_min + 120.0)
             skipped.append(arm.name)

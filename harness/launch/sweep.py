@@ -106,7 +106,7 @@ def arm_is_complete(case: Case, arm_dir: Path) -> bool:
     steps = read_steps(arm_dir)
     want = set(range(1, case.train.steps + 1))
     return all(want <= {r.step for r in steps.get(rank, [])}
-               for rank in range(case.world_size))
+               for rank in range(case.layout.world))
 
 
 def remove_checkpoints_if_complete(case: Case, arm_dir: Path) -> bool:

@@ -33,6 +33,7 @@ __all__ = [
     "check_layout",
     "check_microbatch_count",
     "check_order",
+    "group_problem",
     "lockstep_order",
     "max_outstanding",
     "microbatch_count_problem",
@@ -78,12 +79,19 @@ def check_layout(pp: int, vpp: int, group: Optional[int] = None) -> int:
     _positive("vpp", vpp)
     g = pp if group is None else group
     _positive("microbatch group", g)
-    if vpp > 1 and g < pp:
-        raise ScheduleError(
-            f"microbatch group {g} is smaller than PP={pp}; the interleaved schedule needs "
-            f"group >= PP (set the group to at least {pp} or leave it unset for the default {pp})"
-        )
+    problem = group_problem(pp, vpp, g)
+    if problem is not None:
+        raise ScheduleError(problem)
     return g
+
+
+def group_problem(pp: int, vpp: int, group: int) -> Optional[str]:
+    """Why ``group`` cannot be the microbatch group of a PP x VPP schedule (None: it can)."""
+    if vpp > 1 and group < pp:
+        return (f"microbatch group {group} is smaller than PP={pp}; the interleaved schedule needs "
+                f"group >= PP (set the group to at least {pp} or leave it unset for the default "
+                f"{pp})")
+    return None
 
 
 def microbatch_count_problem(pp: int, vpp: int, group: int, microbatches: int) -> Optional[str]:

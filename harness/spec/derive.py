@@ -15,11 +15,9 @@ the parent) and its ``arm`` field names the arm. Pure: no torch.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from harness.errors import CaseError
 from harness.spec.preflight import preflight, reference_layout_problem
-from harness.spec.schema import Case, CompareSpec, Execution
+from harness.spec.schema import Case, CompareSpec, Execution, Pools
 
 
 def _checked(parent: Case, derived: Case, field: str, what: str) -> Case:
@@ -41,7 +39,8 @@ def _derive(case: Case, arm: str, **changes: object) -> Case:
 
 def as_fixed_cp(case: Case, cp: int, arm: str, field: str = "compare.dcp_vs_fixed_cp.fixed_cp") -> Case:
     """The case's data with every microbatch at CP size ``cp`` (``parallel.cp``; the dynamic-CP
-    fields dropped). Its per-rank token buffer is ``seq_length / cp`` in static-shape mode."""
+    fields dropped): its layout is ``case.layout.at_fixed_cp(cp)``. Its per-rank token buffer is
+    ``seq_length / cp`` in static-shape mode."""
     par = case.parallel.model_copy(update={"cp": cp, "dynamic_cp": None})
     train = case.train.model_copy(update={"max_seqlen_per_rank": None})
     derived = _derive(case, arm, parallel=par, train=train, execution=case.execution)
@@ -49,7 +48,7 @@ def as_fixed_cp(case: Case, cp: int, arm: str, field: str = "compare.dcp_vs_fixe
 
 
 def with_execution(case: Case, arm: str, graphed: bool,
-                   pools: Literal["shared", "separate"] = "shared") -> Case:
+                   pools: Pools = Pools.SHARED) -> Case:
     """The case run eagerly (``graphed=False``) or with slot-shared CUDA graphs (needs a
     ``graphs:`` section), every CP variant in one MemPool (``shared``) or one per CP size."""
     if graphed and case.graphs is None:

@@ -8,6 +8,11 @@ from typing import Union
 Loc = tuple[Union[str, int], ...]
 
 
+def at(field: str) -> Loc:
+    """The location of a dotted field path: ``"train.seq_length"`` -> ``("train", "seq_length")``."""
+    return tuple(field.split("."))
+
+
 @dataclass(frozen=True)
 class Problem:
     """One thing wrong with a case, at ``loc`` (field path; ints index lists)."""

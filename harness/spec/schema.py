@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import types
+from enum import Enum
 from typing import Any, Literal, Optional, Union, get_args, get_origin
 
 from pydantic import (
@@ -20,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from harness.spec.layout import ParallelLayout
 # Upper bounds of sizes (le=): limits.py says why each is what it is.
 from harness.spec.limits import limit
 
@@ -54,6 +56,52 @@ class _Strict(BaseModel):
             raise ValueError(f"expected a number, got {json.dumps(value)} (YAML reads "
                              "yes/no/on/off/true/false as booleans)")
         return value
+
+
+class Choice(str, Enum):
+    """One of a closed set of names a case file spells out (``scope: attn``). Read from YAML and
+    written to JSON as its name; downstream code receives this type and compares members
+    (``scope is GraphScope.FULL``), never strings."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class OptimizerName(Choice):
+    ADAM = "adam"
+    ADAMW = "adamw"
+
+
+class DType(Choice):
+    FP32 = "fp32"
+    BF16 = "bf16"
+
+
+class LengthDistribution(Choice):
+    LOGNORMAL = "lognormal"
+    UNIFORM = "uniform"
+    FIXED = "fixed"
+
+
+class GraphScope(Choice):
+    # The attention block (input norm, attention, residual) is graphed and the MoE block runs
+    # eagerly between graphs.
+    ATTN = "attn"
+    # The whole layer (static MoE: grouped GEMM, ep == 1 only); consecutive layers' graphs chain.
+    FULL = "full"
+
+
+class Pools(Choice):
+    SHARED = "shared"  # every CP variant in one MemPool (slot-shared)
+    SEPARATE = "separate"  # one pool per CP size
+
+
+class DeviceKind(Choice):
+    ANY = "any"  # CPU processes (gloo) stand in for GPUs where GPUs are short
+    CUDA = "cuda"  # one CUDA GPU per rank
 
 
 # --------------------------------------------------------------------------- model
@@ -103,8 +151,9 @@ class ResolvedModel(ModelPreset):
 
 # --------------------------------------------------------------------------- parallel
 class ParallelSpec(_Strict):
-    """Parallel layout. DP is derived: world / (pp * cp) for fixed CP; with dynamic CP the
-    world / pp ranks of a stage form one DP x CP pool that each microbatch carves into CP groups."""
+    """Parallel degrees as written. DP is derived: world / (pp * cp) for fixed CP; with dynamic CP
+    the world / pp ranks of a stage form one DP x CP pool that each microbatch carves into CP
+    groups. The derived sizes and their rules: ``Case.layout`` (``harness.spec.layout``)."""
 
     pp: int = Field(default=1, ge=1, le=limit("parallel.pp"))
     vpp: int = Field(default=1, ge=1, le=limit("parallel.vpp"))
@@ -134,28 +183,10 @@ class ParallelSpec(_Strict):
             raise ValueError("give either cp (fixed CP) or dynamic_cp, not both")
         return self
 
-    @property
-    def is_dynamic(self) -> bool:
-        return self.dynamic_cp is not None
-
-    @property
-    def cp_sizes(self) -> tuple[int, ...]:
-        if self.dynamic_cp is not None:
-            return tuple(self.dynamic_cp)
-        return (self.cp or 1,)
-
-    @property
-    def max_cp(self) -> int:
-        return max(self.cp_sizes)
-
-    @property
-    def group_size(self) -> int:
-        return self.microbatch_group or self.pp
-
 
 # --------------------------------------------------------------------------- train / data
 class OptimizerSpec(_Strict):
-    name: Literal["adam", "adamw"] = "adamw"
+    name: OptimizerName = OptimizerName.ADAMW
     beta1: float = Field(default=0.9, ge=0, lt=1)
     beta2: float = Field(default=0.95, ge=0, lt=1)
     eps: float = Field(default=1e-8, gt=0)
@@ -179,7 +210,7 @@ class TrainSpec(_Strict):
     lr: float = Field(gt=0)
     seed: int = 1234
     deterministic: bool = True
-    dtype: Literal["fp32", "bf16"] = "fp32"
+    dtype: DType = DType.FP32
     # Steps between resume checkpoints (model + optimizer state, rank-local, ~12 bytes per
     # parameter per rank); 0 = never. Every step (the default) lets a killed, re-run or requeued
     # arm resume right after its last completed step; large models should save less often and
@@ -196,7 +227,7 @@ class TrainSpec(_Strict):
 
 
 class LengthSpec(_Strict):
-    distribution: Literal["lognormal", "uniform", "fixed"] = "lognormal"
+    distribution: LengthDistribution = LengthDistribution.LOGNORMAL
     min: int = Field(default=16, ge=1, le=limit("data.lengths.min"))
     max: int = Field(default=256, ge=1, le=limit("data.lengths.max"))
     # lognormal: median length (default: geometric mean of min and max) and log-space sigma.
@@ -351,9 +382,9 @@ class GraphSpec(_Strict):
     this section runs every arm with static shapes (fixed per-rank token buffers, fixed-size
     sequence metadata), its graph arms captured after ``warmup_steps`` eager steps."""
 
-    # attn: the attention block (input norm, attention, residual) is graphed and the MoE block runs
-    # eagerly between graphs; full: the whole layer (static MoE: grouped GEMM, ep == 1 only).
-    scope: Literal["attn", "full"] = "attn"
+    # attn: the attention block is graphed, the MoE runs eagerly between graphs; full: the whole
+    # layer (GraphScope).
+    scope: GraphScope = GraphScope.ATTN
     warmup_steps: int = Field(default=2, ge=1)
     # Eager passes of the core's ordered warmup over the rank's order before capture.
     capture_warmup_iters: int = Field(default=2, ge=1)
@@ -364,7 +395,7 @@ class Execution(_Strict):
 
     graphed: bool = False
     # shared: every CP variant in one MemPool (slot-shared); separate: one pool per CP size.
-    pools: Literal["shared", "separate"] = "shared"
+    pools: Pools = Pools.SHARED
 
 
 # --------------------------------------------------------------------------- resources
@@ -377,7 +408,7 @@ class ResourcesSpec(_Strict):
     # cuda: the case runs only on CUDA GPUs (one per rank); the local launcher skips it, with the
     # reason, on a machine without enough of them. any: CPU processes (gloo) stand in for GPUs.
     # A case with `graphs:` needs CUDA whatever this says.
-    device: Literal["any", "cuda"] = "any"
+    device: DeviceKind = DeviceKind.ANY
 
 
 # --------------------------------------------------------------------------- file / case
@@ -426,30 +457,10 @@ class Case(_Strict):
 
     @property
     def needs_cuda(self) -> bool:
-        return self.graphs is not None or self.resources.device == "cuda"
+        return self.graphs is not None or self.resources.device is DeviceKind.CUDA
 
     @property
-    def tokens_per_rank(self) -> int:
-        """Static shapes: each rank's microbatch buffer, ``max_seqlen_per_rank`` with dynamic CP,
-        ``seq_length / cp`` with fixed CP (Megatron's pad-packed-seq alignment 'max')."""
-        if self.parallel.is_dynamic:
-            assert self.train.max_seqlen_per_rank is not None
-            return self.train.max_seqlen_per_rank
-        return self.train.seq_length // self.parallel.max_cp
-
-    @property
-    def world_size(self) -> int:
-        return self.resources.nodes * self.resources.gpus_per_node
-
-    @property
-    def dp_cp(self) -> int:
-        """Ranks of one pipeline stage: the DP x CP pool (world / pp)."""
-        return self.world_size // self.parallel.pp
-
-    @property
-    def dp(self) -> int:
-        """Static data-parallel degree: dp_cp / cp for fixed CP; for dynamic CP the whole DP x CP
-        pool is the static DP group, carved into CP groups per microbatch."""
-        if self.parallel.is_dynamic:
-            return self.dp_cp
-        return self.dp_cp // self.parallel.max_cp
+    def layout(self) -> ParallelLayout:
+        """The parallel layout: degrees, world, derived sizes (``dp_cp``, ``dp``,
+        ``tokens_per_rank``, ...) and their rules (``harness.spec.layout``)."""
+        return ParallelLayout.of(self)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.errors import ConfigError
-from harness.spec.schema import DataSpec, TrainSpec
+from harness.spec.schema import DataSpec, LengthDistribution, TrainSpec
 
 # Probability that a token follows the successor rule (the rest are uniform noise).
 RULE_PROB = 0.9
@@ -57,9 +57,9 @@ def sequence_lengths(train: TrainSpec, data: DataSpec, step: int) -> list[int]:
         raise ConfigError(f"data.lengths.max / train.seq_length give no room for a token (max {hi})")
     g = _generator(train.seed, _LENGTH_STREAM, step)
     n = train.global_batch
-    if spec.distribution == "fixed":
+    if spec.distribution is LengthDistribution.FIXED:
         raw = torch.full((n,), float(hi), dtype=torch.float64)
-    elif spec.distribution == "uniform":
+    elif spec.distribution is LengthDistribution.UNIFORM:
         raw = torch.randint(lo, hi + 1, (n,), generator=g).to(torch.float64)
     else:
         median = spec.median if spec.median is not None else math.sqrt(lo * hi)

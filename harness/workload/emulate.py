@@ -31,7 +31,7 @@ from harness.spec.schema import Case, ResolvedModel
 from harness.workload.allocsites import SiteBytes, summarize_segments
 from harness.workload.loopback import BACKEND
 from harness.workload.model import ModelChunk, build_chunk, chunk_layouts
-from harness.workload.runtime import Layout, RankContext
+from harness.workload.runtime import RankContext
 
 StepCallback = Callable[[StepRecord], None]
 
@@ -64,20 +64,19 @@ class RankPlace:
 
 def rank_place(case: Case, rank: int) -> RankPlace:
     """The place of ``rank`` in ``case``'s layout; a ConfigError for a rank outside the world."""
-    world = case.world_size
+    lay = case.layout
+    world = lay.world
     if not 0 <= rank < world:
         raise ConfigError(f"case {case.id}: rank {rank} is not in its world of {world} ranks "
                           f"(0..{world - 1})")
-    par = case.parallel
-    lay = Layout(world, par.pp, par.ep)
     s = lay.pp_rank(rank)
-    blocks = tuple((c, next(b for b in lay.cp_blocks(s, c) if rank in b)) for c in par.cp_sizes)
-    return RankPlace(rank, world, par.pp, s, lay.pool_rank(rank), lay.ep_rank(rank), blocks)
+    blocks = tuple((c, next(b for b in lay.cp_blocks(s, c) if rank in b)) for c in lay.cp_sizes)
+    return RankPlace(rank, world, lay.pp, s, lay.pool_rank(rank), lay.ep_rank(rank), blocks)
 
 
 def stage_ranks(case: Case) -> tuple[int, int]:
     """The first rank of the first PP stage and the last rank of the last one."""
-    return 0, case.world_size - 1
+    return 0, case.layout.world - 1
 
 
 def emulated_context(case: Case, rank: int, device: Optional[str] = None) -> RankContext:
@@ -85,7 +84,7 @@ def emulated_context(case: Case, rank: int, device: Optional[str] = None) -> Ran
     rank_place(case, rank)
     if device is None:
         device = "cuda:0" if torch.cuda.is_available() else "cpu"
-    return RankContext(rank, case.world_size, 0, device, BACKEND)
+    return RankContext(rank, case.layout.world, 0, device, BACKEND)
 
 
 class WeightCache:
@@ -126,29 +125,24 @@ class WeightCache:
             parts = sorted((i, sd) for k, i, sd in done if k == key)
             self._states[key] = [sd for _, sd in parts]
 
+    def _rank_key(self, case: Case, rank: int) -> tuple:
+        par, place = case.parallel, rank_place(case, rank)
+        return self._key(case.model, case.train.seed, par.pp, par.vpp, place.pp_rank, par.ep, place.ep_rank)
+
     def prefetch(self, case: Case, ranks: Iterable[int]) -> None:
         """Initialise the weights of ``ranks`` of ``case`` now (all chunks in parallel)."""
-        par = case.parallel
-        keys = []
-        for r in ranks:
-            place = rank_place(case, r)
-            keys.append(self._key(case.model, case.train.seed, par.pp, par.vpp, place.pp_rank,
-                                  par.ep, place.ep_rank))
-        self._fill(keys)
+        self._fill([self._rank_key(case, r) for r in ranks])
 
     def param_bytes(self, case: Case, rank: int) -> int:
         """Bytes of ``rank``'s parameters (fp32 master weights; gradients take as much again and
         Adam's two moments twice as much)."""
-        par, place = case.parallel, rank_place(case, rank)
-        key = self._key(case.model, case.train.seed, par.pp, par.vpp, place.pp_rank, par.ep, place.ep_rank)
+        key = self._rank_key(case, rank)
         self._fill([key])
         return sum(t.numel() * t.element_size() for sd in self._states[key] for t in sd.values())
 
     def drop(self, case: Case, rank: int) -> None:
         """Forget the CPU copies of ``rank`` (free host memory once its arms have run)."""
-        par, place = case.parallel, rank_place(case, rank)
-        self._states.pop(self._key(case.model, case.train.seed, par.pp, par.vpp, place.pp_rank,
-                                   par.ep, place.ep_rank), None)
+        self._states.pop(self._rank_key(case, rank), None)
 
     def build(self, m: ResolvedModel, seed: int, pp: int = 1, vpp: int = 1, pp_rank: int = 0,
               ep_size: int = 1, ep_rank: int = 0, device: Optional[torch.device] = None) -> list[ModelChunk]:

@@ -26,6 +26,7 @@ import torch
 
 from harness.results import FrameReplays, GraphStats
 from harness.slotmem import SlotPlan, allowed_microbatch_counts, plan_pipeline
+from harness.spec.schema import GraphScope
 from harness.workload.comm import GroupHandle
 from harness.workload.model import GraphableBlock, ModelChunk
 from harness.workload.moe import moe_scalars
@@ -107,18 +108,18 @@ class LayerGraphs:
             g.close()
 
 
-def sample_inputs(block_kind: str, cp_size: int, cp_rank: int, tokens: int, hidden: int,
+def sample_inputs(scope: GraphScope, cp_size: int, cp_rank: int, tokens: int, hidden: int,
                   max_seqs: int, experts: int, top_k: int, device: torch.device,
                   seed: int) -> tuple[torch.Tensor, ...]:
-    """Capture-time inputs of a block for CP size ``cp_size``: one sequence filling the group's
-    buffers (real metadata, so warmup runs real attention), hidden states drawn from a fixed
-    generator."""
+    """Capture-time inputs of ``scope``'s block for CP size ``cp_size``: one sequence filling the
+    group's buffers (real metadata, so warmup runs real attention), hidden states drawn from a
+    fixed generator."""
     layout = static_layout([cp_size * tokens], cp_size, cp_rank, tokens, max_seqs)
     g = torch.Generator(device="cpu")
     g.manual_seed(seed)
     h = (torch.randn(tokens, hidden, generator=g) * 0.02).to(device).requires_grad_()
     meta = tuple(t.to(device) for t in layout.metadata())
-    if block_kind == "attn":
+    if scope is GraphScope.ATTN:
         return (h, *meta)
     scalars = moe_scalars(layout.real_tokens * cp_size, layout.real_tokens * cp_size, experts, top_k)
     return (h, *meta, layout.valid.to(device), scalars.to(device))
@@ -130,7 +131,7 @@ def capture(
     handles: Mapping[int, Optional[GroupHandle]],
     cp_rank_of: Callable[[int], int],
     *,
-    scope: str,
+    scope: GraphScope,
     separate: bool,
     tokens: int,
     hidden: int,
@@ -160,12 +161,11 @@ def capture(
             b.cp = handles[cp_size]
 
     device = next(chunks[0].parameters()).device
-    kind = "attn" if scope == "attn" else "full"
     samples: dict[int, tuple[torch.Tensor, ...]] = {}
 
     def sample(cp_size: int, chunk: int, layer: int) -> tuple[torch.Tensor, ...]:
         if cp_size not in samples:
-            samples[cp_size] = sample_inputs(kind, cp_size, cp_rank_of(cp_size), tokens, hidden,
+            samples[cp_size] = sample_inputs(scope, cp_size, cp_rank_of(cp_size), tokens, hidden,
                                              max_seqs, experts, top_k, device, seed)
         return samples[cp_size]
 
@@ -174,7 +174,7 @@ def capture(
     plans = rank_plans(layout, separate)
     for plan in plans:
         g = capture_plan(blocks, sample, plan, num_warmup_iters=warmup_iters, variant_hook=point_at,
-                         chain_layers=(scope == "full"), fuse_wgrad_accumulation=True,
+                         chain_layers=scope is GraphScope.FULL, fuse_wgrad_accumulation=True,
                          fused_grad_hooks=False, log=log)
         for c in plan.cp_sizes:
             captured[c] = g

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from harness.spec.schema import ResolvedModel
+from harness.spec.schema import GraphScope, ResolvedModel
 from harness.workload.attention import Attention, AttentionContext
 from harness.workload.comm import GroupHandle
 from harness.workload.data import keyed_generator
@@ -44,7 +44,7 @@ class StaticContext:
     cp: Optional[GroupHandle]  # the microbatch's CP group
     cp_size: int
     microbatch: int  # logical microbatch of the step (its graphs: microbatch % physical slots)
-    scope: str  # "attn" | "full"
+    scope: GraphScope
     run: BlockRunner
     aux_sink: list = field(default_factory=list)  # (T/N) * aux pieces of full-scope layers
 
@@ -116,11 +116,11 @@ class DecoderLayer(nn.Module):
         )
         self._block: Optional[GraphableBlock] = None  # static-shape mode (make_block)
 
-    def make_block(self, scope: str, autocast: Optional[torch.dtype]) -> GraphableBlock:
+    def make_block(self, scope: GraphScope, autocast: Optional[torch.dtype]) -> GraphableBlock:
         """The graphable part of this layer for ``scope``; kept outside the module tree (its
         parameters are this layer's, so state dicts and parameter lists do not change)."""
-        block: GraphableBlock = (AttentionBlock(self.input_norm, self.attn, autocast) if scope == "attn"
-                                 else FullLayerBlock(self, autocast))
+        block: GraphableBlock = (AttentionBlock(self.input_norm, self.attn, autocast)
+                                 if scope is GraphScope.ATTN else FullLayerBlock(self, autocast))
         object.__setattr__(self, "_block", block)
         return block
 
@@ -135,7 +135,7 @@ class DecoderLayer(nn.Module):
         if st is None:
             h = h + self.attn(self.input_norm(h), ctx.attn)
             return h + self.moe(self.post_attn_norm(h), ctx.moe)
-        if st.scope == "attn":
+        if st.scope is GraphScope.ATTN:
             h = st.run(self.block, key, (h, *st.meta))
             return h + self.moe(self.post_attn_norm(h), ctx.moe)  # eager MoE between graphs
         h, piece = st.run(self.block, key, (h, *st.meta, st.valid, st.moe_scalars))

@@ -7,13 +7,13 @@ from typing import Iterable
 
 import torch
 
-from harness.spec.schema import TrainSpec
+from harness.spec.schema import OptimizerName, TrainSpec
 from harness.workload.comm import GroupHandle, all_reduce_
 
 
 def make_optimizer(params: Iterable[torch.nn.Parameter], train: TrainSpec) -> torch.optim.Optimizer:
     o = train.optimizer
-    cls = torch.optim.AdamW if o.name == "adamw" else torch.optim.Adam
+    cls = torch.optim.AdamW if o.name is OptimizerName.ADAMW else torch.optim.Adam
     return cls(
         list(params), lr=train.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay,
         foreach=False,

@@ -1,7 +1,7 @@
 """Packing a step's global batch into microbatches of CP groups (fixed or dynamic CP).
 
-The ``pool`` is the DP x CP ranks of one pipeline stage (``case.dp_cp``); every stage carves it
-identically. A microbatch tiles the pool with CP groups (contiguous, size-aligned blocks), each
+The ``pool`` is the DP x CP ranks of one pipeline stage (``case.layout.dp_cp``); every stage carves
+it identically. A microbatch tiles the pool with CP groups (contiguous, size-aligned blocks), each
 holding whole packed sequences. Every pool rank runs every microbatch, so all ranks of a stage run
 the same microbatch count (as the pipeline schedule and EP all-to-alls need).
 
@@ -19,8 +19,9 @@ the same microbatch count (as the pipeline schedule and EP all-to-alls need).
   then (where no size fits the gap) by giving them a sequence split off a group that holds several
   (this microbatch's, else an earlier one's), so no DP x CP rank is idle.
 
-Sequences are padded to a multiple of ``2 * cp`` (for load-balanced CP chunks); padding is masked
-out of the loss and the aux loss, so padding never changes the result.
+Sequences are padded to a multiple of ``2 * cp`` (``spec.layout.sequence_multiple``: load-balanced
+CP chunks); padding is masked out of the loss and the aux loss, so padding never changes the result.
+The case's layout (``Case.layout``) is trusted: preflight has checked it.
 """
 
 from __future__ import annotations
@@ -30,18 +31,13 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from harness.errors import ConfigError
-from harness.slotmem.schedule import microbatch_count_problem
-from harness.spec.layout import cp_divides_problem, cp_size_problem
+from harness.spec.layout import sequence_multiple
 from harness.spec.schema import Case
 from harness.workload.data import Sequence, step_sequences
 
 
-def pad_multiple(cp: int) -> int:
-    return 2 * cp if cp > 1 else 1
-
-
 def padded_length(length: int, cp: int) -> int:
-    m = pad_multiple(cp)
+    m = sequence_multiple(cp)
     return -(-length // m) * m
 
 
@@ -110,12 +106,6 @@ def dynamic_cp_need(length: int, sizes: tuple[int, ...], max_seqlen_per_rank: in
     )
 
 
-def schedulable(case: Case) -> Callable[[int], Optional[str]]:
-    """Why the case's pipeline schedule cannot run a microbatch count (None: it can)."""
-    par = case.parallel
-    return lambda m: microbatch_count_problem(par.pp, par.vpp, par.group_size, m)
-
-
 def plan_step(case: Case, step: int) -> StepPlan:
     """The microbatches of 1-based ``step`` for ``case`` (an arm case: a fixed-CP arm of a
     dynamic-CP case is a fixed-CP case, ``harness.spec.derive.as_fixed_cp``).
@@ -126,14 +116,10 @@ def plan_step(case: Case, step: int) -> StepPlan:
     ``seq_length / cp`` buffer) and every CP group at most ``train.max_seqs_per_microbatch``
     sequences (the capacity of the metadata buffers)."""
     seqs = step_sequences(case.train, case.data, step)
-    pool = case.dp_cp
-    problem = schedulable(case)
-    rule = cp_size_problem if case.parallel.is_dynamic else cp_divides_problem
-    for size in case.parallel.cp_sizes:
-        why = rule(size, pool)
-        if why is not None:
-            raise ConfigError(f"case {case.id}: {why}; fix parallel.dynamic_cp / parallel.cp")
-    if case.parallel.is_dynamic:
+    layout = case.layout
+    pool = layout.dp_cp
+    problem = layout.microbatch_count_problem
+    if layout.dynamic:
         mbs = _pack_dynamic(case, seqs, pool, step)
         target = len(mbs)
         while problem(len(mbs)) is not None:
@@ -145,7 +131,7 @@ def plan_step(case: Case, step: int) -> StepPlan:
                 )
             mbs = _pack_dynamic(case, seqs, pool, step, max_per_microbatch=-(-len(seqs) // target))
     else:
-        mbs = _pack_fixed(case, seqs, pool, case.parallel.max_cp, step, problem)
+        mbs = _pack_fixed(case, seqs, pool, layout.max_cp, step, problem)
     return StepPlan(step, pool, tuple(mbs), sum(s.length for s in seqs))
 
 
@@ -214,11 +200,9 @@ def _pack_dynamic(
     step: int,
     max_per_microbatch: Optional[int] = None,
 ) -> list[MicrobatchPlan]:
-    sizes = case.parallel.cp_sizes
+    sizes = case.layout.cp_sizes
     most = _seq_cap(case)
-    msr = case.train.max_seqlen_per_rank
-    if msr is None:
-        raise ConfigError("dynamic CP needs train.max_seqlen_per_rank (tokens one rank may hold)")
+    msr = case.layout.tokens_per_rank  # max_seqlen_per_rank
     need = {s.index: dynamic_cp_need(s.length, sizes, msr) for s in seqs}
     remaining = sorted(seqs, key=lambda s: (-s.length, s.index))
     filled: list[list[list]] = []  # every microbatch's groups, [size, sequences, padded load]

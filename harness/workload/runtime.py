@@ -1,11 +1,10 @@
-"""Rank context, the rank layout and the process groups (PP, DP x CP, CP per size, EP, expert-DP).
+"""Rank context and the process groups (PP, DP x CP, CP per size, EP, expert-DP).
 
-Rank layout (Megatron's ``tp-cp-ep-dp-pp`` order without TP): global rank = ``pp_rank * pool +
-pool_rank`` where the pool is the DP x CP ranks of one stage. CP groups of size ``c`` are the
-contiguous, aligned blocks ``[k*c, (k+1)*c)`` of the pool (fixed CP uses one size, dynamic CP one
-group per allowed size, as Megatron's ``create_dynamic_dp_cp_groups``). EP groups are contiguous
-blocks of ``ep`` pool ranks; expert-DP groups join the pool ranks with the same EP rank. All groups
-are created up front in one global order and warmed with a collective before training.
+The rank arithmetic is the case's ``ParallelLayout`` (``harness.spec.layout``: global rank =
+``pp_rank * dp_cp + pool_rank``, CP groups the aligned contiguous blocks of a stage's DP x CP pool,
+one set per allowed CP size, EP groups contiguous blocks of ``ep`` pool ranks, expert-DP groups the
+pool ranks with the same EP rank); preflight has checked it. All groups are created up front in one
+global order and warmed with a collective before training.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from harness.errors import ConfigError
-from harness.spec.layout import cp_divides_problem
+from harness.spec.layout import ParallelLayout
 from harness.workload.comm import DISTRIBUTED, Communicator, GroupHandle
 from harness.workload.loopback import BACKEND as LOOPBACK
 from harness.workload.loopback import Loopback
@@ -83,58 +82,10 @@ def cuda_device_index(local_rank: int, visible: int) -> int:
 
 
 @dataclass(frozen=True)
-class Layout:
-    """Pure rank arithmetic of one case (no process groups)."""
-
-    world: int
-    pp: int
-    ep: int
-
-    def __post_init__(self) -> None:
-        if self.world % self.pp:
-            raise ConfigError(f"world size {self.world} is not divisible by pp={self.pp}")
-        if self.pool % self.ep:
-            raise ConfigError(f"EP size {self.ep} does not divide the DP x CP ranks of a stage ({self.pool})")
-
-    @property
-    def pool(self) -> int:
-        return self.world // self.pp
-
-    def pp_rank(self, rank: int) -> int:
-        return rank // self.pool
-
-    def pool_rank(self, rank: int) -> int:
-        return rank % self.pool
-
-    def global_rank(self, pp_rank: int, pool_rank: int) -> int:
-        return pp_rank * self.pool + pool_rank
-
-    def ep_rank(self, rank: int) -> int:
-        return self.pool_rank(rank) % self.ep
-
-    def pp_ranks(self, rank: int) -> tuple[int, ...]:
-        return tuple(self.global_rank(s, self.pool_rank(rank)) for s in range(self.pp))
-
-    def pool_ranks(self, pp_rank: int) -> tuple[int, ...]:
-        return tuple(self.global_rank(pp_rank, i) for i in range(self.pool))
-
-    def cp_blocks(self, pp_rank: int, size: int) -> list[tuple[int, ...]]:
-        base = self.pool_ranks(pp_rank)
-        return [base[k : k + size] for k in range(0, self.pool - size + 1, size)]
-
-    def ep_blocks(self, pp_rank: int) -> list[tuple[int, ...]]:
-        return self.cp_blocks(pp_rank, self.ep)
-
-    def expert_dp_groups(self, pp_rank: int) -> list[tuple[int, ...]]:
-        base = self.pool_ranks(pp_rank)
-        return [tuple(base[j :: self.ep]) for j in range(self.ep)]
-
-
-@dataclass(frozen=True)
 class ProcessGroups:
     """This rank's groups. Handles of one-rank groups carry ``group=None``."""
 
-    layout: Layout
+    layout: ParallelLayout
     rank: int
     world: GroupHandle
     pp: GroupHandle
@@ -173,11 +124,12 @@ def communicator_for(ctx: RankContext, seed: int) -> Communicator:
     return DISTRIBUTED
 
 
-def build_groups(layout: Layout, rank: int, cp_sizes: tuple[int, ...], device: torch.device,
+def build_groups(layout: ParallelLayout, rank: int, device: torch.device,
                  comm: Communicator = DISTRIBUTED) -> ProcessGroups:
-    """Create every group (all ranks call this identically) and warm this rank's communicators."""
-    cp: dict[int, GroupHandle] = {}
+    """Create every group of ``layout`` (one CP group set per CP size; all ranks call this
+    identically) on ``comm`` and warm this rank's communicators."""
     mine: dict[str, GroupHandle] = {}
+    cp: dict[int, GroupHandle] = {}
     warm: list[GroupHandle] = []
 
     def make(ranks: tuple[int, ...], purpose: str) -> Optional[object]:
@@ -196,15 +148,12 @@ def build_groups(layout: Layout, rank: int, cp_sizes: tuple[int, ...], device: t
 
     world_ranks = tuple(range(layout.world))
     world = GroupHandle(comm.world_group(layout.world), layout.world, rank, world_ranks, comm)
-    mine["pp"] = visit("pp", [tuple(layout.global_rank(s, i) for s in range(layout.pp)) for i in range(layout.pool)])
+    mine["pp"] = visit("pp", [layout.pp_ranks(i) for i in range(layout.dp_cp)])
     stages = range(layout.pp)
     mine["pool"] = visit("pool", [layout.pool_ranks(s) for s in stages])
     mine["ep"] = visit("ep", [b for s in stages for b in layout.ep_blocks(s)])
     mine["expert_dp"] = visit("expert_dp", [g for s in stages for g in layout.expert_dp_groups(s)])
-    for size in sorted(set(cp_sizes)):
-        why = cp_divides_problem(size, layout.pool)
-        if why is not None:
-            raise ConfigError(why)
+    for size in sorted(set(layout.cp_sizes)):
         cp[size] = visit(f"cp{size}", [b for s in stages for b in layout.cp_blocks(s, size)])
     # One group per one-way (stage pair, kind) channel: activations flow s -> s+1 (and the VPP wrap
     # pp-1 -> 0), grads the other way. Each channel then carries one FIFO stream in one direction,
@@ -212,7 +161,7 @@ def build_groups(layout: Layout, rank: int, cp_sizes: tuple[int, ...], device: t
     p2p: dict[tuple[int, int, str], Optional[object]] = {}
     channels = pipeline_channels(layout.pp)
     my_pool = layout.pool_rank(rank)
-    for i in range(layout.pool):
+    for i in range(layout.dp_cp):
         for src, dst, kind in channels:
             ranks = (layout.global_rank(src, i), layout.global_rank(dst, i))
             g = make(ranks, f"p2p {src}->{dst} {kind}") if src != dst else None

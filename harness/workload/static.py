@@ -1,8 +1,8 @@
 """Static-shape microbatches: each rank's tokens in a fixed buffer, sequence metadata in fixed-size
 tensors (what a CUDA graph can replay; every arm of a graph case uses it).
 
-A rank's microbatch is ``T`` tokens (``Case.tokens_per_rank``: ``max_seqlen_per_rank`` with dynamic
-CP, ``seq_length / cp`` with fixed CP; Megatron's pad-packed-seq alignment ``max``). With CP size
+A rank's microbatch is ``T`` tokens (``Case.layout.tokens_per_rank``: ``max_seqlen_per_rank`` with
+dynamic CP, ``seq_length / cp`` with fixed CP; Megatron's pad-packed-seq alignment ``max``). With CP size
 ``c`` every packed sequence is padded to a multiple of ``2c`` and cut into ``2c`` equal chunks; CP
 rank ``r`` holds chunks ``r`` ("A") and ``2c-1-r`` ("B") of each sequence of its group, so causal
 work is balanced. The local buffer is laid out ``[A chunks of every sequence, padding | B chunks,

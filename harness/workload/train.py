@@ -14,7 +14,8 @@ import torch
 
 from harness.errors import ConfigError
 from harness.results import GraphStats, MemoryProbe, StepRecord
-from harness.spec.schema import Case
+from harness.spec.layout import ParallelLayout
+from harness.spec.schema import Case, DType, Pools
 from harness.workload import checkpoint as ckpt
 from harness.workload.attention import AttentionContext, attention_plan
 from harness.workload.batch import local_batch, static_batch
@@ -33,7 +34,7 @@ from harness.workload.moe import MoEContext, moe_scalars
 from harness.workload.optim import all_reduce_grads, clip_grads_, global_grad_norm, make_optimizer
 from harness.workload.packing import StepPlan, plan_step
 from harness.workload.pipeline import MicrobatchInput, run_step
-from harness.workload.runtime import Layout, ProcessGroups, RankContext, build_groups, communicator_for
+from harness.workload.runtime import ProcessGroups, RankContext, build_groups, communicator_for
 
 StepCallback = Callable[[StepRecord], None]
 # build_chunks' signature: (model, seed, pp, vpp, pp_rank, ep_size, ep_rank, device) -> this rank's chunks
@@ -55,7 +56,7 @@ def _determinism(enabled: bool, seed: int) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class _Setup:
-    layout: Layout
+    layout: ParallelLayout
     groups: ProcessGroups
     chunks: list[ModelChunk]
     dense: list[torch.nn.Parameter]
@@ -64,21 +65,19 @@ class _Setup:
 
 
 def _autocast(case: Case) -> Optional[torch.dtype]:
-    return torch.bfloat16 if case.train.dtype == "bf16" else None
+    return torch.bfloat16 if case.train.dtype is DType.BF16 else None
 
 
 def _setup(case: Case, ctx: RankContext, build: ChunkBuilder = build_chunks) -> _Setup:
-    if ctx.world_size != case.world_size:
+    layout = case.layout  # preflight checked it (harness.arms derives and checks every arm case)
+    if ctx.world_size != layout.world:
         raise ConfigError(
-            f"case {case.id} needs {case.world_size} ranks (nodes x gpus_per_node) but this run has "
+            f"case {case.id} needs {layout.world} ranks (nodes x gpus_per_node) but this run has "
             f"{ctx.world_size}"
         )
     par = case.parallel
-    if par.vpp > 1 and par.pp == 1:
-        raise ConfigError("parallel.vpp > 1 needs parallel.pp > 1 (virtual stages interleave over PP ranks)")
-    layout = Layout(ctx.world_size, par.pp, par.ep)
     device = ctx.torch_device
-    groups = build_groups(layout, ctx.rank, par.cp_sizes, device, communicator_for(ctx, case.train.seed))
+    groups = build_groups(layout, ctx.rank, device, communicator_for(ctx, case.train.seed))
     chunks = build(
         case.model, case.train.seed, par.pp, par.vpp, groups.pp_rank, par.ep, groups.ep.rank, device
     )
@@ -133,7 +132,7 @@ def _static_input(
     assert case.graphs is not None and case.train.max_seqs_per_microbatch is not None
     group = plan.microbatches[m].group_of(s.groups.pool_rank)
     b = static_batch(group, s.groups.pool_rank, case.train.seed, plan.step, case.model.vocab, table,
-                     case.tokens_per_rank, case.train.max_seqs_per_microbatch)
+                     case.layout.tokens_per_rank, case.train.max_seqs_per_microbatch)
     dev = s.device
     cp = s.groups.cp_group(group.size)
     meta = tuple(t.to(dev) for t in b.layout.metadata())
@@ -157,18 +156,18 @@ def _static_input(
 def _capture(case: Case, s: _Setup) -> LayerGraphs:
     """Capture this rank's blocks (every rank at the same step: warmup runs CP collectives)."""
     assert case.graphs is not None and case.train.max_seqs_per_microbatch is not None
-    par = case.parallel
-    most = case.train.global_batch if par.is_dynamic else case.train.global_batch // case.dp
+    lay = s.layout
+    most = case.train.global_batch if lay.dynamic else case.train.global_batch // lay.dp
     # A fixed microbatch count (fixed CP) is the only one; else every count the packer can make.
-    counts = ((case.train.microbatches,) if case.train.microbatches is not None and not par.is_dynamic
-              else reachable_microbatch_counts(par.pp, par.vpp, par.group_size, most))
-    layout = GraphLayout(par.pp, par.vpp, par.group_size, s.groups.pp_rank,
-                         tuple(len(c.layers) for c in s.chunks), par.cp_sizes, counts)
-    handles = {c: s.groups.cp_group(c) for c in par.cp_sizes}
+    counts = ((case.train.microbatches,) if case.train.microbatches is not None and not lay.dynamic
+              else reachable_microbatch_counts(lay.pp, lay.vpp, lay.group, most))
+    layout = GraphLayout(lay.pp, lay.vpp, lay.group, s.groups.pp_rank,
+                         tuple(len(c.layers) for c in s.chunks), lay.cp_sizes, counts)
+    handles = {c: s.groups.cp_group(c) for c in lay.cp_sizes}
     return capture(
         s.chunks, layout, handles, lambda c: s.groups.pool_rank % c,
-        scope=case.graphs.scope, separate=case.execution.pools == "separate",
-        tokens=case.tokens_per_rank, hidden=case.model.hidden,
+        scope=case.graphs.scope, separate=case.execution.pools is Pools.SEPARATE,
+        tokens=lay.tokens_per_rank, hidden=case.model.hidden,
         max_seqs=case.train.max_seqs_per_microbatch, experts=case.model.experts,
         top_k=case.model.experts_per_token, warmup_iters=case.graphs.capture_warmup_iters,
         seed=case.train.seed, log=lambda line: print(line, flush=True),
@@ -273,8 +272,8 @@ def train_arm(
                 totals = run_step(
                     s.chunks,
                     s.groups,
-                    case.parallel.pp,
-                    case.parallel.group_size,
+                    s.layout.pp,
+                    s.layout.group,
                     len(plan.microbatches),
                     lambda m: _microbatch_input(case, plan, m, s, table, slot),
                     plan.total_tokens,

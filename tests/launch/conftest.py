@@ -4,6 +4,8 @@ from typing import Callable
 import pytest
 import yaml
 
+from tests.launch.faults import FAULT_ENV
+
 TINY = {
     "tags": ["test"],
     "model": {"preset": "tiny", "layers": 2},
@@ -36,5 +38,5 @@ def write_case(tmp_path: Path) -> Callable[..., Path]:
 
 @pytest.fixture(autouse=True)
 def _no_inherited_fault(monkeypatch):
-    monkeypatch.delenv("DCP_HARNESS_FAULT", raising=False)
+    monkeypatch.delenv(FAULT_ENV, raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")

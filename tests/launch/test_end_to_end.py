@@ -1,6 +1,8 @@
 """Real CPU runs: rank processes (gloo) train the tiny workload through ``dcp-harness run``.
 
-Faults are injected with the test-only ``DCP_HARNESS_FAULT`` variable read by ``rank_main``.
+Faults are injected by the tests (``tests/launch/faults.py``): the ranks start with ``fault_env``,
+which wraps the ``on_step`` callback of their training; the launcher and ``rank_main`` are the real
+ones.
 """
 
 import json
@@ -15,6 +17,14 @@ from harness.launch.sweep import run_sweep
 from harness.report import gate
 from harness.results import read_outcome, read_steps
 from harness.spec import load_cases
+
+from tests.launch.faults import FAULT_ENV, fault_env
+
+
+def inject(monkeypatch, spec):
+    """The ranks the launcher starts from now on fail as ``spec`` says."""
+    for key, value in fault_env(spec).items():
+        monkeypatch.setenv(key, value)
 
 
 def run_cli(*argv: str) -> int:
@@ -46,7 +56,7 @@ def test_one_rank_and_two_rank_cases_pass_the_gate_then_resume(write_case, tmp_p
 def test_crashing_rank_fails_its_case_and_the_sweep_goes_on(write_case, tmp_path, monkeypatch):
     crashing = write_case("crashing", resources={"gpus_per_node": 2})
     short = write_case("short", train={"steps": 1})  # never reaches the faulty step
-    monkeypatch.setenv("DCP_HARNESS_FAULT", "crash@2:1")
+    inject(monkeypatch, "crash@2:1")
     out = tmp_path / "out"
     result = run_sweep(load_cases([crashing, short]), out, LocalLauncher())
     assert [v.status for v in result.verdicts] == ["error", "pass"]
@@ -54,8 +64,8 @@ def test_crashing_rank_fails_its_case_and_the_sweep_goes_on(write_case, tmp_path
     assert outcome.status == "failed" and outcome.returncode == 1
     assert "rank 1 exited with exit code 1" in outcome.detail
     assert "injected fault: crash at step 2 on rank 1" in outcome.log_tail
-    assert "DCP_HARNESS_FAULT=crash@2:1" in outcome.repro
     assert "harness.launch.local" in outcome.repro and "--arm eager" in outcome.repro
+    assert str((out / "crashing" / "case.json").resolve()) in outcome.repro
     # rank 0 was blocked in a collective of step 2; it was stopped, not left running.
     assert "stopped rank(s) 0" in outcome.detail or "also rank(s) 0" in outcome.detail
     assert [r.step for r in read_steps(out / "crashing" / "eager")[1]] == [1]
@@ -66,7 +76,7 @@ def test_crashing_rank_fails_its_case_and_the_sweep_goes_on(write_case, tmp_path
 def test_hung_rank_times_out_with_stacks_then_resumes(write_case, tmp_path, monkeypatch):
     hanging = write_case("hanging", resources={"gpus_per_node": 2})
     out = tmp_path / "out"
-    monkeypatch.setenv("DCP_HARNESS_FAULT", "hang@2:1")
+    inject(monkeypatch, "hang@2:1")
     cases = load_cases([hanging])
     result = run_sweep(cases, out, LocalLauncher(timeout_min=0.3, stack_wait_s=5.0, kill_grace_s=2.0))
     assert result.verdicts[0].status == "error"
@@ -77,7 +87,7 @@ def test_hung_rank_times_out_with_stacks_then_resumes(write_case, tmp_path, monk
     assert "in trigger_fault" in stacks  # rank 1, sleeping in the injected hang
     assert "in train_arm" in stacks  # rank 0, waiting for rank 1 inside training
 
-    monkeypatch.delenv("DCP_HARNESS_FAULT")
+    monkeypatch.delenv(FAULT_ENV)
     result = run_sweep(cases, out, LocalLauncher())
     assert result.verdicts[0].status == "pass" and result.arms_run == 1
     log = (out / "hanging" / "eager" / "log.txt").read_text()

@@ -1,12 +1,6 @@
 import pytest
 
-from harness.launch.rank_main import (
-    Fault,
-    first_slurm_host,
-    parse_fault,
-    resolve_rank_env,
-    step_line,
-)
+from harness.launch.rank_main import first_slurm_host, resolve_rank_env, step_line
 
 TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
             "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
@@ -75,45 +69,9 @@ def test_first_slurm_host(nodelist, first):
     assert first_slurm_host(nodelist) == first
 
 
-def test_parse_fault():
-    assert parse_fault(None) is None
-    assert parse_fault("") is None
-    assert parse_fault("crash@3") == Fault("crash", 3, None)
-    assert parse_fault("hang@2:1") == Fault("hang", 2, 1)
-    assert parse_fault("exit@1") == Fault("exit", 1, None)
-    for bad in ("boom@1", "crash@0", "crash", "crash@2:x"):
-        with pytest.raises(ValueError, match="KIND@STEP"):
-            parse_fault(bad)
-
-
-def test_fault_applies_to_its_step_and_rank():
-    fault = Fault("hang", 2, 1)
-    assert fault.applies(rank=1, step=2)
-    assert not fault.applies(rank=0, step=2)
-    assert not fault.applies(rank=1, step=3)
-    assert Fault("crash", 2).applies(rank=5, step=2)
-
-
 def test_step_line_is_one_readable_line():
     line = step_line("eager", 0, 4, {"step": 2, "loss": 5.25, "aux_loss": 0.01, "grad_norm": float("nan"),
                                      "tokens": 512, "cp_sizes": [1, 1], "step_time_s": 0.12,
                                      "max_allocated_bytes": None, "nan": True, "skipped": False})
     assert "\n" not in line
     assert "step 2/4" in line and "loss 5.250000" in line and "gnorm nan" in line and "NAN" in line
-
-
-@pytest.mark.parametrize("kind, code, text", [
-    ("exit", 43, "injected fault exit@2"),
-    ("crash", 1, "RuntimeError: injected fault: crash at step 2 on rank 0"),
-])
-def test_trigger_fault_in_a_process(kind, code, text):
-    import subprocess
-    import sys
-
-    proc = subprocess.run(
-        [sys.executable, "-c", "from harness.launch.rank_main import Fault, trigger_fault; "
-         f"trigger_fault(Fault({kind!r}, 2), rank=0, step=2)"],
-        capture_output=True, text=True, timeout=60,
-    )
-    assert proc.returncode == code
-    assert text in proc.stdout + proc.stderr

@@ -23,6 +23,8 @@ from harness.launch.slurm_wait import wait_for_sweep
 from harness.report import gate
 from harness.results import read_outcome, read_steps
 
+from tests.launch.faults import fault_exports
+
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -200,7 +202,7 @@ def test_killed_jobs_are_infra_errors_and_retry_reruns_only_them(tmp_path):
     # Array tasks 1 and 2 hang after step 1 the first time each index runs.
     setup = [f'm={marks}/first.${{SLURM_ARRAY_TASK_ID:-x}}',
              'if [ "${SLURM_ARRAY_TASK_ID:-0}" != 0 ] && [ ! -e "$m" ]; then touch "$m"; '
-             'export DCP_HARNESS_FAULT=hang@2; fi']
+             f'{fault_exports("hang@2")}; fi']
     write_tiny(tmp_path, "kill", steps=3, extra="matrix: {train.seed: [1, 2, 3]}\n")
     assert cli("submit", tmp_path / "cases", "--profile", write_profile(tmp_path, setup),
                "--out", out) == 0
@@ -235,7 +237,7 @@ def test_killed_jobs_are_infra_errors_and_retry_reruns_only_them(tmp_path):
 def test_requeued_job_resumes_after_last_step(tmp_path):
     out = tmp_path / "sweep"
     # The first start hangs after step 2; the requeued start (SLURM_RESTART_COUNT=1) runs clean.
-    setup = ['if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then export DCP_HARNESS_FAULT=hang@3; fi']
+    setup = ['if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then ' + fault_exports("hang@3") + '; fi']
     path = write_tiny(tmp_path, "requeue", steps=5)
     assert cli("submit", path, "--profile", write_profile(tmp_path, setup), "--out", out) == 0
     (ref,) = latest_jobs(out).values()

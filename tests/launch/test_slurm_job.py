@@ -22,6 +22,8 @@ from harness.launch.sweep import prepare_case_dir
 from harness.results import ArmOutcome, read_outcome, write_outcome
 from harness.spec import load_cases
 
+from tests.launch.faults import Fault, fault_env, with_fault
+
 REPO = Path(__file__).resolve().parents[2]
 CASE = """\
 name: job
@@ -83,8 +85,10 @@ def test_case_job_pickles_and_checkpoints_itself(tmp_path):
 
 
 def test_crashing_arm_gets_a_failed_outcome_and_ends_the_job(tmp_path, monkeypatch):
+    import harness.workload
+
     case, case_dir = make_case(tmp_path)
-    monkeypatch.setenv("DCP_HARNESS_FAULT", "crash@2")
+    monkeypatch.setattr(harness.workload, "train_arm", with_fault(Fault("crash", 2)), raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.setenv(key, "unset-after-the-test")  # run_rank exports these; undo restores
@@ -134,8 +138,9 @@ def test_arm_past_its_limit_times_out_with_stacks(tmp_path):
         case = Case.model_validate(json.load(open({str(case_dir / 'case.json')!r})))
         run_case_arms(case, {str(case_dir)!r}, TaskIdentity("5", 0, 0, 1, "127.0.0.1", 0))
     """)
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
-           "DCP_HARNESS_FAULT": "hang@1"}
+    # The task process starts as a Slurm job's does, with the fault a profile's setup would export.
+    env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
+           **fault_env("hang@1", {"PYTHONPATH": str(REPO)})}
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 124, proc.stderr[-2000:]

@@ -35,7 +35,7 @@ class RecordingLauncher:
             raise OSError("cannot spawn")
         status = self.fail.get(arm.name, "ok")
         steps = case.train.steps if status == "ok" else 1
-        for rank in range(case.world_size):
+        for rank in range(case.layout.world):
             w = StepWriter(arm_dir, rank)
             for s in range(1, steps + 1):
                 w.append({"step": s, "loss": 5.0 - 0.1 * s, "aux_loss": 1.0, "grad_norm": 1.0,

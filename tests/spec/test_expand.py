@@ -27,7 +27,7 @@ def test_ids_follow_key_then_value_order(write_case: Write) -> None:
         "dcp-pp2.vpp2.dynamic_cp1-2",
     ]
     assert [c.parallel.vpp for c in cases] == [1, 1, 2, 2]
-    assert [c.parallel.cp_sizes for c in cases] == [(2,), (1, 2), (2,), (1, 2)]
+    assert [c.layout.cp_sizes for c in cases] == [(2,), (1, 2), (2,), (1, 2)]
     assert cases[3].matrix_values == {"parallel.vpp": 2, "parallel.dynamic_cp": [1, 2]}
     assert all(c.name == "dcp-pp2" for c in cases)
 

@@ -34,15 +34,15 @@ def test_good_fixed_cp_file(write_case: Write) -> None:
     assert case.source == str(path)
     assert case.tags == ("focused", "cpu")
     assert case.model.preset == "tiny" and case.model.hidden == 64
-    assert (case.world_size, case.dp_cp, case.dp) == (2, 2, 1)
+    assert (case.layout.world, case.layout.dp_cp, case.layout.dp) == (2, 2, 1)
     assert case.matrix_values == {}
 
 
 def test_good_dcp_file_and_single_path_argument(write_case: Write) -> None:
     path = write_case(GOOD_DCP)
     [case] = load_cases(path)  # a single path works as well as a list
-    assert case.parallel.is_dynamic and case.parallel.cp_sizes == (1, 2)
-    assert (case.world_size, case.dp_cp, case.dp) == (4, 2, 2)
+    assert case.layout.dynamic and case.layout.cp_sizes == (1, 2)
+    assert (case.layout.world, case.layout.dp_cp, case.layout.dp) == (4, 2, 2)
 
 
 def test_folder_loads_every_yaml_below_sorted(write_case: Write, tmp_path: Path) -> None:

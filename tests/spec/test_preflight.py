@@ -175,6 +175,22 @@ def test_dcp_vs_fixed_cp_fixed_arm_layout() -> None:
     assert fields(compare={"dcp_vs_fixed_cp": {"fixed_cp": 4}}, **odd_batch) == []
 
 
+def test_fixed_cp_arm_layout_problems_say_which_rule_at_the_pair_field() -> None:
+    pair = {"dcp_vs_fixed_cp": {"fixed_cp": 2}}
+    odd = {**DCP4, "train": {"max_seqlen_per_rank": 64, "global_batch": 5, "seq_length": 126},
+           "data": {"lengths": {"min": 8, "max": 126}}}
+    got = preflight(build_case(compare=pair, **odd))
+    arm = "the fixed-CP arm (compare.dcp_vs_fixed_cp.fixed_cp 2, dp=2): "
+    assert [(p.field, p.message) for p in got] == [
+        ("compare.dcp_vs_fixed_cp.fixed_cp", arm + "train.seq_length: seq_length 126 must be "
+                                                  "divisible by 2*cp = 4"),
+        ("compare.dcp_vs_fixed_cp.fixed_cp", arm + "train.global_batch: global_batch 5 is not "
+                                                  "divisible by dp=2")]
+    # a problem of the case's own layout is reported once, at its own field
+    ep3 = {**DCP4, "parallel": {"dynamic_cp": [1, 2], "ep": 3}, "model": {"experts": 6}}
+    assert fields(compare=pair, **ep3) == ["parallel.ep"]
+
+
 def test_exact_repeat_needs_determinism() -> None:
     assert fields(compare={"repeat": {"loss": "exact"}}) == []
     assert fields(compare={"repeat": {"loss": "exact"}}, train={"deterministic": False}) == [

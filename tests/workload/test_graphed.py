@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from harness.results import FrameReplays, GraphStats
+from harness.spec.schema import GraphScope
 from harness.workload.attention import static_packed_attention
 from harness.workload.comm import GroupHandle
 from harness.workload.graphed import GraphLayout, LayerGraphs, rank_plans, reachable_microbatch_counts
@@ -116,15 +117,15 @@ def test_static_layout_refuses_what_does_not_fit():
         static_layout([17], 2, 0, 8, max_seqs=4)  # padded to 20 -> 10 per rank
 
 
-@pytest.mark.parametrize("kind", ["attn", "full"])
-def test_capture_samples_of_every_cp_variant_have_one_signature(kind):
+@pytest.mark.parametrize("scope", list(GraphScope))
+def test_capture_samples_of_every_cp_variant_have_one_signature(scope):
     """The core requires the CP variants of a slot to take the same tensor count, ranks, dtypes
     and requires_grad (shapes may differ): CP 1 has no call B but keeps its placeholders."""
     from harness.workload.graphed import sample_inputs
 
     sigs = []
     for cp in (1, 2, 4):
-        args = sample_inputs(kind, cp, cp - 1, 32, 16, 4, 4, 2, torch.device("cpu"), seed=1)
+        args = sample_inputs(scope, cp, cp - 1, 32, 16, 4, 4, 2, torch.device("cpu"), seed=1)
         sigs.append(tuple((t.dim(), t.dtype, t.requires_grad) for t in args))
         assert args[0].shape == (32, 16) and args[0].requires_grad
     assert len(set(sigs)) == 1

@@ -12,7 +12,9 @@ import torch.distributed as dist
 from harness.workload.comm import DISTRIBUTED, GroupHandle, all_gather_rows, all_reduce_, all_to_all_counts, all_to_all_rows
 from harness.workload.loopback import BANK_ROWS, GRAD_SCALE, Loopback, LoopbackGroup
 from harness.workload.optim import all_reduce_grads, global_grad_norm
-from harness.workload.runtime import Layout, build_groups, pipeline_channels
+from harness.workload.runtime import build_groups, pipeline_channels
+
+from tests.workload.factories import make_case
 
 
 def _handle(size=2, rank=1, comm=None):
@@ -125,10 +127,12 @@ def test_pipeline_receive_is_a_function_of_the_tag_and_kind(no_host_reads):
 
 
 def test_loopback_groups_are_the_real_layout_and_need_no_process_group():
-    layout, sizes = Layout(world=16, pp=4, ep=2), (1, 2, 4)
-    assert not dist.is_initialized()
+    layout = make_case(world=16, parallel={"pp": 4, "vpp": 2, "ep": 2, "dynamic_cp": [1, 2, 4]},
+                       model={"layers": 8}, train={"max_seqlen_per_rank": 16}).layout
+    sizes = layout.cp_sizes
+    assert not dist.is_initialized() and sizes == (1, 2, 4)
     for rank in (0, 5, 15):
-        g = build_groups(layout, rank, sizes, torch.device("cpu"), Loopback(seed=0))
+        g = build_groups(layout, rank, torch.device("cpu"), Loopback(seed=0))
         assert g.pp.ranks == layout.pp_ranks(rank) and g.pp_rank == rank // 4
         assert g.pool.ranks == layout.pool_ranks(g.pp_rank)
         assert g.ep.ranks in layout.ep_blocks(g.pp_rank) and rank in g.ep.ranks
@@ -148,5 +152,5 @@ def test_loopback_groups_are_the_real_layout_and_need_no_process_group():
 
 
 def test_the_real_path_keeps_torch_distributed():
-    g = build_groups(Layout(1, 1, 1), 0, (1,), torch.device("cpu"))
+    g = build_groups(make_case().layout, 0, torch.device("cpu"))
     assert g.comm is DISTRIBUTED and g.world.comm is DISTRIBUTED and g.world.group is None

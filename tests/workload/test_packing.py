@@ -18,7 +18,7 @@ def test_fixed_cp_packs_every_sequence_once_within_capacity(world, parallel):
         assert _all_indices(plan) == list(range(16))
         cp = parallel.get("cp", 1)
         for mb in plan.microbatches:
-            assert [g.start for g in mb.groups] == list(range(0, case.dp_cp, cp))
+            assert [g.start for g in mb.groups] == list(range(0, case.layout.dp_cp, cp))
             for g in mb.groups:
                 assert g.size == cp and g.sequences
                 assert g.tokens <= case.train.seq_length
@@ -63,7 +63,7 @@ def test_dynamic_cp_tiles_the_pool_with_no_idle_rank(pool):
                 start += g.size
                 assert g.padded_tokens <= g.size * 32
                 for s in g.sequences:
-                    assert g.size >= dynamic_cp_need(s.length, case.parallel.cp_sizes, 32)
+                    assert g.size >= dynamic_cp_need(s.length, case.layout.cp_sizes, 32)
                 seen_sizes.add(g.size)
             assert start == pool
     assert len(seen_sizes) > 1
@@ -154,4 +154,4 @@ def test_static_shapes_cap_sequences_per_group_and_count_padded_tokens():
                 for g in mb.groups:
                     assert len(g.sequences) <= 2
                     assert sum(padded_length(s.length, g.size) for s in g.sequences) <= \
-                        g.size * case.tokens_per_rank
+                        g.size * case.layout.tokens_per_rank

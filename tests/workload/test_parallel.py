@@ -166,9 +166,10 @@ def cp_attention_probe(ctx: RankContext) -> dict:
     perturbing the middle sequence, plus the single-rank result for this rank's tokens."""
     from harness.workload.attention import Attention, AttentionContext, attention_plan
     from harness.workload.batch import shard_layout
-    from harness.workload.runtime import Layout, build_groups
+    from harness.workload.runtime import build_groups
 
-    groups = build_groups(Layout(2, 1, 1), ctx.rank, (2,), torch.device("cpu"))
+    layout = make_case(world=2, parallel={"cp": 2}).layout
+    groups = build_groups(layout, ctx.rank, torch.device("cpu"))
     lengths = [6, 10, 7]
     torch.manual_seed(0)
     attn = Attention(16, 4, 2, 4, 1e4, 1e-6)

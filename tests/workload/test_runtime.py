@@ -4,27 +4,13 @@ import torch
 from harness.errors import ConfigError
 from harness.workload.model import build_chunks, chunk_layouts
 from harness.workload.pipeline import pipeline_order
-from harness.workload.runtime import Layout, build_groups, cuda_device_index, pipeline_channels
+from harness.workload.runtime import build_groups, cuda_device_index, pipeline_channels
 
 from tests.workload.factories import TINY, make_case
 
 
-def test_layout_places_pp_outermost_and_blocks_contiguously():
-    lay = Layout(world=8, pp=2, ep=2)
-    assert lay.pool == 4
-    assert lay.pp_ranks(5) == (1, 5)
-    assert lay.pool_ranks(1) == (4, 5, 6, 7)
-    assert lay.cp_blocks(0, 2) == [(0, 1), (2, 3)]
-    assert lay.cp_blocks(1, 4) == [(4, 5, 6, 7)]
-    assert lay.ep_blocks(1) == [(4, 5), (6, 7)]
-    assert lay.expert_dp_groups(0) == [(0, 2), (1, 3)]
-    assert lay.ep_rank(7) == 1
-    with pytest.raises(ConfigError, match="EP size 3"):
-        Layout(world=4, pp=1, ep=3)
-
-
 def test_single_rank_groups_are_inactive():
-    g = build_groups(Layout(1, 1, 1), 0, (1,), torch.device("cpu"))
+    g = build_groups(make_case().layout, 0, torch.device("cpu"))
     assert not g.world.active and not g.pool.active and not g.cp_group(1).active
     assert g.p2p == {}
     with pytest.raises(ValueError, match="no CP group of size 2"):

@@ -127,7 +127,7 @@ def test_diverging_fixture_really_diverges():
 
 def test_focused_cases_train():
     root = Path(__file__).resolve().parents[2] / "cases" / "focused"
-    cases = [c for c in load_cases([str(root)]) if c.world_size == 1 and not c.needs_cuda]
+    cases = [c for c in load_cases([str(root)]) if c.layout.world == 1 and not c.needs_cuda]
     assert len(cases) >= 2
     for case in cases:
         recs = run(case)
