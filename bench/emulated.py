@@ -196,6 +196,8 @@ def summarize(case: Case, run: RankRun, top: int) -> dict[str, Any]:
     s["static_gib"] = {"params": gib, "grads": gib, "adam_moments": 2 * gib, "total": 4 * gib}
     every = [r for rs in rec.values() for r in rs]
     checks["no_nan_or_skipped"] = bool(every) and not any(r.nan or r.skipped for r in every)
+    s["nan_or_skipped_steps"] = {arm: [r.step for r in rs if r.nan or r.skipped] for arm, rs in rec.items()
+                                 if any(r.nan or r.skipped for r in rs)}
     g, e = rec.get(GRAPH, []), rec.get(arm_names(case)[0], [])
     if g and e:
         pairs = list(zip(g, e))
@@ -275,7 +277,8 @@ def table(case: Case, summaries: list[dict[str, Any]], device: str) -> str:
     row("graph vs eager (loss, aux, grad norm)", TE["graph_vs_eager"],
         lambda s: f"bitwise {s.get('bitwise_steps', '-')} steps" + (
             "" if s.get("first_mismatch_step") is None else f", first mismatch step {s['first_mismatch_step']}"))
-    row("NaN / skipped steps", "none", lambda s: "none" if s["checks"].get("no_nan_or_skipped") else "SOME")
+    row("NaN / skipped steps", "none", lambda s: "none" if s["checks"].get("no_nan_or_skipped") else
+        "; ".join(f"{arm} {steps}" for arm, steps in s.get("nan_or_skipped_steps", {}).items()) or "no steps")
     row("CP sizes replayed (graphed steps)", "CP1 and CP2",
         lambda s: f"{s.get('replayed_cp_sizes', '-')} over {s.get('graphed_steps', '-')} steps")
     row("forward replays per (CP, slot)", "-",
