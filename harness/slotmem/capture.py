@@ -218,6 +218,10 @@ class _Session:
         sm = self.smap
         self.arenas = plan_arenas(self.plans, sm.layers, sm.variants, sm.saved_colour, sm.grad_colour,
                                   self.opts.chain_layers, {k: self._pgrad_bytes(k) for k in self.plans})
+        # Blocks the caller's eager steps and the warmup left cached in the default pool would
+        # keep the backing from the device: return them first (a 25.7 GiB backing failed beside
+        # 86 GiB of cached free blocks on an H200).
+        alloc.quiesce()
         with torch.cuda.use_mem_pool(self.pool):
             self.backing = torch.empty(self.arenas.backing.nbytes, dtype=torch.uint8, device=self.device)
         self.backing.fill_(0)

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import torch
-import torch.distributed as dist
 
 from harness.errors import ConfigError
 from harness.results import GraphStats, MemoryProbe, StepRecord
@@ -20,6 +19,7 @@ from harness.spec.schema import Case, DType, Pools
 from harness.workload import checkpoint as ckpt
 from harness.workload.attention import AttentionContext, attention_plan
 from harness.workload.batch import local_batch, static_batch
+from harness.workload.comm import all_reduce_
 from harness.workload.data import Table, successor_table
 from harness.workload.graphed import GraphLayout, LayerGraphs, capture, reachable_microbatch_counts
 from harness.workload.model import (
@@ -34,10 +34,12 @@ from harness.workload.moe import MoEContext, moe_scalars
 from harness.workload.optim import all_reduce_grads, clip_grads_, global_grad_norm, make_optimizer
 from harness.workload.packing import StepPlan, plan_step
 from harness.workload.pipeline import MicrobatchInput, run_step
-from harness.workload.runtime import ProcessGroups, RankContext, build_groups
+from harness.workload.runtime import ProcessGroups, RankContext, build_groups, communicator_for
 from harness.workload.transfer import to_device
 
 StepCallback = Callable[[StepRecord], None]
+# build_chunks' signature: (model, seed, pp, vpp, pp_rank, ep_size, ep_rank, device) -> this rank's chunks
+ChunkBuilder = Callable[..., list[ModelChunk]]
 
 
 @contextmanager
@@ -67,7 +69,7 @@ def _autocast(case: Case) -> Optional[torch.dtype]:
     return torch.bfloat16 if case.train.dtype is DType.BF16 else None
 
 
-def _setup(case: Case, ctx: RankContext) -> _Setup:
+def _setup(case: Case, ctx: RankContext, build: ChunkBuilder = build_chunks) -> _Setup:
     layout = case.layout  # preflight checked it (harness.arms derives and checks every arm case)
     if ctx.world_size != layout.world:
         raise ConfigError(
@@ -76,8 +78,8 @@ def _setup(case: Case, ctx: RankContext) -> _Setup:
         )
     par = case.parallel
     device = ctx.torch_device
-    groups = build_groups(layout, ctx.rank, device)
-    chunks = build_chunks(
+    groups = build_groups(layout, ctx.rank, device, communicator_for(ctx, case.train.seed))
+    chunks = build(
         case.model, case.train.seed, par.pp, par.vpp, groups.pp_rank, par.ep, groups.ep.rank, device
     )
     if case.graphs is not None:  # static shapes: every layer gets its graphable block
@@ -229,16 +231,20 @@ def train_arm(
     ctx: RankContext,
     on_step: StepCallback,
     checkpoint_dir: Optional[Path] = None,
+    *,
+    chunk_builder: ChunkBuilder = build_chunks,
 ) -> None:
     """Train ``case.train.steps`` steps of an arm case (``harness.arms``: its layout, static
-    shapes, eager or graphed), calling ``on_step(record)`` after each (docs/internals.md)."""
+    shapes, eager or graphed), calling ``on_step(record)`` after each (docs/internals.md).
+    ``chunk_builder`` makes this rank's initialised chunks (default :func:`build_chunks`; the arms
+    of one emulated rank share one initialisation, ``emulate.WeightCache``)."""
     train = case.train
     graphed = case.execution.graphed
     if graphed and ctx.torch_device.type != "cuda":
         raise ConfigError(f"arm '{case.arm}' replays CUDA graphs and needs a CUDA GPU per rank "
                           f"(this rank runs on {ctx.device})")
     with _determinism(train.deterministic, train.seed):
-        s = _setup(case, ctx)
+        s = _setup(case, ctx, chunk_builder)
         params = s.dense + s.expert
         opt = make_optimizer(params, train)
         start = ckpt.agreed_resume_step(checkpoint_dir, ctx.rank, s.groups.world)
@@ -281,8 +287,7 @@ def train_arm(
                     s.dense, s.expert, pool_rank == 0, pool_rank < case.parallel.ep, s.groups.world, s.device
                 )
                 sums = torch.tensor([totals.loss_sum, totals.aux_sum], dtype=torch.float64, device=s.device)
-                if s.groups.world.active:
-                    dist.all_reduce(sums, group=s.groups.world.group)
+                all_reduce_(sums, s.groups.world)
                 loss, aux = float(sums[0]), float(sums[1]) / case.model.layers
                 finite = math.isfinite(loss) and math.isfinite(norm)
                 skipped = not math.isfinite(norm)
@@ -310,6 +315,7 @@ def train_arm(
                     graphed=slot.graphs is not None,
                     memory_probe=_probe(s.device) if step == probe_step else None,
                     graph_stats=stats,
+                    replays=slot.graphs.take_replays() if slot.graphs is not None else (),
                     **_memory(s.device),
                 )
                 # Record first, then checkpoint: a rank stopped in between re-runs this step on
