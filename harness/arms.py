@@ -132,6 +132,12 @@ def derive_arm_case(case: Case, spec: ArmSpec) -> Case:
     return with_execution(fixed, base, graphed=spec.kind == GRAPH_FIXED_CP)
 
 
+def arm_case(case: Case, name: str) -> Case:
+    """The derived case of one arm ``name`` of :func:`arm_catalog`, for a benchmark that runs an
+    arm on its own, outside a sweep (a sweep runs its plan's arms: :func:`plan_case`)."""
+    return derive_arm_case(case, arm_spec(case, name))
+
+
 def golden_dir(case: Case) -> Path:
     """Folder of the case's golden files, absolute: ``compare.golden.dir`` relative to the case
     file's folder (resolved from the current directory, as the case file's path was given)."""

@@ -270,6 +270,16 @@ class GraphStats:
     warmup_peak_bytes: int
 
 
+@dataclass(frozen=True)
+class FrameReplays:
+    """How many layer graphs one (CP size, physical slot) frame replayed in one step (forward
+    replays, summed over the rank's layers; each has its backward replay)."""
+
+    cp_size: int
+    slot: int
+    replays: int
+
+
 _NESTED = {"memory_probe": MemoryProbe, "graph_stats": GraphStats}
 
 
@@ -281,7 +291,8 @@ class StepRecord:
     unscaled load-balancing loss averaged over layers, ``grad_norm`` the global norm before
     clipping. Memory fields are None without CUDA. ``platform`` names the kind of device (golden
     files are kept per platform). ``graphed`` says whether the step replayed CUDA
-    graphs; ``memory_probe`` and ``graph_stats`` are set on the steps where they were measured.
+    graphs; ``memory_probe`` and ``graph_stats`` are set on the steps where they were measured;
+    ``replays`` counts a graphed step's replays per (CP size, physical slot) frame.
     """
 
     step: int
@@ -306,6 +317,7 @@ class StepRecord:
     graphed: bool = False
     memory_probe: Optional[MemoryProbe] = None
     graph_stats: Optional[GraphStats] = None
+    replays: tuple[FrameReplays, ...] = ()  # graphed steps: per (CP size, slot), in that order
 
     def __post_init__(self) -> None:
         if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 1:
@@ -314,6 +326,7 @@ class StepRecord:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["cp_sizes"] = list(self.cp_sizes)
+        out["replays"] = [asdict(f) for f in self.replays]
         return out
 
     @classmethod
@@ -324,7 +337,12 @@ class StepRecord:
         sizes = data.get("cp_sizes", [])
         if not isinstance(sizes, list) or any(isinstance(x, bool) or not isinstance(x, int) for x in sizes):
             raise ResultsError(f"'cp_sizes' must be a list of integers, got {sizes!r}")
-        given: dict[str, Any] = {"cp_sizes": tuple(sizes)}
+        frames = data.get("replays", [])
+        if not isinstance(frames, list) or any(not isinstance(f, Mapping) for f in frames):
+            raise ResultsError(f"'replays' must be a list of objects, got {frames!r}")
+        given: dict[str, Any] = {"cp_sizes": tuple(sizes),
+                                 "replays": tuple(_from_fields(FrameReplays, f, "'replays' entry")
+                                                  for f in frames)}
         for key, kind in _NESTED.items():
             value = data.get(key)
             if value is not None and not isinstance(value, Mapping):

@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 
 from harness.results import (
     ArmOutcome,
+    FrameReplays,
     ResultsError,
+    StepRecord,
     StepWriter,
     list_arm_dirs,
     read_json,
@@ -42,6 +44,19 @@ def test_append_and_read_round_trip(tmp_path: Path) -> None:
     assert steps[0][0].cp_sizes == (1, 2)
     lines = (tmp_path / "rank0.jsonl").read_text().splitlines()
     assert len(lines) == 3 and all(json.loads(line)["step"] for line in lines)
+
+
+def test_replays_per_frame_round_trip_and_bad_entries_are_named(tmp_path: Path) -> None:
+    w = StepWriter(tmp_path, 0)
+    frames = [{"cp_size": 1, "slot": 0, "replays": 12}, {"cp_size": 2, "slot": 7, "replays": 3}]
+    w.append(rec(1, graphed=True, replays=frames))
+    got = read_steps(tmp_path)[0][0]
+    assert got.replays == (FrameReplays(1, 0, 12), FrameReplays(2, 7, 3))
+    assert StepRecord.from_dict(got.to_dict()) == got
+    with pytest.raises(ResultsError, match="'replays' entry has unknown keys"):
+        StepRecord.from_dict(rec(1, replays=[{"cp": 1, "slot": 0, "replays": 1}]))
+    with pytest.raises(ResultsError, match="'replays' must be a list of objects"):
+        StepRecord.from_dict(rec(1, replays={"cp_size": 1}))
 
 
 def test_nonfinite_values_are_standard_json_and_round_trip(tmp_path: Path) -> None:

@@ -419,3 +419,24 @@ def fill_free_blocks(pool_id: tuple[int, int], byte_value: int, device: torch.de
         t.fill_(byte_value)
         written += b.size
     return written
+
+
+# ---------------------------------------------------------------------------------------------
+# Allocation sites (what allocated each live block), for memory explanations
+
+
+def record_allocation_sites(enabled: bool) -> None:
+    """Keep (``True``) or stop keeping the Python stack of every live allocation, so the blocks of
+    :func:`allocator_segments` carry ``frames`` (``torch.cuda.memory._record_memory_history`` in its
+    cheapest mode: current allocations only, Python frames only, no event history)."""
+    record = torch.cuda.memory._record_memory_history
+    if enabled:
+        record("state", context="state", stacks="python")
+    else:
+        record(None)
+
+
+def allocator_segments() -> list[dict[str, Any]]:
+    """Every segment of the caching allocator (all pools), as ``torch.cuda.memory_snapshot()``
+    gives them: ``segment_pool_id``, ``total_size``, ``blocks`` (``size``, ``state``, ``frames``)."""
+    return list(torch.cuda.memory_snapshot())

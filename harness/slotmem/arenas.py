@@ -402,9 +402,12 @@ def can_chain(plans: Mapping[Key, ForwardPlan], key: Key) -> bool:
 
 def plan_arenas(plans: Mapping[Key, ForwardPlan], layers: Sequence[int], variants: Sequence[int],
                 saved_colour: Mapping[tuple[int, int, int], int], grad_colour: Mapping[tuple[int, int], int],
-                chain_layers: bool = True) -> ArenaLayout:
+                chain_layers: bool = True, pgrad_bytes: Mapping[Key, int] | None = None) -> ArenaLayout:
     """The arena layout for warmup's ``plans`` under a plan's colours (``saved_colour[(chunk,
-    slot, layer)]``, ``grad_colour[(chunk, slot)]``): every arena sized max over its members."""
+    slot, layer)]``, ``grad_colour[(chunk, slot)]``): every arena sized max over its members.
+    ``pgrad_bytes[key]``: the scratch the backward of ``key`` returns parameter grads in (its
+    parameters whose grads the graph accumulates into ``main_grad`` need none); default: every
+    used parameter's grad."""
     chained = frozenset(k for k in plans if chain_layers and can_chain(plans, k))
     frames = {k: frame_layout(p, frozenset({0}) if k in chained else frozenset()) for k, p in plans.items()}
     grads = {(v, c): grad_layout([plans[(v, c, l)] for l in range(n)])
@@ -414,5 +417,7 @@ def plan_arenas(plans: Mapping[Key, ForwardPlan], layers: Sequence[int], variant
     regions: dict[tuple[str, int], int] = {("saved", c): n for c, n in saved.items()}
     regions.update({("grad", c): n for c, n in grad.items()})
     regions[("gout", 0)] = max(sum(align(dense_bytes(m)) for m in p.outputs) for p in plans.values())
-    regions[("pgrad", 0)] = max(p.param_grad_bytes + ALIGN * len(p.params_used) for p in plans.values())
+    if pgrad_bytes is None:
+        pgrad_bytes = {k: p.param_grad_bytes + ALIGN * len(p.params_used) for k, p in plans.items()}
+    regions[("pgrad", 0)] = max(pgrad_bytes[k] for k in plans)
     return ArenaLayout(chained, frames, grads, pack_backing(regions))

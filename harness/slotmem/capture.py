@@ -217,12 +217,28 @@ class _Session:
         self.state.advance(Phase.LAYOUT)
         sm = self.smap
         self.arenas = plan_arenas(self.plans, sm.layers, sm.variants, sm.saved_colour, sm.grad_colour,
-                                  self.opts.chain_layers)
+                                  self.opts.chain_layers, {k: self._pgrad_bytes(k) for k in self.plans})
+        # Blocks the caller's eager steps and the warmup left cached in the default pool would
+        # keep the backing from the device: return them first (a 25.7 GiB backing failed beside
+        # 86 GiB of cached free blocks on an H200).
+        alloc.quiesce()
         with torch.cuda.use_mem_pool(self.pool):
             self.backing = torch.empty(self.arenas.backing.nbytes, dtype=torch.uint8, device=self.device)
         self.backing.fill_(0)
         alloc.require_fixed_segments(self.pool.id)
         self._check_only_backing_live("after the layout")
+
+    def _fused(self, p: torch.nn.Parameter) -> torch.Tensor | None:
+        """The ``main_grad`` a backward graph accumulates ``p``'s gradient into (fused wgrad), if any."""
+        return getattr(p, "main_grad", None) if self.opts.fuse_wgrad else None
+
+    def _pgrad_bytes(self, key: tuple[int, int, int]) -> int:
+        """Scratch for the parameter grads the backward of ``key`` returns: the used parameters
+        without a fused ``main_grad`` (fused ones are added into it inside the graph)."""
+        _, c, l = key
+        used = self.plans[key].params_used
+        return sum(align(p.numel() * p.element_size()) for p, u in zip(self.params[(c, l)], used)
+                   if u and self._fused(p) is None)
 
     def _check_only_backing_live(self, when: str) -> None:
         assert self.backing is not None
@@ -394,7 +410,7 @@ class _Session:
         k = sum(plan.input_grads)
         copy_srcs.extend(range(k))
         for i, (p, used) in enumerate(zip(params, plan.params_used)):
-            main_grad = getattr(p, "main_grad", None) if self.opts.fuse_wgrad else None
+            main_grad = self._fused(p)
             if used and main_grad is not None:
                 if not isinstance(main_grad, torch.Tensor) or main_grad.shape != p.shape or main_grad.device != p.device:
                     raise PlanError(f"{name}: parameter {i}.main_grad must be a tensor of the parameter's shape and device")

@@ -15,15 +15,26 @@ an op can write its result into the arena itself through its ``out=`` overload, 
   ``out``, or when a producer never ran. The packer and the output copy then find the tensor
   already in place and copy nothing.
 
-Only out-of-place ops whose returns are all fresh tensors (no aliasing, no mutation) and whose
-``out=`` overload takes the same arguments plus one out argument per return are traced (so not
-``_to_copy``, whose ``out=`` form has no ``dtype``): aten's structured kernels share one
-implementation between the functional and the ``out=`` form, so results are the same bits. A call
-with a tensor-subclass argument or return (e.g. an FP8 wrapper) is counted but never redirected.
+Only out-of-place ops whose returns are all fresh tensors (no aliasing, no mutation) are traced,
+and only those with an out form (:class:`OutForm`):
+
+* an ``out=`` overload that takes the same arguments plus one out argument per return, whatever
+  its name (``addmm.out``, ``index.Tensor_out``, ``sum.IntList_out``, ``topk.values``,
+  ``sort.values_stable``): aten's structured kernels share one implementation between the
+  functional and the ``out=`` form, so results are the same bits;
+* ``_to_copy`` that only changes the dtype (the casts autocast and ``.float()`` make): its ``out=``
+  form has no ``dtype``, but ``_to_copy`` itself is an empty tensor plus ``copy_``, so
+  ``dst.copy_(self)`` into the destination (which has the result's dtype and strides) writes the
+  same bits. A ``_to_copy`` with other changes (device, layout, memory format) is counted but
+  never redirected.
+
+A call with a tensor-subclass argument or return (e.g. an FP8 wrapper) is counted but never
+redirected.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -39,21 +50,69 @@ Target = tuple[str, int]
 WIDEN_LIMIT = 1 / 16
 
 
-def _out_names(func: Any) -> tuple[str, ...] | None:
-    """Out-argument names of ``func``'s ``out=`` overload, or None if ``func`` cannot be redirected."""
+@dataclass(frozen=True)
+class OutForm:
+    """How a traced op writes its returns into given tensors: its ``out=`` overload with out
+    arguments ``names``, or (``overload`` None: ``_to_copy``) ``copy_`` into the one return."""
+
+    overload: Any
+    names: tuple[str, ...]
+
+    def takes(self, args: tuple, kwargs: dict) -> bool:
+        """Whether this call can be written through the form (a ``_to_copy`` only when it
+        changes nothing but the dtype)."""
+        return self.overload is not None or _dtype_only_copy(args, kwargs)
+
+    def write(self, args: tuple, kwargs: dict, dsts: Sequence[torch.Tensor]) -> None:
+        if self.overload is None:
+            dsts[0].copy_(args[0])
+        else:
+            self.overload(*args, **kwargs, **dict(zip(self.names, dsts)))
+
+
+_TO_COPY_KEEPS = {"dtype": None, "layout": (None, torch.strided), "device": None, "pin_memory": (None, False),
+                  "non_blocking": (False,), "memory_format": (None, torch.preserve_format)}
+
+
+def _dtype_only_copy(args: tuple, kwargs: dict) -> bool:
+    if len(args) != 1 or not isinstance(args[0], torch.Tensor) or args[0].layout != torch.strided:
+        return False
+    for k, v in kwargs.items():
+        if k not in _TO_COPY_KEEPS:
+            return False
+        if k == "device":
+            if v is not None and torch.device(v) != args[0].device:
+                return False
+        elif k != "dtype" and v not in _TO_COPY_KEEPS[k]:
+            return False
+    return True
+
+
+def _inputs(schema: Any) -> list[tuple[str, str]]:
+    return [(a.name, str(a.type)) for a in schema.arguments if not getattr(a, "is_out", False)]
+
+
+def out_form(func: Any) -> OutForm | None:
+    """The out form of ``func`` (see the module docstring), or None if it cannot be redirected."""
     schema = func._schema
     if schema.is_mutable or not schema.returns:
         return None
     if any(r.alias_info is not None or str(r.type) != "Tensor" for r in schema.returns):
         return None
-    out_op = getattr(func.overloadpacket, "out", None)
-    if out_op is None:
-        return None
-    out_args = out_op._schema.arguments
-    names = tuple(a.name for a in out_args if getattr(a, "is_out", False))
-    same_inputs = ([(a.name, str(a.type)) for a in schema.arguments]
-                   == [(a.name, str(a.type)) for a in out_args if not getattr(a, "is_out", False)])
-    return names if same_inputs and len(names) == len(schema.returns) else None
+    packet = func.overloadpacket
+    if str(func) == "aten._to_copy.default":
+        return OutForm(None, ("out",))
+    want = _inputs(schema)
+    names = ["out"] + [n for n in packet.overloads() if n != "out"]
+    for name in names:
+        overload = getattr(packet, name, None)
+        if overload is None or overload is func:
+            continue
+        args = overload._schema.arguments
+        outs = tuple(a.name for a in args if getattr(a, "is_out", False))
+        if len(outs) == len(schema.returns) and _inputs(overload._schema) == want:
+            return OutForm(overload, outs)
+    return None
 
 
 class _Counting(TorchDispatchMode):
@@ -61,13 +120,13 @@ class _Counting(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self._names: dict[Any, tuple[str, ...] | None] = {}
+        self._forms: dict[Any, OutForm | None] = {}
         self.calls = 0
 
-    def out_names(self, func: Any) -> tuple[str, ...] | None:
-        if func not in self._names:
-            self._names[func] = _out_names(func)
-        return self._names[func]
+    def out_form(self, func: Any) -> OutForm | None:
+        if func not in self._forms:
+            self._forms[func] = out_form(func)
+        return self._forms[func]
 
 
 class OpTracer(_Counting):
@@ -78,12 +137,15 @@ class OpTracer(_Counting):
         self.traced: list[tuple[str, tuple[torch.Tensor, ...]]] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        if self.out_names(func) is not None:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        form = self.out_form(func)
+        if form is not None:
             self.calls += 1
             rets = out if isinstance(out, tuple) else (out,)
-            plain = all(is_plain(r) for r in rets) and not _has_subclass_arg(args, kwargs or {})
-            self.traced.append((str(func), rets if plain else ()))  # () : counted, never a producer
+            plain = all(is_plain(r) for r in rets) and not _has_subclass_arg(args, kwargs)
+            usable = plain and form.takes(args, kwargs)
+            self.traced.append((str(func), rets if usable else ()))  # () : counted, never a producer
         return out
 
 
@@ -163,16 +225,16 @@ class Redirect(_Counting):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        names = self.out_names(func)
-        if names is None or self._busy:  # _busy: the mode's own ops while it redirects a call
+        form = self.out_form(func)
+        if form is None or self._busy:  # _busy: the mode's own ops while it redirects a call
             return func(*args, **kwargs)
         self._busy = True
         try:
-            return self._dispatch(func, names, args, kwargs)
+            return self._dispatch(func, form, args, kwargs)
         finally:
             self._busy = False
 
-    def _dispatch(self, func: Any, names: tuple[str, ...], args: tuple, kwargs: dict) -> Any:
+    def _dispatch(self, func: Any, form: OutForm, args: tuple, kwargs: dict) -> Any:
         i = self.calls
         self.calls += 1
         p = self._by_call.get(i)
@@ -181,12 +243,15 @@ class Redirect(_Counting):
         if str(func) != p.op:
             raise CaptureMismatch(f"{self._name}: op call {i} is {func} during capture, warmup saw {p.op} there; "
                                   "the forward must run the same ops for every microbatch")
+        if not form.takes(args, kwargs):
+            raise CaptureMismatch(f"{self._name}: {p.op} (call {i}) changes more than the dtype during capture; "
+                                  "in warmup it changed only the dtype")
         dsts = [
             self._views[t] if t is not None
             else torch.empty_strided(m.shape, m.stride, dtype=m.dtype, device=self._device)
             for m, t in zip(p.returns, p.targets)
         ]
-        func.overloadpacket.out(*args, **kwargs, **dict(zip(names, dsts)))
+        form.write(args, kwargs, dsts)
         for m, d in zip(p.returns, dsts):
             if (tuple(d.shape), tuple(d.stride()), d.dtype) != (m.shape, m.stride, m.dtype):
                 raise CaptureMismatch(f"{self._name}: {p.op} (call {i}) returned {tuple(d.shape)} {d.dtype}, "

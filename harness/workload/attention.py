@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -244,6 +245,28 @@ def _segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: 
     return out
 
 
+class _CoveredRows(torch.autograd.Function):
+    """Identity on ``x``; backward zeroes the gradient of the rows at or after ``cu[-1]``.
+
+    Flash varlen's backward allocates dQ/dK/dV with ``empty`` and writes only the rows its
+    segments cover; the rest stay uninitialised (NaN or stale values). With CP > 1 the gathered
+    keys of a call (``c*T`` rows) are never all covered, and those rows' gradients flow back into
+    real keys through the gather (measured on an H200: non-finite gradient norms from the first
+    CP2 microbatch, and eager runs that differ run to run)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, cu: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(cu)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        (cu,) = ctx.saved_tensors
+        rows = torch.arange(grad.shape[0], device=grad.device)
+        keep = (rows < cu[-1]).view((-1,) + (1,) * (grad.dim() - 1))
+        return torch.where(keep, grad, torch.zeros((), dtype=grad.dtype, device=grad.device)), None
+
+
 def varlen_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor,
                   cu_k: torch.Tensor, max_q: int, max_k: int) -> torch.Tensor:
     """Causal (bottom-right aligned) attention of the query segments ``cu_q`` over the key
@@ -252,6 +275,8 @@ def varlen_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch
     if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
         from torch.nn.attention.varlen import varlen_attn
 
+        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
+            k, v = _CoveredRows.apply(k, cu_k), _CoveredRows.apply(v, cu_k)
         heads, kv = q.shape[1], k.shape[1]
         native = _varlen_takes_gqa()
         if heads != kv and not native:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.workload.data import sequence_tokens
+from harness.workload.data import Table, sequence_tokens
 from harness.workload.packing import GroupWork, padded_length
 from harness.workload.static import StaticLayout, static_layout
 
@@ -61,7 +61,7 @@ def shard_layout(lengths: list[int], cp: int, cp_rank: int) -> tuple[torch.Tenso
 
 
 def local_batch(
-    group: GroupWork, pool_rank: int, seed: int, step: int, vocab: int, table: torch.Tensor
+    group: GroupWork, pool_rank: int, seed: int, step: int, vocab: int, table: Table
 ) -> LocalBatch:
     """The tokens, targets and layout of ``pool_rank`` in ``group`` for ``step``."""
     cp, r = group.size, pool_rank - group.start
@@ -115,7 +115,7 @@ class StaticBatch:
 
 
 def static_batch(group: GroupWork, pool_rank: int, seed: int, step: int, vocab: int,
-                 table: torch.Tensor, tokens: int, max_seqs: int) -> StaticBatch:
+                 table: Table, tokens: int, max_seqs: int) -> StaticBatch:
     """The tokens of ``pool_rank`` in ``group`` for ``step`` in a static buffer of ``tokens``
     rows (``harness.workload.static``)."""
     cp, r = group.size, pool_rank - group.start

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
-import torch.distributed as dist
 
 from harness.workload.comm import GroupHandle
 
@@ -53,11 +52,7 @@ def agreed_resume_step(root: Optional[Path], rank: int, world: GroupHandle) -> i
     mine = saved_steps(root, rank)[-1] if root is not None and saved_steps(root, rank) else 0
     if not world.active:
         return mine
-    t = torch.tensor([mine], dtype=torch.int64)
-    if dist.get_backend(world.group) == "nccl":
-        t = t.cuda()
-    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=world.group)
-    return int(t.item())
+    return world.comm.min_int(mine, world)
 
 
 def load(root: Path, rank: int, step: int) -> dict[str, Any]:

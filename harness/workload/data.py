@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Union
 
 import torch
 
@@ -80,15 +81,20 @@ def step_sequences(train: TrainSpec, data: DataSpec, step: int) -> tuple[Sequenc
     return tuple(Sequence(i, n) for i, n in enumerate(sequence_lengths(train, data, step)))
 
 
+# The successor rule as ``successor_table`` gives it, or as a list (read once per run: a list
+# lookup per token instead of converting the whole table for every sequence).
+Table = Union[torch.Tensor, list[int]]
+
+
 def sequence_tokens(
-    seed: int, step: int, index: int, length: int, vocab: int, table: torch.Tensor
+    seed: int, step: int, index: int, length: int, vocab: int, table: Table
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(inputs, targets)`` of one sequence, int64 of shape ``[length]`` each."""
     g = _generator(seed, _TOKEN_STREAM, step, index)
     first = int(torch.randint(0, vocab, (1,), generator=g))
     follow = (torch.rand(length, generator=g) < RULE_PROB).tolist()
     noise = torch.randint(0, vocab, (length,), generator=g).tolist()
-    rule = table.tolist()
+    rule = table.tolist() if isinstance(table, torch.Tensor) else table
     toks = [first]
     for t in range(length):
         toks.append(rule[toks[-1]] if follow[t] else noise[t])

@@ -18,9 +18,26 @@ from harness.workload.comm import GroupHandle, all_to_all_counts, all_to_all_row
 
 
 def _inverse(perm: torch.Tensor) -> torch.Tensor:
-    inv = torch.empty_like(perm)
-    inv[perm] = torch.arange(perm.numel(), device=perm.device)
-    return inv
+    """The inverse permutation (as a sort, whose result a captured graph can write in place)."""
+    return torch.argsort(perm, stable=True)
+
+
+def _sort_key(top_i: torch.Tensor, num_experts: int, valid: Optional[torch.Tensor]) -> torch.Tensor:
+    """The ``T * k`` (token, expert) pairs' expert ids; with ``valid``, a padding token's pairs
+    get ``num_experts`` (past every expert), so a stable sort puts them last and no expert's rows
+    include them (the real pairs keep their order)."""
+    t, k = top_i.shape
+    flat = top_i.reshape(-1)
+    if valid is None:
+        return flat
+    return torch.where(valid[:, None].expand(t, k).reshape(-1), flat, num_experts)
+
+
+def _pad_rows(out: torch.Tensor, rows: int) -> torch.Tensor:
+    """``out`` (the real pairs' rows) followed by zero rows up to ``rows``: the padding pairs."""
+    if out.shape[0] == rows:
+        return out
+    return torch.cat([out, out.new_zeros((rows - out.shape[0],) + tuple(out.shape[1:]))])
 
 
 def dispatch_and_compute(
@@ -30,18 +47,23 @@ def dispatch_and_compute(
     experts: Callable[[torch.Tensor, list[int]], torch.Tensor],
     num_experts: int,
     ep: Optional[GroupHandle],
+    valid: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
-    """``sum_j weights[t, j] * expert_{top_i[t, j]}(x[t])`` for every token ``t``."""
+    """``sum_j weights[t, j] * expert_{top_i[t, j]}(x[t])`` for every token ``t``; with ``valid``
+    (``[T]`` bool) the tokens outside it (static-shape padding) are not dispatched and get 0. The
+    real pairs' counts come from the same host read of the device-side counts the dispatch makes
+    anyway (no extra sync)."""
     t, k = top_i.shape
-    flat = top_i.reshape(-1)
-    order = torch.sort(flat, stable=True).indices
-    rows = x[order // k]  # [T*k, H], grouped by expert
-    counts = torch.bincount(flat, minlength=num_experts)  # per global expert
+    key = _sort_key(top_i, num_experts, valid)
+    order = torch.sort(key, stable=True).indices
+    counts = torch.bincount(key, minlength=num_experts + (valid is not None))  # per global expert
     if ep is None or not ep.active:
-        out = experts(rows, counts.tolist())
+        per = counts.tolist()[:num_experts]
+        out = experts(x[order[: sum(per)] // k], per)  # the real pairs' rows, grouped by expert
     else:
-        out = _ep_compute(rows, counts, experts, num_experts, ep)
-    unsorted = out[_inverse(order)].view(t, k, -1)
+        rows = x[order // k]  # [T*k, H], grouped by expert (padding pairs last)
+        out = _ep_compute(rows, counts[:num_experts], experts, num_experts, ep)
+    unsorted = _pad_rows(out, t * k)[_inverse(order)].view(t, k, -1)
     return (unsorted * weights[:, :, None]).sum(dim=1)
 
 
@@ -56,7 +78,7 @@ def _ep_compute(
     recv_counts = all_to_all_counts(counts, ep).view(ep.size, local)  # [source, local expert]
     send = counts.view(ep.size, local).sum(dim=1).tolist()
     recv = recv_counts.sum(dim=1).tolist()
-    got = all_to_all_rows(rows, send, recv, ep)  # by source, then by expert within source
+    got = all_to_all_rows(rows[: sum(send)], send, recv, ep)  # rows past the counts: padding  # by source, then by expert within source
     expert_of_row = torch.repeat_interleave(
         torch.arange(local, device=rows.device).repeat(ep.size), recv_counts.reshape(-1)
     )
@@ -69,7 +91,8 @@ def _ep_compute(
 # ------------------------------------------------------------------ static shapes (no EP)
 def grouped_mm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """``x`` rows grouped by expert (group ``e`` ends at ``offsets[e]``) times ``w[e]``: one
-    grouped GEMM over device-side offsets on CUDA in bf16 (capturable), a loop elsewhere."""
+    grouped GEMM over device-side offsets on CUDA in bf16 (capturable), a loop elsewhere. Rows
+    past the last offset belong to no group: unspecified on CUDA, zero in the loop."""
     if x.is_cuda and x.dtype == torch.bfloat16:
         return torch._grouped_mm(x, w.to(x.dtype), offs=offsets)
     ends = offsets.tolist()
@@ -77,24 +100,35 @@ def grouped_mm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch
     for e, end in enumerate(ends):
         outs.append(x[start:end] @ w[e].to(x.dtype))
         start = end
-    return torch.cat(outs, dim=0) if outs else x[:0] @ w[0].to(x.dtype)
+    out = torch.cat(outs, dim=0) if outs else x[:0] @ w[0].to(x.dtype)
+    return _pad_rows(out, x.shape[0])
 
 
 def grouped_dispatch(x: torch.Tensor, top_i: torch.Tensor, weights: torch.Tensor,
-                     experts: torch.nn.Module, num_experts: int) -> torch.Tensor:
+                     experts: torch.nn.Module, num_experts: int,
+                     valid: Optional[torch.Tensor] = None) -> torch.Tensor:
     """:func:`dispatch_and_compute` with every shape fixed (``T * k`` rows) and the expert
     boundaries on the device: sorts the (token, expert) pairs by expert, runs SwiGLU experts as
-    grouped GEMMs, and combines back (a gather plus a weighted sum; deterministic)."""
+    grouped GEMMs, and combines back (a gather plus a weighted sum; deterministic). With ``valid``
+    the padding tokens' pairs sort past the last expert's offset, so no grouped GEMM computes
+    them; their rows are masked to 0 on the way in (so no gradient leaves them) and out (so the
+    combine gives the padding tokens 0)."""
     t, k = top_i.shape
-    flat = top_i.reshape(-1)
-    order = torch.sort(flat, stable=True).indices
+    key = _sort_key(top_i, num_experts, valid)
+    order = torch.sort(key, stable=True).indices
     rows = x[order // k]
     ids = torch.arange(num_experts, device=x.device)
-    counts = (flat[:, None] == ids).sum(dim=0)
+    counts = (key[:, None] == ids).sum(dim=0)
     offsets = torch.cumsum(counts, 0).to(torch.int32)
     dtype = torch.bfloat16 if x.is_cuda and torch.is_autocast_enabled("cuda") else x.dtype
     r = rows.to(dtype)
+    real = None
+    if valid is not None:
+        real = (torch.arange(t * k, device=x.device) < offsets[-1])[:, None]
+        r = torch.where(real, r, 0.0)
     h = F.silu(grouped_mm(r, experts.gate, offsets)) * grouped_mm(r, experts.up, offsets)
     out = grouped_mm(h, experts.down, offsets)
+    if real is not None:
+        out = torch.where(real, out, 0.0)
     unsorted = out[_inverse(order)].view(t, k, -1)
     return (unsorted * weights[:, :, None]).sum(dim=1)

@@ -11,7 +11,9 @@ communicators were created and warmed when the groups were built.
 At run time :class:`LayerGraphs` replays a block's graphs by (the microbatch's CP size,
 microbatch % physical slots). Invariants checked on every call: the CP size was captured; the
 microbatch's CP group is the very group object captured for that size (a graph's collectives are
-bound to the communicator it was captured on); the plan's counts include the step's count.
+bound to the communicator it was captured on); the plan's counts include the step's count. It counts
+the replays of every (CP size, physical slot) frame; :meth:`LayerGraphs.take_replays` hands a
+step's counts to its record.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import torch
 
-from harness.results import GraphStats
+from harness.results import FrameReplays, GraphStats
 from harness.slotmem import SlotPlan, allowed_microbatch_counts, plan_pipeline
 from harness.spec.schema import GraphScope
 from harness.workload.comm import GroupHandle
@@ -72,6 +74,7 @@ class LayerGraphs:
         self._handles = dict(handles)
         self._counts = frozenset(counts)
         self.stats = stats
+        self._replays: dict[tuple[int, int], int] = {}  # (CP size, slot) -> forward replays
 
     def check_step(self, microbatches: int) -> None:
         if microbatches not in self._counts:
@@ -90,7 +93,15 @@ class LayerGraphs:
                 f"{getattr(self._handles[cp_size], 'ranks', None)}; a graph's collectives are "
                 "bound to the communicator it was captured with")
         graphed = self._graphs[cp_size].layer(chunk, layer)
+        frame = (cp_size, microbatch % self.stats.physical_slots)
+        self._replays[frame] = self._replays.get(frame, 0) + 1
         return graphed(*inputs, cp_size=cp_size, microbatch=microbatch)
+
+    def take_replays(self) -> tuple[FrameReplays, ...]:
+        """The replays per (CP size, physical slot) since the last call, in that order."""
+        out = tuple(FrameReplays(c, s, n) for (c, s), n in sorted(self._replays.items()))
+        self._replays.clear()
+        return out
 
     def close(self) -> None:
         for g in {id(g): g for g in self._graphs.values()}.values():

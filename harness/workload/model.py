@@ -243,10 +243,17 @@ def build_chunks(
     """This PP rank's model chunks, initialised, on ``device``."""
     chunks = []
     for index, lay in enumerate(chunk_layouts(m.layers, pp, vpp, pp_rank)):
-        chunk = ModelChunk(m, lay.layers, lay.first, lay.last, ep_size, ep_rank, index)
-        init_chunk(chunk, m, seed, first_expert=ep_rank * (m.experts // ep_size))
+        chunk = build_chunk(m, seed, lay, index, ep_size, ep_rank)
         chunks.append(chunk.to(device) if device is not None else chunk)
     return chunks
+
+
+def build_chunk(m: ResolvedModel, seed: int, lay: ChunkLayout, index: int, ep_size: int = 1,
+                ep_rank: int = 0) -> ModelChunk:
+    """Chunk ``index`` of a PP rank (``chunk_layouts``), initialised, on the CPU."""
+    chunk = ModelChunk(m, lay.layers, lay.first, lay.last, ep_size, ep_rank, index)
+    init_chunk(chunk, m, seed, first_expert=ep_rank * (m.experts // ep_size))
+    return chunk
 
 
 def is_expert_param(name: str) -> bool:

@@ -36,6 +36,10 @@ class MoEContext:
     ep: Optional[GroupHandle]  # expert-parallel group (None: all experts local)
     # Detached aux-loss pieces, (T/N) * aux_local per layer call, collected for reporting.
     aux_sink: list = field(default_factory=list)
+    # A static-shape microbatch: without EP the experts run as grouped GEMMs over device-side
+    # offsets (``ep.grouped_dispatch``, no host read); with EP the tokens outside ``valid`` (buffer
+    # padding) are not dispatched (``ep.dispatch_and_compute``).
+    static_shapes: bool = False
 
 
 class _AuxLossScaler(torch.autograd.Function):
@@ -77,11 +81,18 @@ class Experts(nn.Module):
         self.down = nn.Parameter(torch.empty(local, ffn, hidden))
 
     def forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
-        """``x`` rows grouped by local expert (``counts[e]`` rows for expert ``e``)."""
+        """``x`` rows grouped by local expert (``counts[e]`` rows for expert ``e``).
+
+        Each stacked weight is cast once (to autocast's dtype when it is on, as the matmuls would
+        cast it) and unbound: the backward stacks the experts' gradients into one tensor, where
+        indexing ``w[e]`` would give every expert a zero-filled gradient of the whole stack."""
+        dev = x.device.type
+        wdt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
+        gate, up, down = (w.to(wdt).unbind(0) for w in (self.gate, self.up, self.down))
         outs = []
         for e, rows in enumerate(torch.split(x, counts, dim=0)):
-            h = F.silu(rows @ self.gate[e].to(rows.dtype)) * (rows @ self.up[e].to(rows.dtype))
-            outs.append(h @ self.down[e].to(rows.dtype))
+            h = F.silu(rows @ gate[e]) * (rows @ up[e])
+            outs.append(h @ down[e])
         return torch.cat(outs, dim=0) if outs else x[:0]
 
 
@@ -124,7 +135,11 @@ class MoE(nn.Module):
         weight = ctx.unit_tokens / ctx.step_tokens
         ctx.aux_sink.append(aux_local.detach() * weight)
 
-        y = dispatch_and_compute(x, top_i, weights.to(x.dtype), self.experts, e, ctx.ep)
+        if ctx.static_shapes and (ctx.ep is None or not ctx.ep.active):
+            y = grouped_dispatch(x, top_i, weights.to(x.dtype), self.experts, e)
+        else:
+            y = dispatch_and_compute(x, top_i, weights.to(x.dtype), self.experts, e, ctx.ep,
+                                     ctx.valid if ctx.static_shapes else None)
         if self.coeff > 0 and torch.is_grad_enabled():
             y = _AuxLossInjector.apply(y, aux_local, self.coeff * weight)
         return y

@@ -6,10 +6,9 @@ import math
 from typing import Iterable
 
 import torch
-import torch.distributed as dist
 
 from harness.spec.schema import OptimizerName, TrainSpec
-from harness.workload.comm import GroupHandle
+from harness.workload.comm import GroupHandle, all_reduce_
 
 
 def make_optimizer(params: Iterable[torch.nn.Parameter], train: TrainSpec) -> torch.optim.Optimizer:
@@ -37,7 +36,7 @@ def all_reduce_grads(params: list[torch.nn.Parameter], handle: GroupHandle) -> N
         return
     grads = _grads(params)
     flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat, group=handle.group)
+    all_reduce_(flat, handle)
     offset = 0
     for g in grads:
         n = g.numel()
@@ -61,8 +60,7 @@ def global_grad_norm(
     if count_expert:
         for p in expert:
             sq += p.grad.detach().double().pow(2).sum()
-    if world.active:
-        dist.all_reduce(sq, group=world.group)
+    all_reduce_(sq, world)
     return math.sqrt(float(sq)) if math.isfinite(float(sq)) else float("nan")
 
 

@@ -9,7 +9,9 @@ receives block, and every message carries a tag naming (microbatch, receiving vi
 direction), so the interleaving of activation and gradient messages between two ranks cannot be
 confused. Each one-way (stage pair, kind) channel also has its own process group
 (``ProcessGroups.p2p``), so backends that match point-to-point messages in issue order (NCCL)
-see one FIFO stream per group. With PP=1 and VPP=1 the order is forward, backward, ... on one rank.
+see one FIFO stream per group. Sends and receives go through ``ProcessGroups.comm``
+(``torch.distributed``, or the loopback stand-in of an emulated rank). With PP=1 and VPP=1 the
+order is forward, backward, ... on one rank.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 from harness.errors import ConfigError
 from harness.slotmem.schedule import microbatch_count_problem, order_events, rank_order
+from harness.workload.comm import Work
 from harness.workload.model import LayerContext, ModelChunk
 from harness.workload.runtime import ProcessGroups
 
@@ -74,11 +76,15 @@ def run_step(
     stages = pp * vpp
     pp_rank = groups.pp_rank
     order = pipeline_order(pp, vpp, group, pp_rank, microbatches)
-    totals = StepTotals()
+    # Loss and aux pieces add up on the device (fp64, in the order a host sum would take them:
+    # the same bits) and are read once, at the end: no host sync per microbatch.
+    loss_acc = torch.zeros((), dtype=torch.float64, device=device)
+    aux_acc = torch.zeros((), dtype=torch.float64, device=device)
     inputs: dict[int, MicrobatchInput] = {}
     saved: dict[tuple[int, int], tuple[torch.Tensor | None, torch.Tensor]] = {}
     backwards_left = {m: vpp for m in range(microbatches)}
-    pending: list[tuple[object, torch.Tensor]] = []
+    pending: list[tuple[Work, torch.Tensor]] = []
+    comm = groups.comm
 
     def prev_of(c: int) -> tuple[int, int]:  # (global rank, PP stage) of virtual stage v-1
         s = (c * pp + pp_rank - 1) % pp
@@ -108,7 +114,7 @@ def run_step(
             else:
                 src, src_stage = prev_of(c)
                 buf = torch.empty(tokens, hidden, dtype=torch.float32, device=device)
-                dist.recv(buf, src=src, group=channel(src_stage, pp_rank, "act"), tag=_tag(m, v, stages, False))
+                comm.recv(buf, src, channel(src_stage, pp_rank, "act"), _tag(m, v, stages, False))
                 x_in = buf.requires_grad_()
                 x = x_in
             amp = (
@@ -122,14 +128,12 @@ def run_step(
                 ce = F.cross_entropy(out.float(), mb.targets, reduction="none")
                 ce_sum = (ce * mb.valid.to(ce.dtype)).sum()
                 loss = ce_sum / step_tokens
-                totals.loss_sum += float(loss.detach())
+                loss_acc += loss.detach().double()
                 saved[(c, m)] = (x_in, loss)
             else:
                 send = out.detach().float().contiguous()
                 dst, dst_stage = next_of(c)
-                work = dist.isend(
-                    send, dst=dst, group=channel(pp_rank, dst_stage, "act"), tag=_tag(m, v + 1, stages, False)
-                )
+                work = comm.isend(send, dst, channel(pp_rank, dst_stage, "act"), _tag(m, v + 1, stages, False))
                 pending.append((work, send))
                 saved[(c, m)] = (x_in, out)
         else:
@@ -139,23 +143,31 @@ def run_step(
             else:
                 grad = torch.empty(tokens, hidden, dtype=torch.float32, device=device)
                 src, src_stage = next_of(c)
-                dist.recv(grad, src=src, group=channel(src_stage, pp_rank, "grad"), tag=_tag(m, v, stages, True))
+                comm.recv(grad, src, channel(src_stage, pp_rank, "grad"), _tag(m, v, stages, True))
                 out.backward(grad.to(out.dtype))
             if x_in is not None:
                 dst, dst_stage = prev_of(c)
                 g = x_in.grad.detach().float().contiguous()
-                work = dist.isend(
-                    g, dst=dst, group=channel(pp_rank, dst_stage, "grad"), tag=_tag(m, v - 1, stages, True)
-                )
+                work = comm.isend(g, dst, channel(pp_rank, dst_stage, "grad"), _tag(m, v - 1, stages, True))
                 pending.append((work, g))
             # Drop the buffers of sends that already completed (the rest wait at the step's end).
-            pending = [(w, t) for w, t in pending if not w.is_completed()]  # type: ignore[attr-defined]
+            pending = [(w, t) for w, t in pending if not w.is_completed()]
             backwards_left[m] -= 1
             if backwards_left[m] == 0:
-                totals.aux_sum += float(sum(t.item() for t in inputs[m].ctx.moe.aux_sink))
+                aux_acc += _ordered_sum(inputs[m].ctx.moe.aux_sink, device)
                 del inputs[m]
     for work, _ in pending:
-        work.wait()  # type: ignore[attr-defined]
+        work.wait()
     if saved or inputs:
         raise RuntimeError(f"pipeline order left work behind: saved {sorted(saved)}, inputs {sorted(inputs)}")
-    return totals
+    loss_sum, aux_sum = torch.stack([loss_acc, aux_acc]).tolist()
+    return StepTotals(loss_sum=loss_sum, aux_sum=aux_sum)
+
+
+def _ordered_sum(pieces: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """``0.0 + p0 + p1 + ...`` in fp64, one piece after another (what ``sum`` of the host values
+    gives, bit for bit)."""
+    acc = torch.zeros((), dtype=torch.float64, device=device)
+    for p in pieces:
+        acc += p.detach().reshape(()).double()
+    return acc

@@ -19,7 +19,9 @@ import torch.distributed as dist
 
 from harness.errors import ConfigError
 from harness.spec.layout import ParallelLayout
-from harness.workload.comm import GroupHandle
+from harness.workload.comm import DISTRIBUTED, Communicator, GroupHandle
+from harness.workload.loopback import BACKEND as LOOPBACK
+from harness.workload.loopback import Loopback
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,7 @@ class ProcessGroups:
     # (src PP stage, dst PP stage, kind) -> group for one-way pipeline traffic of one kind
     # ("act" activations, "grad" input grads) between two stages of this rank's pipeline.
     p2p: dict[tuple[int, int, str], Optional[object]] = field(default_factory=dict)
+    comm: Communicator = DISTRIBUTED  # pipeline sends and receives go through it
 
     @property
     def pp_rank(self) -> int:
@@ -109,36 +112,42 @@ class ProcessGroups:
         return self.cp[size]
 
 
-def _handle(ranks: tuple[int, ...], rank: int, group: object) -> GroupHandle:
-    return GroupHandle(group if len(ranks) > 1 else None, len(ranks), ranks.index(rank), ranks)
+def _handle(ranks: tuple[int, ...], rank: int, group: object, comm: Communicator) -> GroupHandle:
+    return GroupHandle(group if len(ranks) > 1 else None, len(ranks), ranks.index(rank), ranks, comm)
 
 
-def build_groups(layout: ParallelLayout, rank: int, device: torch.device) -> ProcessGroups:
+def communicator_for(ctx: RankContext, seed: int) -> Communicator:
+    """The communicator of a rank context: the loopback stand-in for an emulated rank (backend
+    ``loopback``), else ``torch.distributed``."""
+    if ctx.backend == LOOPBACK:
+        return Loopback(seed)
+    return DISTRIBUTED
+
+
+def build_groups(layout: ParallelLayout, rank: int, device: torch.device,
+                 comm: Communicator = DISTRIBUTED) -> ProcessGroups:
     """Create every group of ``layout`` (one CP group set per CP size; all ranks call this
-    identically) and warm this rank's communicators."""
-    distributed = dist.is_initialized() and layout.world > 1
+    identically) on ``comm`` and warm this rank's communicators."""
     mine: dict[str, GroupHandle] = {}
     cp: dict[int, GroupHandle] = {}
     warm: list[GroupHandle] = []
 
-    def make(ranks: tuple[int, ...]) -> Optional[object]:
+    def make(ranks: tuple[int, ...], purpose: str) -> Optional[object]:
         # new_group must be called by every rank, in the same order, for every group.
-        if not distributed or len(ranks) == 1:
-            return None
-        return dist.new_group(list(ranks))
+        return None if len(ranks) == 1 else comm.new_group(ranks, purpose)
 
     def visit(key: str, candidates: list[tuple[int, ...]]) -> GroupHandle:
         found = None
         for ranks in candidates:
-            g = make(ranks)
+            g = make(ranks, key)
             if rank in ranks:
-                found = _handle(ranks, rank, g)
+                found = _handle(ranks, rank, g, comm)
         assert found is not None, f"rank {rank} is in no {key} group"
         warm.append(found)
         return found
 
     world_ranks = tuple(range(layout.world))
-    world = GroupHandle(dist.group.WORLD if distributed else None, layout.world, rank, world_ranks)
+    world = GroupHandle(comm.world_group(layout.world), layout.world, rank, world_ranks, comm)
     mine["pp"] = visit("pp", [layout.pp_ranks(i) for i in range(layout.dp_cp)])
     stages = range(layout.pp)
     mine["pool"] = visit("pool", [layout.pool_ranks(s) for s in stages])
@@ -155,26 +164,19 @@ def build_groups(layout: ParallelLayout, rank: int, device: torch.device) -> Pro
     for i in range(layout.dp_cp):
         for src, dst, kind in channels:
             ranks = (layout.global_rank(src, i), layout.global_rank(dst, i))
-            g = make(ranks) if src != dst else None
+            g = make(ranks, f"p2p {src}->{dst} {kind}") if src != dst else None
             if i == my_pool:
                 p2p[(src, dst, kind)] = g
-    if distributed:
-        # Same global order on every rank (a rank skips groups it is not in): no deadlock.
-        probe = torch.ones(1, device=device)
-        for h in warm:
-            if h.active:
-                dist.all_reduce(probe, group=h.group)
-        for src, dst, kind in channels:  # warm every channel with one message in its direction
-            g = p2p[(src, dst, kind)]
-            if g is None:
-                continue
-            me = layout.pp_rank(rank)
-            if me == src:
-                dist.send(probe, dst=layout.global_rank(dst, my_pool), group=g)
-            elif me == dst:
-                dist.recv(probe, src=layout.global_rank(src, my_pool), group=g)
-        dist.barrier()
-    return ProcessGroups(layout, rank, world, mine["pp"], mine["pool"], mine["ep"], mine["expert_dp"], cp, p2p)
+    me = layout.pp_rank(rank)
+    warm_channels = [  # every channel of this rank once, in its direction, in the global order
+        (p2p[(src, dst, kind)], layout.global_rank(dst if me == src else src, my_pool), me == src)
+        for src, dst, kind in channels
+        if p2p[(src, dst, kind)] is not None and me in (src, dst)
+    ]
+    if layout.world > 1:
+        comm.warm_up(warm, warm_channels, device)
+    return ProcessGroups(layout, rank, world, mine["pp"], mine["pool"], mine["ep"], mine["expert_dp"], cp, p2p,
+                         comm)
 
 
 def pipeline_channels(pp: int) -> list[tuple[int, int, str]]:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import torch
-import torch.distributed as dist
 
 from harness.errors import ConfigError
 from harness.results import GraphStats, MemoryProbe, StepRecord
@@ -20,7 +19,8 @@ from harness.spec.schema import Case, DType, Pools
 from harness.workload import checkpoint as ckpt
 from harness.workload.attention import AttentionContext, attention_plan
 from harness.workload.batch import local_batch, static_batch
-from harness.workload.data import successor_table
+from harness.workload.comm import all_reduce_
+from harness.workload.data import Table, successor_table
 from harness.workload.graphed import GraphLayout, LayerGraphs, capture, reachable_microbatch_counts
 from harness.workload.model import (
     GraphableBlock,
@@ -34,9 +34,12 @@ from harness.workload.moe import MoEContext, moe_scalars
 from harness.workload.optim import all_reduce_grads, clip_grads_, global_grad_norm, make_optimizer
 from harness.workload.packing import StepPlan, plan_step
 from harness.workload.pipeline import MicrobatchInput, run_step
-from harness.workload.runtime import ProcessGroups, RankContext, build_groups
+from harness.workload.runtime import ProcessGroups, RankContext, build_groups, communicator_for
+from harness.workload.transfer import to_device
 
 StepCallback = Callable[[StepRecord], None]
+# build_chunks' signature: (model, seed, pp, vpp, pp_rank, ep_size, ep_rank, device) -> this rank's chunks
+ChunkBuilder = Callable[..., list[ModelChunk]]
 
 
 @contextmanager
@@ -66,7 +69,7 @@ def _autocast(case: Case) -> Optional[torch.dtype]:
     return torch.bfloat16 if case.train.dtype is DType.BF16 else None
 
 
-def _setup(case: Case, ctx: RankContext) -> _Setup:
+def _setup(case: Case, ctx: RankContext, build: ChunkBuilder = build_chunks) -> _Setup:
     layout = case.layout  # preflight checked it (harness.arms derives and checks every arm case)
     if ctx.world_size != layout.world:
         raise ConfigError(
@@ -75,8 +78,8 @@ def _setup(case: Case, ctx: RankContext) -> _Setup:
         )
     par = case.parallel
     device = ctx.torch_device
-    groups = build_groups(layout, ctx.rank, device)
-    chunks = build_chunks(
+    groups = build_groups(layout, ctx.rank, device, communicator_for(ctx, case.train.seed))
+    chunks = build(
         case.model, case.train.seed, par.pp, par.vpp, groups.pp_rank, par.ep, groups.ep.rank, device
     )
     if case.graphs is not None:  # static shapes: every layer gets its graphable block
@@ -98,7 +101,7 @@ class _GraphSlot:
 
 
 def _microbatch_input(
-    case: Case, plan: StepPlan, m: int, s: _Setup, table: torch.Tensor, slot: _GraphSlot
+    case: Case, plan: StepPlan, m: int, s: _Setup, table: Table, slot: _GraphSlot
 ) -> MicrobatchInput:
     group = plan.microbatches[m].group_of(s.groups.pool_rank)
     if case.static_shapes:
@@ -123,7 +126,7 @@ def _microbatch_input(
 
 
 def _static_input(
-    case: Case, plan: StepPlan, m: int, s: _Setup, table: torch.Tensor, slot: _GraphSlot
+    case: Case, plan: StepPlan, m: int, s: _Setup, table: Table, slot: _GraphSlot
 ) -> MicrobatchInput:
     """A static-shape microbatch: fixed token buffer, metadata tensors, the block runner (eager
     call, or graph replay once captured)."""
@@ -131,14 +134,13 @@ def _static_input(
     group = plan.microbatches[m].group_of(s.groups.pool_rank)
     b = static_batch(group, s.groups.pool_rank, case.train.seed, plan.step, case.model.vocab, table,
                      case.layout.tokens_per_rank, case.train.max_seqs_per_microbatch)
-    dev = s.device
     cp = s.groups.cp_group(group.size)
-    meta = tuple(t.to(dev) for t in b.layout.metadata())
-    valid = b.valid.to(dev)
+    host_scalars = moe_scalars(b.unit_tokens, plan.total_tokens, case.model.experts,
+                               case.model.experts_per_token)
+    ids, targets, valid, scalars, *meta = to_device(
+        (b.inputs, b.targets, b.valid, host_scalars, *b.layout.metadata()), s.device)  # one upload
     moe = MoEContext(valid=valid, unit_tokens=b.unit_tokens, step_tokens=plan.total_tokens, cp=cp,
-                     ep=s.groups.ep)
-    scalars = moe_scalars(b.unit_tokens, plan.total_tokens, case.model.experts,
-                          case.model.experts_per_token).to(dev)
+                     ep=s.groups.ep, static_shapes=True)
 
     def run(block: GraphableBlock, key: tuple[int, int], inputs: tuple[torch.Tensor, ...]) -> object:
         if slot.graphs is not None:
@@ -146,9 +148,9 @@ def _static_input(
         block.cp = cp
         return block(*inputs)
 
-    static = StaticContext(meta, valid, scalars, cp, group.size, m, case.graphs.scope, run,
+    static = StaticContext(tuple(meta), valid, scalars, cp, group.size, m, case.graphs.scope, run,
                            aux_sink=moe.aux_sink)
-    return MicrobatchInput(b.inputs.to(dev), b.targets.to(dev), valid, LayerContext(None, moe, static))
+    return MicrobatchInput(ids, targets, valid, LayerContext(None, moe, static))
 
 
 def _capture(case: Case, s: _Setup) -> LayerGraphs:
@@ -229,23 +231,27 @@ def train_arm(
     ctx: RankContext,
     on_step: StepCallback,
     checkpoint_dir: Optional[Path] = None,
+    *,
+    chunk_builder: ChunkBuilder = build_chunks,
 ) -> None:
     """Train ``case.train.steps`` steps of an arm case (``harness.arms``: its layout, static
-    shapes, eager or graphed), calling ``on_step(record)`` after each (docs/internals.md)."""
+    shapes, eager or graphed), calling ``on_step(record)`` after each (docs/internals.md).
+    ``chunk_builder`` makes this rank's initialised chunks (default :func:`build_chunks`; the arms
+    of one emulated rank share one initialisation, ``emulate.WeightCache``)."""
     train = case.train
     graphed = case.execution.graphed
     if graphed and ctx.torch_device.type != "cuda":
         raise ConfigError(f"arm '{case.arm}' replays CUDA graphs and needs a CUDA GPU per rank "
                           f"(this rank runs on {ctx.device})")
     with _determinism(train.deterministic, train.seed):
-        s = _setup(case, ctx)
+        s = _setup(case, ctx, chunk_builder)
         params = s.dense + s.expert
         opt = make_optimizer(params, train)
         start = ckpt.agreed_resume_step(checkpoint_dir, ctx.rank, s.groups.world)
         if start > 0:
             assert checkpoint_dir is not None
             _restore(s, opt, ckpt.load(checkpoint_dir, ctx.rank, start), case, ctx.rank)
-        table = successor_table(train.seed, case.model.vocab)
+        table = successor_table(train.seed, case.model.vocab).tolist()  # read once, not per sequence
         autocast = _autocast(case)
         pool_rank = s.groups.pool_rank
         slot = _GraphSlot()
@@ -281,8 +287,7 @@ def train_arm(
                     s.dense, s.expert, pool_rank == 0, pool_rank < case.parallel.ep, s.groups.world, s.device
                 )
                 sums = torch.tensor([totals.loss_sum, totals.aux_sum], dtype=torch.float64, device=s.device)
-                if s.groups.world.active:
-                    dist.all_reduce(sums, group=s.groups.world.group)
+                all_reduce_(sums, s.groups.world)
                 loss, aux = float(sums[0]), float(sums[1]) / case.model.layers
                 finite = math.isfinite(loss) and math.isfinite(norm)
                 skipped = not math.isfinite(norm)
@@ -310,6 +315,7 @@ def train_arm(
                     graphed=slot.graphs is not None,
                     memory_probe=_probe(s.device) if step == probe_step else None,
                     graph_stats=stats,
+                    replays=slot.graphs.take_replays() if slot.graphs is not None else (),
                     **_memory(s.device),
                 )
                 # Record first, then checkpoint: a rank stopped in between re-runs this step on

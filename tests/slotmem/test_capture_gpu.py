@@ -367,7 +367,12 @@ def test_fused_main_grad_accumulates_in_graph_and_hooks_fire() -> None:
     with pytest.raises(RuntimeError, match="main_grad buffer was replaced"):
         run_schedule(graphed, order, 2, (2, 2), cp_of, torch.float32)
     params[0].main_grad = saved
+    assert graphs.layout.sizes[("pgrad", 0)] == 0  # every grad is fused: no scratch held beside main_grad
     graphs.close()
+    unfused = capture_plan(make_layers((2, 2), torch.float32), sampler(torch.float32), plan)
+    one_layer = sum(p.numel() * p.element_size() for p in model[0][0].parameters())
+    assert unfused.layout.sizes[("pgrad", 0)] >= one_layer  # returned grads need the scratch
+    unfused.close()
 
 
 def test_variant_memory_is_max_not_sum() -> None:

@@ -185,3 +185,16 @@ def test_cuda_bf16_matches_the_fp32_math_reference(cp, rank, native_gqa):
     want = (ref, *torch.autograd.grad(ref, (q32, k32, v32), grad.float()))
     for a, b, name in zip(got, want, ("out", "dq", "dk", "dv")):
         assert _rel_err(a, b) < 1e-2, f"{name}: relative error {_rel_err(a, b):.2e}"
+
+
+def test_rows_no_varlen_segment_covers_get_a_zero_gradient():
+    from harness.workload.attention import _CoveredRows
+
+    x = torch.randn(6, 2, 3, requires_grad=True)
+    cu = torch.tensor([0, 2, 4, 4], dtype=torch.int32)  # rows 4 and 5 are in no segment
+    y = _CoveredRows.apply(x, cu)
+    assert torch.equal(y, x)
+    grad = torch.randn(6, 2, 3)
+    grad[4:] = float("nan")  # what flash varlen's backward leaves in rows it never wrote
+    y.backward(grad)
+    assert torch.equal(x.grad[:4], grad[:4]) and torch.equal(x.grad[4:], torch.zeros(2, 2, 3))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.results import GraphStats
+from harness.results import FrameReplays, GraphStats
 from harness.spec.schema import GraphScope
 from harness.workload.attention import static_packed_attention
 from harness.workload.comm import GroupHandle
@@ -59,6 +59,11 @@ def test_replay_selects_by_cp_size_and_checks_the_group():
         graphs.call(0, 1, (), 2, 5, GroupHandle(object(), 2, 0, (0, 1)))  # another communicator
     with pytest.raises(RuntimeError, match="no graphs for CP size 4"):
         graphs.call(0, 0, (), 4, 0, g2)
+    graphs.call(0, 0, (), 2, 1, g2)
+    graphs.call(0, 1, (), 1, 1, g1)
+    # replays per (CP size, slot): slot = microbatch % the ring's 4 physical slots
+    assert graphs.take_replays() == (FrameReplays(1, 1, 1), FrameReplays(2, 1, 2))
+    assert graphs.take_replays() == ()  # counted per step
     graphs.check_step(6)
     with pytest.raises(RuntimeError, match="planned for"):
         graphs.check_step(5)

@@ -3,6 +3,7 @@ import torch
 from harness.workload.attention import Attention, AttentionContext, attention_plan, rope
 from harness.workload.ep import dispatch_and_compute
 from harness.workload.moe import MoE, MoEContext
+from harness.workload.pipeline import _ordered_sum
 
 
 def _ctx(lengths):
@@ -80,3 +81,12 @@ def test_aux_loss_value_and_injected_gradient_match_autograd():
     (y2.sum() + 0.5 * (8 / 16) * aux).backward()
     torch.testing.assert_close(moe.router.weight.grad, g_injected)
     torch.testing.assert_close(c.aux_sink[0], aux.detach() * 0.5)
+
+
+def test_device_sum_of_aux_pieces_equals_the_host_sum_bitwise():
+    g = torch.Generator().manual_seed(9)
+    pieces = [torch.rand((), generator=g) * 10 ** int(e) for e in torch.randint(-6, 3, (13,), generator=g)]
+    host = 0.0
+    host += float(sum(p.item() for p in pieces))
+    assert float(_ordered_sum(pieces, torch.device("cpu"))) == host
+    assert float(_ordered_sum([], torch.device("cpu"))) == 0.0
