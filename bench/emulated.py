@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from harness.arms import arm_case, canonical_arm_name, fixed_cp_arm_name  # noqa: E402
+from harness.arms import arm_case, arm_spec  # noqa: E402
 from harness.results import StepRecord, StepWriter, dumps  # noqa: E402
 from harness.spec.loader import load_cases  # noqa: E402
 from harness.spec.preflight import preflight  # noqa: E402
@@ -119,7 +119,8 @@ def arm_names(case: Case) -> list[str]:
     """``dcp``, ``graph``, ``graph-fixed-cp<N>`` (N of compare.dcp_vs_fixed_cp, default 2),
     ``graph-separate-pools``."""
     fixed = case.compare.dcp_vs_fixed_cp.fixed_cp if case.compare.dcp_vs_fixed_cp else 2
-    return [canonical_arm_name(case, "eager"), GRAPH, fixed_cp_arm_name(fixed, graphed=True), SEPARATE]
+    return [arm_spec(case, name).name for name in ("eager", GRAPH, f"graph-fixed-cp{fixed}", SEPARATE)]
+
 
 
 def plan_arms(case: Case) -> list[tuple[str, Case]]:

@@ -1,34 +1,97 @@
 #!/usr/bin/env bash
-# GPU check: the CUDA-marked tests and the GPU benchmarks, logs under $OUT.
-# Run on a GPU machine from the repository root:  bash bench/gpu_check.sh
-#   OUT=dir        where logs go (default ./gpu-logs)
-#   PYTEST_PATHS   test paths for `pytest -m cuda` (default: tests)
+# GPU check, from the repository root on a GPU machine:  bash bench/gpu_check.sh
+# Everything it prints also goes to $OUT/gpu_check.log; the artifacts beside it:
+#   noise.md             measured noise of the reference pairs (bench/noise.py) and noise x 10
+#   mutations.md         the GPU mutation rows (bench/mutations.py --gpu): each must exit 1
+#   golden/<case>/golden_values_<platform>.json   golden values recorded from the focused run, for
+#                        the cases that run on one GPU (copy them into cases/focused/golden/)
+#   focused.tgz          the focused sweep (summary.md, junit.xml, verdicts, step records, logs)
+#   workload_results.tgz the multi-GPU workload run (2+ GPUs)
+# Sections, each on unless set to 0 (or, for the lists, empty):
+#   PYTEST_PATHS   test paths of `pytest -m cuda` (default: tests); PYTEST=0 skips it
 #   BENCHES        benchmark scripts, space separated (default below; add yours here)
+#   FOCUSED=0      skip `python3 -m harness run cases/focused`, its gate, the golden record
+#                  (GOLDEN_CASES, platform from the records: h200 on an H200) and bench/noise.py
+#   MUTATIONS=0    skip the GPU mutation rows; MUTATION_JOBS rows at once (default 2), started
+#                  beside the focused run (the GPU holds both: one arm ~36 GiB reserved)
 #   WORKLOAD=0     skip the workload run (cases/gpu through `dcp-harness run`, those that fit the
-#                  GPUs here: 2-GPU cases with >= 2 GPUs, the 4-GPU case with >= 4); its results
-#                  folder is packed into $OUT/workload_results.tgz
+#                  GPUs here: 2-GPU cases with >= 2 GPUs, the 4-GPU case with >= 4)
 set -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-logs}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 PY=${PYTHON:-python3}
+LOG="$OUT/gpu_check.log"
+: > "$LOG"
 DEFAULT_BENCHES="bench/graph_memory.py bench/graph_arms.py"
+GOLDEN_CASES=${GOLDEN_CASES:-"tiny-moe-eager tiny-moe-lognormal gpu1-qwen3-graphs.scope-attn gpu1-qwen3-graphs.scope-full"}
 status=0
-$PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())" \
-  2>&1 | tee "$OUT/env.log" || status=1
-$PY -m pytest -m cuda ${PYTEST_PATHS:-tests} -q -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest_cuda.log" || status=1
+declare -A took
+say() { echo "== $* ($(date -u +%H:%M:%S))" | tee -a "$LOG"; }
+section() {  # section NAME CMD...: run CMD, its output into the log, its time into the table
+  local name=$1 t0=$SECONDS rc
+  shift
+  say "$name: $*"
+  "$@" 2>&1 | tee -a "$LOG"
+  rc=${PIPESTATUS[0]}
+  took[$name]="$((SECONDS - t0)) s, exit $rc"
+  return "$rc"
+}
+
+section env $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())" || status=1
+if [ "${PYTEST:-1}" != 0 ]; then
+  section pytest $PY -m pytest -m cuda ${PYTEST_PATHS:-tests} -q -rs -p no:cacheprovider || status=1
+fi
 for bench in ${BENCHES-$DEFAULT_BENCHES}; do
-  name=$(basename "$bench" .py)
-  $PY "$bench" 2>&1 | tee "$OUT/bench_$name.log" || status=1
+  section "$(basename "$bench" .py)" $PY "$bench" || status=1
 done
+
+mut_pid=""
+if [ "${MUTATIONS:-1}" != 0 ]; then
+  say "mutations (in the background): $PY bench/mutations.py --gpu --jobs ${MUTATION_JOBS:-2}"
+  mut_t0=$SECONDS
+  $PY bench/mutations.py --gpu --jobs "${MUTATION_JOBS:-2}" > "$OUT/mutations.md" 2>&1 &
+  mut_pid=$!
+fi
+if [ "${FOCUSED:-1}" != 0 ]; then
+  sweep=$(mktemp -d)/focused
+  section run $PY -m harness run cases/focused --out "$sweep"
+  run_rc=$?
+  section gate $PY -m harness gate "$sweep"
+  gate_rc=$?
+  [ "$gate_rc" = 0 ] || status=1
+  golden_args=()
+  for c in $GOLDEN_CASES; do golden_args+=(--case "$c"); done
+  section golden $PY -m harness golden record "$sweep" --into "$OUT/golden" "${golden_args[@]}" || status=1
+  section noise $PY bench/noise.py "$sweep" --out "$OUT/noise.md"
+  find "$sweep" -name checkpoint -type d -prune -exec rm -rf {} + 2>/dev/null
+  tar -czf "$OUT/focused.tgz" -C "$(dirname "$sweep")" focused 2>/dev/null || true
+  took[focused]="run exit $run_rc, gate exit $gate_rc"
+fi
+if [ -n "$mut_pid" ]; then
+  wait "$mut_pid"
+  mut_rc=$?
+  took[mutations]="$((SECONDS - mut_t0)) s, exit $mut_rc"
+  [ "$mut_rc" = 0 ] || status=1
+  say "mutations table ($OUT/mutations.md)"
+  tee -a "$LOG" < "$OUT/mutations.md"
+fi
+
 ngpu=$($PY -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
 if [ "${WORKLOAD:-1}" != 0 ] && [ "$ngpu" -ge 2 ]; then
   sel="gpu-dcp12-ep2 or gpu-pp2-vpp2 or gpu2-dcp12-ep2-graphs"
   [ "$ngpu" -ge 4 ] && sel="$sel or gpu-dcp12-pp2-vpp2-ep2 or gpu4-dcp12-pp2-vpp2-ep2-graphs"
   wl=$(mktemp -d)/workload
-  $PY bench/workload_gpu.py cases/gpu cases/focused -k "$sel" --out "$wl" 2>&1 | tee "$OUT/bench_workload_gpu.log" || status=1
+  section workload $PY bench/workload_gpu.py cases/gpu cases/focused -k "$sel" --out "$wl" || status=1
   tar -czf "$OUT/workload_results.tgz" -C "$(dirname "$wl")" workload 2>/dev/null || true
 fi
-echo "gpu_check: exit $status (logs in $OUT)"
+
+{
+  echo
+  echo "| section | result |"
+  echo "|---|---|"
+  for name in "${!took[@]}"; do echo "| $name | ${took[$name]} |"; done | sort
+  echo "gpu_check: exit $status (logs in $OUT)"
+} | tee -a "$LOG"
 exit $status

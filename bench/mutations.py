@@ -5,10 +5,19 @@ repository's tracked files (never to this checkout, and no fault flag in product
 copy, ``dcp-harness run cases/focused --out OUT`` and ``dcp-harness gate OUT`` run with PYTHONPATH
 pointing at the copy; every fault must make the gate exit 1 (a regression), never 0 (missed) or
 2 (an error). The ``dead-model`` row runs no workload patch but a copy of ``tiny-moe-eager`` with
-``lr: 1.0e+6`` (the model collapses after one step) and must fail too. Prints a Markdown table::
+``lr: 1.0e+6`` (the model collapses after one step) and must fail too.
 
-    python bench/mutations.py                 # every fault (a few minutes each on 2 cores)
+GPU rows (``--gpu``, on a CUDA machine): faults in the static-shape path that both arms of a graph
+case share (the static cu_seqlens / masking, the RoPE positions of the static metadata, the static
+MoE dispatch), each run against the one-GPU graph case it reaches
+(``cases/focused -k gpu1-qwen3-graphs.scope-...``). ``graph_vs_eager`` stays bitwise equal under
+them (both arms share the fault); the case's own verdict must still fail, through its reference
+arm (the dynamic-shape path on one rank) and, once recorded, its golden values. Prints a Markdown
+table::
+
+    python bench/mutations.py                 # the CPU rows (a few minutes each on 2 cores)
     python bench/mutations.py --only ep-dispatch --keep
+    python bench/mutations.py --gpu --jobs 3  # the GPU rows, three at once on one GPU
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -36,6 +46,8 @@ class Mutation:
     description: str
     old: str  # the exact line (must occur once)
     new: str
+    select: Optional[str] = None  # `-k` of the cases it runs against (None: all of cases/focused)
+    gpu: bool = False  # needs a CUDA GPU (a graph case)
 
 
 MUTATIONS: tuple[Mutation, ...] = (
@@ -66,15 +78,50 @@ MUTATIONS: tuple[Mutation, ...] = (
              "EP: received rows not regrouped by local expert before the expert GEMMs",
              "    out_local = experts(got[regroup], recv_counts.sum(dim=0).tolist())",
              "    out_local = experts(got, recv_counts.sum(dim=0).tolist())"),
+    # The static-shape path both arms of a graph case share (graph_vs_eager cannot see these).
+    Mutation("static-cu-seqlens", "harness/workload/static.py",
+             "static metadata: cu_seqlens of a CP1 microbatch lose the boundaries between packed "
+             "sequences (attention crosses sequences)",
+             "        cu = _cu(list(lengths) + [t - off], max_seqs)",
+             "        cu = _cu([sum(lengths), t - off], max_seqs)",
+             select="gpu1-qwen3-graphs.scope-attn", gpu=True),
+    Mutation("static-rope-positions", "harness/workload/attention.py",
+             "static attention: RoPE takes the buffer row as position instead of the metadata's "
+             "position in the sequence (positions run on across packed sequences)",
+             "        positions = meta[0]",
+             "        positions = torch.arange(t, device=x.device)",
+             select="gpu1-qwen3-graphs.scope-attn", gpu=True),
+    Mutation("static-moe-dispatch", "harness/workload/ep.py",
+             "static MoE (grouped GEMM): token rows are not sorted into expert order before the "
+             "grouped GEMMs (each expert computes other tokens' rows)",
+             "    rows = x[order // k]",
+             "    rows = x[torch.arange(t * k, device=x.device) // k]",
+             select="gpu1-qwen3-graphs.scope-full", gpu=True),
 )
 DEAD = "dead-model"
 
 
+# Folders of a checkout that are not part of the repository (a copy without git skips them).
+_NOT_SOURCE = {".git", ".venv", "results", "gpu-logs", "__pycache__", ".pytest_cache"}
+
+
+def repo_files() -> list[str]:
+    """The tracked files of this checkout; where it is no git checkout (a copy on a GPU
+    machine), every file outside the folders of :data:`_NOT_SOURCE`."""
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True)
+    if listed.returncode == 0 and listed.stdout:
+        return [f for f in listed.stdout.decode().split("\0") if f]
+    out = []
+    for path in sorted(REPO.rglob("*")):
+        rel = path.relative_to(REPO)
+        if path.is_file() and not _NOT_SOURCE & set(rel.parts):
+            out.append(rel.as_posix())
+    return out
+
+
 def copy_repo(dest: Path) -> None:
-    """The tracked files of this checkout (as they are in the working tree) into ``dest``."""
-    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], check=True,
-                           capture_output=True).stdout.decode().split("\0")
-    for rel in filter(None, files):
+    """The repository's files (as they are in the working tree) into ``dest``."""
+    for rel in repo_files():
         src = REPO / rel
         if src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -114,14 +161,16 @@ def run_one(name: str, mutation: Optional[Mutation], keep: bool, timeout_s: floa
     root = Path(tempfile.mkdtemp(prefix=f"dcp-mutation-{name}-"))
     try:
         copy_repo(root)
-        cases = "cases/focused"
+        cases = ["cases/focused"]
         if mutation is not None:
             apply(root, mutation)
+            if mutation.select is not None:
+                cases += ["-k", mutation.select]
         else:
-            cases = dead_model_case(root)
+            cases = [dead_model_case(root)]
         out = root / "results" / name
         t0 = time.monotonic()
-        ran = _cli(root, "run", cases, "--out", str(out), timeout_s=timeout_s)
+        ran = _cli(root, "run", *cases, "--out", str(out), timeout_s=timeout_s)
         gate = _cli(root, "gate", str(out), timeout_s=120)
         failed = [line.strip() for line in gate.stdout.splitlines()
                   if line.strip().startswith(("FAIL ", "ERROR "))]
@@ -150,26 +199,45 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help=f"run only these rows ({', '.join([m.name for m in MUTATIONS] + [DEAD])})")
     ap.add_argument("--keep", action="store_true", help="keep the temporary copies")
     ap.add_argument("--timeout-s", type=float, default=1200.0, help="limit of one focused run")
+    ap.add_argument("--gpu", action="store_true",
+                    help="the GPU rows (faults in the static path of the graph cases; needs CUDA) "
+                         "instead of the CPU rows")
+    ap.add_argument("--jobs", type=int, default=1, metavar="N",
+                    help="rows run at once (each in its own copy; GPU rows share the GPU)")
     args = ap.parse_args(argv)
-    rows: list[tuple[str, Optional[Mutation]]] = [(m.name, m) for m in MUTATIONS] + [(DEAD, None)]
+    every: list[tuple[str, Optional[Mutation]]] = [(m.name, m) for m in MUTATIONS] + [(DEAD, None)]
     if args.only:
-        unknown = set(args.only) - {n for n, _ in rows}
+        unknown = set(args.only) - {n for n, _ in every}
         if unknown:
             ap.error(f"unknown row(s): {', '.join(sorted(unknown))}")
-        rows = [(n, m) for n, m in rows if n in args.only]
-    print("| fault | file | description | run exit | gate exit | failed entries: checks | wall s |")
-    print("|---|---|---|---|---|---|---|")
+        rows = [(n, m) for n, m in every if n in args.only]
+    else:
+        rows = [(n, m) for n, m in every if (m is not None and m.gpu) == args.gpu]
+    if args.jobs < 1:
+        ap.error("--jobs must be >= 1")
+    if any(m is not None and m.gpu for _, m in rows):
+        import torch
+
+        if not torch.cuda.is_available():
+            ap.error("the GPU rows run the graph cases, which need a CUDA GPU (none here)")
+    print("| fault | file | cases | description | run exit | gate exit | failed entries: checks "
+          "| wall s |")
+    print("|---|---|---|---|---|---|---|---|")
     bad = 0
-    for name, m in rows:
-        r = run_one(name, m, args.keep, args.timeout_s)
-        where = m.file if m else "cases (copy of tiny-moe-eager)"
-        what = m.description if m else "train.lr 1.0e+6: the model collapses after one step"
-        print(f"| {name} | {where} | {what} | {r['run']} | {r['gate']} | {_checks(r['failed'])} "
-              f"| {r['wall_s']:.0f} |", flush=True)
-        if r["gate"] != 1 or r["run"] != 1:
-            bad += 1
-            if r["tail"]:
-                print(f"<!-- {name} output tail:\n{r['tail']}\n-->", flush=True)
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # each row: its own copy, processes
+        futures = [pool.submit(run_one, name, m, args.keep, args.timeout_s) for name, m in rows]
+        for (name, m), future in zip(rows, futures):
+            r = future.result()
+            where = m.file if m else "cases (copy of tiny-moe-eager)"
+            cases = (f"-k {m.select}" if m and m.select else "cases/focused" if m
+                     else "dead-model-lr1e6")
+            what = m.description if m else "train.lr 1.0e+6: the model collapses after one step"
+            print(f"| {name} | {where} | {cases} | {what} | {r['run']} | {r['gate']} | "
+                  f"{_checks(r['failed'])} | {r['wall_s']:.0f} |", flush=True)
+            if r["gate"] != 1 or r["run"] != 1:
+                bad += 1
+                if r["tail"]:
+                    print(f"<!-- {name} output tail:\n{r['tail']}\n-->", flush=True)
     print(f"\n{len(rows) - bad} of {len(rows)} rows exit 1 (a regression)")
     return 0 if bad == 0 else 1
 

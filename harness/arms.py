@@ -1,8 +1,9 @@
-"""Arms and pairs of a case.
+"""Arms and pairs of a case, planned once: :func:`plan_case` -> :class:`~harness.caseplan.CasePlan`.
 
 An *arm* is one training configuration of a case, itself a :class:`Case` derived from the case the
 user wrote and preflighted like it (``harness.spec.derive``); a *pair* is two arms plus the contract
-they must satisfy (``harness.compare``). Both follow from the case's ``compare:`` section:
+they must satisfy, with its typed settings (``harness.compare``). Both follow from the case's
+``compare:`` section:
 
 * ``repeat``          -> ``<arm>`` and ``<arm>-repeat`` (same configuration; ``arm`` default ``eager``)
 * ``graph_vs_eager``  -> ``graph`` (slot-shared CUDA graphs) and ``eager``
@@ -10,25 +11,31 @@ they must satisfy (``harness.compare``). Both follow from the case's ``compare:`
   graph case (``graphs:``) both sides run the graphs: ``graph`` and ``graph-fixed-cp<N>``
 * ``graph_pools``     -> ``graph`` (one MemPool) and ``graph-separate-pools`` (one pool per CP size)
 * ``reference``       -> each candidate arm (default: the eager arm, and the fixed-CP arm of
-  ``dcp_vs_fixed_cp``) and ``reference`` (the case on one rank); pairs ``reference`` (the first
-  candidate) and ``reference-<arm>`` (the others)
+  ``dcp_vs_fixed_cp``) and ``reference`` (the case on one rank, eager, dynamic shapes); pairs
+  ``reference`` (the first candidate) and ``reference-<arm>`` (the others)
 * ``golden``          -> one arm (default ``eager``) against the case's committed golden values
 
 Arms with the same name run once and are shared by the pairs that name them. In a dynamic-CP case
 the eager arm *is* the dynamic-CP arm, so ``eager`` is named ``dcp`` there. A case without pairs
 runs a single ``eager`` (``dcp``) arm; it still gets the per-arm checks. Every arm of a graph case
-runs with static shapes (the eager arms too), so a pair compares like with like.
+but the reference runs with static shapes (the eager arms too), so a pair compares like with like;
+the reference arm runs the ordinary dynamic-shape path, a check the static arms do not share.
+
+The names a case file may give an arm (``compare.repeat.arm``, ``compare.reference.arms``,
+``compare.golden.arm``) are looked up among the arms the case can have (:func:`arm_catalog`),
+each built from the case's own sections; nothing parses a name back into a configuration.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Callable, Optional, Sequence
 
-from harness.compare import AUX_COEFF, GOLDEN_CASE, GOLDEN_DIR, SAME_GROUPING, Pair
+from harness.caseplan import CasePlan, PlannedArm, case_hash
+from harness.compare import GoldenPairParams, Pair, ReferencePairParams
 from harness.errors import CaseError
+from harness.golden import snapshot_golden
 from harness.spec.derive import as_fixed_cp, as_reference, with_execution
 from harness.spec.schema import Case, Pools
 
@@ -37,149 +44,199 @@ GRAPH = "graph"
 DCP = "dcp"
 SEPARATE_POOLS = "graph-separate-pools"
 REFERENCE = "reference"
+FIXED_CP = "fixed-cp"
+GRAPH_FIXED_CP = "graph-fixed-cp"
 REPEAT_SUFFIX = "-repeat"
-_FIXED_CP = re.compile(r"^(graph-)?fixed-cp([1-9][0-9]*)$")
 
 
 @dataclass(frozen=True)
-class Arm:
-    """One training configuration of a case; ``name`` is also its results folder and
-    ``case`` the derived case it runs (``case.arm == name`` without a ``-repeat`` suffix)."""
+class ArmSpec:
+    """What one arm runs: its kind (``harness.caseplan.ARM_KINDS``), the CP size of a fixed-CP
+    kind, and whether it is the second run of a repeat pair."""
 
-    name: str
-    case: Case
+    kind: str
+    fixed_cp: Optional[int] = None
+    repeat: bool = False
+
+    @property
+    def base(self) -> str:
+        """The configuration's name (the derived case's ``arm``)."""
+        if self.kind in (FIXED_CP, GRAPH_FIXED_CP):
+            return f"{self.kind}{self.fixed_cp}"
+        return self.kind
+
+    @property
+    def name(self) -> str:
+        """The arm's name and results folder."""
+        return self.base + (REPEAT_SUFFIX if self.repeat else "")
 
 
-def fixed_cp_arm_name(cp: int, graphed: bool = False) -> str:
-    return f"{'graph-' if graphed else ''}fixed-cp{cp}"
+def arm_catalog(case: Case) -> dict[str, ArmSpec]:
+    """Every arm ``case`` can have, by the names a case file may use: the eager arm (``eager``,
+    named ``dcp`` in a dynamic-CP case, where ``eager`` is an alias of it), ``graph`` and
+    ``graph-separate-pools`` with a ``graphs:`` section, ``fixed-cp<N>`` (and
+    ``graph-fixed-cp<N>``) for each CP size of a dynamic-CP case and ``dcp_vs_fixed_cp``'s
+    ``fixed_cp``, ``reference``; each also as ``<name>-repeat``."""
+    dynamic = case.layout.dynamic
+    specs = [ArmSpec(DCP if dynamic else EAGER)]
+    if case.graphs is not None:
+        specs += [ArmSpec(GRAPH), ArmSpec(SEPARATE_POOLS)]
+    if dynamic:
+        sizes = set(case.layout.cp_sizes)
+        if case.compare.dcp_vs_fixed_cp is not None:
+            sizes.add(case.compare.dcp_vs_fixed_cp.fixed_cp)
+        for cp in sorted(sizes):
+            specs.append(ArmSpec(FIXED_CP, cp))
+            if case.graphs is not None:
+                specs.append(ArmSpec(GRAPH_FIXED_CP, cp))
+    specs.append(ArmSpec(REFERENCE))
+    out = {s.name: s for s in specs}
+    out.update({s.name + REPEAT_SUFFIX: replace(s, repeat=True) for s in specs})
+    if dynamic:  # the eager arm of a dynamic-CP case is its dcp arm
+        out[EAGER] = out[DCP]
+        out[EAGER + REPEAT_SUFFIX] = out[DCP + REPEAT_SUFFIX]
+    return out
+
+
+def arm_spec(case: Case, name: str, field: Optional[str] = None) -> ArmSpec:
+    """The arm ``name`` of :func:`arm_catalog`; otherwise a CaseError naming the arms the case
+    can have, at ``field`` (default: the section the arm would need, else ``compare``)."""
+    catalog = arm_catalog(case)
+    if name in catalog:
+        return catalog[name]
+    if name.startswith(DCP):
+        hint, needs = "; dcp needs dynamic CP (parallel.dynamic_cp)", "parallel.dynamic_cp"
+    elif name.startswith(GRAPH):
+        hint, needs = "; graph arms need a `graphs:` section (e.g. {scope: attn})", "graphs"
+    else:
+        hint, needs = "", "compare"
+    names = ", ".join(n for n in catalog if not n.endswith(REPEAT_SUFFIX))
+    raise _arm_error(case, field or needs, f"unknown arm '{name}'{hint}; this case can have: "
+                                           f"{names} (each also as <name>-repeat)")
+
+
+def derive_arm_case(case: Case, spec: ArmSpec) -> Case:
+    """The derived case arm ``spec`` runs (passes the same preflight; CaseError naming the field
+    otherwise)."""
+    base = spec.base
+    if spec.kind in (EAGER, DCP):
+        return with_execution(case, base, graphed=False)
+    if spec.kind == GRAPH:
+        return with_execution(case, base, graphed=True)
+    if spec.kind == SEPARATE_POOLS:
+        return with_execution(case, base, graphed=True, pools=Pools.SEPARATE)
+    if spec.kind == REFERENCE:
+        return as_reference(case, base)
+    assert spec.fixed_cp is not None
+    fixed = as_fixed_cp(case, spec.fixed_cp, base)
+    return with_execution(fixed, base, graphed=spec.kind == GRAPH_FIXED_CP)
 
 
 def arm_case(case: Case, name: str) -> Case:
-    """The derived case arm ``name`` runs (``eager``, ``dcp``, ``graph``, ``graph-separate-pools``,
-    ``fixed-cp<N>``, ``graph-fixed-cp<N>``, each optionally with ``-repeat``); a CaseError naming
-    the field when the case cannot have that arm."""
-    base = name[: -len(REPEAT_SUFFIX)] if name.endswith(REPEAT_SUFFIX) else name
-    if base in (EAGER, DCP):
-        if base == DCP and not case.layout.dynamic:
-            raise _arm_error(case, "compare", f"arm '{name}' needs dynamic CP (parallel.dynamic_cp)")
-        return with_execution(case, base, graphed=False)
-    if base == GRAPH:
-        return with_execution(case, base, graphed=True)
-    if base == SEPARATE_POOLS:
-        return with_execution(case, base, graphed=True, pools=Pools.SEPARATE)
-    if base == REFERENCE:
-        return as_reference(case, base)
-    match = _FIXED_CP.match(base)
-    if match:
-        graphed, cp = match.group(1) is not None, int(match.group(2))
-        fixed = as_fixed_cp(case, cp, base)
-        return with_execution(fixed, base, graphed=graphed)
-    raise _arm_error(
-        case, "compare.repeat.arm",
-        f"unknown arm '{name}'; use eager, dcp, graph, graph-separate-pools, fixed-cp<N>, "
-        "graph-fixed-cp<N> or reference",
-    )
-
-
-def canonical_arm_name(case: Case, name: str) -> str:
-    """``eager[-repeat]`` of a dynamic-CP case is its ``dcp[-repeat]`` arm (same configuration)."""
-    if case.layout.dynamic and (name == EAGER or name == EAGER + REPEAT_SUFFIX):
-        return DCP + name[len(EAGER):]
-    return name
-
-
-def pairs_for_case(case: Case) -> tuple[Pair, ...]:
-    """The case's pairs, in a fixed order (repeat, graph_vs_eager, dcp_vs_fixed_cp, graph_pools,
-    reference, golden)."""
-    spec = case.compare
-    pairs: list[Pair] = []
-    if spec.repeat is not None:
-        base = canonical_arm_name(case, spec.repeat.arm)
-        arm_case(case, base)  # validates the name
-        pairs.append(_pair("repeat", (base, base + REPEAT_SUFFIX), spec.repeat))
-    if spec.graph_vs_eager is not None:
-        pairs.append(_pair("graph_vs_eager", (GRAPH, canonical_arm_name(case, EAGER)),
-                           spec.graph_vs_eager))
-    if spec.dcp_vs_fixed_cp is not None:
-        if not case.layout.dynamic:
-            raise _arm_error(
-                case, "compare.dcp_vs_fixed_cp",
-                "dcp_vs_fixed_cp needs a dynamic-CP case: set parallel.dynamic_cp (not parallel.cp)",
-            )
-        fixed = spec.dcp_vs_fixed_cp.fixed_cp
-        graphed = case.graphs is not None
-        pairs.append(_pair("dcp_vs_fixed_cp",
-                           (GRAPH if graphed else DCP, fixed_cp_arm_name(fixed, graphed)),
-                           spec.dcp_vs_fixed_cp))
-    if spec.graph_pools is not None:
-        pairs.append(_pair("graph_pools", (GRAPH, SEPARATE_POOLS), spec.graph_pools))
-    if spec.reference is not None:
-        for i, arm in enumerate(reference_candidates(case, pairs)):
-            params = {**spec.reference.model_dump(mode="json"),
-                      SAME_GROUPING: arm_case(case, arm).layout.dp == 1,
-                      AUX_COEFF: case.model.aux_loss_coeff}
-            pairs.append(Pair(name="reference" if i == 0 else f"reference-{arm}",
-                              contract="reference", arms=(arm, REFERENCE), params=params))
-    if spec.golden is not None:
-        arm = canonical_arm_name(case, spec.golden.arm)
-        arm_case(case, arm)
-        params = {**spec.golden.model_dump(mode="json"), "arm": arm,
-                  GOLDEN_DIR: str(golden_dir(case)), GOLDEN_CASE: case.id}
-        pairs.append(Pair(name="golden", contract="golden", arms=(arm,), params=params))
-    return tuple(pairs)
-
-
-def reference_candidates(case: Case, pairs: Sequence[Pair] = ()) -> tuple[str, ...]:
-    """The arms ``compare.reference`` compares with the single-rank arm: ``compare.reference.arms``
-    (canonical names), else the eager arm and the fixed-CP arm of the ``dcp_vs_fixed_cp`` pair."""
-    spec = case.compare.reference
-    assert spec is not None
-    if spec.arms is not None:
-        names = [canonical_arm_name(case, a) for a in spec.arms]
-    else:
-        names = [canonical_arm_name(case, EAGER)]
-        names += [p.arms[1] for p in pairs if p.contract == "dcp_vs_fixed_cp"]
-    out: list[str] = []
-    for name in names:
-        if name == REFERENCE or name.startswith(REFERENCE + REPEAT_SUFFIX):
-            raise _arm_error(case, "compare.reference.arms", "the reference arm is not a candidate")
-        arm_case(case, name)  # validates the name
-        if name not in out:
-            out.append(name)
-    return tuple(out)
+    """The derived case of one arm ``name`` of :func:`arm_catalog`, for a benchmark that runs an
+    arm on its own, outside a sweep (a sweep runs its plan's arms: :func:`plan_case`)."""
+    return derive_arm_case(case, arm_spec(case, name))
 
 
 def golden_dir(case: Case) -> Path:
-    """Folder of the case's golden files: ``compare.golden.dir`` relative to the case file's."""
+    """Folder of the case's golden files, absolute: ``compare.golden.dir`` relative to the case
+    file's folder (resolved from the current directory, as the case file's path was given)."""
     spec = case.compare.golden
     assert spec is not None
-    return Path(case.source).parent / spec.dir
+    return (Path(case.source).parent / spec.dir).resolve()
 
 
-def arms_for_case(case: Case) -> tuple[Arm, ...]:
-    """Every arm the case's pairs name, each once, in first-use order; ``(eager,)`` without pairs."""
+def plan_case(case: Case) -> CasePlan:
+    """The case's arms and pairs, each arm derived and preflighted once; pairs in a fixed order
+    (repeat, graph_vs_eager, dcp_vs_fixed_cp, graph_pools, reference, golden). Everything a
+    verdict needs is resolved here: the case file's path and the golden folder made absolute, the
+    case's golden files copied (``harness.golden.snapshot_golden``; the only files it reads).
+    Raises CaseError (naming the field) for an arm the case cannot have."""
+    spec = case.compare
+    derived: dict[str, tuple[ArmSpec, Case]] = {}
+
+    def arm(name: str, field: str) -> str:
+        """The canonical name of arm ``name`` (derived once, preflighted)."""
+        s = arm_spec(case, name, field)
+        if s.name not in derived:
+            derived[s.name] = (s, derive_arm_case(case, s))
+        return s.name
+
+    pairs: list[Pair] = []
+    if spec.repeat is not None:
+        base = arm(spec.repeat.arm, "compare.repeat.arm")
+        pairs.append(Pair("repeat", "repeat", (base, arm(base + REPEAT_SUFFIX, "compare.repeat.arm")),
+                          spec.repeat))
+    if spec.graph_vs_eager is not None:
+        pairs.append(Pair("graph_vs_eager", "graph_vs_eager",
+                          (arm(GRAPH, "graphs"), arm(EAGER, "compare.graph_vs_eager")),
+                          spec.graph_vs_eager))
+    if spec.dcp_vs_fixed_cp is not None:
+        if not case.layout.dynamic:
+            raise _arm_error(case, "compare.dcp_vs_fixed_cp", "dcp_vs_fixed_cp needs a dynamic-CP "
+                             "case: set parallel.dynamic_cp (not parallel.cp)")
+        cp, graphed = spec.dcp_vs_fixed_cp.fixed_cp, case.graphs is not None
+        fixed = ArmSpec(GRAPH_FIXED_CP if graphed else FIXED_CP, cp).name
+        field = "compare.dcp_vs_fixed_cp.fixed_cp"
+        pairs.append(Pair("dcp_vs_fixed_cp", "dcp_vs_fixed_cp",
+                          (arm(GRAPH if graphed else DCP, field), arm(fixed, field)),
+                          spec.dcp_vs_fixed_cp))
+    if spec.graph_pools is not None:
+        pairs.append(Pair("graph_pools", "graph_pools",
+                          (arm(GRAPH, "graphs"), arm(SEPARATE_POOLS, "graphs")), spec.graph_pools))
+    if spec.reference is not None:
+        ref = arm(REFERENCE, "compare.reference")
+        for i, cand in enumerate(_reference_candidates(case, pairs, arm)):
+            params = ReferencePairParams(**dict(spec.reference),
+                                         groups_like_reference=derived[cand][1].layout.dp == 1,
+                                         aux_loss_coeff=case.model.aux_loss_coeff)
+            pairs.append(Pair("reference" if i == 0 else f"reference-{cand}", "reference",
+                              (cand, ref), params))
+    if spec.golden is not None:
+        name = arm(spec.golden.arm, "compare.golden.arm")
+        where = golden_dir(case)
+        params = GoldenPairParams(**{**dict(spec.golden), "arm": name}, case_id=case.id,
+                                  golden_dir=str(where), steps=case.train.steps,
+                                  files=snapshot_golden(where, case.id))
+        pairs.append(Pair("golden", "golden", (name,), params))
+
     names: list[str] = []
-    for pair in pairs_for_case(case):
-        for name in pair.arms:
-            if name not in names:
-                names.append(name)
+    for pair in pairs:
+        names += [a for a in pair.arms if a not in names]
     if not names:
-        names.append(canonical_arm_name(case, EAGER))
-    return tuple(Arm(name=name, case=arm_case(case, name)) for name in names)
+        names.append(arm(EAGER, "compare"))
+    arms = tuple(PlannedArm(name=n, kind=derived[n][0].kind, case=derived[n][1],
+                            world_size=derived[n][1].layout.world,
+                            ranks=tuple(range(derived[n][1].layout.world)),
+                            repeat=derived[n][0].repeat) for n in names)
+    return CasePlan(case=case, case_hash=case_hash(case.model_dump(mode="json")),
+                    source=str(Path(case.source).resolve()), arms=arms, pairs=tuple(pairs))
 
 
-def arm_by_name(case: Case, name: str) -> Arm:
-    """The arm ``name`` of ``case``; a :class:`CaseError` naming the valid arms otherwise."""
-    arms = arms_for_case(case)
-    for arm in arms:
-        if arm.name == name:
-            return arm
-    valid = ", ".join(a.name for a in arms)
-    raise _arm_error(case, "compare", f"case has no arm '{name}' (its arms: {valid})")
+def plan_cases(cases: Sequence[Case]) -> list[CasePlan]:
+    """:func:`plan_case` of each case, in order (the first CaseError stops it)."""
+    return [plan_case(case) for case in cases]
 
 
-def _pair(contract: str, arms: tuple[str, str], spec: Any) -> Pair:
-    return Pair(name=contract, contract=contract, arms=arms, params=spec.model_dump(mode="json"))
+def _reference_candidates(case: Case, pairs: list[Pair], arm: Callable[[str, str], str]
+                          ) -> tuple[str, ...]:
+    """The arms ``compare.reference`` compares with the single-rank arm: ``compare.reference.arms``,
+    else the eager arm and the fixed-CP arm of the ``dcp_vs_fixed_cp`` pair."""
+    spec = case.compare.reference
+    assert spec is not None
+    field = "compare.reference.arms"
+    if spec.arms is not None:
+        names = [arm(a, field) for a in spec.arms]
+    else:
+        names = [arm(EAGER, "compare.reference")]
+        names += [p.arms[1] for p in pairs if p.contract == "dcp_vs_fixed_cp"]
+    out: list[str] = []
+    for name in names:
+        if name.startswith(REFERENCE):
+            raise _arm_error(case, field, "the reference arm is not a candidate")
+        if name not in out:
+            out.append(name)
+    return tuple(out)
 
 
 def _arm_error(case: Case, field: str, message: str) -> CaseError:

@@ -24,22 +24,22 @@ from __future__ import annotations
 import math
 import struct
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from harness.golden import (
     MEMORY_METRICS,
     Golden,
+    GoldenCopy,
     GoldenError,
     golden_file,
     loss_series,
     memory_series,
     platform_of,
-    read_golden,
 )
 from harness.results import (
     VERDICT_FILE,
@@ -112,16 +112,40 @@ class Check:
 @dataclass(frozen=True)
 class Pair:
     """Two (or, for arm-only entries, more) arms and the contract comparing them.
-    ``params``: the contract's settings as in the case file (``case.compare.<contract>``)."""
+
+    ``params``: the contract's typed settings, an instance of ``PAIR_PARAMS[contract]`` (the case
+    file's ``compare.<contract>`` model, plus what the planner knows for ``reference`` and
+    ``golden``). A mapping is validated into that model here, so a bad setting is a ValueError
+    naming the pair when the pair is made (at plan time), never after the run. ``arm_checks`` has
+    no settings; an unknown contract keeps what it was given (its entry is an error)."""
 
     name: str
     contract: str
     arms: tuple[str, ...]
-    params: Mapping[str, Any] = field(default_factory=dict)
+    params: Any = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "arms", tuple(self.arms))
+        model = PAIR_PARAMS.get(self.contract)
+        if model is None or isinstance(self.params, model):
+            return
+        if self.params is not None and not isinstance(self.params, Mapping):
+            raise TypeError(f"pair '{self.name}': {self.contract} settings must be a "
+                            f"{model.__name__} or a mapping, got {type(self.params).__name__}")
+        try:
+            typed = model.model_validate(dict(self.params or {}))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first.get("loc", ())) or "(settings)"
+            raise ValueError(f"pair '{self.name}': bad {self.contract} settings: {where}: "
+                             f"{first.get('msg')}") from None
+        object.__setattr__(self, "params", typed)
 
     def to_dict(self) -> dict[str, Any]:
+        params = (self.params.model_dump(mode="json") if isinstance(self.params, BaseModel)
+                  else dict(self.params or {}))
         return {"name": self.name, "contract": self.contract, "arms": list(self.arms),
-                "params": dict(self.params)}
+                "params": params}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Pair":
@@ -355,17 +379,27 @@ def _finite_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+RankSet = Union[int, Sequence[int]]  # a count (ranks 0..n-1) or the ranks themselves
+
+
 def arm_checks(
     arm: str,
     steps: Steps,
     expected_steps: Optional[int] = None,
-    expected_ranks: Optional[int] = None,
+    expected_ranks: Optional[RankSet] = None,
 ) -> tuple[Check, ...]:
     """The checks every arm gets, named ``<arm>.steps_complete``, ``<arm>.no_nan_inf``,
-    ``<arm>.no_skipped_step``. Without ``expected_steps``/``expected_ranks`` the largest step
-    and rank seen in this arm are expected."""
+    ``<arm>.no_skipped_step``. ``expected_ranks``: how many ranks record (0..n-1) or which ones.
+    Without ``expected_steps``/``expected_ranks`` the largest step and rank seen in this arm are
+    expected."""
     ranks = sorted(steps)
-    n_ranks = expected_ranks if expected_ranks is not None else (max(ranks) + 1 if ranks else 1)
+    if expected_ranks is None:
+        want_ranks: tuple[int, ...] = tuple(range(max(ranks) + 1 if ranks else 1))
+    elif isinstance(expected_ranks, int):
+        want_ranks = tuple(range(expected_ranks))
+    else:
+        want_ranks = tuple(expected_ranks)
+    n_ranks = len(want_ranks)
     seen_steps = [field_of(rec, "step") for _, rec in _records(steps)
                   if isinstance(field_of(rec, "step"), int)]
     n_steps = expected_steps if expected_steps is not None else max(seen_steps, default=0)
@@ -373,7 +407,7 @@ def arm_checks(
     duplicates: list[str] = []
     n_missing = 0
     want = set(range(1, n_steps + 1))
-    for rank in range(n_ranks):
+    for rank in want_ranks:
         counts = Counter(field_of(rec, "step") for rec in steps.get(rank, ()))
         absent = sorted(want - set(counts))
         n_missing += len(absent)
@@ -475,13 +509,6 @@ def sanity_checks(arm: str, steps: Steps, spec: SanitySpec) -> tuple[Check, ...]
 ContractFn = Callable[[Pair, Mapping[str, Steps]], tuple[Check, ...]]
 
 
-def _params(model: type[BaseModel], pair: Pair) -> Any:
-    try:
-        return model.model_validate(dict(pair.params))
-    except ValidationError as exc:
-        raise ValueError(f"pair '{pair.name}': bad {pair.contract} params: {exc}") from exc
-
-
 def _two(pair: Pair) -> tuple[str, str]:
     if len(pair.arms) != 2:
         raise ValueError(f"pair '{pair.name}' ({pair.contract}) needs exactly 2 arms, got {list(pair.arms)}")
@@ -504,14 +531,14 @@ def _series_on(name: str, key: str, data: Mapping[str, Steps], arms: tuple[str, 
 
 
 def _repeat(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
-    p: RepeatContract = _params(RepeatContract, pair)
+    p: RepeatContract = pair.params
     arms = _two(pair)
     return (_series_check("loss", "loss", data, arms, p.loss),
             _series_check("grad_norm", "grad_norm", data, arms, p.loss))
 
 
 def _graph_vs_eager(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
-    p: GraphVsEagerContract = _params(GraphVsEagerContract, pair)
+    p: GraphVsEagerContract = pair.params
     arms = _two(pair)
     aux = p.aux_loss if p.aux_loss is not None else p.loss
     gn = p.grad_norm if p.grad_norm is not None else p.loss
@@ -576,7 +603,7 @@ def _probe_check(name: str, data: Mapping[str, Steps], arms: tuple[str, str], ke
 
 
 def _dcp_vs_fixed_cp(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
-    p: DcpVsFixedCpContract = _params(DcpVsFixedCpContract, pair)
+    p: DcpVsFixedCpContract = pair.params
     arms = _two(pair)
     return (_series_check("loss", "loss", data, arms, p.loss),
             _series_check("aux_loss", "aux_loss", data, arms, p.aux_loss),
@@ -602,7 +629,7 @@ def _pool_figures(data: Mapping[str, Steps], arms: tuple[str, str]) -> Check:
 
 def _graph_pools(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     """Slot-shared pool over the largest single variant's pool (the largest separate pool)."""
-    p: GraphPoolsContract = _params(GraphPoolsContract, pair)
+    p: GraphPoolsContract = pair.params
     arms = _two(pair)
     shared, separate = _graph_stats(data[arms[0]]), _graph_stats(data[arms[1]])
     gn = p.grad_norm if p.grad_norm is not None else p.loss
@@ -624,10 +651,14 @@ def _graph_pools(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
                   "graph pool / largest single variant's pool: " + ", ".join(parts)),) + numerics
 
 
-# Keys the pair builder (harness.arms) adds to a reference pair's params: how the candidate
-# layout groups tokens, which decides what the math lets the pair compare.
-SAME_GROUPING = "groups_like_reference"
-AUX_COEFF = "aux_loss_coeff"
+class ReferencePairParams(ReferenceContract):
+    """A reference pair's settings: the case's ``compare.reference`` bounds plus what the planner
+    (``harness.arms``) knows about the candidate: whether its layout groups tokens like the single
+    rank (``dp == 1``), which decides what the math lets the pair compare, and the aux-loss
+    coefficient."""
+
+    groups_like_reference: bool
+    aux_loss_coeff: float = Field(ge=0)
 
 
 def regroup_step(same_grouping: bool, cand: Steps, ref: Steps) -> Optional[int]:
@@ -648,13 +679,8 @@ def _reference(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     does not depend on the grouping); after that loss (steps > k) and grad norm (steps >= k)
     under the ``regrouped_*`` bounds when the aux loss is on (its gradient depends on the
     grouping), else still under the exact bounds; the aux loss from step k is not compared."""
-    params = dict(pair.params)
-    same = params.pop(SAME_GROUPING, None)
-    coeff = params.pop(AUX_COEFF, None)
-    if not isinstance(same, bool) or not isinstance(coeff, (int, float)):
-        raise ValueError(f"pair '{pair.name}': reference params need '{SAME_GROUPING}' and "
-                         f"'{AUX_COEFF}' (set by harness.arms)")
-    p: ReferenceContract = _params(ReferenceContract, Pair(pair.name, pair.contract, pair.arms, params))
+    p: ReferencePairParams = pair.params
+    same, coeff = p.groups_like_reference, p.aux_loss_coeff
     arms = _two(pair)
     k = regroup_step(same, data[arms[0]], data[arms[1]])
     if k is None:
@@ -687,39 +713,78 @@ def _reference(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     return tuple(checks)
 
 
-# Keys the pair builder adds to a golden pair's params: where the golden files are.
-GOLDEN_DIR = "golden_dir"
-GOLDEN_CASE = "case_id"
+class GoldenPairParams(GoldenContract):
+    """A golden pair's settings: the case's ``compare.golden`` plus what the planner resolved
+    when the sweep was written: the case id, the golden folder (absolute), the case's step count
+    and a copy of every golden file of the case there (platform -> :class:`GoldenCopy`). Judging
+    reads only these, so it gives the same answer from any directory or machine."""
+
+    case_id: str
+    golden_dir: str
+    steps: int = Field(ge=1)
+    files: dict[str, GoldenCopy] = {}
+
+
+class ContractSkipped(Exception):
+    """A contract that does not apply to this run (its entry is ``skipped`` with the reason)."""
+
+    def reason(self, sweep_dir: Optional[str]) -> str:
+        return str(self)
+
+
+class GoldenMissing(ContractSkipped):
+    """No golden file for the platform the arm ran on. Skipped with the command that records
+    one, or an error when the case requires golden values (``compare.golden.required``)."""
+
+    def __init__(self, case_id: str, platform: str, path: Path, recorded: Sequence[str],
+                 required: bool) -> None:
+        super().__init__(f"no golden values for platform '{platform}' at {path}")
+        self.case_id, self.platform, self.path = case_id, platform, path
+        self.recorded, self.required = tuple(recorded), required
+
+    def reason(self, sweep_dir: Optional[str]) -> str:
+        have = (f" (recorded platforms: {', '.join(self.recorded)})" if self.recorded
+                else " (no platform recorded yet)")
+        head = ("compare.golden.required is true but there are " if self.required else "") + (
+            f"no golden values for platform '{self.platform}' at {self.path}{have}")
+        return (f"{head}: record them from a run you trust with `dcp-harness golden record "
+                f"{sweep_dir or '<sweep>'} --case {self.case_id} --platform {self.platform}` "
+                "and commit the file")
 
 
 def _golden_check(name: str, metric: str, run: Mapping[int, float], golden: Golden,
-                  bound: LossBound, arm: str) -> Check:
+                  bound: LossBound, arm: str, steps: int) -> Check:
+    """``metric`` of the arm against the golden series. The golden must cover the case's steps
+    (``steps``); steps the arm did not record (it crashed) are left to its completeness check."""
     want = golden.series(metric)
+    if want and max(want) != steps:
+        raise GoldenError(f"{golden.path}: '{metric}' runs to step {max(want)}, the case to "
+                          f"train.steps {steps} (train.steps changed? re-record it)")
     if set(run) - set(want):
         raise GoldenError(f"{golden.path}: '{metric}' has no value for step(s) "
                           f"{collapse_runs(sorted(set(run) - set(want)))} of arm '{arm}' (the case "
                           "changed? re-record it)")
-    if set(want) - set(run) and run and max(want) > max(run):
-        raise GoldenError(f"{golden.path}: '{metric}' runs to step {max(want)}, arm '{arm}' to "
-                          f"{max(run)} (train.steps changed? re-record it)")
     return compare_series(name, dict(run), dict(want), bound, (arm, f"golden {golden.path.name}"))
 
 
 def _golden(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     """One arm against its committed golden values (``compare.golden``; ``harness.golden``):
     LM loss, aux loss and grad norm per step, and memory (largest over ranks) where the run
-    recorded it. A missing file, metric or step raises GoldenError: an error, never a pass."""
-    params = dict(pair.params)
-    where, case_id = params.pop(GOLDEN_DIR, None), params.pop(GOLDEN_CASE, None)
-    if not isinstance(where, str) or not isinstance(case_id, str):
-        raise ValueError(f"pair '{pair.name}': golden params need '{GOLDEN_DIR}' and '{GOLDEN_CASE}'")
-    p: GoldenContract = _params(GoldenContract, Pair(pair.name, pair.contract, pair.arms, params))
+    recorded it, against the sweep's copy of the file of the platform the arm ran on. No file for
+    that platform: :class:`GoldenMissing` (skipped, or an error when required); a missing metric
+    or step, or an unreadable file, raises GoldenError: an error, never a pass."""
+    p: GoldenPairParams = pair.params
     if len(pair.arms) != 1:
         raise ValueError(f"pair '{pair.name}' (golden) needs exactly 1 arm, got {list(pair.arms)}")
     arm = pair.arms[0]
     steps = data[arm]
-    golden = read_golden(golden_file(where, case_id, p.platform or platform_of(steps)))
-    checks = [_golden_check(name, metric, loss_series(steps, metric), golden, bound, arm)
+    platform = p.platform or platform_of(steps)
+    copy = p.files.get(platform)
+    if copy is None:
+        raise GoldenMissing(p.case_id, platform, golden_file(p.golden_dir, p.case_id, platform),
+                            sorted(p.files), p.required)
+    golden = copy.golden()
+    checks = [_golden_check(name, metric, loss_series(steps, metric), golden, bound, arm, p.steps)
               for name, metric, bound in (("loss", "lm loss", p.loss),
                                           ("aux_loss", "aux loss", p.aux_loss),
                                           ("grad_norm", "grad norm", p.grad_norm))]
@@ -731,9 +796,19 @@ def _golden(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
         elif not run:
             checks.append(_not_run(name, f"arm '{arm}' recorded no device memory (CPU)"))
         else:
-            checks.append(_golden_check(name, metric, run, golden, p.memory, arm))
+            checks.append(_golden_check(name, metric, run, golden, p.memory, arm, p.steps))
     return tuple(checks)
 
+
+# Contract -> the typed settings of its pairs (``Pair.params``).
+PAIR_PARAMS: Mapping[str, type[BaseModel]] = MappingProxyType({
+    "repeat": RepeatContract,
+    "graph_vs_eager": GraphVsEagerContract,
+    "dcp_vs_fixed_cp": DcpVsFixedCpContract,
+    "graph_pools": GraphPoolsContract,
+    "reference": ReferencePairParams,
+    "golden": GoldenPairParams,
+})
 
 CONTRACTS: Mapping[str, ContractFn] = MappingProxyType({
     "repeat": _repeat,
@@ -771,13 +846,23 @@ def _status(checks: Sequence[Check], errors: Sequence[str]) -> str:
 pair_status = _status  # the rule, public: the report re-derives stored statuses with it
 
 
-ExpectedRanks = Union[None, int, Mapping[str, int]]
+# One count (ranks 0..n-1) or the ranks themselves, for every arm, or arm -> either.
+ExpectedRanks = Union[None, RankSet, Mapping[str, RankSet]]
 
 
-def _ranks_of(expected_ranks: ExpectedRanks, arm: str) -> Optional[int]:
+def _ranks_of(expected_ranks: ExpectedRanks, arm: str) -> Optional[RankSet]:
     if isinstance(expected_ranks, Mapping):
         return expected_ranks.get(arm)
     return expected_ranks
+
+
+def _arms_skipped(pair: Pair, arm_data: ArmData) -> Optional[str]:
+    """The reasons of the pair's arms that were not run here (outcome ``skipped``), or None."""
+    skipped = [arm_data[a][0] for a in pair.arms
+               if a in arm_data and arm_data[a][0] is not None and arm_data[a][0].status == "skipped"]
+    if not skipped:
+        return None
+    return "; ".join(dict.fromkeys(o.detail for o in skipped if o is not None))  # once each
 
 
 def evaluate_pair(
@@ -788,17 +873,19 @@ def evaluate_pair(
     expected_steps: Optional[int] = None,
     expected_ranks: ExpectedRanks = None,
     sanity: Optional[SanitySpec] = None,
+    sweep_dir: Optional[str] = None,
 ) -> PairVerdict:
     """Arm checks and sanity checks (``sanity``; None: the defaults, all on) of the pair's arms
-    + the contract's checks -> one PairVerdict. ``expected_ranks``: one count for every arm, or
-    arm -> count (an arm not named: the largest rank seen)."""
+    + the contract's checks -> one PairVerdict. ``expected_ranks``: one count (or rank list) for
+    every arm, or arm -> count (an arm not named: the largest rank seen). A pair with an arm that
+    was not run here, or whose contract does not apply (:class:`ContractSkipped`, e.g. no golden
+    values for this platform), is ``skipped`` with the reason (``sweep_dir`` goes into the
+    commands it names) and no checks."""
     sanity = sanity if sanity is not None else SanitySpec()
     checks: list[Check] = []
     errors: list[str] = []
-    skipped = [(a, arm_data[a][0]) for a in pair.arms
-               if a in arm_data and arm_data[a][0] is not None and arm_data[a][0].status == "skipped"]
-    if skipped:
-        why = "; ".join(dict.fromkeys(o.detail for _, o in skipped))  # the arms' reasons, once each
+    why = _arms_skipped(pair, arm_data)
+    if why is not None:
         return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), (), "skipped", why)
     for arm in pair.arms:
         outcome, steps = arm_data.get(arm, (None, {}))
@@ -811,9 +898,20 @@ def evaluate_pair(
         fn = CONTRACTS.get(pair.contract)
         if fn is None:
             errors.append(f"unknown contract '{pair.contract}' (known: {', '.join(sorted(CONTRACTS))})")
+        elif not isinstance(pair.params, PAIR_PARAMS[pair.contract]):
+            errors.append(f"pair '{pair.name}' has no typed {pair.contract} settings")
         elif all(arm in arm_data for arm in pair.arms):
             try:
                 checks.extend(fn(pair, {a: arm_data[a][1] for a in pair.arms}))
+            except GoldenMissing as miss:
+                if miss.required:
+                    errors.append(miss.reason(sweep_dir))
+                else:
+                    return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), (),
+                                       "skipped", miss.reason(sweep_dir))
+            except ContractSkipped as skip:
+                return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), (),
+                                   "skipped", skip.reason(sweep_dir))
             except (ValueError, KeyError, TypeError) as exc:
                 errors.append(f"contract '{pair.contract}' could not be evaluated: {exc}")
     return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), tuple(checks),
@@ -828,16 +926,20 @@ def evaluate_case(
     expected_steps: Optional[int] = None,
     expected_ranks: ExpectedRanks = None,
     sanity: Optional[SanitySpec] = None,
+    sweep_dir: Optional[str] = None,
 ) -> CaseVerdict:
     """Evaluate every pair of a case. ``arm_data``: arm name -> (outcome or None, rank -> step
-    records). ``expected_steps`` (``case.train.steps``) and ``expected_ranks`` (arm -> its
-    ``arm.case.layout.world``, or one count for all) make the completeness check exact; without
-    them the largest step and rank seen are expected. ``sanity``: ``case.compare.sanity``
-    (None: every sanity check on). Arms in no pair (or a case with no pairs) get one extra entry named
-    ``checks`` with their arm checks."""
+    records). ``expected_steps`` (``case.train.steps``) and ``expected_ranks`` (arm -> the ranks
+    that record, ``PlannedArm.ranks``, or one count for all) make the completeness check exact;
+    without them the largest step and rank seen are expected. ``sanity``: ``case.compare.sanity``
+    (None: every sanity check on). ``sweep_dir``: named in the commands of skipped entries. Arms in
+    no judged pair (or a case with no pairs) get one extra entry named ``checks`` with their arm
+    checks (an arm whose only pair's contract was skipped keeps its arm checks there)."""
     verdicts = [evaluate_pair(case_id, p, arm_data, expected_steps=expected_steps,
-                              expected_ranks=expected_ranks, sanity=sanity) for p in pairs]
-    in_pairs = {a for p in pairs for a in p.arms}
+                              expected_ranks=expected_ranks, sanity=sanity, sweep_dir=sweep_dir)
+                for p in pairs]
+    in_pairs = {a for p, v in zip(pairs, verdicts) for a in p.arms
+                if v.status != "skipped" or _arms_skipped(p, arm_data) is not None}
     loose = tuple(a for a in sorted(arm_data) if a not in in_pairs)
     if loose or not pairs:
         extra = Pair(ARM_CHECKS_PAIR, "arm_checks", loose)
@@ -846,5 +948,6 @@ def evaluate_case(
                                         "the case has no arms with results"))
         else:
             verdicts.append(evaluate_pair(case_id, extra, arm_data, expected_steps=expected_steps,
-                                          expected_ranks=expected_ranks, sanity=sanity))
+                                          expected_ranks=expected_ranks, sanity=sanity,
+                                          sweep_dir=sweep_dir))
     return CaseVerdict(case_id, tuple(verdicts), combine_status([v.status for v in verdicts]))

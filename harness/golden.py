@@ -2,8 +2,9 @@
 functional tests keep them.
 
 A golden file is ``<golden dir>/<case id>/golden_values_<platform>.json`` (``compare.golden.dir``
-relative to the case file's folder; platform ``cpu``, ``cuda`` or a declared GPU name such as
-``h200``) holding Megatron's layout, one entry per metric::
+relative to the case file's folder; platform ``cpu``, or the GPU the run used, from its CUDA device
+name (``h200``, ``gb200``: :func:`platform_key`), or ``compare.golden.platform``) holding
+Megatron's layout, one entry per metric::
 
     {"lm loss": {"start_step": 1, "end_step": 8, "step_interval": 1,
                  "values": {"1": 4.85, "2": 4.71, ...}},
@@ -12,16 +13,23 @@ relative to the case file's folder; platform ``cpu``, ``cuda`` or a declared GPU
 
 Values are stored unrounded (Megatron rounds to 5 decimals; a deterministic fp32 run repeats
 bitwise, so rounding would only loosen the check). Memory is the largest figure over the arm's
-ranks at each step. Pure Python: no torch.
+ranks at each step. A sweep keeps a copy of every golden file of its cases as they were when it ran
+(:func:`snapshot_golden`, :class:`GoldenCopy`), so judging reads no file outside the sweep. Pure
+Python: no torch.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Optional, Sequence, Union
+
+from pydantic import BaseModel, ConfigDict
 
 from harness.results import PathLike, ResultsError, StepRecord, read_json, write_json_atomic
 
@@ -63,14 +71,42 @@ def golden_file(golden_dir: PathLike, case_id: str, platform: str) -> Path:
     return Path(golden_dir) / case_id / f"golden_values_{platform}.json"
 
 
+_GOLDEN_NAME = re.compile(r"^golden_values_([a-z0-9][a-z0-9._-]*)\.json$")
+# Words of a CUDA device name that say nothing about the chip ("NVIDIA GeForce RTX 4090").
+_VENDOR_WORDS = ("nvidia", "geforce", "tesla", "quadro")
+
+
+def platform_key(device_name: str) -> str:
+    """The golden platform of a CUDA device name, as Megatron-LM keys its golden files by machine
+    (``dgx_h100``, ``dgx_gb200``): ``NVIDIA H200`` -> ``h200``, ``NVIDIA GB200`` -> ``gb200``,
+    ``NVIDIA H100 80GB HBM3`` -> ``h100``, ``NVIDIA A100-SXM4-80GB`` -> ``a100``, ``NVIDIA
+    GeForce RTX 4090`` -> ``rtx4090``: the words up to and including the first one with a digit,
+    vendor words dropped. bf16 and even fp32 numerics differ between GPU generations, so each has
+    its own file."""
+    words = [w for w in re.split(r"[^a-z0-9]+", device_name.lower()) if w]
+    words = [w for w in words if w not in _VENDOR_WORDS]
+    picked: list[str] = []
+    for word in words:
+        picked.append(word)
+        if any(ch.isdigit() for ch in word):
+            break
+    key = "".join(picked) or "cuda"
+    return key if key[0].isalnum() else "cuda"
+
+
 def _get(rec: Record, key: str) -> Any:
     return getattr(rec, key, None) if isinstance(rec, StepRecord) else rec.get(key)
 
 
 def platform_of(steps: Steps) -> str:
-    """``cpu`` or ``cuda``, from the device the arm's records name (``cpu`` when none does)."""
+    """The platform the arm's records were made on: their ``platform`` (``cpu``, ``h200`` ...,
+    written by the rank from its device), else the type of their ``device`` (``cpu``/``cuda``,
+    records of older runs); ``cpu`` when no record names either."""
     for rank in sorted(steps):
         for rec in steps[rank]:
+            platform = _get(rec, "platform")
+            if isinstance(platform, str) and platform:
+                return platform
             device = _get(rec, "device")
             if isinstance(device, str) and device:
                 return device.split(":", 1)[0]
@@ -153,6 +189,14 @@ def _parse_entry(path: Path, metric: str, entry: Any) -> dict[int, float]:
     return dict(sorted(out.items()))
 
 
+def golden_from_document(path: PathLike, doc: Any) -> Golden:
+    """A golden document (a file's parsed JSON) read back; GoldenError naming ``path``."""
+    path = Path(path)
+    if not isinstance(doc, Mapping):
+        raise GoldenError(f"{path}: expected a JSON object of metric -> entry")
+    return Golden(path, MappingProxyType({m: _parse_entry(path, m, e) for m, e in doc.items()}))
+
+
 def read_golden(path: PathLike) -> Golden:
     """The golden file at ``path``; a GoldenError naming it when it is missing or malformed."""
     path = Path(path)
@@ -163,6 +207,49 @@ def read_golden(path: PathLike) -> Golden:
         doc = read_json(path)
     except (OSError, ResultsError) as exc:
         raise GoldenError(f"unreadable golden values: {exc}") from None
-    if not isinstance(doc, Mapping):
-        raise GoldenError(f"{path}: expected a JSON object of metric -> entry")
-    return Golden(path, MappingProxyType({m: _parse_entry(path, m, e) for m, e in doc.items()}))
+    return golden_from_document(path, doc)
+
+
+class GoldenCopy(BaseModel):
+    """One golden file as a sweep found it when it ran: where it was, its content hash and its
+    parsed document (or why it could not be parsed). Kept in the sweep's plan, so a gate run from
+    another directory or machine judges by the same values."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str
+    sha256: str
+    document: Optional[dict[str, Any]] = None
+    error: Optional[str] = None
+
+    def golden(self) -> Golden:
+        """The values (GoldenError for a file that was unreadable when the sweep copied it)."""
+        if self.document is None:
+            raise GoldenError(f"unreadable golden values: {self.path}: {self.error}")
+        return golden_from_document(self.path, self.document)
+
+
+def snapshot_golden(golden_dir: PathLike, case_id: str) -> dict[str, GoldenCopy]:
+    """Platform -> a copy of ``<golden_dir>/<case_id>/golden_values_<platform>.json``, for every
+    platform that has a file there ({} when none does)."""
+    folder = Path(golden_dir) / case_id
+    out: dict[str, GoldenCopy] = {}
+    if not folder.is_dir():
+        return out
+    for path in sorted(folder.iterdir()):
+        match = _GOLDEN_NAME.match(path.name)
+        if match is None or not path.is_file():
+            continue
+        data = path.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        try:
+            doc = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            out[match.group(1)] = GoldenCopy(path=str(path), sha256=digest, error=str(exc))
+            continue
+        if isinstance(doc, dict):
+            out[match.group(1)] = GoldenCopy(path=str(path), sha256=digest, document=doc)
+        else:
+            out[match.group(1)] = GoldenCopy(path=str(path), sha256=digest,
+                                             error="expected a JSON object of metric -> entry")
+    return out

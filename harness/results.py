@@ -289,7 +289,8 @@ class StepRecord:
 
     ``loss`` is the global per-token LM loss (identical on every rank), ``aux_loss`` Megatron's
     unscaled load-balancing loss averaged over layers, ``grad_norm`` the global norm before
-    clipping. Memory fields are None without CUDA. ``graphed`` says whether the step replayed CUDA
+    clipping. Memory fields are None without CUDA. ``platform`` names the kind of device (golden
+    files are kept per platform). ``graphed`` says whether the step replayed CUDA
     graphs; ``memory_probe`` and ``graph_stats`` are set on the steps where they were measured;
     ``replays`` counts a graphed step's replays per (CP size, physical slot) frame.
     """
@@ -306,6 +307,9 @@ class StepRecord:
     lr: Optional[float] = None
     step_time_s: Optional[float] = None
     device: Optional[str] = None
+    # The golden platform of the device (``cpu``, ``h200``, ``gb200``: ``golden.platform_key`` of
+    # the CUDA device name), set by the rank process (``rank_main``) on every record it writes.
+    platform: Optional[str] = None
     allocated_bytes: Optional[int] = None
     reserved_bytes: Optional[int] = None
     active_bytes: Optional[int] = None

@@ -1,7 +1,9 @@
+from pathlib import Path
+
 import pytest
 
-from harness.arms import arm_by_name, arm_case, arms_for_case, pairs_for_case
-from harness.errors import CaseError
+from harness.arms import arm_spec, derive_arm_case, plan_case
+from harness.errors import CaseError, ConfigError
 from harness.spec.presets import resolve_model
 from harness.spec.schema import Case, ModelSpec
 
@@ -26,6 +28,19 @@ def make_case(compare=None, parallel=None, gpus=4, graphs=None, train=None):
 
 def names(arms):
     return [a.name for a in arms]
+
+
+def arms_for_case(case):
+    return plan_case(case).arms
+
+
+def pairs_for_case(case):
+    return plan_case(case).pairs
+
+
+def arm_case(case, name):
+    """The derived case of arm ``name`` (looked up among the arms the case can have)."""
+    return derive_arm_case(case, arm_spec(case, name))
 
 
 def test_no_pairs_runs_one_eager_arm_whose_case_is_the_case_itself():
@@ -80,22 +95,37 @@ def test_graph_arm_without_graphs_section_names_the_field():
 
 def test_derived_arm_goes_through_preflight():
     # fixed CP 4 does not divide the 2-rank DP x CP pool: the arm case fails preflight by name.
-    case = make_case(gpus=2)
+    case = make_case(gpus=2, compare={"dcp_vs_fixed_cp": {"fixed_cp": 4}})
     with pytest.raises(CaseError) as err:
-        arm_case(case, "fixed-cp4")
+        plan_case(case)
     assert "fixed-cp4" in str(err.value) and "parallel.cp" in str(err.value)
 
 
 def test_unknown_arm_and_lookup():
     case = make_case(compare={"dcp_vs_fixed_cp": {"fixed_cp": 2}})
-    with pytest.raises(CaseError):
-        arm_case(case, "bogus")
     with pytest.raises(CaseError) as err:
-        arm_by_name(case, "graph")
+        arm_case(case, "bogus")
+    assert "unknown arm 'bogus'" in str(err.value) and "fixed-cp2" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        plan_case(case).arm("graph")
     assert "dcp, fixed-cp2" in str(err.value)
     assert arm_case(case, "fixed-cp2-repeat").parallel.cp == 2
-    with pytest.raises(CaseError):
+    with pytest.raises(CaseError, match="dcp needs dynamic CP"):
         arm_case(make_case(parallel={"cp": 2}), "dcp")
+
+
+def test_a_planned_arm_carries_its_kind_world_and_recording_ranks():
+    case = make_case(compare={"dcp_vs_fixed_cp": {"fixed_cp": 2}, "reference": {}}, gpus=2)
+    plan = plan_case(case)
+    got = {a.name: (a.kind, a.world_size, a.ranks, a.repeat) for a in plan.arms}
+    assert got == {"dcp": ("dcp", 2, (0, 1), False), "fixed-cp2": ("fixed-cp", 2, (0, 1), False),
+                   "reference": ("reference", 1, (0,), False)}
+    assert plan.expected_ranks["reference"] == (0,)
+    # The pairs carry their typed contracts, validated when the plan is made.
+    ref = {p.name: p for p in plan.pairs}["reference"]
+    assert ref.params.groups_like_reference is False and ref.params.loss.max_rel == 1e-6
+    repeat = plan_case(make_case(parallel={"cp": 2}, compare={"repeat": {"arm": "eager"}}))
+    assert [(a.name, a.repeat) for a in repeat.arms] == [("eager", False), ("eager-repeat", True)]
 
 
 # --------------------------------------------------------------------------- reference / golden
@@ -117,13 +147,13 @@ def test_reference_pairs_name_each_candidate_and_its_grouping():
     pairs = {p.name: p for p in pairs_for_case(case)}
     assert pairs["reference"].arms == ("dcp", "reference")
     assert pairs["reference-fixed-cp2"].arms == ("fixed-cp2", "reference")
-    assert pairs["reference"].params["groups_like_reference"] is False  # dynamic CP regroups
-    assert pairs["reference-fixed-cp2"].params["groups_like_reference"] is True  # dp 1
-    assert pairs["reference"].params["aux_loss_coeff"] == case.model.aux_loss_coeff
+    assert pairs["reference"].params.groups_like_reference is False  # dynamic CP regroups
+    assert pairs["reference-fixed-cp2"].params.groups_like_reference is True  # dp 1
+    assert pairs["reference"].params.aux_loss_coeff == case.model.aux_loss_coeff
     assert names(arms_for_case(case)) == ["dcp", "fixed-cp2", "reference"]
     dp2 = make_case(parallel={"cp": 1}, compare={"reference": {"arms": ["eager"]}}, gpus=2)
     (pair,) = pairs_for_case(dp2)
-    assert pair.arms == ("eager", "reference") and pair.params["groups_like_reference"] is False
+    assert pair.arms == ("eager", "reference") and pair.params.groups_like_reference is False
 
 
 def test_reference_candidates_are_checked():
@@ -131,8 +161,9 @@ def test_reference_candidates_are_checked():
     with pytest.raises(CaseError) as err:
         pairs_for_case(case)
     assert err.value.field == "compare.reference.arms"
-    with pytest.raises(CaseError):
+    with pytest.raises(CaseError) as err:
         pairs_for_case(make_case(compare={"reference": {"arms": ["graph"]}}, gpus=2))
+    assert err.value.field == "compare.reference.arms" and "`graphs:` section" in str(err.value)
 
 
 def test_single_rank_case_has_no_reference_of_its_own():
@@ -149,7 +180,9 @@ def test_golden_pair_points_at_the_folder_next_to_the_case_file():
     case = make_case(compare={"golden": {"dir": "gold"}}, gpus=2)
     (pair,) = pairs_for_case(case)
     assert pair.contract == "golden" and pair.arms == ("dcp",)  # eager of a DCP case is dcp
-    assert pair.params["golden_dir"] == "cases/gold" and pair.params["case_id"] == "c"
+    # resolved when planned (the case file's folder from here), so judging needs no cwd
+    assert pair.params.golden_dir == str(Path("cases/gold").resolve())
+    assert pair.params.case_id == "c" and pair.params.steps == 2 and pair.params.files == {}
     from harness.spec.preflight import preflight
 
     absolute = make_case(compare={"golden": {"dir": "/abs"}}, gpus=2)

@@ -248,12 +248,15 @@ def test_missing_arm_and_missing_outcome_are_errors() -> None:
     assert v.status == "error" and "never finished" in v.pairs[0].error
 
 
-def test_unknown_contract_and_bad_params_are_errors() -> None:
+def test_unknown_contract_is_an_error_and_bad_settings_are_refused_when_made() -> None:
     data = {"a": (OK, run(LOSS)), "b": (OK, run(LOSS))}
     v = one([Pair("x", "nope", ("a", "b"))], data)
     assert v.status == "error" and "unknown contract 'nope'" in v.pairs[0].error
-    v = one([Pair("r", "repeat", ("a", "b"), {"loss": "close-enough"})], data)
-    assert v.status == "error" and "bad repeat params" in v.pairs[0].error
+    # Typed settings: a bad one is refused when the pair is made (at plan time, before any run).
+    with pytest.raises(ValueError, match="pair 'r': bad repeat settings: loss"):
+        Pair("r", "repeat", ("a", "b"), {"loss": "close-enough"})
+    pair = Pair("r", "repeat", ("a", "b"), {"loss": {"max_rel": 1e-3}})
+    assert pair.params.loss.max_rel == 1e-3 and Pair.from_dict(pair.to_dict()) == pair
 
 
 def test_ok_outcome_with_missing_steps_is_a_fail() -> None:

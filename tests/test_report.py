@@ -42,7 +42,7 @@ def make_case(sweep: Path, case_id: str, pairs: list[Pair], arms: dict[str, tupl
     write_json_atomic(d / "case.json", {
         "id": case_id, "tags": ["focused"], "train": {"steps": 4},
         "resources": {"nodes": 1, "gpus_per_node": 2},
-        "compare": {p.contract: dict(p.params) for p in pairs}})
+        "compare": {p.contract: p.to_dict()["params"] for p in pairs}})
     for arm, spec in arms.items():
         write_arm(d, arm, *spec)
     if finished:
@@ -170,6 +170,19 @@ def test_write_reports_junit_counts_and_attributes(tmp_path: Path) -> None:
     assert {"name", "tests", "failures", "errors", "skipped", "time", "timestamp"} <= set(suite.attrib)
 
 
+def test_junit_suite_time_counts_an_arm_shared_by_pairs_once(tmp_path: Path) -> None:
+    # eager runs in both pairs of a-pass: the entries show it in both, the suite once.
+    shared = Pair("golden-like", "repeat", ("eager", "dcp"), {"loss": {"max_rel": 1.0}})
+    make_case(tmp_path, "a-pass", [REPEAT, shared], {"eager": (LOSS,), "eager-repeat": (LOSS,),
+                                                     "dcp": (LOSS,)})
+    write_reports(tmp_path, plots=False)
+    root = junit(tmp_path)
+    times = [float(c.get("time")) for c in root.iter("testcase")]
+    assert times == [4.0, 4.0]  # each entry: its two arms of 2.0 s
+    for el in (root, root.find("testsuite")):
+        assert float(el.get("time")) == pytest.approx(6.0)  # three arms of 2.0 s, not 8.0
+
+
 def test_summary_and_index(tmp_path: Path) -> None:
     passing(tmp_path)
     failing(tmp_path)
@@ -212,6 +225,23 @@ def test_plots_written_when_matplotlib_is_present(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "index.json").read_text())["cases"][0]["plot"] == "plots/a-pass.png"
 
 
+def test_plot_has_one_legend_per_axis_and_whole_step_ticks(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from harness.report.plots import case_figure
+
+    make_case(tmp_path, "short", [REPEAT], {"eager": ([2.5, 2.31],), "eager-repeat": ([2.5, 2.3],)})
+    (case,) = load_sweep(tmp_path).cases
+    fig = case_figure(case)
+    fig.canvas.draw()
+    ax_loss, ax_gn, twin = fig.axes  # loss, grad norm, and the loss axis' |a - b| twin
+    legend = [t.get_text() for t in ax_loss.get_legend().get_texts()]
+    assert legend == ["eager", "eager-repeat", "|eager - eager-repeat|"]
+    assert twin.get_legend() is None  # nothing covers the arms' legend
+    for ax in (ax_loss, ax_gn):
+        ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks  # two steps: no 1.5
+
+
 def test_reports_of_empty_and_missing_sweeps(tmp_path: Path) -> None:
     files = write_reports(tmp_path)
     assert files.exit_code == 2
@@ -239,6 +269,36 @@ def test_console_table_renders(tmp_path: Path) -> None:
     assert table.row_count == 3
     assert "a-pass" in text and "FAIL" in text and "eager-repeat.no_nan_inf" in text
     assert console_table(tmp_path).row_count == 3
+
+
+def _render(sweep: Path, width: int) -> str:
+    buf = io.StringIO()
+    console_table(sweep, Console(file=buf, width=width, color_system=None))
+    return buf.getvalue()
+
+
+def test_console_table_fits_80_and_120_columns_without_cutting_cells(tmp_path: Path) -> None:
+    passing(tmp_path, "gpu4-dcp12-pp2-vpp2-ep2-graphs")
+    failing(tmp_path)
+    crashing(tmp_path)
+    write_reports(tmp_path, plots=False)
+    for width in (80, 120, 160, 240):
+        text = _render(tmp_path, width)
+        lines = text.splitlines()
+        assert max(len(line) for line in lines) <= width
+        assert "…" not in text, width  # no cell elided ...
+        assert "gpu4-dcp12-pp2-vpp2-ep2-graphs" in text  # ... ids whole
+        assert "eager-repeat.no_nan_inf" in text and "exited 1" in text  # why: wrapped, whole
+    narrow = _render(tmp_path, 80)  # too narrow for the columns: one wrapped line per entry
+    assert "FAIL b-nan / repeat (" in narrow and "┃" not in narrow
+    mid = _render(tmp_path, 120)
+    header = next(line for line in mid.splitlines() if "┃" in line)
+    assert all(name in header for name in ("case", "pair", "checks", "verdict", "why"))
+    assert sum("┃" in line for line in mid.splitlines()) == 1  # headers on one line
+    wide = _render(tmp_path, 240)
+    header = next(line for line in wide.splitlines() if "┃" in line)
+    assert all(name in header for name in ("final loss", "max Δloss", "step s", "why"))
+    assert "peak GiB" not in header  # no memory recorded on CPU: no column of dashes
 
 
 def test_results_compare_report_are_leaves() -> None:

@@ -42,8 +42,8 @@ def graph_case(sweep: Path, shared_pool: float) -> Path:
     d = sweep / "g"
     write_json_atomic(d / "case.json", {"id": "g", "train": {"steps": 3},
                                         "resources": {"nodes": 1, "gpus_per_node": 2},
-                                        "compare": {"dcp_vs_fixed_cp": DCP.params,
-                                                    "graph_pools": POOLS.params}})
+                                        "compare": {"dcp_vs_fixed_cp": DCP.to_dict()["params"],
+                                                    "graph_pools": POOLS.to_dict()["params"]}})
     write_arm(d, "graph", 20 * GIB, stats(shared_pool, shared_pool, 1))
     write_arm(d, "graph-separate-pools", 21 * GIB, stats(3.4 * GIB, 2 * GIB, 2))
     write_arm(d, "graph-fixed-cp2", 20.5 * GIB, stats(1.9 * GIB, 1.9 * GIB, 1))

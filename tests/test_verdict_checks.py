@@ -9,17 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.compare import (
-    AUX_COEFF,
-    GOLDEN_CASE,
-    GOLDEN_DIR,
-    SAME_GROUPING,
-    Pair,
-    regroup_step,
-    sanity_checks,
-)
-from harness.golden import GoldenError, golden_file, golden_values, platform_of, read_golden, write_golden
+from harness.compare import Pair, regroup_step, sanity_checks
+from harness.golden import (GoldenError, golden_file, golden_values, platform_key, platform_of,
+                            read_golden, snapshot_golden, write_golden)
 from harness.spec.schema import ReferenceContract, SanitySpec
+
+from harness.results import ArmOutcome
 
 from tests.test_compare import LOSS, OK, by_name, one, run
 
@@ -27,8 +22,8 @@ GRAD = [0.9, 0.8, 0.7, 0.6]
 
 
 def reference_pair(same: bool, coeff: float = 0.01, **bounds) -> Pair:
-    params = {**ReferenceContract(**bounds).model_dump(mode="json"), SAME_GROUPING: same,
-              AUX_COEFF: coeff}
+    params = {**ReferenceContract(**bounds).model_dump(mode="json"), "groups_like_reference": same,
+              "aux_loss_coeff": coeff}
     return Pair("reference", "reference", ("cand", "reference"), params)
 
 
@@ -103,10 +98,11 @@ def test_layout_packing_other_microbatches_is_compared_exactly_until_then() -> N
     assert "all 1 steps" in checks["loss_regrouped"].detail
 
 
-def test_reference_pair_without_its_layout_params_is_an_error() -> None:
-    pair = Pair("reference", "reference", ("cand", "reference"), {})
-    v = one([pair], ref_data(run(LOSS), run(LOSS, ranks=1)), **ranks())
-    assert v.status == "error" and SAME_GROUPING in v.pairs[0].error
+def test_reference_pair_without_its_layout_params_is_refused_when_made() -> None:
+    # Typed at plan time: a pair whose settings lack what the planner adds never gets to a run.
+    with pytest.raises(ValueError, match="pair 'reference': bad reference settings: "
+                                         "groups_like_reference"):
+        Pair("reference", "reference", ("cand", "reference"), {})
 
 
 def test_expected_ranks_per_arm() -> None:
@@ -175,8 +171,11 @@ def test_one_step_run_has_nothing_to_move() -> None:
 
 
 # --------------------------------------------------------------------------- golden
-def golden_pair(where: Path, **params) -> Pair:
-    return Pair("golden", "golden", ("eager",), {**params, GOLDEN_DIR: str(where), GOLDEN_CASE: "c1"})
+def golden_pair(where: Path, steps: int = 4, **params) -> Pair:
+    """The golden pair the planner makes: the files of ``where`` as they are now, copied."""
+    return Pair("golden", "golden", ("eager",), {**params, "golden_dir": str(where),
+                                                 "case_id": "c1", "steps": steps,
+                                                 "files": snapshot_golden(where, "c1")})
 
 
 def test_golden_file_layout_is_megatrons(tmp_path: Path) -> None:
@@ -189,14 +188,61 @@ def test_golden_file_layout_is_megatrons(tmp_path: Path) -> None:
                               "values": {"1": 2.5, "2": 2.31, "3": 2.2, "4": 2.1}}
     assert read_golden(path).series("grad norm") == {1: 0.9, 2: 0.8, 3: 0.7, 4: 0.6}
     assert platform_of(data) == "cpu" and platform_of({0: [{"step": 1, "device": "cuda:3"}]}) == "cuda"
+    # records name the GPU they ran on (rank_main): goldens are kept per GPU generation
+    assert platform_of({0: [{"step": 1, "device": "cuda:0", "platform": "h200"}]}) == "h200"
     mem = run(LOSS, mem=4.0 * 2**30)
     assert golden_values(mem)["mem-max-allocated-bytes"]["values"]["4"] == 4.0 * 2**30
+
+
+@pytest.mark.parametrize("name, key", [
+    ("NVIDIA H200", "h200"), ("NVIDIA GB200", "gb200"), ("NVIDIA H100 80GB HBM3", "h100"),
+    ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA GeForce RTX 4090", "rtx4090"),
+    ("NVIDIA L40S", "l40s"), ("Tesla V100-SXM2-16GB", "v100"),
+])
+def test_platform_key_names_the_gpu_generation(name: str, key: str) -> None:
+    assert platform_key(name) == key
+
+
+def test_a_platform_without_golden_values_is_skipped_with_the_record_command(tmp_path: Path) -> None:
+    write_golden(golden_file(tmp_path, "c1", "cpu"), run(LOSS, grad=GRAD))
+    h200 = run(LOSS, grad=GRAD, at={s: {"platform": "h200"} for s in range(1, 5)})
+    v = one([golden_pair(tmp_path)], {"eager": (OK, h200)}, sweep_dir="/sw")
+    (entry, arm_checks) = v.pairs
+    assert entry.status == "skipped" and v.status == "pass"  # the arm's own checks still ran
+    assert f"no golden values for platform 'h200' at {tmp_path}/c1/golden_values_h200.json" in entry.error
+    assert "(recorded platforms: cpu)" in entry.error
+    assert "`dcp-harness golden record /sw --case c1 --platform h200`" in entry.error
+    assert arm_checks.pair == "checks" and arm_checks.status == "pass" and arm_checks.arms == ("eager",)
+    # A case that requires golden values: the same reason is an error.
+    required = one([golden_pair(tmp_path, required=True)], {"eager": (OK, h200)})
+    assert required.status == "error" and "compare.golden.required" in required.pairs[0].error
+
+
+def test_judging_reads_the_copy_made_when_planned_not_the_file(tmp_path: Path) -> None:
+    write_golden(golden_file(tmp_path, "c1", "cpu"), run(LOSS, grad=GRAD))
+    pair = golden_pair(tmp_path)  # copied now
+    golden_file(tmp_path, "c1", "cpu").unlink()
+    data = {"eager": (OK, run(LOSS, grad=GRAD))}
+    assert one([pair], data).status == "pass"
+    copy = pair.params.files["cpu"]
+    assert copy.path == str(golden_file(tmp_path, "c1", "cpu")) and len(copy.sha256) == 64
+
+
+def test_a_crashed_arm_is_not_blamed_on_the_golden_values(tmp_path: Path) -> None:
+    write_golden(golden_file(tmp_path, "c1", "cpu"), run(LOSS, grad=GRAD))
+    crashed = ArmOutcome(status="failed", returncode=1, detail="rank 0 exited with signal 9")
+    v = one([golden_pair(tmp_path)], {"eager": (crashed, run(LOSS[:2], grad=GRAD[:2]))})
+    entry = v.pairs[0]
+    assert entry.status == "error" and "train.steps changed" not in entry.error
+    assert "arm 'eager' failed" in entry.error
+    assert by_name(entry)["loss"].passed  # the two steps it made match
+    assert not by_name(entry)["eager.steps_complete"].passed
 
 
 def test_golden_check_passes_fails_and_errors(tmp_path: Path) -> None:
     data = {"eager": (OK, run(LOSS, grad=GRAD))}
     missing = one([golden_pair(tmp_path)], data)
-    assert missing.status == "error" and "no golden values at" in missing.pairs[0].error
+    assert missing.pairs[0].status == "skipped" and "no golden values for platform 'cpu'" in missing.pairs[0].error
     write_golden(golden_file(tmp_path, "c1", "cpu"), run(LOSS, grad=GRAD))
     good = one([golden_pair(tmp_path)], data)
     assert good.status == "pass"
@@ -205,24 +251,34 @@ def test_golden_check_passes_fails_and_errors(tmp_path: Path) -> None:
     moved = {"eager": (OK, run(LOSS, grad=GRAD, aux=[0.01, 0.0101, 0.01, 0.01]))}
     bad = one([golden_pair(tmp_path)], moved)
     assert bad.status == "fail" and [c.name for c in bad.pairs[0].failed_checks] == ["aux_loss"]
-    # A declared platform picks another file, which is missing: an error, never a pass.
+    # A declared platform picks another file, which is missing: skipped (never a pass), an
+    # error when the case requires golden values.
     other = one([golden_pair(tmp_path, platform="h200")], data)
+    assert other.pairs[0].status == "skipped" and "golden_values_h200.json" in other.pairs[0].error
+    other = one([golden_pair(tmp_path, platform="h200", required=True)], data)
     assert other.status == "error" and "golden_values_h200.json" in other.pairs[0].error
 
 
 def test_golden_that_does_not_cover_the_run_is_an_error(tmp_path: Path) -> None:
     write_golden(golden_file(tmp_path, "c1", "cpu"), run(LOSS[:3]))
     v = one([golden_pair(tmp_path)], {"eager": (OK, run(LOSS))})
-    assert v.status == "error" and "no value for step(s) 4" in v.pairs[0].error
+    assert v.status == "error" and "runs to step 3, the case to train.steps 4" in v.pairs[0].error
     path = golden_file(tmp_path, "c1", "cpu")
     doc = json.loads(path.read_text())
+    del doc["lm loss"]["values"]["2"]
+    path.write_text(json.dumps(doc))
+    v = one([golden_pair(tmp_path, steps=3)], {"eager": (OK, run(LOSS[:3]))}, expected_steps=3)
+    assert v.status == "error" and "no value for step(s) 2" in v.pairs[0].error
+    doc["lm loss"]["values"]["2"] = LOSS[1]
     del doc["grad norm"]
     path.write_text(json.dumps(doc))
-    v = one([golden_pair(tmp_path)], {"eager": (OK, run(LOSS[:3]))}, expected_steps=3)
+    v = one([golden_pair(tmp_path, steps=3)], {"eager": (OK, run(LOSS[:3]))}, expected_steps=3)
     assert v.status == "error" and "no metric 'grad norm'" in v.pairs[0].error
     path.write_text("{not json")
     with pytest.raises(GoldenError, match="unreadable"):
         read_golden(path)
+    v = one([golden_pair(tmp_path, steps=3)], {"eager": (OK, run(LOSS[:3]))}, expected_steps=3)
+    assert v.status == "error" and "unreadable golden values" in v.pairs[0].error
 
 
 def test_golden_memory_is_checked_where_cuda_recorded_it(tmp_path: Path) -> None:

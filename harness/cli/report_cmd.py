@@ -8,6 +8,7 @@ from pathlib import Path
 from harness.cli.run_cmd import LATEST, RESULTS_ROOT
 from harness.errors import ConfigError
 from harness.launch.rules import case_rules
+from harness.launch.sweep import sweep_lock
 from harness.report import console_table, gate, make_console, write_reports
 
 DEFAULT_SWEEP = RESULTS_ROOT / LATEST  # where `dcp-harness run` points its newest sweep
@@ -20,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Judge every case of a sweep folder from its files (each verdict.json is "
         "checked against the step records and outcomes it was made from) and (re)write "
         "summary.md, junit.xml, index.json and plots/<case>.png; print the table. Exit 0, or 2 "
-        "for a missing folder.",
+        "for a missing folder or one a `dcp-harness run` is still writing.",
     )
     p.add_argument("dir", nargs="?", type=Path, default=DEFAULT_SWEEP, metavar="DIR",
                    help=f"sweep folder (default: {DEFAULT_SWEEP})")
@@ -51,7 +52,12 @@ def _sweep_dir(path: Path) -> Path:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    files = write_reports(_sweep_dir(args.dir), rules=case_rules)
+    sweep = _sweep_dir(args.dir)
+    # A running `dcp-harness run` writes the reports itself when it ends; one written now would
+    # describe half a sweep (and be overwritten). The gate only reads: it may judge it meanwhile.
+    with sweep_lock(sweep, busy=f"it writes its reports when it ends; `dcp-harness gate {sweep}` "
+                                "judges it as it stands now"):
+        files = write_reports(sweep, rules=case_rules)
     console_table(files, make_console())
     print(f"wrote {files.summary}, {files.junit}, {files.index}"
           + (f" and {len(files.plots)} plot(s)" if files.plots else ""))

@@ -13,7 +13,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.arms import arms_for_case
+from harness.arms import plan_case
 from harness.cli.selection import selected_cases
 from harness.errors import ConfigError
 from harness.launch.local import LocalLauncher
@@ -79,8 +79,7 @@ def run(args: argparse.Namespace) -> int:
     if args.timeout_min is not None and not args.timeout_min > 0:
         raise ConfigError(f"--timeout-min must be a positive number of minutes, got {args.timeout_min}")
     cases = selected_cases(args.paths, k=args.k, tags=args.tags)
-    for case in cases:
-        arms_for_case(case)  # an arm the case cannot have is a config error, raised here
+    plans = [plan_case(case) for case in cases]  # an arm the case cannot have: a config error here
     now = datetime.now(timezone.utc)
     out: Path = args.out if args.out is not None else default_out_dir(RESULTS_ROOT, now)
     if out.exists() and not out.is_dir():
@@ -89,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out is None:
         check_latest(RESULTS_ROOT)
 
-    result = run_sweep(cases, out, LocalLauncher(timeout_min=args.timeout_min),
+    result = run_sweep(plans, out, LocalLauncher(timeout_min=args.timeout_min),
                        progress=make_progress(sys.stderr))
     if args.out is None:
         point_latest(RESULTS_ROOT, out)

@@ -19,24 +19,26 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from harness.arms import arms_for_case
+from harness.arms import plan_case
 from harness.cli.run_cmd import RESULTS_ROOT
 from harness.cli.selection import selected_cases
 from harness.errors import ConfigError
+from harness.launch.placement import profile_skip_reason
 from harness.launch.profiles import find_profile, load_profile
 from harness.launch.rules import case_rules
-from harness.launch.slurm import (describe_plan, plan_jobs, render_sbatch, round_folder,
-                                  slurm_dir, submit_groups)
+from harness.launch.slurm import (describe_plan, plan_jobs, record_skipped, render_sbatch,
+                                  round_folder, slurm_dir, submit_groups)
 from harness.launch.slurm_collect import collect
 from harness.launch.slurm_poll import SchedulerPoller, SchedulerUnavailable
 from harness.launch.slurm_retry import retry_infra
 from harness.launch.slurm_status import counts, sweep_status
 from harness.launch.slurm_wait import wait_for_sweep
-from harness.launch.sweep import check_resumable, prepare_case_dir
-from harness.report import EXIT_ERROR, console_table, gate, load_sweep, make_console
+from harness.launch.sweep import check_resumable, finalize_case, prepare_case_dir
+from harness.report import EXIT_ERROR, console_table, gate, load_sweep, make_console, write_reports
+from harness.results import ArmOutcome, write_outcome
 
 _STATE_STYLE = {"pending": "yellow", "running": "cyan", "done": "green", "failed": "red",
-                "error": "magenta"}
+                "error": "magenta", "skipped": "dim"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -133,14 +135,41 @@ def _load_profiles(cases, override: Optional[str]):
     return profiles, files, profile_of
 
 
+def submit_skip_reasons(plans, profiles, profile_of) -> dict[str, str]:
+    """Case id -> why the profile's nodes cannot run it (``placement.profile_skip_reason``): not
+    queued, every arm ``skipped`` with that reason, as a local run on such a machine does."""
+    out = {}
+    for plan in plans:
+        profile = profiles[profile_of[plan.case_id]]
+        why = profile_skip_reason(plan, profile.name, profile.gpus_per_node if profile.gpus else 0)
+        if why is not None:
+            out[plan.case_id] = why
+    return out
+
+
+def _skip_at_submit(plan, reason: str, out: Path) -> None:
+    """Every arm of a case the profile cannot run gets a ``skipped`` outcome and the case its
+    verdict, now (no job is queued for it)."""
+    case_dir = out / plan.case_id
+    for arm in plan.arms:
+        (case_dir / arm.name).mkdir(parents=True, exist_ok=True)
+        write_outcome(case_dir / arm.name, ArmOutcome(status="skipped", detail=reason))
+    finalize_case(case_dir)
+
+
 def run_submit(args: argparse.Namespace) -> int:
     check_wait_args(args)
     cases = selected_cases(args.paths, k=args.k, tags=args.tags)
+    plans = [plan_case(case) for case in cases]  # an arm the case cannot have: a config error here
     profiles, files, profile_of = _load_profiles(cases, args.profile)
-    groups = plan_jobs(cases, {c.id: len(arms_for_case(c)) for c in cases}, profiles, profile_of,
-                       args.max_parallel)
+    skips = submit_skip_reasons(plans, profiles, profile_of)
+    queued = [p for p in plans if p.case_id not in skips]
+    groups = plan_jobs([p.case for p in queued], {p.case_id: len(p.arms) for p in queued},
+                       profiles, profile_of, args.max_parallel)
     out = (args.out or _default_out()).resolve()
     print(describe_plan(groups))
+    for cid, why in skips.items():
+        print(f"  skipped {cid}: {why}")
     if args.dry_run:
         folder = round_folder(out, 0)
         for g in groups:
@@ -148,21 +177,30 @@ def run_submit(args: argparse.Namespace) -> int:
             print(render_sbatch(g, profiles[g.shape.profile], folder))
         print(f"\ndry run: nothing submitted (sweep folder would be {out})")
         return 0
-    if shutil.which("sbatch") is None:
+    if groups and shutil.which("sbatch") is None:
         raise ConfigError("sbatch is not on PATH: run on a Slurm login node, start the dev cluster "
                           "(slurm/devcluster/start.sh), or use --dry-run")
     if (slurm_dir(out) / "jobs.json").is_file():
         raise ConfigError(f"{out} already holds a submitted sweep; follow it with `dcp-harness "
                           f"status {out}` / `collect {out}`, or pass a fresh --out")
     check_resumable(cases, out)
-    for case in cases:
-        prepare_case_dir(case, out)
-    refs = submit_groups({c.id: c for c in cases}, groups, profiles, out, files)
+    for plan in plans:
+        prepare_case_dir(plan, out)
+    if skips:
+        record_skipped(out, skips)
+        for plan in plans:
+            if plan.case_id in skips:
+                _skip_at_submit(plan, skips[plan.case_id], out)
+    refs = submit_groups({p.case_id: p for p in queued}, groups, profiles, out, files)
     for ref in refs:
         print(f"  {ref.case_id}: job {ref.job_id}")
-    print(f"submitted {len(refs)} job(s); logs in {round_folder(out, refs[0].round)}\n"
-          f"follow: dcp-harness status {out}    then: dcp-harness collect {out} && "
-          f"dcp-harness gate {out}")
+    if refs:
+        print(f"submitted {len(refs)} job(s); logs in {round_folder(out, refs[0].round)}\n"
+              f"follow: dcp-harness status {out}    then: dcp-harness collect {out} && "
+              f"dcp-harness gate {out}")
+    else:
+        write_reports(out, rules=case_rules)
+        print(f"submitted nothing: no case can run on the profile's nodes; reports in {out}")
     if args.wait or args.retry_infra:
         return _wait_collect_gate(out, args)
     return 0

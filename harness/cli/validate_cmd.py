@@ -1,4 +1,5 @@
-"""`dcp-harness validate PATHS...`: load, expand and preflight case files; run nothing."""
+"""`dcp-harness validate PATHS...`: load, expand and preflight case files and plan their arms
+(each derived arm preflighted too, every pair's settings checked); run nothing."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 
 from rich.table import Table
 
+from harness.arms import plan_case
 from harness.cli.selection import selected_cases
 from harness.report import make_console
 from harness.spec import Case
@@ -15,8 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "validate",
         help="check case files (schema, matrix, preflight) without running anything",
-        description="Load case files or folders, expand matrices and run the preflight checks. "
-        "Exit 0 when every case is valid, 2 with one clear error otherwise.",
+        description="Load case files or folders, expand matrices, run the preflight checks and "
+        "plan every case's arms and pairs (what `run` and `submit` would run). Exit 0 when every "
+        "case is valid, 2 with one clear error otherwise.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="case file or folder of case files")
     p.add_argument("-k", dest="k", default=None, metavar="EXPR", help="select case ids (pytest -k style)")
@@ -33,12 +36,15 @@ def layout(case: Case) -> str:
 
 def run(args: argparse.Namespace) -> int:
     cases = selected_cases(args.paths, k=args.k, tags=args.tags)
+    plans = [plan_case(case) for case in cases]  # derived arms preflighted: a CaseError here
     table = Table(title=f"{len(cases)} valid case(s)")
-    for col in ("case", "layout", "ranks", "steps", "pairs", "source"):
+    for col in ("case", "layout", "ranks", "steps", "arms", "pairs", "source"):
         table.add_column(col)
-    for case in cases:
-        pairs = [name for name, v in case.compare if v is not None] or ["(arm checks only)"]
+    for case, plan in zip(cases, plans):
+        pairs = [p.name for p in plan.pairs] or ["(arm checks only)"]
+        arms = [a.name + (f" ({a.world_size} rank)" if a.world_size != case.layout.world else "")
+                for a in plan.arms]
         table.add_row(case.id, layout(case), str(case.layout.world), str(case.train.steps),
-                      ", ".join(pairs), case.source)
+                      ", ".join(arms), ", ".join(pairs), case.source)
     make_console().print(table)
     return 0

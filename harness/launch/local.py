@@ -1,16 +1,18 @@
 """Run one arm of a case on this machine: one process per rank.
 
 Ranks rendezvous over TCP on 127.0.0.1 at a port picked by binding port 0 (retried on a fresh port
-when a rank reports "address already in use"). They train on CUDA (NCCL) when this machine has at
-least as many CUDA GPUs as the case has ranks, otherwise on CPU (gloo; GPUs hidden from the ranks).
-Every line a rank prints goes to ``<arm_dir>/log.txt`` prefixed with ``[rank k]``.
+when a rank reports "address already in use"). Every arm of a case trains on CUDA (NCCL) when
+this machine has a CUDA GPU for every rank of the case's largest arm, otherwise on CPU (gloo; GPUs
+hidden from the ranks); a case that needs CUDA and cannot have it here is skipped with the reason
+(``placement``). Every line a rank prints goes to ``<arm_dir>/log.txt`` prefixed with ``[rank k]``.
 
 A rank that exits non-zero fails the arm (``infra`` instead when ``failures.classify_exit`` sees an
 infrastructure failure: killed by SIGKILL, an NCCL timeout, a peer's dropped connection in its
 output; the same rule as under Slurm); an arm past its time limit times out. Either way the ranks
 still alive get SIGUSR1 first (``rank_main`` dumps their Python stacks to ``stacks.rank<k>.txt``),
-then their process groups are terminated (SIGTERM, then SIGKILL). The outcome carries the log tail,
-those stacks and a one-line repro command. Nothing here raises for a failing arm.
+then their process groups are terminated (SIGTERM, then SIGKILL); stack files left empty are
+removed. The outcome carries the log tail, those stacks and a one-line repro command. Nothing here
+raises for a failing arm.
 
     python -m harness.launch.local --case CASE_JSON --arm NAME --out ARM_DIR [--timeout-min M]
 """
@@ -31,13 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Deque, Mapping, Optional, Sequence
 
-from harness.arms import Arm, arm_by_name
+from harness.caseplan import CasePlan, PlannedArm
 from harness.errors import ConfigError
 from harness.launch.failures import classify_exit, tail_text
+from harness.launch.placement import runs_on_cuda, skip_reason
 from harness.launch.ports import is_addr_in_use, pick_free_port
-from harness.launch.rank_main import LAUNCHER_PID_ENV, read_case_json, stacks_path
+from harness.launch.rank_main import (LAUNCHER_PID_ENV, read_plan_beside, remove_empty_stacks,
+                                      stacks_path)
 from harness.results import LOG_FILE, ArmOutcome, read_steps, write_outcome
-from harness.spec.schema import Case
 
 TAIL_LINES = 60
 STACK_LINES = 80
@@ -77,27 +80,22 @@ def cuda_device_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def device_env(world_size: int, gpus: int) -> tuple[dict[str, str], str]:
-    """Extra environment for the ranks, and a line saying where they run."""
-    if gpus >= world_size:
+def device_env(world_size: int, gpus: int, case_world: Optional[int] = None
+               ) -> tuple[dict[str, str], str]:
+    """Extra environment for the ranks of an arm of ``world_size`` ranks, and a line saying where
+    they run: CUDA when there is a GPU for each of the ``case_world`` ranks of the case's largest
+    arm (default: this arm's), so every arm of a case runs on the same kind of device."""
+    need = max(world_size, case_world or 0)
+    if gpus >= need:
         return {}, f"{world_size} rank(s) on CUDA (NCCL), {gpus} GPU(s) visible"
-    why = "no CUDA GPU" if gpus == 0 else f"{gpus} CUDA GPU(s) < {world_size} ranks"
-    return {"CUDA_VISIBLE_DEVICES": ""}, f"{world_size} rank(s) on CPU (gloo): {why}"
-
-
-def skip_reason(case: Case, gpus: int) -> Optional[str]:
-    """Why this machine cannot run ``case`` (an arm case) at all, or None. A case that needs CUDA
-    (``resources.device: cuda``, or any graph case) needs one CUDA GPU per rank here; other cases
-    run on CPU processes when GPUs are short."""
-    if not case.needs_cuda:
-        return None
-    why = "a graph case" if case.graphs is not None else "resources.device: cuda"
     if gpus == 0:
-        return f"needs CUDA ({why}); this machine has no CUDA GPU"
-    if gpus < case.layout.world:
-        return (f"needs {case.layout.world} CUDA GPUs (resources.nodes x gpus_per_node, one per "
-                f"rank); this machine has {gpus}")
-    return None
+        why = "no CUDA GPU"
+    elif need > world_size:
+        why = (f"{gpus} CUDA GPU(s) < {need} ranks of the case's largest arm (every arm of a case "
+               "runs on one kind of device)")
+    else:
+        why = f"{gpus} CUDA GPU(s) < {world_size} ranks"
+    return {"CUDA_VISIBLE_DEVICES": ""}, f"{world_size} rank(s) on CPU (gloo): {why}"
 
 
 def rank_env(base: Mapping[str, str], rank: int, world_size: int, port: int,
@@ -203,20 +201,23 @@ def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wa
         for r in ranks:
             if r.reader is not None:
                 r.reader.join(timeout=5)
+        # A rank ended by a signal (SIGTERM above, Ctrl-C of the sweep) leaves its stack file empty.
+        remove_empty_stacks(arm_dir, range(cmd.world_size))
     if status == "ok":
         return ArmOutcome(status="ok", returncode=0, detail=detail), ""
-    if hung:
-        detail += f"; stopped rank(s) {', '.join(str(r.rank) for r in hung)}"
     with lock:
         log.flush()
     if culprit is not None:  # the failing rank's own output, not drowned by its siblings'
         tail = f"--- last lines of rank {culprit} ---\n" + "\n".join(ranks[culprit].tail)
         infra = classify_exit(-returncode if returncode is not None and returncode < 0 else None,
                               "\n".join(ranks[culprit].tail))
-        if infra is not None:
+        if infra is not None:  # the reason belongs to the failing rank, said before the others
             status, detail = infra.status, f"{detail}: {infra.reason}"
     else:
         tail = tail_text(arm_dir / LOG_FILE, TAIL_LINES)
+    if hung:
+        detail += (f"; the launcher then stopped rank(s) {', '.join(str(r.rank) for r in hung)}, "
+                   "still running")
     if stacks:
         tail += "\n--- Python stacks of the ranks still running (SIGUSR1) ---\n" + stacks
     attempt_text = "\n".join(line for r in ranks for line in r.tail)
@@ -307,29 +308,32 @@ class LocalLauncher:
     kill_grace_s: float = 5.0
     port_retries: int = 3
 
-    def timeout_s(self, case: Case) -> float:
-        return 60.0 * (self.timeout_min if self.timeout_min is not None else case.resources.time_min)
+    def timeout_s(self, plan: CasePlan) -> float:
+        minutes = self.timeout_min if self.timeout_min is not None else plan.case.resources.time_min
+        return 60.0 * minutes
 
-    def run_arm(self, case: Case, arm: Arm, arm_dir: Path, case_json: Path) -> ArmOutcome:
+    def run_arm(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path,
+                case_json: Path) -> ArmOutcome:
         """Run every rank of ``arm``; never raises for a failing arm (see :class:`ArmOutcome`)."""
         arm_dir = Path(arm_dir)
-        world = arm.case.layout.world
+        world = arm.world_size
         gpus = cuda_device_count()
         arm_dir.mkdir(parents=True, exist_ok=True)
-        skip = skip_reason(arm.case, gpus)
+        skip = skip_reason(plan, gpus)
         if skip is not None:
             with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
-                log.write(f"[launcher] case {case.id} arm {arm.name}: skipped: {skip}\n")
+                log.write(f"[launcher] case {plan.case_id} arm {arm.name}: skipped: {skip}\n")
             return ArmOutcome(status="skipped", detail=skip)
-        extra, where = device_env(world, gpus)
+        extra, where = device_env(world, gpus, plan.largest_arm.world_size)
+        assert runs_on_cuda(plan, gpus) == (not extra)  # one rule for every arm of the case
         with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
-            log.write(f"[launcher] case {case.id} arm {arm.name}: {where}\n")
+            log.write(f"[launcher] case {plan.case_id} arm {arm.name}: {where}\n")
         cmd = RankCommand(
             argv=(self.python, "-u", "-m", "harness.launch.rank_main", "--case", str(case_json),
                   "--arm", arm.name, "--out", str(arm_dir)),
-            world_size=world, arm_dir=arm_dir, timeout_s=self.timeout_s(case),
+            world_size=world, arm_dir=arm_dir, timeout_s=self.timeout_s(plan),
             env=extra,
-            repro=repro_command(self.python, Path(case_json).resolve(), arm.name, case.id),
+            repro=repro_command(self.python, Path(case_json).resolve(), arm.name, plan.case_id),
         )
         return run_ranks(cmd, stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s,
                          port_retries=self.port_retries)
@@ -344,16 +348,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--timeout-min", type=float, default=None, metavar="M")
     args = p.parse_args(argv)
     try:
-        case = read_case_json(args.case)
-        arm = arm_by_name(case, args.arm)
+        plan = read_plan_beside(args.case)
+        arm = plan.arm(args.arm)
         if args.timeout_min is not None and not args.timeout_min > 0:
             raise ConfigError(f"--timeout-min must be a positive number of minutes, got {args.timeout_min}")
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    outcome = LocalLauncher(timeout_min=args.timeout_min).run_arm(case, arm, args.out, args.case)
+    outcome = LocalLauncher(timeout_min=args.timeout_min).run_arm(plan, arm, args.out, args.case)
     write_outcome(args.out, outcome)
-    print(f"{case.id} / {arm.name}: {outcome.describe()}  (log: {args.out / LOG_FILE})")
+    print(f"{plan.case_id} / {arm.name}: {outcome.describe()}  (log: {args.out / LOG_FILE})")
     if not outcome.ok:
         print(outcome.log_tail)
     return 0 if outcome.ok else 1

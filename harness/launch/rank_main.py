@@ -18,8 +18,8 @@ There are no fault hooks here: tests fail a rank by wrapping ``harness.workload.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import faulthandler
-import json
 import math
 import os
 import re
@@ -45,6 +45,18 @@ _SLURM_PORT_SPAN = 17000  # ports 15000-31999: below the ephemeral range (32768-
 def stacks_path(arm_dir: Path, rank: int) -> Path:
     """Where rank ``rank`` writes its Python stacks on SIGUSR1."""
     return Path(arm_dir) / f"stacks.rank{rank}.txt"
+
+
+def remove_empty_stacks(arm_dir: Path, ranks: Sequence[int]) -> None:
+    """Remove the stack files of ``ranks`` that hold nothing (a rank ended by a signal never ran
+    the clean-up of :func:`run_rank`)."""
+    for rank in ranks:
+        path = stacks_path(arm_dir, rank)
+        try:
+            if path.stat().st_size == 0:
+                path.unlink()
+        except FileNotFoundError:
+            pass
 
 
 # --------------------------------------------------------------------------- environment
@@ -145,8 +157,24 @@ def step_line(arm_name: str, rank: int, steps: int, record: Mapping[str, object]
 
 
 # --------------------------------------------------------------------------- entry points
-def _step_callback(writer, rank: int, arm_name: str, steps: int) -> Callable[["StepRecord"], None]:
+def device_platform(device: object) -> str:
+    """The golden platform of a torch device: ``cpu``, or the CUDA device's name as
+    ``harness.golden.platform_key`` keys it (``h200``, ``gb200``)."""
+    import torch
+
+    from harness.golden import platform_key
+
+    dev = torch.device(device)  # type: ignore[arg-type]
+    if dev.type != "cuda":
+        return dev.type
+    return platform_key(torch.cuda.get_device_name(dev))
+
+
+def _step_callback(writer, rank: int, arm_name: str, steps: int,
+                   platform: Optional[str] = None) -> Callable[["StepRecord"], None]:
     def on_step(record: StepRecord) -> None:
+        if platform is not None and record.platform is None:
+            record = dataclasses.replace(record, platform=platform)
         # A step re-run after resuming from an older checkpoint is already recorded: the store
         # keeps the first record and append() returns False.
         if writer.append(record):
@@ -199,16 +227,15 @@ def _describe(case) -> str:
     return f"pp {lay.pp} vpp {lay.vpp} ep {lay.ep} {cp}; {how}"
 
 
-def run_rank(case, arm_name: str, arm_dir: Path, resume: bool = True) -> None:
-    """Train arm ``arm_name`` of ``case`` as this process's rank, writing ``arm_dir``.
+def run_rank(arm, arm_dir: Path, resume: bool = True) -> None:
+    """Train the planned arm ``arm`` (``harness.caseplan.PlannedArm``) as this process's rank,
+    writing ``arm_dir``; every record names the device's platform (golden files are per platform).
 
     ``resume=False`` refuses an arm folder that already holds steps or a checkpoint of this rank.
     """
-    from harness.arms import arm_by_name
     from harness.results import StepWriter
     from harness.workload import init_distributed, train_arm
 
-    arm = arm_by_name(case, arm_name)
     run_case = arm.case  # the derived case this arm trains (its own layout and execution)
     arm_dir = Path(arm_dir)
     arm_dir.mkdir(parents=True, exist_ok=True)
@@ -226,16 +253,16 @@ def run_rank(case, arm_name: str, arm_dir: Path, resume: bool = True) -> None:
     stack_file = register_stack_dump(stacks_path(arm_dir, rank))
     try:
         ctx = init_distributed()
-        steps = case.train.steps
+        steps = run_case.train.steps
         print(
-            f"[{arm.name} r{rank}] case {case.id} arm {arm.name} ({_describe(run_case)}) rank {rank}/"
+            f"[{arm.name} r{rank}] case {run_case.id} arm {arm.name} ({_describe(run_case)}) rank {rank}/"
             f"{ctx.world_size} on {ctx.device} ({ctx.backend}); "
             f"{done}/{steps} steps already recorded",
             flush=True,
         )
         started = time.monotonic()
         train_arm(run_case, ctx,
-                  _step_callback(writer, rank, arm.name, steps),
+                  _step_callback(writer, rank, arm.name, steps, device_platform(ctx.device)),
                   checkpoint_dir=checkpoint_dir)
         print(f"[{arm.name} r{rank}] done: {writer.completed_steps()}/{steps} steps recorded in "
               f"{time.monotonic() - started:.1f}s", flush=True)
@@ -243,29 +270,26 @@ def run_rank(case, arm_name: str, arm_dir: Path, resume: bool = True) -> None:
     finally:
         faulthandler.unregister(signal.SIGUSR1)
         stack_file.close()
-        if stacks_path(arm_dir, rank).stat().st_size == 0:
-            stacks_path(arm_dir, rank).unlink()
+        remove_empty_stacks(arm_dir, (rank,))
 
 
-def read_case_json(path: Path):
-    """The case of a ``case.json`` written by a sweep; ConfigError saying what is wrong with it."""
-    from pydantic import ValidationError
-
+def read_plan_beside(case_json: Path):
+    """The plan (``harness.caseplan.CasePlan``) of the case folder holding ``case_json`` (a
+    sweep's ``<sweep>/<case>/case.json``, with ``plan.json`` beside it); ConfigError saying what
+    is wrong with it."""
+    from harness.caseplan import PLAN_FILE, read_plan
     from harness.errors import ConfigError
-    from harness.spec.schema import Case
+    from harness.results import ResultsError
 
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    path = Path(case_json)
+    if not path.is_file():
         raise ConfigError(f"--case {path}: no such file; pass the case.json of a sweep's case "
-                          "folder (<sweep>/<case>/case.json)") from None
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"--case {path}: not a readable JSON file ({exc})") from None
+                          "folder (<sweep>/<case>/case.json)")
     try:
-        return Case.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(f"--case {path}: not a case written by this dcp-harness version "
-                          f"({exc.error_count()} problem(s), first: {exc.errors()[0]['msg']})") from None
+        return read_plan(path.parent)
+    except (ResultsError, OSError) as exc:
+        raise ConfigError(f"--case {path}: {exc} (the {PLAN_FILE} beside it says which arms the "
+                          "case has)") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -274,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run one rank of one arm of a case (rendezvous from the environment).",
     )
     p.add_argument("--case", required=True, type=Path, metavar="CASE_JSON",
-                   help="case.json written by the sweep (Case.model_dump)")
+                   help="case.json written by the sweep (its plan.json beside it names the arms)")
     p.add_argument("--arm", required=True, metavar="NAME", help="arm name, e.g. eager, graph, dcp")
     p.add_argument("--out", required=True, type=Path, metavar="ARM_DIR", help="the arm's results folder")
     p.add_argument("--no-resume", dest="resume", action="store_false",
@@ -284,9 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    case = read_case_json(args.case)
+    arm = read_plan_beside(args.case).arm(args.arm)
     faulthandler.enable(file=sys.stderr, all_threads=True)  # segfaults/aborts print stacks too
-    run_rank(case, args.arm, args.out, resume=args.resume)
+    run_rank(arm, args.out, resume=args.resume)
     return 0
 
 

@@ -1,26 +1,105 @@
-"""The harness's own rule for which arms and pairs a stored case has (for the gate and reports).
+"""The harness's own rule for judging a stored case (for the gate, reports and ``collect``).
 
-``harness.report`` is a leaf and cannot ask ``harness.arms``; the CLI and ``collect`` pass
-:func:`case_rules` in, so a gate re-judges every case from the arms and pairs its ``case.json``
-defines, not from whatever ``verdict.json`` lists.
+``harness.report`` is a leaf: it judges a case by the plan stored beside it (``plan.json``, tied to
+``case.json`` by a content hash) and cannot ask ``harness.arms``. The CLI and ``collect`` pass
+:func:`case_rules` in, which trusts that plan only after three checks:
+
+* there is a plan (a sweep written by this dcp-harness);
+* it is the plan the harness makes for the stored case (``plan_case``: the same arms with the same
+  derived cases and ranks, the same pairs with the same settings), so a ``plan.json`` edited to
+  drop a pair or switch a check off is an error, not a pass;
+* the case file it was made from, where it is readable here, still defines that case (its
+  content hash), so a stored case edited together with its hash is caught too.
+
+The verdict then comes from the stored plan alone (golden values as copied when the sweep ran),
+the same from any directory or machine.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from harness.arms import arms_for_case, pairs_for_case
-from harness.compare import CaseVerdict
-from harness.report import CaseRules
-from harness.spec.schema import Case
+from harness.arms import plan_case
+from harness.caseplan import CasePlan, PlanError, case_hash
+from harness.compare import CaseVerdict, Pair
+from harness.errors import ConfigError
+from harness.report import CaseRules, rules_from_plan
+
+# Settings of a golden pair resolved from this machine's files (compared by the hash check and
+# the copy itself, not by where the copy came from).
+_RESOLVED = ("golden_dir", "files")
 
 
-def case_rules(case_json: Mapping[str, Any], stored: Optional[CaseVerdict] = None) -> CaseRules:
-    """Arms, pairs, steps and ranks of the case stored as ``case_json`` (``case.json``).
-    Raises pydantic's ValidationError / CaseError when the harness cannot read it back."""
-    case = Case.model_validate(dict(case_json))
-    arms = arms_for_case(case)
-    return CaseRules(arms=tuple(a.name for a in arms), pairs=pairs_for_case(case),
-                     expected_steps=case.train.steps,
-                     expected_ranks={a.name: a.case.layout.world for a in arms},
-                     sanity=case.compare.sanity)
+def _pair_key(pair: Pair) -> tuple:
+    params = pair.to_dict()["params"]
+    return (pair.name, pair.contract, pair.arms,
+            {k: v for k, v in params.items() if k not in _RESOLVED})
+
+
+def _unsourced(dump: dict) -> dict:
+    return {k: v for k, v in dump.items() if k != "source"}
+
+
+def plan_differences(stored: CasePlan, expected: CasePlan) -> list[str]:
+    """How a stored plan differs from the harness's plan of the same case (empty: it agrees)."""
+    out: list[str] = []
+    have, want = {a.name: a for a in stored.arms}, {a.name: a for a in expected.arms}
+    if list(have) != list(want):
+        out.append(f"arms {list(have)}, the case gives {list(want)}")
+    for name in set(have) & set(want):
+        a, b = have[name], want[name]
+        if (a.kind, a.world_size, a.ranks, a.repeat) != (b.kind, b.world_size, b.ranks, b.repeat):
+            out.append(f"arm '{name}' is {a.kind} on ranks {list(a.ranks)} of {a.world_size}, the "
+                       f"case gives {b.kind} on ranks {list(b.ranks)} of {b.world_size}")
+        elif _unsourced(a.case.model_dump(mode="json")) != _unsourced(b.case.model_dump(mode="json")):
+            out.append(f"arm '{name}' runs another derived case than the case gives")
+    got, exp = [_pair_key(p) for p in stored.pairs], [_pair_key(p) for p in expected.pairs]
+    if got != exp:
+        names = {k[0] for k in got} ^ {k[0] for k in exp}
+        changed = sorted(names or {g[0] for g, e in zip(got, exp) if g != e} or {"(order)"})
+        out.append(f"pairs differ from what the case defines ({', '.join(changed)})")
+    return out
+
+
+def check_source(plan: CasePlan) -> None:
+    """PlanError when the case file the plan was made from is readable here and no longer
+    defines that case (a file that is not there, e.g. on another machine, is not checked)."""
+    from harness.spec.loader import load_cases
+
+    source = Path(plan.source)
+    if not source.is_file():
+        return
+    try:
+        cases = load_cases([source])
+    except ConfigError as exc:
+        raise PlanError(f"the case file {source} this sweep ran no longer loads ({exc}); the "
+                        "verdict cannot be checked against it: fix it or re-run") from None
+    found = next((c for c in cases if c.id == plan.case_id), None)
+    if found is None:
+        raise PlanError(f"the case file {source} no longer defines case '{plan.case_id}' that this "
+                        "sweep ran; re-run the sweep")
+    now = found.model_dump(mode="json")
+    if case_hash(now) != plan.case_hash:
+        then = plan.case.model_dump(mode="json")
+        fields = sorted(k for k in set(now) | set(then) if k != "source" and now.get(k) != then.get(k))
+        raise PlanError(f"the case file {source} now defines case '{plan.case_id}' differently from "
+                        f"the case this sweep ran (changed: {', '.join(fields) or 'its hash'}); "
+                        "re-run the sweep to judge the case as it is now")
+
+
+def case_rules(case_json: Mapping[str, Any], stored: Optional[CaseVerdict] = None,
+               plan: Optional[CasePlan] = None) -> CaseRules:
+    """The stored plan's arms, pairs, steps, ranks and sanity settings, after the checks of the
+    module doc. Raises PlanError (an error entry naming the reason) when one fails."""
+    if plan is None:
+        raise PlanError("no plan.json: this case folder was written by an older dcp-harness or "
+                        "its plan was removed, so its arms and pairs are unknown; re-run the sweep "
+                        "with the same --out")
+    expected = plan_case(plan.case.model_copy(update={"source": plan.source}))
+    problems = plan_differences(plan, expected)
+    if problems:
+        raise PlanError("plan.json is not the plan of the stored case: " + "; ".join(problems)
+                        + " (edited after the run?); re-run the case")
+    check_source(plan)
+    return rules_from_plan(plan)

@@ -11,8 +11,10 @@
 * **Logs** under ``<sweep>/slurm/logs/round-<k>/`` (submitit's folder: sbatch script, pickles,
   ``<job>_<task>_log.{out,err}``); the sweep folder must be on a filesystem the nodes share.
 * **Record.** ``<sweep>/slurm/jobs.json`` lists every submission round and, per case, its jobs,
-  newest last; ``status`` and ``collect`` (:mod:`harness.launch.slurm_status`,
-  :mod:`harness.launch.slurm_collect`) read only it, the case folders and the scheduler.
+  newest last, and the cases ``submit`` did not queue (``skipped``: they cannot run on the
+  profile's nodes, e.g. a GPU case on a CPU profile) with the reason; ``status`` and ``collect``
+  (:mod:`harness.launch.slurm_status`, :mod:`harness.launch.slurm_collect`) read only it, the
+  case folders (each with its ``plan.json``) and the scheduler.
 
 ``plan_jobs`` and ``render_sbatch`` are pure (``--dry-run`` uses them and touches no Slurm).
 """
@@ -224,10 +226,32 @@ def latest_jobs(sweep_dir: Path) -> dict[str, JobRef]:
     return {cid: refs[-1] for cid, refs in read_jobs(sweep_dir).items() if refs}
 
 
+def skipped_cases(sweep_dir: Path) -> dict[str, str]:
+    """Case id -> why ``submit`` did not queue it ({} for a sweep without such cases)."""
+    path = slurm_dir(sweep_dir) / JOBS_FILE
+    data = read_json(path) if path.is_file() else {}
+    return {str(k): str(v) for k, v in (data.get("skipped") or {}).items()}
+
+
+def _jobs_doc(path: Path) -> dict[str, Any]:
+    data = read_json(path) if path.is_file() else {"version": 1, "rounds": [], "cases": {}}
+    data.setdefault("skipped", {})
+    return data
+
+
+def record_skipped(sweep_dir: Path, reasons: Mapping[str, str]) -> None:
+    """Add cases ``submit`` did not queue (case id -> reason) to ``jobs.json`` atomically."""
+    path = slurm_dir(sweep_dir) / JOBS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = _jobs_doc(path)
+    data["skipped"].update(reasons)
+    write_json_atomic(path, data)
+
+
 def record_jobs(sweep_dir: Path, refs: Sequence[JobRef], groups: Sequence[JobGroup]) -> None:
     """Append ``refs`` (one round) to ``<sweep>/slurm/jobs.json`` atomically."""
     path = slurm_dir(sweep_dir) / JOBS_FILE
-    data = read_json(path) if path.is_file() else {"version": 1, "rounds": [], "cases": {}}
+    data = _jobs_doc(path)
     round_ = refs[0].round if refs else len(data["rounds"])
     data["rounds"].append({"round": round_, "submitted_at": time.time(),
                            "groups": [{**asdict(g), "shape": asdict(g.shape)} for g in groups]})
@@ -246,9 +270,11 @@ def submit_groups(cases: Mapping[str, Any], groups: Sequence[JobGroup],
                   profiles: Mapping[str, Profile], sweep_dir: Path,
                   profile_files: Optional[Mapping[str, str]] = None,
                   retry_rounds: Optional[Mapping[str, int]] = None) -> list[JobRef]:
-    """Submit every group through submitit and record the jobs. Case folders (``case.json``)
-    must exist already (``harness.launch.sweep.prepare_case_dir``). ``retry_rounds`` maps a
-    re-submitted case to how many jobs it had before (counted in its arms' ``restarts``)."""
+    """Submit every group through submitit and record the jobs. ``cases``: the submitted case
+    ids (their plans); the case folders (``case.json``, ``plan.json``) must exist already
+    (``harness.launch.sweep.prepare_case_dir``): each job reads its plan from there.
+    ``retry_rounds`` maps a re-submitted case to how many jobs it had before (counted in its
+    arms' ``restarts``)."""
     import submitit  # imported on use: only submitting needs it
 
     sweep_dir = Path(sweep_dir).resolve()
@@ -261,8 +287,7 @@ def submit_groups(cases: Mapping[str, Any], groups: Sequence[JobGroup],
         executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=profile.max_requeue,
                                           python=profile.python)
         executor.update_parameters(**sbatch_parameters(group, profile))
-        calls = [CaseJob(cases[cid].model_dump(mode="json"), str(sweep_dir / cid),
-                         (retry_rounds or {}).get(cid, 0))
+        calls = [CaseJob(str(sweep_dir / cid), (retry_rounds or {}).get(cid, 0))
                  for cid in group.case_ids]
         try:
             if group.is_array:

@@ -19,10 +19,11 @@ from typing import Mapping, Optional, Sequence
 from harness.launch.failures import classify_failure, tail_text
 from harness.launch.rules import case_rules
 from harness.launch.slurm import JobRef, latest_jobs
+from harness.launch.rank_main import remove_empty_stacks
 from harness.launch.slurm_job import arm_needs_run, read_events, repro_line
 from harness.launch.slurm_poll import Runner, SchedState, SchedulerPoller, run_command
-from harness.launch.slurm_status import CaseStatus, arm_names, case_status
-from harness.launch.sweep import finalize_case, load_case, remove_checkpoints_if_complete
+from harness.launch.slurm_status import CaseStatus, case_status, statuses_in_view
+from harness.launch.sweep import finalize_case, load_plan, remove_checkpoints_if_complete
 from harness.report import write_reports
 from harness.results import LOG_FILE, ArmOutcome, read_outcome, read_steps, write_outcome
 
@@ -58,7 +59,7 @@ def outcomes_for_ended_job(case_dir: Path, ref: JobRef, sched: Optional[SchedSta
                            ) -> dict[str, ArmOutcome]:
     """Outcomes for the arms a finished job left without one: the arm in flight gets the
     classified status, arms that never started ``infra`` ("not run")."""
-    case = load_case(case_dir)
+    plan = load_plan(case_dir)
     events = read_events(case_dir)
     restarts = max((int(e.get("restarts", 0)) for e in events), default=0)
     logs = job_log_text(ref)
@@ -66,9 +67,10 @@ def outcomes_for_ended_job(case_dir: Path, ref: JobRef, sched: Optional[SchedSta
     code = sched.exit_code if sched else ""
     out: dict[str, ArmOutcome] = {}
     blame = None
-    for arm in arm_names(case):
+    for planned in plan.arms:
+        arm = planned.name
         arm_dir = case_dir / arm
-        if not arm_needs_run(case, arm_dir):
+        if not arm_needs_run(planned, arm_dir):
             prior = read_outcome(arm_dir)
             if prior is not None and not prior.ok:
                 blame = blame or f"arm '{arm}' {prior.status}"
@@ -113,9 +115,10 @@ def collect(sweep_dir: Path, runner: Runner = run_command, reports: bool = True)
         if not status.terminal:
             active.append(cid)
             continue
-        case = load_case(case_dir)
-        for arm in arm_names(case):
-            remove_checkpoints_if_complete(case, case_dir / arm)
+        plan = load_plan(case_dir)
+        for arm in plan.arms:
+            remove_checkpoints_if_complete(arm, case_dir / arm.name)
+            remove_empty_stacks(case_dir / arm.name, arm.ranks)  # ranks ended by a signal
         if status.verdict:
             continue
         for arm, outcome in outcomes_for_ended_job(case_dir, ref, view.get(ref.job_id)).items():
@@ -127,5 +130,5 @@ def collect(sweep_dir: Path, runner: Runner = run_command, reports: bool = True)
             problems.append(f"{cid}: could not evaluate: {type(exc).__name__}: {exc}")
     if reports:
         write_reports(sweep_dir, rules=case_rules)
-    statuses = [case_status(sweep_dir / cid, ref, view) for cid, ref in sorted(refs.items())]
+    statuses = statuses_in_view(sweep_dir, refs, view)
     return CollectResult(tuple(statuses), tuple(finalized), tuple(active), tuple(problems))

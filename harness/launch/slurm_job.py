@@ -1,12 +1,16 @@
-"""What runs inside a Slurm allocation: every arm of one case, one after another, on every task.
+"""What runs inside a Slurm allocation: every planned arm of one case, one after another, on every
+task.
 
-:class:`CaseJob` is the callable submitit pickles. srun starts it once per task (one task per GPU);
+:class:`CaseJob` is the callable submitit pickles: the case folder, whose ``plan.json`` (written at
+submit time) says which arms run on which ranks. srun starts it once per task (one task per GPU);
 each task takes its rank from Slurm's variables (submitit's ``JobEnvironment``), exports the
 torch.distributed variables for the arm (``CUDA_VISIBLE_DEVICES`` is left as Slurm set it) and
 calls :func:`harness.launch.rank_main.run_rank`, which resumes after the last completed step.
+Tasks beyond an arm's ranks (the one-rank reference arm) sit that arm out.
 
-* An arm whose outcome is final (``ok`` with every step, ``failed``, ``timeout``) is skipped, so a
-  requeued or retried job continues where the last one stopped.
+* An arm whose outcome is final (``ok`` with every step on its ranks, ``failed``, ``timeout``,
+  ``skipped`` at submit time) is skipped, so a requeued or retried job continues where the last
+  one stopped.
 * An arm that raises on some rank gets a ``failed`` outcome with the traceback and the job ends
   (srun ``--kill-on-bad-exit`` stops the other ranks; a crashed process cannot run more arms).
   A traceback that shows an infrastructure failure (a peer rank's connection dropped, an NCCL
@@ -39,18 +43,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
-from harness.arms import arms_for_case
+from harness.caseplan import CasePlan, PlannedArm
 from harness.launch.failures import infra_reason, tail_text
 from harness.launch import rank_main
-from harness.launch.sweep import arm_is_complete
+from harness.launch.sweep import arm_is_complete, load_plan
 from harness.results import (LOG_FILE, OUTCOME_FILE, ArmOutcome, read_outcome, read_steps,
                              write_outcome)
-from harness.spec.schema import Case
 
 EVENTS_FILE = "slurm_events.jsonl"
 TAIL_LINES = 60
 TIMEOUT_EXIT_CODE = 124
-FINAL_STATUSES = ("failed", "timeout")
+FINAL_STATUSES = ("failed", "timeout", "skipped")
 
 
 @dataclass(frozen=True)
@@ -97,14 +100,16 @@ def distributed_env(ident: TaskIdentity, port: int) -> dict[str, str]:
     }
 
 
-def arm_needs_run(case: Any, arm_dir: Path) -> bool:
-    """False when the arm's outcome is final: complete ``ok``, or ``failed`` / ``timeout``."""
+def arm_needs_run(arm: PlannedArm, arm_dir: Path) -> bool:
+    """False when the arm's outcome is final: ``ok`` with every step on each rank the arm records
+    on (its own ranks, not the job's: the reference arm records on one), or ``failed`` /
+    ``timeout`` / ``skipped``."""
     outcome = read_outcome(arm_dir)
     if outcome is None or outcome.status == "infra":
         return True
     if outcome.status in FINAL_STATUSES:
         return False
-    return not arm_is_complete(case, arm_dir)
+    return not arm_is_complete(arm, arm_dir)
 
 
 def repro_line(case_dir: Path, arm: str) -> str:
@@ -237,8 +242,9 @@ def _sit_out(arm_dir: Path, limit_s: float, poll_s: float = 2.0) -> None:
         time.sleep(poll_s)
 
 
-def run_case_arms(case: Any, case_dir: Path, ident: TaskIdentity, retry_round: int = 0) -> dict:
-    """Run every arm of ``case`` that still needs it, as this task's rank (see module doc)."""
+def run_case_arms(plan: CasePlan, case_dir: Path, ident: TaskIdentity, retry_round: int = 0) -> dict:
+    """Run every planned arm of the case that still needs it, as this task's rank (see module
+    doc)."""
     case_dir = Path(case_dir)
     # Load the workload (torch) before any arm's clock starts: the per-arm limit is for training,
     # not for this task's one-off imports (harness.workload loads lazily).
@@ -246,16 +252,17 @@ def run_case_arms(case: Any, case_dir: Path, ident: TaskIdentity, retry_round: i
     restarts = ident.restarts + retry_round
     ident = TaskIdentity(ident.job_id, ident.rank, ident.local_rank, ident.world_size,
                          ident.master_addr, restarts)
+    time_min = plan.case.resources.time_min
     ran, skipped = [], []
-    for arm in arms_for_case(case):
+    for arm in plan.arms:
         arm_dir = case_dir / arm.name
-        if not arm_needs_run(case, arm_dir):
+        if not arm_needs_run(arm, arm_dir):
             skipped.append(arm.name)
             continue
         arm_dir.mkdir(parents=True, exist_ok=True)
-        world = arm.case.layout.world  # an arm may run fewer ranks than the job (the reference arm)
+        world = arm.world_size  # an arm may run fewer ranks than the job (the reference arm)
         if ident.rank >= world:
-            _sit_out(arm_dir, 60.0 * case.resources.time_min + 120.0)
+            _sit_out(arm_dir, 60.0 * time_min + 120.0)
             skipped.append(arm.name)
             continue
         if ident.rank == 0:
@@ -274,8 +281,8 @@ def run_case_arms(case: Any, case_dir: Path, ident: TaskIdentity, retry_round: i
         tee_err = _TeeLines(err, arm_dir / LOG_FILE, f"[rank {ident.rank}] ")
         sys.stdout, sys.stderr = tee_out, tee_err
         try:
-            with _ArmWatchdog(60.0 * case.resources.time_min, arm_dir, ident, started, repro):
-                rank_main.run_rank(case, arm.name, arm_dir, resume=True)
+            with _ArmWatchdog(60.0 * time_min, arm_dir, ident, started, repro):
+                rank_main.run_rank(arm, arm_dir, resume=True)
         except Exception as exc:
             tb = traceback.format_exc()
             print(tb, file=sys.stderr, flush=True)
@@ -296,20 +303,20 @@ def run_case_arms(case: Any, case_dir: Path, ident: TaskIdentity, retry_round: i
             append_event(case_dir, {"event": "arm_end", "arm": arm.name, "job_id": ident.job_id,
                                     "restarts": restarts, "wall_s": wall, "time": time.time()})
         ran.append(arm.name)
-    return {"case": case.id, "rank": ident.rank, "ran": ran, "skipped": skipped}
+    return {"case": plan.case_id, "rank": ident.rank, "ran": ran, "skipped": skipped}
 
 
 @dataclass(frozen=True)
 class CaseJob:
-    """The submitit callable of one case (picklable: the case travels as its JSON dump)."""
+    """The submitit callable of one case (picklable): its folder on the shared filesystem, whose
+    ``case.json`` and ``plan.json`` the job reads (checked against each other by their hash)."""
 
-    case_data: dict
     case_dir: str
     retry_round: int = 0
 
     def __call__(self) -> dict:
-        case = Case.model_validate(self.case_data)
-        return run_case_arms(case, Path(self.case_dir), task_identity(), self.retry_round)
+        plan = load_plan(Path(self.case_dir))
+        return run_case_arms(plan, Path(self.case_dir), task_identity(), self.retry_round)
 
     def checkpoint(self) -> Any:
         """Called by submitit on rank 0 at preemption / time-limit warning: requeue the same

@@ -10,11 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
-from harness.arms import arms_for_case
 from harness.launch.profiles import load_profile
 from harness.launch.slurm import JobRef, latest_jobs, plan_jobs, read_jobs, submit_groups
-from harness.launch.slurm_status import arm_names
-from harness.launch.sweep import load_case
+from harness.launch.sweep import load_plan
 from harness.results import OUTCOME_FILE, VERDICT_FILE, read_outcome
 
 
@@ -23,9 +21,9 @@ def infra_cases(sweep_dir: Path) -> list[str]:
     out = []
     for cid in sorted(latest_jobs(sweep_dir)):
         case_dir = Path(sweep_dir) / cid
-        case = load_case(case_dir)
+        plan = load_plan(case_dir)
         if any((o := read_outcome(case_dir / a)) is not None and o.status == "infra"
-               for a in arm_names(case)):
+               for a in plan.arm_names):
             out.append(cid)
     return out
 
@@ -38,9 +36,9 @@ def attempts(sweep_dir: Path) -> dict[str, int]:
 def reset_infra(case_dir: Path) -> list[str]:
     """Move the ``infra`` outcomes of a case aside (``outcome.infra-<n>.json``) and drop its
     verdict, so a re-submitted job runs those arms again (resuming their steps)."""
-    case = load_case(case_dir)
+    plan = load_plan(case_dir)
     moved = []
-    for arm in arm_names(case):
+    for arm in plan.arm_names:
         arm_dir = Path(case_dir) / arm
         outcome = read_outcome(arm_dir)
         if outcome is None or outcome.status != "infra":
@@ -58,17 +56,18 @@ def resubmit(sweep_dir: Path, case_ids: Sequence[str], max_parallel: Optional[in
     sweep_dir = Path(sweep_dir).resolve()
     refs = latest_jobs(sweep_dir)
     tries = attempts(sweep_dir)
-    cases = {cid: load_case(sweep_dir / cid) for cid in case_ids}
+    plans = {cid: load_plan(sweep_dir / cid) for cid in case_ids}
     profiles, profile_of, files = {}, {}, {}
-    for cid, case in cases.items():
-        source = refs[cid].profile_file or case.resources.profile
+    for cid, plan in plans.items():
+        source = refs[cid].profile_file or plan.case.resources.profile
         profile = load_profile(source)
         profiles[profile.name] = profile
         profile_of[cid] = profile.name
         files[profile.name] = source
-    groups = plan_jobs(list(cases.values()), {cid: len(arms_for_case(c)) for cid, c in cases.items()},
-                       profiles, profile_of, max_parallel)
-    return submit_groups(cases, groups, profiles, sweep_dir, files,
+    groups = plan_jobs([p.case for p in plans.values()],
+                       {cid: len(p.arms) for cid, p in plans.items()}, profiles, profile_of,
+                       max_parallel)
+    return submit_groups(plans, groups, profiles, sweep_dir, files,
                          retry_rounds={cid: tries.get(cid, 0) for cid in case_ids})
 
 

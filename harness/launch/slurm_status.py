@@ -1,8 +1,10 @@
 """Where each case of a submitted sweep stands, from its case folder and the scheduler's word.
 
 An arm's ``outcome.json`` and the case's ``verdict.json`` are final; otherwise the scheduler
-says whether the job is pending or running. A job that the scheduler no longer knows and that left
-no result is *gone*: it counts as ended (an infrastructure error), so nothing waits on it forever.
+says whether the job is pending or running. Which arms a case has and on which ranks each records
+comes from its stored plan. A job that the scheduler no longer knows and that left no result is
+*gone*: it counts as ended (an infrastructure error), so nothing waits on it forever. A case that
+``submit`` did not queue (it cannot run on the profile's nodes) is *skipped*, with the reason.
 Reads files and asks the scheduler (through a :class:`~harness.launch.slurm_poll.SchedulerPoller`);
 writes nothing.
 """
@@ -12,18 +14,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
-from harness.arms import arms_for_case
-from harness.launch.slurm import JobRef, latest_jobs
+from harness.launch.slurm import JobRef, latest_jobs, skipped_cases
 from harness.launch.slurm_job import arm_needs_run
 from harness.launch.slurm_poll import PENDING_STATES, Runner, SchedulerPoller, SchedulerView, \
     run_command
-from harness.launch.sweep import load_case
+from harness.launch.sweep import load_plan
 from harness.results import VERDICT_FILE, ArmOutcome, read_json, read_outcome, read_steps
-from harness.spec.schema import Case
 
-PROGRESS_ORDER = ("pending", "running", "done", "failed", "error")
+PROGRESS_ORDER = ("pending", "running", "done", "failed", "error", "skipped")
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class CaseStatus:
 
     case_id: str
     job_id: str
-    state: str  # pending | running | done | failed | error
+    state: str  # pending | running | done | failed | error | skipped
     slurm_state: str
     arms_done: int
     arms_total: int
@@ -42,10 +42,6 @@ class CaseStatus:
     steps: int = 0
     detail: str = ""
     verdict: str = ""
-
-
-def arm_names(case: Case) -> list[str]:
-    return [a.name for a in arms_for_case(case)]
 
 
 def _outcome_state(outcomes: Sequence[Optional[ArmOutcome]]) -> str:
@@ -61,15 +57,15 @@ def case_status(case_dir: Path, ref: JobRef, view: SchedulerView, now: Optional[
                 grace_s: float = 60.0) -> CaseStatus:
     """Status of one case from its folder and the scheduler (reads files, runs nothing)."""
     now = time.time() if now is None else now
-    case = load_case(case_dir)
-    arms = arm_names(case)
+    plan = load_plan(case_dir)
+    arms = list(plan.arm_names)
     outcomes = [read_outcome(case_dir / a) for a in arms]
-    pending_arms = [a for a in arms if arm_needs_run(case, case_dir / a)]
+    pending_arms = [a.name for a in plan.arms if arm_needs_run(a, case_dir / a.name)]
     sched = view.get(ref.job_id)
     slurm_state = sched.state if sched else ("gone" if view.squeue_ok else "unknown")
-    base = dict(case_id=case.id, job_id=ref.job_id, slurm_state=slurm_state,
+    base = dict(case_id=plan.case_id, job_id=ref.job_id, slurm_state=slurm_state,
                 arms_done=len(arms) - len(pending_arms), arms_total=len(arms),
-                steps=case.train.steps)
+                steps=plan.steps)
     verdict_path = case_dir / VERDICT_FILE
     if verdict_path.is_file():
         verdict = str(read_json(verdict_path).get("status", "error"))
@@ -93,12 +89,36 @@ def case_status(case_dir: Path, ref: JobRef, view: SchedulerView, now: Optional[
                              "finished; `collect` classifies it", **base)
 
 
+def skipped_status(case_id: str, reason: str, arms_total: int = 0) -> CaseStatus:
+    """A case ``submit`` did not queue: it cannot run on the profile's nodes."""
+    return CaseStatus(case_id=case_id, job_id="-", state="skipped", slurm_state="not submitted",
+                      arms_done=arms_total, arms_total=arms_total, terminal=True, detail=reason)
+
+
 def sweep_status(sweep_dir: Path, runner: Runner = run_command,
                  poller: Optional[SchedulerPoller] = None) -> list[CaseStatus]:
-    """Every case's status; ``poller`` (reused across calls) skips jobs known to have ended."""
+    """Every case's status (queued ones and the ones skipped at submit time), by case id;
+    ``poller`` (reused across calls) skips jobs known to have ended."""
     refs = latest_jobs(sweep_dir)
     view = (poller or SchedulerPoller(runner)).view(r.job_id for r in refs.values())
-    return [case_status(Path(sweep_dir) / cid, ref, view) for cid, ref in sorted(refs.items())]
+    return statuses_in_view(sweep_dir, refs, view)
+
+
+def statuses_in_view(sweep_dir: Path, refs: Mapping[str, JobRef], view: SchedulerView
+                     ) -> list[CaseStatus]:
+    """Every case's status for one answer of the scheduler (``view``), by case id."""
+    out = {cid: case_status(Path(sweep_dir) / cid, ref, view) for cid, ref in refs.items()}
+    for cid, reason in skipped_cases(sweep_dir).items():
+        if cid not in out:
+            out[cid] = skipped_status(cid, reason, _arm_count(Path(sweep_dir) / cid))
+    return [out[cid] for cid in sorted(out)]
+
+
+def _arm_count(case_dir: Path) -> int:
+    try:
+        return len(load_plan(case_dir).arms)
+    except Exception:  # the status table shows what it can; gate reports the unreadable plan
+        return 0
 
 
 def counts(statuses: Sequence[CaseStatus]) -> dict[str, int]:

@@ -1,21 +1,47 @@
-"""A rich table of a sweep for the terminal."""
+"""A rich table of a sweep for the terminal, as wide as the terminal allows.
+
+Every cell is shown whole: the columns that fit the console's width are chosen by priority
+(case, pair, checks, verdict; then final loss, worst loss delta, step time, peak memory, each
+only where some entry has a figure), the
+``why`` column (failed checks or the reason) takes what is left and wraps; when even the first
+four do not fit, each entry becomes one wrapped line (``VERDICT case / pair (checks): why``).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Optional, TextIO
+from typing import Any, Callable, Optional, TextIO
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from harness.results import PathLike
 
-from .load import SweepView, load_sweep
-from .text import checks_cell, failed_names, final_loss_cell, loss_delta_cell, peak_mem_cell, step_time_cell
+from .load import CaseView, SweepView, load_sweep
+from .text import (DASH, checks_cell, failed_names, final_loss_cell, loss_delta_cell, peak_mem_cell,
+                   step_time_cell)
 
 _STYLE = {"pass": "green", "fail": "bold red", "error": "yellow", "skipped": "dim"}
 # Width of tables written to a file, pipe or CI log: rich would assume 80 columns there and
 # elide case ids or fold cells into one character per line.
 LOG_WIDTH = 240
+WHY_MIN = 24  # the narrowest the wrapped `why` column may get
+_BOX = box.HEAVY_HEAD
+
+Cell = Callable[[CaseView, Any], str]
+_REQUIRED: tuple[tuple[str, Cell], ...] = (
+    ("case", lambda c, p: c.case_id),
+    ("pair", lambda c, p: p.pair),
+    ("checks", lambda c, p: checks_cell(p)),
+    ("verdict", lambda c, p: p.status.upper()),
+)
+_FIGURES: tuple[tuple[str, Cell], ...] = (
+    ("final loss", final_loss_cell),
+    ("max Δloss", loss_delta_cell),
+    ("step s", lambda c, p: step_time_cell(c, p, unit=False)),
+    ("peak GiB", lambda c, p: peak_mem_cell(c, p, unit=False)),
+)
 
 
 def make_console(file: Optional[TextIO] = None) -> Console:
@@ -24,31 +50,68 @@ def make_console(file: Optional[TextIO] = None) -> Console:
     return console if console.is_terminal else Console(file=file, width=LOG_WIDTH)
 
 
+def _why(p: Any) -> str:
+    return ", ".join(failed_names(p)) if p.status == "fail" else (p.error or "")
+
+
+def _table_width(widths: list[int]) -> int:
+    """Width of a boxed table whose columns hold ``widths`` characters (1 padding each side)."""
+    return sum(widths) + 3 * len(widths) + 1
+
+
 def console_table(sweep: Any, console: Optional[Console] = None) -> Table:
-    """Case, pair, checks, verdict and key figures; failed checks or the error in the last column.
+    """Case, pair, checks, verdict and the key figures that fit (module doc); failed checks or
+    the reason in the last column.
 
     ``sweep``: a SweepView, anything with a ``.sweep`` SweepView (what ``write_reports``
-    returns) or a sweep folder path. Printed on ``console`` when one is given; returned always.
-    """
+    returns) or a sweep folder path. Sized for ``console`` (``LOG_WIDTH`` without one) and printed
+    there when one is given; returned always."""
     view = _view(sweep)
+    width = console.width if console is not None else LOG_WIDTH
     counts = view.counts()
-    table = Table(title=f"sweep {view.name}: {counts['cases']} case(s); {counts['pass']} pass, "
-                        f"{counts['fail']} fail, {counts['error']} error, "
-                        f"{counts['skipped']} skipped")
-    show_why = any(p.status != "pass" for _, p in view.rows)
-    for col in ("case", "pair", "checks", "verdict"):
-        table.add_column(col, no_wrap=True)
-    for col in ("final loss", "max Δloss", "peak GiB", "step s") + (("why",) if show_why else ()):
-        table.add_column(col, overflow="fold")
-    for case, p in view.rows:
-        cells = [case.case_id, p.pair, checks_cell(p), f"[{_STYLE[p.status]}]{p.status.upper()}[/]",
-                 final_loss_cell(case, p), loss_delta_cell(case, p),
-                 peak_mem_cell(case, p, unit=False), step_time_cell(case, p, unit=False)]
+    title = (f"sweep {view.name}: {counts['cases']} case(s); {counts['pass']} pass, "
+             f"{counts['fail']} fail, {counts['error']} error, {counts['skipped']} skipped")
+    rows = list(view.rows)
+    show_why = any(p.status != "pass" for _, p in rows)
+
+    def natural(name: str, cell: Cell) -> int:
+        return max([Text(name).cell_len] + [Text(cell(c, p)).cell_len for c, p in rows])
+
+    columns = list(_REQUIRED)
+    widths = [natural(n, f) for n, f in columns]
+    reserve = [WHY_MIN] if show_why else []
+    if _table_width(widths + reserve) > width:
+        table = _entry_list(title, rows)
+    else:
+        for name, cell in _FIGURES:
+            if all(cell(c, p) == DASH for c, p in rows):
+                continue  # nothing recorded (e.g. memory on CPU): no column of dashes
+            w = natural(name, cell)
+            if _table_width(widths + [w] + reserve) <= width:
+                columns.append((name, cell))
+                widths.append(w)
+        table = Table(title=title, box=_BOX)
+        for (name, _), w in zip(columns, widths):
+            table.add_column(name, no_wrap=True, min_width=w)
         if show_why:
-            cells.append(", ".join(failed_names(p)) if p.status == "fail" else (p.error or ""))
-        table.add_row(*cells)
+            table.add_column("why", overflow="fold", ratio=1)
+        for case, p in rows:
+            cells = [cell(case, p) for _, cell in columns]
+            cells[3] = f"[{_STYLE[p.status]}]{cells[3]}[/]"
+            table.add_row(*cells, *([_why(p)] if show_why else []))
     if console is not None:
         console.print(table)
+    return table
+
+
+def _entry_list(title: str, rows: list) -> Table:
+    """One wrapped line per entry, for a console too narrow for the columns."""
+    table = Table(title=title, box=None, show_header=False, pad_edge=False)
+    table.add_column("entry", overflow="fold")
+    for case, p in rows:
+        why = _why(p)
+        table.add_row(f"[{_STYLE[p.status]}]{p.status.upper()}[/] {case.case_id} / {p.pair} "
+                      f"({checks_cell(p)})" + (f": {why}" if why else ""))
     return table
 
 

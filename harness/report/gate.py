@@ -46,6 +46,7 @@ def gate_result(sweep: SweepView) -> GateResult:
     if sweep.status == "skipped":
         head += "; nothing ran here, so nothing passed (run it where the cases can run)"
     lines = [head]
+    skipped: dict[tuple[str, str], list[str]] = {}  # (case, reason) -> its skipped entries
     for case, p in sweep.rows:
         if p.status == "fail":
             names = ", ".join(x.name for x in p.failed_checks) or "(no check named)"
@@ -53,7 +54,9 @@ def gate_result(sweep: SweepView) -> GateResult:
         elif p.status == "error":
             lines.append(f"  ERROR {case.case_id} / {p.pair}: {p.error}")
         elif p.status == "skipped":
-            lines.append(f"  SKIP  {case.case_id} / {p.pair}: {p.error}")
+            skipped.setdefault((case.case_id, p.error or "skipped"), []).append(p.pair)
+    # One line per case and reason (a case skipped here has every entry skipped for one reason).
+    lines += [f"  SKIP  {cid} / {', '.join(pairs)}: {why}" for (cid, why), pairs in skipped.items()]
     return GateResult(code, "\n".join(lines))
 
 

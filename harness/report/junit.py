@@ -4,6 +4,10 @@ Follows the common JUnit schema (Jenkins/GitLab flavour): <testsuites> > <testsu
 <properties>, its <testcase>s, then <system-out>/<system-err>); a <testcase> holds at most one
 <failure> (a check failed: a regression) or <error> (crash, timeout, infra, unfinished case),
 then <system-out> with the checks and each arm's outcome, repro command and log tail.
+
+Times: a <testcase>'s ``time`` is the wall time of its arms (what its evidence took); the
+<testsuite>/<testsuites> ``time`` counts each arm once, however many pairs share it, so it is the
+sweep's arm time, not a sum that grows with every pair an arm is in.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ def _short(text: str, limit: int = 500) -> str:
 def render_junit(sweep: SweepView, timestamp: Optional[datetime] = None) -> bytes:
     ts = (timestamp or datetime.now(timezone.utc)).replace(microsecond=0).isoformat()
     counts = sweep.counts()
-    total_time = 0.0
+    arm_times: dict[tuple[str, str], float] = {}  # (case, arm) -> wall time, each arm once
     suite = ET.Element("testsuite", name=xml_text(sweep.name), timestamp=ts,
                        hostname=xml_text(socket.gethostname() or "localhost"), id="0",
                        package="dcp-harness")
@@ -45,7 +49,8 @@ def render_junit(sweep: SweepView, timestamp: Optional[datetime] = None) -> byte
     for case, p in sweep.rows:
         arms = pair_arms(case, p)
         time_s = sum(a.outcome.wall_s for a in arms if a is not None and a.outcome is not None)
-        total_time += time_s
+        arm_times.update({(case.case_id, a.name): a.outcome.wall_s for a in arms
+                          if a is not None and a.outcome is not None})
         tc = ET.SubElement(suite, "testcase", classname=xml_text(case.case_id),
                            name=xml_text(p.pair), time=f"{time_s:.3f}")
         if p.status == "fail":
@@ -74,6 +79,7 @@ def render_junit(sweep: SweepView, timestamp: Optional[datetime] = None) -> byte
     suite.set("failures", str(counts["fail"]))
     suite.set("errors", str(counts["error"]))
     suite.set("skipped", str(counts["skipped"]))
+    total_time = sum(arm_times.values())
     suite.set("time", f"{total_time:.3f}")
     root = ET.Element("testsuites", name="dcp-harness", tests=str(counts["entries"]),
                       failures=str(counts["fail"]), errors=str(counts["error"]),

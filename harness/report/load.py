@@ -30,7 +30,9 @@ from harness.results import (
     read_steps,
 )
 
-from .verify import ArmFiles, RulesFn, judge_case, rules_from_files
+from harness.caseplan import PLAN_FILE, CasePlan, plan_from_files
+
+from .verify import ArmFiles, RulesFn, judge_case, stored_rules
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class CaseView:
     verdict_found: bool
     arms: Mapping[str, ArmView]
     stored_verdict: Optional[CaseVerdict] = None
+    plan: Optional[CasePlan] = None  # plan.json as stored (None: none, or unreadable)
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -182,8 +185,9 @@ def _load_arm(name: str, path: Path) -> ArmView:
     return ArmView(name, path, outcome, steps, arm_figures(steps), "; ".join(problems) or None)
 
 
-def load_case(path: Path, rules: RulesFn = rules_from_files) -> CaseView:
+def load_case(path: Path, rules: RulesFn = stored_rules) -> CaseView:
     case: Optional[Mapping[str, Any]] = None
+    plan: Optional[CasePlan] = None
     problems: list[str] = []
     if (path / CASE_FILE).is_file():
         try:
@@ -195,6 +199,11 @@ def load_case(path: Path, rules: RulesFn = rules_from_files) -> CaseView:
                                 f"{type(data).__name__}")
         except (ResultsError, OSError) as exc:
             problems.append(str(exc))
+    if case is not None and (path / PLAN_FILE).is_file():
+        try:
+            plan = plan_from_files(case, read_json(path / PLAN_FILE), path)
+        except (ResultsError, OSError) as exc:
+            problems.append(str(exc))
     case_id = str((case or {}).get("id") or path.name)
     arms = {name: _load_arm(name, d) for name, d in list_arm_dirs(path).items()}
     stored: Optional[CaseVerdict] = None
@@ -203,8 +212,9 @@ def load_case(path: Path, rules: RulesFn = rules_from_files) -> CaseView:
     except (ResultsError, OSError) as exc:
         problems.append(str(exc))
     files = {name: ArmFiles(a.outcome, a.steps, a.problem) for name, a in arms.items()}
-    verdict = judge_case(case_id, case, stored, files, rules, problems)
-    return CaseView(case_id, path, case, verdict, stored is not None, arms, stored)
+    verdict = judge_case(case_id, case, stored, files, rules, problems, plan=plan,
+                         sweep_dir=str(path.resolve().parent))
+    return CaseView(case_id, path, case, verdict, stored is not None, arms, stored, plan)
 
 
 def is_case_dir(path: Path) -> bool:
@@ -217,6 +227,6 @@ def load_sweep(sweep_dir: PathLike, rules: Optional[RulesFn] = None) -> SweepVie
     root = Path(sweep_dir)
     if not root.is_dir():
         return SweepView(root, False, ())
-    how = rules or rules_from_files
+    how = rules or stored_rules
     cases = tuple(load_case(child, how) for child in sorted(root.iterdir()) if is_case_dir(child))
     return SweepView(root, True, cases)

@@ -30,10 +30,13 @@ def matplotlib_available() -> bool:
     return True
 
 
-def plot_case(case: CaseView, path: Path) -> Optional[Path]:
-    """Write one case's curves; None when no arm recorded a loss."""
+def case_figure(case: CaseView):  # type: ignore[no-untyped-def]
+    """One case's curves as a matplotlib Figure (Agg canvas); None when no arm recorded a loss.
+    One legend per axis (the |a - b| line joins the arms' legend instead of covering it), step
+    ticks on whole steps."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     series = {name: (arm.series("loss"), arm.series("grad_norm")) for name, arm in case.arms.items()}
     if not any(loss for loss, _ in series.values()):
@@ -53,32 +56,46 @@ def plot_case(case: CaseView, path: Path) -> Optional[Path]:
     for ax in (ax_loss, ax_gn):
         ax.set_xlabel("step")
         ax.grid(True, alpha=0.3)
-    ax_loss.legend(fontsize="small")
-    _loss_difference(case, ax_loss)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # no step 1.5
+    handles, labels = ax_loss.get_legend_handles_labels()
+    twin = _loss_difference(case, ax_loss)
+    if twin is not None:
+        more, names = twin.get_legend_handles_labels()
+        handles, labels = handles + more, labels + names
+    ax_loss.legend(handles, labels, fontsize="small")
     if probes:
         _memory_bars(probes, axes[2])
     fig.suptitle(f"{case.case_id} [{case.verdict.status}]", fontsize="medium")
     fig.tight_layout()
+    return fig
+
+
+def plot_case(case: CaseView, path: Path) -> Optional[Path]:
+    """Write one case's curves; None when no arm recorded a loss."""
+    fig = case_figure(case)
+    if fig is None:
+        return None
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     write_bytes_atomic(path, buf.getvalue())
     return path
 
 
-def _loss_difference(case: CaseView, ax) -> None:  # type: ignore[no-untyped-def]
-    """|loss(candidate) - loss(reference)| of the case's first pair, on a second y axis."""
+def _loss_difference(case: CaseView, ax):  # type: ignore[no-untyped-def]
+    """|loss(candidate) - loss(reference)| of the case's first pair, on a second y axis (its
+    label goes into the loss axis' legend); the twin axis, or None without such a pair."""
     pair = next((p for p in case.verdict.pairs if len(p.arms) == 2), None)
     if pair is None or not all(a in case.arms for a in pair.arms):
-        return
+        return None
     a, b = (case.arms[x].series("loss") for x in pair.arms)
     steps = [k for k in sorted(set(a) & set(b)) if math.isfinite(a[k] - b[k])]
     if not steps:
-        return
+        return None
     twin = ax.twinx()
     twin.plot(steps, [abs(a[k] - b[k]) for k in steps], color="gray", linestyle=":",
               label=f"|{pair.arms[0]} - {pair.arms[1]}|")
     twin.set_ylabel("loss difference", fontsize="small")
-    twin.legend(fontsize="small", loc="upper center")
+    return twin
 
 
 def _probes(case: CaseView) -> dict[str, dict[int, object]]:

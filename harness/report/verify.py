@@ -10,10 +10,13 @@ same rule that wrote ``verdict.json``) and compared with the stored verdict, che
   difference, or a ``fail`` when the records themselves show a regression;
 * otherwise the re-evaluated verdict, equal to the stored one, stands.
 
-Which arms and pairs a case has is the caller's rule (:data:`RulesFn`); the CLI passes the
-harness's own (``harness.launch.rules.case_rules``). Without one, :func:`rules_from_files` takes
-the pairs named in ``verdict.json`` with their settings from ``case.json``. A leaf: no torch, no
-launch, no arms.
+Which arms and pairs a case has comes from its stored plan (``plan.json``, written when the
+sweep ran, tied to ``case.json`` by a content hash: :func:`rules_from_plan`). The caller's rule
+(:data:`RulesFn`) may check more; the CLI passes the harness's own
+(``harness.launch.rules.case_rules``: the plan must be there, match what the harness plans for
+the stored case, and the case file, where it is readable, must still define that case). Without
+a plan, :func:`rules_from_files` takes the pairs named in ``verdict.json`` with their settings from
+``case.json`` (hand-made folders). A leaf: no torch, no launch, no arms.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from harness.compare import (
     field_of,
     pair_status,
 )
-from harness.results import ArmOutcome
+from harness.caseplan import CasePlan
+from harness.results import ArmOutcome, ResultsError
 from harness.spec.limits import LIMITS, STEPS
 
 Steps = Mapping[int, Sequence[Mapping[str, Any]]]
@@ -48,12 +52,24 @@ class CaseRules:
     arms: tuple[str, ...]
     pairs: tuple[Pair, ...]
     expected_steps: Optional[int]
-    expected_ranks: ExpectedRanks  # one count, or arm -> count (a reference arm runs one rank)
+    expected_ranks: ExpectedRanks  # one count, or arm -> its ranks (a reference arm records on one)
     sanity: Any = None  # the case's compare.sanity (None: every sanity check on)
 
 
-# case.json (a dict) and the stored verdict (None when there is none) -> the case's rules.
-RulesFn = Callable[[Mapping[str, Any], Optional[CaseVerdict]], CaseRules]
+# case.json (a dict), the stored verdict (None when there is none) and the stored plan (None
+# when there is none) -> the case's rules. Raising makes the case an error naming the reason.
+RulesFn = Callable[[Mapping[str, Any], Optional[CaseVerdict], Optional[CasePlan]], CaseRules]
+
+
+def rules_from_plan(plan: CasePlan) -> CaseRules:
+    """The arms, pairs, steps, ranks and sanity settings of a stored plan."""
+    return CaseRules(plan.arm_names, plan.pairs, plan.steps, plan.expected_ranks, plan.sanity)
+
+
+def stored_rules(case: Mapping[str, Any], stored: Optional[CaseVerdict],
+                 plan: Optional[CasePlan]) -> CaseRules:
+    """The default: the stored plan's rules, or :func:`rules_from_files` without a plan."""
+    return rules_from_plan(plan) if plan is not None else rules_from_files(case, stored)
 
 
 def _bounded(data: Mapping[str, Any], section: str, key: str) -> Optional[int]:
@@ -68,7 +84,8 @@ def _bounded(data: Mapping[str, Any], section: str, key: str) -> Optional[int]:
     return value
 
 
-def rules_from_files(case: Mapping[str, Any], stored: Optional[CaseVerdict]) -> CaseRules:
+def rules_from_files(case: Mapping[str, Any], stored: Optional[CaseVerdict],
+                     plan: Optional[CasePlan] = None) -> CaseRules:
     """The pairs ``verdict.json`` names, with their settings from ``case.json``'s ``compare:``
     section; steps from ``train.steps``, ranks from ``resources`` (nodes x gpus_per_node)."""
     compare = case.get("compare") or {}
@@ -188,10 +205,12 @@ def _step_problem(steps: Steps, last: int) -> Optional[str]:
 
 
 def judge_case(case_id: str, case: Optional[Mapping[str, Any]], stored: Optional[CaseVerdict],
-               arms: Mapping[str, ArmFiles], rules: RulesFn = rules_from_files,
-               problems: Sequence[str] = ()) -> CaseVerdict:
+               arms: Mapping[str, ArmFiles], rules: RulesFn = stored_rules,
+               problems: Sequence[str] = (), plan: Optional[CasePlan] = None,
+               sweep_dir: Optional[str] = None) -> CaseVerdict:
     """The verdict the gate uses for one case (see module doc). ``problems``: files of the case
-    itself that could not be read (case.json, verdict.json)."""
+    itself that could not be read (case.json, verdict.json, plan.json); ``plan``: the stored
+    plan; ``sweep_dir``: named in the commands of skipped entries."""
     if problems:
         return error_verdict(case_id, sorted(arms), "; ".join(problems))
     if stored is None:
@@ -200,7 +219,9 @@ def judge_case(case_id: str, case: Optional[Mapping[str, Any]], stored: Optional
         return error_verdict(case_id, sorted(arms), "no case.json: the case's rules are unknown, so "
                                                     "its verdict cannot be checked against its records")
     try:
-        r = rules(case, stored)
+        r = rules(case, stored, plan)
+    except ResultsError as exc:  # a plan that does not belong to the case: the reason as it is
+        return error_verdict(case_id, sorted(arms), str(exc))
     except Exception as exc:  # a case.json the harness cannot read back: never a pass
         return error_verdict(case_id, sorted(arms), f"case.json cannot be read back "
                                                     f"({type(exc).__name__}: {exc})")
@@ -213,7 +234,7 @@ def judge_case(case_id: str, case: Optional[Mapping[str, Any]], stored: Optional
                              + "; ".join(unreadable))
     data = {a: (arms[a].outcome, arms[a].steps) for a in r.arms if a in arms}
     derived = evaluate_case(case_id, r.pairs, data, expected_steps=r.expected_steps,
-                            expected_ranks=r.expected_ranks, sanity=r.sanity)
+                            expected_ranks=r.expected_ranks, sanity=r.sanity, sweep_dir=sweep_dir)
     return reconcile(stored, derived)
 
 

@@ -7,7 +7,8 @@ size divides the DP x CP ranks of a stage" is written once, in ``harness.spec.la
 * :func:`as_fixed_cp` -- the case's data at one fixed CP size (``fixed-cp<N>`` arms);
 * :func:`with_execution` -- eager, or slot-shared CUDA graphs in one MemPool or in one pool per
   CP size (``graph``, ``graph-separate-pools``, ``graph-fixed-cp<N>``);
-* :func:`as_reference` -- the case's model, data and training on one rank (``reference``).
+* :func:`as_reference` -- the case's model, data and training on one rank, eager, with dynamic
+  shapes (``reference``).
 
 A derived case keeps the parent's id and shape; its ``compare`` section is empty (pairs belong to
 the parent) and its ``arm`` field names the arm. Pure: no torch.
@@ -61,9 +62,11 @@ def with_execution(case: Case, arm: str, graphed: bool,
 
 def as_reference(case: Case, arm: str = "reference", field: str = "compare.reference") -> Case:
     """The case's model, data and training on ONE rank: ``pp = vpp = ep = 1``, no CP or dynamic
-    CP, one node with one rank, eager, the case's shape mode (static shapes in a graph case). The
-    step's global batch is the same, so the single rank packs every sequence of the step into
-    bins of ``train.seq_length`` tokens as a fixed-CP layout without DP does: the same
+    CP, one node with one rank, eager, and the ordinary dynamic-shape path (no ``graphs:``): in a
+    graph case every other arm runs the static-shape path (fixed buffers, device-side metadata,
+    varlen attention, static MoE), so a fault there that all of them share still differs from
+    this arm. The step's global batch is the same, so the single rank packs every sequence of the
+    step into bins of ``train.seq_length`` tokens as a fixed-CP layout without DP does: the same
     microbatches whenever the count is the same (``train.microbatches`` is kept; set it in a
     PP/VPP case whose schedule would otherwise raise the count)."""
     why = reference_layout_problem(case)
@@ -73,6 +76,6 @@ def as_reference(case: Case, arm: str = "reference", field: str = "compare.refer
                                            "microbatch_group": None})
     train = case.train.model_copy(update={"max_seqlen_per_rank": None})
     res = case.resources.model_copy(update={"nodes": 1, "gpus_per_node": 1})
-    derived = _derive(case, arm, parallel=par, train=train, resources=res,
+    derived = _derive(case, arm, parallel=par, train=train, resources=res, graphs=None,
                       execution=Execution(graphed=False))
     return _checked(case, derived, field, f"arm '{arm}' (the case on one rank)")

@@ -41,7 +41,8 @@ problem names the field to change. Rules (``world = resources.nodes * resources.
   this same preflight when it is derived.
 * ``compare.repeat`` with ``loss: exact`` needs ``train.deterministic: true``.
 * ``compare.reference`` needs a layout other than the single-rank one it is compared with (more
-  than one rank, or PP, CP or EP); ``compare.golden.dir`` is relative (to the case file's folder).
+  than one rank, or PP, CP or EP), or a ``graphs:`` section (its reference runs dynamic shapes);
+  ``compare.golden.dir`` is relative (to the case file's folder).
 * Graphs (``graphs:``): ``train.max_seqs_per_microbatch`` given (the cu_seqlens capacity; a fixed-CP
   bin then holds at most that many sequences), ``warmup_steps < steps``, scope ``full`` only with
   ``ep == 1``; ``compare.graph_vs_eager`` / ``compare.graph_pools`` need a ``graphs:`` section, and
@@ -276,8 +277,10 @@ def check_microbatch_fill(case: Case) -> list[Problem]:
 
 
 def reference_layout_problem(case: Case) -> Optional[str]:
-    """Why ``case`` has no single-rank reference arm distinct from itself (None: it has one)."""
-    if case.layout.single_rank:
+    """Why ``case`` has no single-rank reference arm distinct from itself (None: it has one). A
+    graph case always has one: its reference runs the dynamic-shape eager path, which its static
+    arms do not share."""
+    if case.layout.single_rank and case.graphs is None:
         return ("the case already runs the single-rank reference layout (1 rank, no PP, CP or "
                 "EP): check it against compare.golden values or a compare.repeat instead")
     return None

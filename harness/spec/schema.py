@@ -336,15 +336,20 @@ class ReferenceContract(_Strict):
 class GoldenContract(_Strict):
     """One arm's per-step LM loss, aux loss and grad norm (and, where CUDA recorded them, memory)
     against committed golden values, as Megatron-LM's functional tests keep them:
-    ``<dir>/<case id>/golden_values_<platform>.json`` (``dcp-harness golden record``). A missing
-    golden file, metric or step is an error, never a pass."""
+    ``<dir>/<case id>/golden_values_<platform>.json`` (``dcp-harness golden record``), one file
+    per platform (``cpu``, ``h200``, ``gb200``, ...: numerics differ between GPU generations).
+    A platform without a file is skipped with the reason and the record command (an error with
+    ``required: true``); a missing metric or step, or an unreadable file, is an error, never a
+    pass. The sweep keeps a copy of the files as they were when it ran."""
 
     # Folder of the golden files, relative to the case file's folder.
     dir: str = "golden"
     arm: str = "eager"
-    # Platform of the golden file; None: from the records (``cpu``, or ``cuda`` for CUDA runs;
-    # name the GPU, e.g. ``h200``, for a case that runs on one machine type).
+    # Platform of the golden file; None: the platform the arm ran on (its records' ``platform``:
+    # ``cpu``, or the GPU from its CUDA device name, e.g. ``h200``).
     platform: Optional[str] = Field(default=None, pattern=NAME_PATTERN)
+    # True: a platform without a golden file is an error (exit 2) instead of a skipped entry.
+    required: bool = False
     loss: LossBound = Tolerance(max_rel=1e-5)
     aux_loss: LossBound = Tolerance(max_rel=1e-5)
     grad_norm: LossBound = Tolerance(max_rel=1e-4)

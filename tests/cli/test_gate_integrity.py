@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.arms import plan_case
 from harness.cli import main
 from harness.launch.sweep import prepare_case_dir
 from harness.results import ArmOutcome, StepWriter, write_outcome
@@ -53,7 +54,8 @@ def test_gate_on_an_unreadable_case_json_is_an_error(tmp_path: Path, capsys) -> 
     sweep = _sweep(tmp_path, [2.0, 1.5])
     (sweep / CASE_ID / "case.json").write_text(json.dumps({**case_json(), "train": {"steps": 0}}))
     assert main(["gate", str(sweep)]) == 2
-    assert "case.json cannot be read back" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "is not the case this sweep ran" in out and "content hash" in out
 
 
 def test_run_that_meets_a_corrupt_results_file_exits_2(tmp_path: Path, capsys,
@@ -62,7 +64,7 @@ def test_run_that_meets_a_corrupt_results_file_exits_2(tmp_path: Path, capsys,
     source.write_text(CASE_YAML)
     (loaded,) = cases_from_text(source.read_text(), str(source))
     out = tmp_path / "sweep"
-    case_dir = prepare_case_dir(loaded.case, out)
+    case_dir = prepare_case_dir(plan_case(loaded.case), out)
     writer = StepWriter(case_dir / "eager", 0)
     writer.append({"step": 1, "loss": 2.0})
     writer.append({"step": 2, "loss": 1.5})

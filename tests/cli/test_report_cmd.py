@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from harness.arms import plan_case
 from harness.cli import report_cmd
+from harness.launch.sweep import prepare_case_dir
 from harness.compare import Pair, evaluate_case, write_verdict
 from harness.errors import ConfigError
-from harness.results import ArmOutcome, StepWriter, read_outcome, read_steps, write_json_atomic, \
-    write_outcome
+from harness.results import ArmOutcome, StepWriter, read_outcome, read_steps, write_outcome
 from harness.spec.loader import cases_from_text
 
 CASE_ID = "a-rather-long-case-id-that-must-stay-whole.vpp2"
@@ -31,8 +32,8 @@ def case_json() -> dict:
 
 
 def _sweep(root: Path, repeat_losses: list[float]) -> Path:
-    case_dir = root / CASE_ID
-    write_json_atomic(case_dir / "case.json", case_json())
+    (loaded,) = cases_from_text(CASE_YAML, "case.yaml")
+    case_dir = prepare_case_dir(plan_case(loaded.case), root)  # case.json + plan.json
     for arm, losses in (("eager", [2.0, 1.5]), ("eager-repeat", repeat_losses)):
         writer = StepWriter(case_dir / arm, 0)
         for step, loss in enumerate(losses, 1):

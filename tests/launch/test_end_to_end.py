@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from harness.arms import plan_cases
 from harness.cli import main, run_cmd
 from harness.errors import ConfigError
 from harness.launch.local import LocalLauncher
@@ -58,7 +59,7 @@ def test_crashing_rank_fails_its_case_and_the_sweep_goes_on(write_case, tmp_path
     short = write_case("short", train={"steps": 1})  # never reaches the faulty step
     inject(monkeypatch, "crash@2:1")
     out = tmp_path / "out"
-    result = run_sweep(load_cases([crashing, short]), out, LocalLauncher())
+    result = run_sweep(plan_cases(load_cases([crashing, short])), out, LocalLauncher())
     assert [v.status for v in result.verdicts] == ["error", "pass"]
     outcome = read_outcome(out / "crashing" / "eager")
     assert outcome.status == "failed" and outcome.returncode == 1
@@ -77,7 +78,7 @@ def test_hung_rank_times_out_with_stacks_then_resumes(write_case, tmp_path, monk
     hanging = write_case("hanging", resources={"gpus_per_node": 2})
     out = tmp_path / "out"
     inject(monkeypatch, "hang@2:1")
-    cases = load_cases([hanging])
+    cases = plan_cases(load_cases([hanging]))
     result = run_sweep(cases, out, LocalLauncher(timeout_min=0.3, stack_wait_s=5.0, kill_grace_s=2.0))
     assert result.verdicts[0].status == "error"
     outcome = read_outcome(out / "hanging" / "eager")

@@ -127,6 +127,45 @@ def test_rank_killed_by_a_signal_is_classified_as_under_slurm(tmp_path, sig, sta
     assert classify_failure("FAILED", slurm_code).status == out.status  # one taxonomy
 
 
+def test_sigkill_of_one_rank_names_it_and_says_the_others_were_stopped(tmp_path):
+    cmd = _cmd(tmp_path, """
+        import signal
+        if rank == 2:
+            time.sleep(0.5)
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(600)
+    """, world=4)
+    out = run_ranks(cmd, stack_wait_s=2.0, kill_grace_s=1.0)
+    assert out.status == "infra"
+    # The reason belongs to the killed rank; the ranks still running were stopped afterwards.
+    assert out.detail.startswith("rank 2 exited with signal 9: killed by SIGKILL")
+    assert out.detail.endswith("; the launcher then stopped rank(s) 0, 1, 3, still running")
+    # Their stacks were dumped (SIGUSR1) and kept; no empty stack file is left behind.
+    left = sorted(p.name for p in cmd.arm_dir.glob("stacks.rank*.txt"))
+    assert left == ["stacks.rank0.txt", "stacks.rank1.txt", "stacks.rank3.txt"]
+    assert all(p.stat().st_size > 0 for p in cmd.arm_dir.glob("stacks.rank*.txt"))
+
+
+def test_ctrl_c_of_the_launcher_leaves_no_empty_stack_files(tmp_path):
+    import signal
+
+    cmd = _cmd(tmp_path, "time.sleep(600)\n")
+    launcher = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        from pathlib import Path
+        from harness.launch.local import RankCommand, run_ranks
+        run_ranks(RankCommand(argv={cmd.argv!r}, world_size=2, arm_dir=Path({str(cmd.arm_dir)!r}),
+                              timeout_s=600), kill_grace_s=2.0)
+    """)], env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not all((cmd.arm_dir / f"stacks.rank{k}.txt").exists() for k in (0, 1)):
+        assert time.monotonic() < deadline and launcher.poll() is None
+        time.sleep(0.1)
+    launcher.send_signal(signal.SIGINT)  # Ctrl-C of `dcp-harness run`
+    assert launcher.wait(timeout=30) != 0
+    assert not list(cmd.arm_dir.glob("stacks.rank*.txt"))  # the ranks' empty files are gone
+
+
 def test_rank_whose_output_shows_an_nccl_timeout_is_infra(tmp_path):
     cmd = _cmd(tmp_path, """
         if rank == 1:
@@ -198,6 +237,11 @@ def test_rank_environment(tmp_path):
 
 def test_device_choice():
     assert device_env(2, 4)[0] == {}
+    # Every arm of a case on one kind of device: the one-rank arm of a case whose largest arm
+    # has 2 ranks runs on CPU on a one-GPU machine, like the others.
+    extra, why = device_env(1, 1, case_world=2)
+    assert extra == {"CUDA_VISIBLE_DEVICES": ""} and "largest arm" in why
+    assert device_env(1, 2, case_world=2)[0] == {}
     extra, why = device_env(2, 1)
     assert extra == {"CUDA_VISIBLE_DEVICES": ""} and "gloo" in why
     assert device_env(1, 0)[0] == {"CUDA_VISIBLE_DEVICES": ""}
@@ -207,21 +251,25 @@ def test_repro_entry_point_reports_user_mistakes_without_a_traceback(tmp_path, c
     from harness.launch.local import main as local_main
     from harness.spec.schema import Case
 
+    from harness.arms import plan_case
+    from harness.launch.sweep import prepare_case_dir
+
     out = str(tmp_path / "arm")
     assert local_main(["--case", str(tmp_path / "gone.json"), "--arm", "eager", "--out", out]) == 2
     assert "no such file; pass the case.json" in capsys.readouterr().err
-    bad = tmp_path / "bad.json"
-    bad.write_text("{not json")
-    assert local_main(["--case", str(bad), "--arm", "eager", "--out", out]) == 2
-    assert "not a readable JSON file" in capsys.readouterr().err
+    bad = tmp_path / "bad" / "case.json"
+    bad.parent.mkdir()
     bad.write_text('{"name": 3}')
     assert local_main(["--case", str(bad), "--arm", "eager", "--out", out]) == 2
-    assert "not a case written by this dcp-harness version" in capsys.readouterr().err
+    assert "has no plan.json" in capsys.readouterr().err  # not a sweep's case folder
     from tests.workload.factories import make_case
 
-    case_json = tmp_path / "case.json"
-    case_json.write_text(make_case().model_dump_json())
+    case_dir = prepare_case_dir(plan_case(make_case()), tmp_path / "sweep")
+    case_json = case_dir / "case.json"
     assert Case.model_validate_json(case_json.read_text()).id == "t"
     assert local_main(["--case", str(case_json), "--arm", "graph", "--out", out]) == 2
-    assert "case has no arm 'graph' (its arms: eager)" in capsys.readouterr().err
+    assert "case 't' has no arm 'graph' (its arms: eager)" in capsys.readouterr().err
+    (case_dir / "plan.json").write_text("{not json")
+    assert local_main(["--case", str(case_json), "--arm", "eager", "--out", out]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
     assert not (tmp_path / "arm").exists()

@@ -75,3 +75,30 @@ def test_step_line_is_one_readable_line():
                                      "max_allocated_bytes": None, "nan": True, "skipped": False})
     assert "\n" not in line
     assert "step 2/4" in line and "loss 5.250000" in line and "gnorm nan" in line and "NAN" in line
+
+
+def test_records_name_the_platform_they_ran_on(tmp_path):
+    from harness.launch.rank_main import _step_callback, device_platform
+    from harness.results import StepRecord, StepWriter, read_steps
+
+    assert device_platform("cpu") == "cpu"
+    writer = StepWriter(tmp_path, 0)
+    on_step = _step_callback(writer, 0, "eager", 2, platform="h200")
+    on_step(StepRecord(step=1, loss=2.0, grad_norm=1.0, device="cuda:0"))
+    (rec,) = read_steps(tmp_path)[0]
+    assert rec.platform == "h200" and rec.device == "cuda:0"
+
+
+@pytest.mark.cuda
+def test_a_cuda_device_is_named_by_its_gpu_generation():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from harness.golden import platform_key
+    from harness.launch.rank_main import device_platform
+
+    name = torch.cuda.get_device_name(0)
+    key = device_platform("cuda:0")
+    assert key == platform_key(name) and key.isalnum(), (name, key)
+    if "H200" in name:
+        assert key == "h200"

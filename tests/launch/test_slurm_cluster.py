@@ -164,6 +164,47 @@ def test_focused_case_end_to_end(tmp_path):
     assert not list((out / "tiny-moe-eager").rglob("*.pt"))
 
 
+def test_multi_rank_case_with_one_rank_reference_and_a_gpu_case_on_a_cpu_profile(
+        tmp_path, capsys, monkeypatch):
+    """The focused suite's 2-rank case (its reference arm runs on one of the job's two tasks) and
+    its 1-GPU graph case on the dev cluster's CPU profile: the GPU case is skipped at submit time
+    with the reason (never queued), the 2-rank case passes, the gate exits 0, from anywhere."""
+    out = tmp_path / "sweep"
+    code = cli("submit", REPO / "cases" / "focused", "-k", "tiny-dcp12-vs-cp2 or gpu1-qwen3-graphs",
+               "--profile", "local", "--out", out, "--wait", "--poll-s", "1")
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    gpu = ("gpu1-qwen3-graphs.scope-attn", "gpu1-qwen3-graphs.scope-full")
+    why = "needs CUDA (a graph case); profile 'local' requests no GPUs (gpus: false)"
+    for cid in gpu:
+        assert f"skipped {cid}: {why}" in printed
+    assert set(latest_jobs(out)) == {"tiny-dcp12-vs-cp2"}  # the GPU cases were never queued
+    case_dir = out / "tiny-dcp12-vs-cp2"
+    for arm, ranks in (("dcp", [0, 1]), ("fixed-cp2", [0, 1]), ("reference", [0])):
+        outcome = read_outcome(case_dir / arm)
+        assert outcome.ok, (arm, outcome)  # collect kept the one-rank arm's good outcome
+        assert sorted(read_steps(case_dir / arm)) == ranks
+    verdict = json.loads((case_dir / "verdict.json").read_text())
+    assert verdict["status"] == "pass" and {p["pair"] for p in verdict["pairs"]} == {
+        "dcp_vs_fixed_cp", "reference", "reference-fixed-cp2", "golden"}
+
+    assert cli("status", out) == 0
+    table = capsys.readouterr().out
+    assert "skipped" in table and "requests no GPUs" in table and "3/3" in table
+    for cid in gpu:
+        gpu_verdict = json.loads((out / cid / "verdict.json").read_text())
+        assert gpu_verdict["status"] == "skipped"
+        assert all(why in p["error"] for p in gpu_verdict["pairs"])
+    assert (out / "junit.xml").read_text().count(f'<skipped message="{why}') == 2 * 3  # 3 pairs
+    assert why in (out / "summary.md").read_text()
+
+    here = gate(out)
+    lines = capsys.readouterr().out
+    assert here == 0 and "SKIP  gpu1-qwen3-graphs.scope-attn / graph_vs_eager" in lines
+    monkeypatch.chdir("/")
+    assert gate(out) == here and capsys.readouterr().out == lines
+
+
 def test_job_array_of_several_cases(tmp_path):
     out = tmp_path / "sweep"
     write_tiny(tmp_path, "arr", extra="matrix: {train.seed: [1, 2, 3]}\n")

@@ -18,6 +18,7 @@ from harness.launch.slurm_job import (
     read_events,
     run_case_arms,
 )
+from harness.arms import plan_case
 from harness.launch.sweep import prepare_case_dir
 from harness.results import ArmOutcome, read_outcome, write_outcome
 from harness.spec import load_cases
@@ -38,7 +39,8 @@ resources: {nodes: 1, gpus_per_node: 1, time_min: %s}
 def make_case(tmp_path, time_min=5):
     (tmp_path / "job.yaml").write_text(CASE % time_min)
     (case,) = load_cases([tmp_path / "job.yaml"])
-    return case, prepare_case_dir(case, tmp_path / "sweep")
+    plan = plan_case(case)
+    return plan, prepare_case_dir(plan, tmp_path / "sweep")
 
 
 def test_distributed_env_leaves_cuda_visible_devices_alone():
@@ -68,17 +70,19 @@ def test_tee_prefixes_complete_lines(tmp_path, capsys):
 
 
 def test_arm_needs_run_follows_the_outcome(tmp_path):
-    case, case_dir = make_case(tmp_path)
+    plan, case_dir = make_case(tmp_path)
     arm = case_dir / "eager"
-    assert arm_needs_run(case, arm)
-    for status, again in (("infra", True), ("failed", False), ("timeout", False), ("ok", True)):
+    assert arm_needs_run(plan.arm("eager"), arm)
+    for status, again in (("infra", True), ("failed", False), ("timeout", False), ("skipped", False),
+                          ("ok", True)):
         write_outcome(arm, ArmOutcome(status=status))
-        assert arm_needs_run(case, arm) is again, status  # "ok" without its steps runs again
+        # "ok" without its steps runs again; "skipped" at submit time never runs
+        assert arm_needs_run(plan.arm("eager"), arm) is again, status
 
 
 def test_case_job_pickles_and_checkpoints_itself(tmp_path):
-    case, case_dir = make_case(tmp_path)
-    job = CaseJob(case.model_dump(mode="json"), str(case_dir), retry_round=1)
+    plan, case_dir = make_case(tmp_path)
+    job = CaseJob(str(case_dir), retry_round=1)
     assert pickle.loads(pickle.dumps(job)) == job
     delayed = job.checkpoint()
     assert delayed.function == job and delayed.args == ()
@@ -87,7 +91,7 @@ def test_case_job_pickles_and_checkpoints_itself(tmp_path):
 def test_crashing_arm_gets_a_failed_outcome_and_ends_the_job(tmp_path, monkeypatch):
     import harness.workload
 
-    case, case_dir = make_case(tmp_path)
+    plan, case_dir = make_case(tmp_path)
     monkeypatch.setattr(harness.workload, "train_arm", with_fault(Fault("crash", 2)), raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
@@ -95,7 +99,7 @@ def test_crashing_arm_gets_a_failed_outcome_and_ends_the_job(tmp_path, monkeypat
         monkeypatch.delenv(key)
     ident = TaskIdentity("9", 0, 0, 1, "127.0.0.1", restarts=2)
     with pytest.raises(RuntimeError, match="injected fault"):
-        run_case_arms(case, case_dir, ident, retry_round=1)
+        run_case_arms(plan, case_dir, ident, retry_round=1)
     outcome = read_outcome(case_dir / "eager")
     assert outcome.status == "failed" and outcome.restarts == 3
     assert "RuntimeError: injected fault" in outcome.detail and "slurm job 9" in outcome.detail
@@ -115,28 +119,27 @@ def test_raising_rank_is_classified_and_an_infra_arm_runs_again(tmp_path, monkey
                                                                  status):
     import harness.launch.rank_main as rank_main
 
-    case, case_dir = make_case(tmp_path)
+    plan, case_dir = make_case(tmp_path)
 
     def raising_rank(*args, **kwargs):
         raise RuntimeError(error)
 
     monkeypatch.setattr(rank_main, "run_rank", raising_rank)
     with pytest.raises(RuntimeError):
-        run_case_arms(case, case_dir, TaskIdentity("9", 0, 0, 1, "127.0.0.1", restarts=0))
+        run_case_arms(plan, case_dir, TaskIdentity("9", 0, 0, 1, "127.0.0.1", restarts=0))
     outcome = read_outcome(case_dir / "eager")
     assert outcome.status == status and "slurm job 9" in outcome.detail
     # a requeued job runs an infra arm again and skips a failed one
-    assert arm_needs_run(case, case_dir / "eager") is (status == "infra")
+    assert arm_needs_run(plan.arm("eager"), case_dir / "eager") is (status == "infra")
 
 
 def test_arm_past_its_limit_times_out_with_stacks(tmp_path):
-    case, case_dir = make_case(tmp_path, time_min=0.05)  # 3 s
+    plan, case_dir = make_case(tmp_path, time_min=0.05)  # 3 s
     script = textwrap.dedent(f"""
-        import json, sys
+        from harness.caseplan import read_plan
         from harness.launch.slurm_job import TaskIdentity, run_case_arms
-        from harness.spec.schema import Case
-        case = Case.model_validate(json.load(open({str(case_dir / 'case.json')!r})))
-        run_case_arms(case, {str(case_dir)!r}, TaskIdentity("5", 0, 0, 1, "127.0.0.1", 0))
+        plan = read_plan({str(case_dir)!r})
+        run_case_arms(plan, {str(case_dir)!r}, TaskIdentity("5", 0, 0, 1, "127.0.0.1", 0))
     """)
     # The task process starts as a Slurm job's does, with the fault a profile's setup would export.
     env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.arms import arms_for_case
+from harness.arms import plan_case
 from harness.cli import report_cmd, submit_cmd
 from harness.errors import ConfigError
 from harness.launch.profiles import load_profile, parse_profile
@@ -37,7 +37,7 @@ def write_case(tmp_path, name, nodes=1, gpus=1, time=5, extra=""):
 
 
 def plan(cases, profiles, **kw):
-    return plan_jobs(cases, {c.id: len(arms_for_case(c)) for c in cases}, profiles, **kw)
+    return plan_jobs(cases, {c.id: len(plan_case(c).arms) for c in cases}, profiles, **kw)
 
 
 def gpu_profile(**over):

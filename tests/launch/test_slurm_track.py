@@ -19,6 +19,7 @@ from harness.launch.slurm_poll import (
 from harness.launch.slurm_retry import infra_cases, reset_infra
 from harness.launch.slurm_status import case_status
 from harness.launch.slurm_wait import wait_for_sweep
+from harness.arms import plan_case
 from harness.launch.sweep import prepare_case_dir
 from harness.results import ArmOutcome, StepWriter, read_outcome, write_outcome
 from harness.spec import load_cases
@@ -54,6 +55,7 @@ def sweep(tmp_path):
     (tmp_path / "t.yaml").write_text(CASE)
     (case,) = load_cases([tmp_path / "t.yaml"])
     out = tmp_path / "sweep"
+    case = plan_case(case)
     prepare_case_dir(case, out)
     logs = out / "slurm" / "logs" / "round-0"
     logs.mkdir(parents=True)
@@ -152,7 +154,7 @@ def test_arm_that_failed_in_the_job_keeps_its_outcome(sweep):
     outs = outcomes_for_ended_job(case_dir, ref, view.get("41"))
     assert set(outs) == {"eager-repeat"}
     assert outs["eager-repeat"].detail == "not run: arm 'eager' failed"
-    assert not arm_needs_run(case, case_dir / "eager")
+    assert not arm_needs_run(case.arm("eager"), case_dir / "eager")
 
 
 def test_a_job_that_vanished_ends_instead_of_waiting_forever(sweep):

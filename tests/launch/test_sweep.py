@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.arms import plan_cases
 from harness.errors import ConfigError
 from harness.launch.sweep import (check_resumable, finalize_case, prepare_case_dir, run_sweep,
                                   sweep_lock)
@@ -28,14 +29,14 @@ class RecordingLauncher:
     boom: tuple = ()
     calls: list = field(default_factory=list)
 
-    def run_arm(self, case, arm, arm_dir, case_json):
-        self.calls.append((case.id, arm.name))
-        assert json.loads(Path(case_json).read_text())["id"] == case.id
+    def run_arm(self, plan, arm, arm_dir, case_json):
+        self.calls.append((plan.case_id, arm.name))
+        assert json.loads(Path(case_json).read_text())["id"] == plan.case_id
         if arm.name in self.boom:
             raise OSError("cannot spawn")
         status = self.fail.get(arm.name, "ok")
-        steps = case.train.steps if status == "ok" else 1
-        for rank in range(case.layout.world):
+        steps = plan.steps if status == "ok" else 1
+        for rank in arm.ranks:
             w = StepWriter(arm_dir, rank)
             for s in range(1, steps + 1):
                 w.append({"step": s, "loss": 5.0 - 0.1 * s, "aux_loss": 1.0, "grad_norm": 1.0,
@@ -44,8 +45,12 @@ class RecordingLauncher:
                           detail="" if status == "ok" else "rank 0 exited with exit code 1")
 
 
+def plans(paths):
+    return plan_cases(load_cases(paths))
+
+
 def test_resume_skips_finished_arms(write_case, tmp_path):
-    cases = load_cases([write_case("a", compare={"repeat": {}}), write_case("b")])
+    cases = plans([write_case("a", compare={"repeat": {}}), write_case("b")])
     out = tmp_path / "out"
     first = RecordingLauncher(fail={"eager-repeat": "failed"})
     r1 = run_sweep(cases, out, first)
@@ -66,7 +71,7 @@ def test_resume_skips_finished_arms(write_case, tmp_path):
 
 
 def test_arm_missing_steps_is_rerun_even_if_ok(write_case, tmp_path):
-    cases = load_cases([write_case("a")])
+    cases = plans([write_case("a")])
     out = tmp_path / "out"
     run_sweep(cases, out, RecordingLauncher())
     (out / "a" / "eager" / "rank0.jsonl").write_text("")  # steps lost
@@ -76,7 +81,7 @@ def test_arm_missing_steps_is_rerun_even_if_ok(write_case, tmp_path):
 
 
 def test_launcher_exception_is_infra_and_sweep_continues(write_case, tmp_path):
-    cases = load_cases([write_case("a"), write_case("b", compare={"repeat": {}})])
+    cases = plans([write_case("a"), write_case("b", compare={"repeat": {}})])
     launcher = RecordingLauncher(boom=("eager",))
     result = run_sweep(cases, tmp_path / "out", launcher)
     assert launcher.calls == [("a", "eager"), ("b", "eager"), ("b", "eager-repeat")]
@@ -88,24 +93,23 @@ def test_launcher_exception_is_infra_and_sweep_continues(write_case, tmp_path):
 
 def test_changed_case_definition_is_refused_before_writing(write_case, tmp_path):
     out = tmp_path / "out"
-    run_sweep(load_cases([write_case("a")]), out, RecordingLauncher())
-    changed = load_cases([write_case("a", train={"steps": 4})])
+    run_sweep(plans([write_case("a")]), out, RecordingLauncher())
+    changed = plans([write_case("a", train={"steps": 4})])
     before = sorted(p.name for p in (out / "a").iterdir())
     with pytest.raises(ConfigError, match="different definition"):
-        check_resumable(changed, out)
+        check_resumable([p.case for p in changed], out)
     with pytest.raises(ConfigError, match="different definition"):
         run_sweep(changed, out, RecordingLauncher())
     assert sorted(p.name for p in (out / "a").iterdir()) == before
 
 
 def test_finalize_case_from_folder_alone(write_case, tmp_path):
-    (case,) = load_cases([write_case("a", compare={"repeat": {}})])
+    (plan,) = plans([write_case("a", compare={"repeat": {}})])
     out = tmp_path / "out"
-    case_dir = prepare_case_dir(case, out)
+    case_dir = prepare_case_dir(plan, out)
     launcher = RecordingLauncher()
-    from harness.arms import arms_for_case
-    for arm in arms_for_case(case):
-        launcher.run_arm(case, arm, case_dir / arm.name, case_dir / "case.json")
+    for arm in plan.arms:
+        launcher.run_arm(plan, arm, case_dir / arm.name, case_dir / "case.json")
     verdict = finalize_case(case_dir)
     # No outcome.json was written: the arms never finished as far as the folder knows.
     assert verdict.status == "error"
@@ -115,20 +119,20 @@ def test_finalize_case_from_folder_alone(write_case, tmp_path):
 def test_nan_loss_fails_the_case(write_case, tmp_path):
     @dataclass
     class Diverging(RecordingLauncher):
-        def run_arm(self, case, arm, arm_dir, case_json):
+        def run_arm(self, plan, arm, arm_dir, case_json):
             w = StepWriter(arm_dir, 0)
-            for s in range(1, case.train.steps + 1):
+            for s in range(1, plan.steps + 1):
                 w.append({"step": s, "loss": math.nan if s == 2 else 1.0, "aux_loss": 1.0,
                           "grad_norm": 1.0, "nan": s == 2, "skipped": False})
             return ArmOutcome(status="ok", returncode=0)
 
-    result = run_sweep(load_cases([write_case("a")]), tmp_path / "out", Diverging())
+    result = run_sweep(plans([write_case("a")]), tmp_path / "out", Diverging())
     assert result.verdicts[0].status == "fail"
     assert gate(tmp_path / "out") == 1
 
 
 def test_a_second_sweep_into_a_folder_in_use_is_refused(write_case, tmp_path):
-    cases = load_cases([write_case("a")])
+    cases = plans([write_case("a")])
     out = tmp_path / "out"
     launcher = RecordingLauncher()
     with sweep_lock(out):  # another `dcp-harness run` is writing there

@@ -26,11 +26,16 @@ def test_reference_pair_and_golden_values_on_a_cp2_case(write_case, tmp_path, ca
                       parallel={"cp": 2}, resources={"gpus_per_node": 2},
                       compare={"reference": {}, "golden": {"dir": "golden"}})
     out = tmp_path / "out"
-    # No golden values yet: an error (exit 2), never a pass; the reference pair passes.
-    assert main(["run", str(case), "--out", str(out)]) == 2
+    # No golden values for this platform yet: skipped with the command that records them (the
+    # reference pair passes); never a pass of the golden entry.
+    assert main(["run", str(case), "--out", str(out)]) == 0
     verdict = json.loads((out / "cp2" / "verdict.json").read_text())
     status = {p["pair"]: p["status"] for p in verdict["pairs"]}
-    assert status == {"reference": "pass", "golden": "error"}
+    assert status == {"reference": "pass", "golden": "skipped"}
+    golden_entry = next(p for p in verdict["pairs"] if p["pair"] == "golden")
+    assert f"dcp-harness golden record {out.resolve()} --case cp2 --platform cpu" in golden_entry["error"]
+    assert 'classname="cp2" name="golden"' in (out / "junit.xml").read_text()
+    assert "<skipped message=\"no golden values for platform 'cpu'" in (out / "junit.xml").read_text()
     reference = next(p for p in verdict["pairs"] if p["pair"] == "reference")
     assert {c["name"] for c in reference["checks"]} >= {"loss", "grad_norm", "aux_loss",
                                                          "reference.steps_complete"}

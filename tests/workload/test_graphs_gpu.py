@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.arms import arm_case
+from harness.arms import plan_case
 from harness.spec.schema import Case
 from harness.workload import RankContext, train_arm
 from harness.workload.attention import _segment_attention, static_packed_attention
@@ -113,8 +113,9 @@ def test_graph_arm_replays_bitwise_equal_to_its_eager_arm(scope, capsys):
     case = _graph_case(scope)
     ctx = RankContext(0, 1, 0, str(dev), "none")
     eager, graph = [], []
-    train_arm(arm_case(case, "eager"), ctx, eager.append)
-    train_arm(arm_case(case, "graph"), ctx, graph.append)
+    plan = plan_case(case)
+    train_arm(plan.arm("eager").case, ctx, eager.append)
+    train_arm(plan.arm("graph").case, ctx, graph.append)
     printed = capsys.readouterr().out
     assert "1 dynamic-CP variants over 1 slot-aliased physical pool slots" in printed
     assert [r.graphed for r in graph] == [False, False, True, True, True, True]

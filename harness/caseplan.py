@@ -1,0 +1,196 @@
+"""The plan of a case: its arms and pairs, computed once and kept in the sweep.
+
+``harness.arms.plan_case`` turns a loaded case into a :class:`CasePlan`: every arm (the derived
+case it runs, its world size, the ranks that run and record, and its kind) and every pair (with
+its typed contract settings, ``harness.compare.Pair``), everything a verdict needs resolved when
+the plan is made (golden values copied, paths absolute). :func:`write_plan` stores it beside
+``case.json`` as ``plan.json``, with a content hash of the case; the local sweep, the Slurm job,
+``status``, ``collect``, retries, ``gate``, ``report`` and ``golden record`` read it back with
+:func:`read_plan`, and none of them derives arms again. A leaf: no torch, no launch, no arms.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from pydantic import ValidationError
+
+from harness.compare import Pair
+from harness.errors import ConfigError
+from harness.results import CASE_FILE, PathLike, ResultsError, read_json, write_json_atomic
+from harness.spec.schema import Case, SanitySpec
+
+PLAN_FILE = "plan.json"
+PLAN_VERSION = 1
+# What an arm runs: the case eagerly (``eager``; ``dcp`` in a dynamic-CP case), at one fixed CP
+# size, with slot-shared CUDA graphs (one pool, or one per CP size), or on one rank (``reference``).
+ARM_KINDS = ("eager", "dcp", "fixed-cp", "graph", "graph-separate-pools", "graph-fixed-cp",
+             "reference")
+# case.json fields that do not change what runs (the path the case file was given by).
+UNHASHED_FIELDS = ("source",)
+
+
+class PlanError(ResultsError):
+    """A stored plan is missing, unreadable, or does not belong to the stored case."""
+
+
+def case_hash(case_json: Mapping[str, Any]) -> str:
+    """sha256 of a case as stored in ``case.json`` (canonical JSON, ``source`` left out)."""
+    data = {k: v for k, v in case_json.items() if k not in UNHASHED_FIELDS}
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class PlannedArm:
+    """One arm of a case. ``case`` is the derived case it runs (its layout and execution),
+    ``world_size`` the ranks of that layout, ``ranks`` the ranks that run here and record steps
+    (every rank of the layout today), ``kind`` one of :data:`ARM_KINDS` and ``repeat`` whether it
+    is the second run of a ``repeat`` pair. ``name`` is its results folder."""
+
+    name: str
+    kind: str
+    case: Case
+    world_size: int
+    ranks: tuple[int, ...]
+    repeat: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in ARM_KINDS:
+            raise ValueError(f"arm '{self.name}': kind must be one of {ARM_KINDS}, got {self.kind!r}")
+        ranks = tuple(self.ranks)
+        object.__setattr__(self, "ranks", ranks)
+        if not ranks or list(ranks) != sorted(set(ranks)) or not all(
+                0 <= r < self.world_size for r in ranks):
+            raise ValueError(f"arm '{self.name}': ranks {list(ranks)} must be distinct, ascending "
+                             f"ranks of its world of {self.world_size}")
+
+    @property
+    def graphed(self) -> bool:
+        return self.case.execution.graphed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "world_size": self.world_size,
+                "ranks": list(self.ranks), "repeat": self.repeat,
+                "case": self.case.model_dump(mode="json")}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "PlannedArm":
+        return cls(name=str(data["name"]), kind=str(data["kind"]),
+                   case=Case.model_validate(data["case"]), world_size=int(data["world_size"]),
+                   ranks=tuple(int(r) for r in data["ranks"]), repeat=bool(data.get("repeat")))
+
+
+@dataclass(frozen=True)
+class CasePlan:
+    """A case, its arms (each once, in run order) and its pairs (in verdict order)."""
+
+    case: Case
+    case_hash: str
+    source: str  # absolute path of the case file when the plan was made
+    arms: tuple[PlannedArm, ...]
+    pairs: tuple[Pair, ...]
+
+    def __post_init__(self) -> None:
+        names = [a.name for a in self.arms]
+        if len(set(names)) != len(names):
+            raise ValueError(f"case '{self.case.id}': arms named twice in {names}")
+        unknown = sorted({a for p in self.pairs for a in p.arms} - set(names))
+        if unknown:
+            raise ValueError(f"case '{self.case.id}': pairs name arms {unknown} the plan lacks")
+
+    @property
+    def case_id(self) -> str:
+        return self.case.id
+
+    @property
+    def steps(self) -> int:
+        return self.case.train.steps
+
+    @property
+    def sanity(self) -> Optional[SanitySpec]:
+        return self.case.compare.sanity
+
+    @property
+    def arm_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.arms)
+
+    @property
+    def expected_ranks(self) -> dict[str, tuple[int, ...]]:
+        """Arm -> the ranks that must record every step (the completeness check)."""
+        return {a.name: a.ranks for a in self.arms}
+
+    @property
+    def largest_arm(self) -> PlannedArm:
+        """The arm with the most ranks per node (then nodes): what a machine must host."""
+        return max(self.arms, key=lambda a: (a.case.resources.gpus_per_node * a.case.resources.nodes,
+                                             a.case.resources.gpus_per_node))
+
+    @property
+    def needs_cuda(self) -> bool:
+        return any(a.case.needs_cuda for a in self.arms)
+
+    def arm(self, name: str) -> PlannedArm:
+        """The arm ``name``; a ConfigError naming the case's arms otherwise."""
+        for arm in self.arms:
+            if arm.name == name:
+                return arm
+        raise ConfigError(f"case '{self.case_id}' has no arm '{name}' (its arms: "
+                          f"{', '.join(self.arm_names)})")
+
+    def to_dict(self) -> dict[str, Any]:
+        """``plan.json`` (the case itself is ``case.json``; ``case_hash`` ties the two)."""
+        return {"version": PLAN_VERSION, "case_id": self.case_id, "case_hash": self.case_hash,
+                "source": self.source, "arms": [a.to_dict() for a in self.arms],
+                "pairs": [p.to_dict() for p in self.pairs]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], case: Case) -> "CasePlan":
+        return cls(case=case, case_hash=str(data["case_hash"]), source=str(data["source"]),
+                   arms=tuple(PlannedArm.from_dict(a) for a in data["arms"]),
+                   pairs=tuple(Pair.from_dict(p) for p in data["pairs"]))
+
+
+def write_plan(case_dir: PathLike, plan: CasePlan) -> Path:
+    path = Path(case_dir) / PLAN_FILE
+    write_json_atomic(path, plan.to_dict())
+    return path
+
+
+def plan_from_files(case_json: Any, plan_json: Any, where: PathLike) -> CasePlan:
+    """The plan stored as ``plan_json`` for the case stored as ``case_json`` (both parsed JSON
+    of the folder ``where``); PlanError saying what does not fit."""
+    folder = Path(where)
+    if not isinstance(case_json, Mapping) or not isinstance(plan_json, Mapping):
+        raise PlanError(f"{folder}: {CASE_FILE} and {PLAN_FILE} must be JSON objects")
+    if plan_json.get("version") != PLAN_VERSION:
+        raise PlanError(f"{folder / PLAN_FILE}: plan version {plan_json.get('version')!r}, this "
+                        f"dcp-harness reads {PLAN_VERSION}; re-run the sweep with the same --out")
+    stored, actual = plan_json.get("case_hash"), case_hash(case_json)
+    if stored != actual:
+        raise PlanError(f"{folder / CASE_FILE} is not the case this sweep ran: its content hash "
+                        f"{actual[:12]} differs from {str(stored)[:12]} in {PLAN_FILE} (the stored "
+                        "case was edited after the run); re-run the case")
+    try:
+        case = Case.model_validate(dict(case_json))
+        return CasePlan.from_dict(plan_json, case)
+    except (ValidationError, KeyError, TypeError, ValueError) as exc:
+        first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        raise PlanError(f"{folder}: {PLAN_FILE} cannot be read back ({type(exc).__name__}: "
+                        f"{first})") from None
+
+
+def read_plan(case_dir: PathLike) -> CasePlan:
+    """The plan stored in a case folder (``case.json`` + ``plan.json``); PlanError when either
+    is missing or unreadable, or when they do not belong together."""
+    folder = Path(case_dir)
+    if not (folder / CASE_FILE).is_file():
+        raise PlanError(f"{folder} has no {CASE_FILE}: not a case folder of a sweep")
+    if not (folder / PLAN_FILE).is_file():
+        raise PlanError(f"{folder} has no {PLAN_FILE} (written by an older dcp-harness, or "
+                        "removed); re-run the sweep with the same --out to plan it again")
+    return plan_from_files(read_json(folder / CASE_FILE), read_json(folder / PLAN_FILE), folder)

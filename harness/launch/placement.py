@@ -1,0 +1,58 @@
+"""Where a case runs: one rule for the local launcher and for Slurm submissions.
+
+* Every arm of a case runs on one kind of device, so each pair compares like with like (and the
+  golden values of one platform apply to all of them): CUDA when there is a GPU for every rank of
+  the case's largest arm, else CPU processes (gloo). On a one-GPU machine a 2-rank CPU case runs
+  all its arms on CPU, its one-rank reference arm too.
+* A case that needs CUDA (a graph case, or ``resources.device: cuda``) is skipped, every arm of
+  it, with the reason, where its largest arm cannot have a GPU per rank: decided by the local
+  launcher from the GPUs it sees, by ``submit`` from the profile's GPUs per node (so a GPU case on
+  a CPU profile is skipped at submit time and never queued). The workload's own refusal of a
+  graph arm without CUDA stays the last guard.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from harness.caseplan import CasePlan
+
+
+def _why_cuda(plan: CasePlan) -> str:
+    return "a graph case" if plan.case.graphs is not None else "resources.device: cuda"
+
+
+def skip_reason(plan: CasePlan, gpus: int, where: str = "this machine") -> Optional[str]:
+    """Why ``where`` (one machine with ``gpus`` CUDA GPUs) cannot run ``plan``, or None."""
+    if not plan.needs_cuda:
+        return None
+    why = _why_cuda(plan)
+    if gpus == 0:
+        return f"needs CUDA ({why}); {where} has no CUDA GPU"
+    arm = plan.largest_arm
+    if gpus < arm.world_size:
+        return (f"needs {arm.world_size} CUDA GPUs (arm '{arm.name}': resources.nodes x "
+                f"gpus_per_node, one per rank); {where} has {gpus}")
+    return None
+
+
+def profile_skip_reason(plan: CasePlan, profile_name: str, gpus_per_node: int) -> Optional[str]:
+    """Why nodes of a Slurm profile with ``gpus_per_node`` GPUs (0: the profile requests none,
+    ``gpus: false``) cannot run ``plan``, or None."""
+    if not plan.needs_cuda:
+        return None
+    why = _why_cuda(plan)
+    if gpus_per_node == 0:
+        return (f"needs CUDA ({why}); profile '{profile_name}' requests no GPUs (gpus: false), "
+                "so it is not submitted")
+    arm = plan.largest_arm
+    need = arm.case.resources.gpus_per_node
+    if gpus_per_node < need:
+        return (f"needs {need} CUDA GPUs per node (arm '{arm.name}'); profile '{profile_name}' "
+                f"nodes have {gpus_per_node}")
+    return None
+
+
+def runs_on_cuda(plan: CasePlan, gpus: int) -> bool:
+    """Whether the case's arms run on CUDA on a machine with ``gpus`` GPUs (all or none)."""
+    return gpus >= plan.largest_arm.world_size
