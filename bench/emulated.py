@@ -319,7 +319,7 @@ def fit_check(case: Case, rank: int, steps: int, cache: WeightCache) -> dict[str
     """Does ``rank`` fit the device? Its eager arm for ``steps`` steps; the peak extrapolated to
     the most forwards this rank's schedule holds at once over every count the case can reach."""
     from harness.slotmem.schedule import warmup_count
-    from harness.workload.graphed import reachable_microbatch_counts
+    from harness.workload.graphplan import reachable_microbatch_counts
 
     arm = with_steps(arm_case(case, arm_names(case)[0]), max(steps, case.graphs.warmup_steps + 1))
     lay, place = case.layout, rank_place(case, rank)

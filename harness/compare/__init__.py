@@ -17,8 +17,10 @@ Modules, one job each (this package is a leaf: no torch, no launch, no workload)
 * ``registry``: contract name -> settings model and check function (``contract`` registers one,
   ``CONTRACTS``, ``PAIR_PARAMS``), ``ContractSkipped``;
 * ``contracts/``: one module per contract (``repeat``, ``graph_vs_eager``, ``dcp_vs_fixed_cp``,
-  ``graph_pools``, ``reference``, ``golden``), each registering itself; a new contract is one
-  new module there;
+  ``graph_pools``, ``reference``, ``golden``, ``resume``, ``slot_ring``, ``slot_ring_plan``),
+  each registering itself; a new contract is one new module there;
+* ``golden_perf``: the golden contract's two-sided step-time and memory checks;
+* ``ring``: the slot ring's fill rule (``compare.slot_ring``);
 * ``evaluate``: ``evaluate_pair``, ``evaluate_case``, ``pair_status``.
 
 Every name other code uses is importable from ``harness.compare`` itself.
@@ -30,6 +32,9 @@ from . import contracts
 from .arm_checks import COMPLETENESS, RankSet, arm_checks, sanity_checks
 from .contracts.golden import GoldenMissing, GoldenPairParams
 from .contracts.reference import ReferencePairParams, regroup_step
+from .contracts.resume import ResumePairParams
+from .contracts.slot_ring import SlotRingPairParams
+from .contracts.slot_ring_plan import SlotRingPlanParams
 from .evaluate import ArmData, ExpectedRanks, evaluate_case, evaluate_pair, pair_status
 from .pair import Pair
 from .registry import ARM_CHECKS_CONTRACT, CONTRACTS, PAIR_PARAMS, ContractFn, ContractSkipped, contract
@@ -44,6 +49,7 @@ from .series import (
 )
 from .verdicts import (
     ARM_CHECKS_PAIR,
+    SWEEP_MARK,
     PAIR_STATUSES,
     CaseVerdict,
     Check,
@@ -57,7 +63,8 @@ __all__ = [
     "ARM_CHECKS_CONTRACT", "ARM_CHECKS_PAIR", "ArmData", "COMPLETENESS", "CONTRACTS", "CaseVerdict",
     "Check", "ContractFn", "ContractSkipped", "ExpectedRanks", "GoldenMissing", "GoldenPairParams",
     "MIB", "PAIR_PARAMS", "PAIR_STATUSES", "Pair", "PairVerdict", "RankSet", "Record",
-    "ReferencePairParams", "Steps", "arm_checks", "combine_status", "compare_series", "contract",
+    "ReferencePairParams", "ResumePairParams", "SWEEP_MARK", "SlotRingPairParams",
+    "SlotRingPlanParams", "Steps", "arm_checks", "combine_status", "compare_series", "contract",
     "contracts", "evaluate_case", "evaluate_pair", "field_of", "first_rank_records", "pair_status",
     "read_verdict", "regroup_step", "sanity_checks", "step_series", "write_verdict",
 ]

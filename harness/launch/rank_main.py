@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
-    from harness.results import StepRecord
+    from harness.results import RunEnvironment, StepRecord
 
 # Set by the local launcher: its pid. A rank whose launcher is gone stops itself (no orphans).
 LAUNCHER_PID_ENV = "DCP_HARNESS_LAUNCHER_PID"
@@ -170,14 +170,19 @@ def device_platform(device: object) -> str:
     return platform_key(torch.cuda.get_device_name(dev))
 
 
-def _step_callback(writer, rank: int, arm_name: str, steps: int,
-                   platform: Optional[str] = None) -> Callable[["StepRecord"], None]:
+def _step_callback(writer, rank: int, arm_name: str, steps: int, platform: Optional[str] = None,
+                   environment: Optional["RunEnvironment"] = None) -> Callable[["StepRecord"], None]:
+    pending = [environment]  # the environment goes on the first record this process writes
+
     def on_step(record: StepRecord) -> None:
         if platform is not None and record.platform is None:
             record = dataclasses.replace(record, platform=platform)
+        if pending[0] is not None and record.environment is None:
+            record = dataclasses.replace(record, environment=pending[0])
         # A step re-run after resuming from an older checkpoint is already recorded: the store
         # keeps the first record and append() returns False.
         if writer.append(record):
+            pending[0] = None
             print(step_line(arm_name, rank, steps, record.to_dict()), flush=True)
             if record.graph_stats is not None:
                 print(f"[{arm_name} r{rank}] {record.graph_stats.summary}", flush=True)
@@ -227,12 +232,16 @@ def _describe(case) -> str:
     return f"pp {lay.pp} vpp {lay.vpp} ep {lay.ep} {cp}; {how}"
 
 
-def run_rank(arm, arm_dir: Path, resume: bool = True) -> None:
+def run_rank(arm, arm_dir: Path, resume: bool = True, stop_after: Optional[int] = None) -> None:
     """Train the planned arm ``arm`` (``harness.caseplan.PlannedArm``) as this process's rank,
-    writing ``arm_dir``; every record names the device's platform (golden files are per platform).
+    writing ``arm_dir``; every record names the device's platform (golden files are per platform)
+    and the first one this process writes its environment (``harness.environment``).
 
     ``resume=False`` refuses an arm folder that already holds steps or a checkpoint of this rank.
+    ``stop_after=K`` trains up to step K, checkpoints it and returns (the first leg of an
+    interrupted arm, ``Execution.interrupt_after``; the launcher starts the second).
     """
+    from harness.environment import current_environment
     from harness.results import StepWriter
     from harness.workload import init_distributed, train_arm
 
@@ -262,15 +271,25 @@ def run_rank(arm, arm_dir: Path, resume: bool = True) -> None:
         )
         started = time.monotonic()
         train_arm(run_case, ctx,
-                  _step_callback(writer, rank, arm.name, steps, device_platform(ctx.device)),
-                  checkpoint_dir=checkpoint_dir)
-        print(f"[{arm.name} r{rank}] done: {writer.completed_steps()}/{steps} steps recorded in "
+                  _step_callback(writer, rank, arm.name, steps, device_platform(ctx.device),
+                                 current_environment(ctx.torch_device)),
+                  checkpoint_dir=checkpoint_dir, stop_after=stop_after)
+        what = f"stopped after step {stop_after} as planned" if stop_after is not None else "done"
+        print(f"[{arm.name} r{rank}] {what}: {writer.completed_steps()}/{steps} steps recorded in "
               f"{time.monotonic() - started:.1f}s", flush=True)
         _destroy_process_group()
     finally:
         faulthandler.unregister(signal.SIGUSR1)
         stack_file.close()
         remove_empty_stacks(arm_dir, (rank,))
+
+
+def arm_legs(arm) -> tuple[Optional[int], ...]:
+    """How the launchers run a planned arm: one leg (``(None,)``), or, for an arm the harness
+    interrupts (``Execution.interrupt_after = K``: the ``-resumed`` arms of ``compare.resume``),
+    a leg that stops after step K (its processes exit) and one that resumes from K's checkpoint."""
+    k = arm.case.execution.interrupt_after
+    return (None,) if k is None else (k, None)
 
 
 def read_plan_beside(case_json: Path):
@@ -303,6 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, type=Path, metavar="ARM_DIR", help="the arm's results folder")
     p.add_argument("--no-resume", dest="resume", action="store_false",
                    help="refuse an arm folder that already holds steps instead of resuming")
+    p.add_argument("--stop-after", type=int, default=None, metavar="STEP",
+                   help="train up to STEP, checkpoint it and exit (the first leg of an arm the "
+                        "launcher interrupts and resumes: compare.resume)")
     return p
 
 
@@ -310,7 +332,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     arm = read_plan_beside(args.case).arm(args.arm)
     faulthandler.enable(file=sys.stderr, all_threads=True)  # segfaults/aborts print stacks too
-    run_rank(arm, args.out, resume=args.resume)
+    run_rank(arm, args.out, resume=args.resume, stop_after=args.stop_after)
     return 0
 
 

@@ -6,6 +6,7 @@ from .load import SweepView
 from .text import (
     check_line,
     checks_cell,
+    failed_names,
     final_loss_cell,
     loss_delta_cell,
     peak_mem_cell,
@@ -19,7 +20,8 @@ def _md(text: str) -> str:
 
 
 # Contracts whose check details are worth a section of their own (memory, pools, graph parity).
-FIGURE_CONTRACTS = ("graph_vs_eager", "dcp_vs_fixed_cp", "graph_pools")
+FIGURE_CONTRACTS = ("graph_vs_eager", "dcp_vs_fixed_cp", "graph_pools", "slot_ring",
+                    "slot_ring_plan")
 
 
 def _line(text: str) -> str:
@@ -29,13 +31,19 @@ def _line(text: str) -> str:
 def render_summary(sweep: SweepView, exit_code: int) -> str:
     counts = sweep.counts()
     out = [f"# dcp-harness sweep `{sweep.name}`", ""]
+    parked = (f", {counts['parked']} parked (not counted by the gate"
+              + (f"; {counts['xpass']} case(s) XPASS" if counts["xpass"] else "") + ")"
+              if counts["parked"] else "")
     out.append(
         f"**{sweep.status.upper()}** (gate exit {exit_code}): {counts['cases']} case(s), "
         f"{counts['entries']} verdict entr{'y' if counts['entries'] == 1 else 'ies'}: "
         f"{counts['pass']} pass, {counts['fail']} fail, {counts['error']} error, "
-        f"{counts['skipped']} skipped."
+        f"{counts['skipped']} skipped{parked}."
     )
     out.append("")
+    out += [f"> **warning**: {w.strip()[len('WARN  '):]}" for w in sweep.warnings()]
+    if sweep.warnings():
+        out.append("")
     if not sweep.cases:
         out.append("No case folders found (a case folder holds case.json or verdict.json).")
         return "\n".join(out) + "\n"
@@ -48,7 +56,7 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
     for case, p in sweep.rows:
         pair = f"{p.pair} ({' vs '.join(p.arms)})" if p.arms else p.pair
         out.append("| " + " | ".join(_md(x) for x in (
-            case.case_id, pair, checks_cell(p), p.status.upper(), final_loss_cell(case, p),
+            case.case_id, pair, checks_cell(p), case.entry_label(p.status), final_loss_cell(case, p),
             loss_delta_cell(case, p), peak_mem_cell(case, p), step_time_cell(case, p),
         )) + " |")
     figures = [(c, p) for c, p in sweep.rows
@@ -66,8 +74,8 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
                 out.append(f"- step time (median): {a} {ta * 1e3:.1f} ms, {b} {tb * 1e3:.1f} ms, "
                            f"{a} / {b} = {ta / tb:.3f}")
             out.append("")
-    failures = [(c, p) for c, p in sweep.rows if p.status == "fail"]
-    errors = [(c, p) for c, p in sweep.rows if p.status == "error"]
+    failures = [(c, p) for c, p in sweep.rows if p.status == "fail" and c.parked is None]
+    errors = [(c, p) for c, p in sweep.rows if p.status == "error" and c.parked is None]
     if failures:
         out += ["## Failures", ""] if out[-1] == "" else ["", "## Failures", ""]
         for case, p in failures:
@@ -85,6 +93,18 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
                 arm = case.arms.get(name)
                 if arm and arm.outcome and arm.outcome.repro:
                     out.append(f"- repro {name}: `{arm.outcome.repro}`")
+            out.append("")
+    if sweep.parked:
+        out += ["## Parked (not counted by the gate)", ""] if out[-1] == "" else [
+            "", "## Parked (not counted by the gate)", ""]
+        for case in sweep.parked:
+            assert case.parked is not None
+            out.append(f"### {case.case_id}: {case.parked.outcome}")
+            out.append(f"- {_line(case.parked.line(case.case_id).strip())}")
+            for p in case.verdict.pairs:
+                if p.status in ("fail", "error"):
+                    what = ", ".join(failed_names(p)) if p.status == "fail" else (p.error or "")
+                    out.append(f"- {p.pair}: {p.status.upper()}: {_line(what)}")
             out.append("")
     skipped = [(c, p) for c, p in sweep.rows if p.status == "skipped"]
     if skipped:

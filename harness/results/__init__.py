@@ -46,12 +46,13 @@ from .paths import (
     rank_file,
     rank_files,
 )
-from .records import FrameReplays, GraphStats, MemoryProbe, StepRecord
+from .records import FrameReplays, GraphStats, MemoryProbe, RunEnvironment, StepRecord
 from .steps import StepWriter, read_rank_file, read_steps
 
 __all__ = [
     "ARM_STATUSES", "ArmOutcome", "CASE_FILE", "FrameReplays", "GraphStats", "INDEX_FILE",
     "JUNIT_FILE", "LOG_FILE", "MemoryProbe", "OUTCOME_FILE", "PathLike", "ResultsError",
+    "RunEnvironment",
     "SUMMARY_FILE", "StepRecord", "StepWriter", "VERDICT_FILE", "arm_dir", "case_dir",
     "current_umask", "decode_float", "decode_nonfinite", "dumps", "encode_nonfinite", "file_mode",
     "list_arm_dirs", "rank_file", "rank_files", "read_json", "read_json_record", "read_outcome",

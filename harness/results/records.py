@@ -101,6 +101,34 @@ class FrameReplays:
     replays: int
 
 
+@dataclass(frozen=True)
+class RunEnvironment:
+    """What a rank process ran with that changes numerics, speed or memory: the torch, CUDA and
+    NCCL versions, the device, and the allocator / NCCL / determinism settings of its
+    environment that were set (``harness.environment.SETTINGS``; unset ones are left out).
+    Recorded on the first step record each rank process writes (again after a resume)."""
+
+    torch: str
+    cuda: Optional[str] = None  # torch.version.cuda of a CUDA build, None on a CPU build
+    nccl: Optional[str] = None  # the NCCL torch was built with, where it has one
+    device_name: Optional[str] = None  # the CUDA device's name, None on CPU
+    settings: tuple[tuple[str, str], ...] = ()  # (variable, value), sorted by variable
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"torch": self.torch, "cuda": self.cuda, "nccl": self.nccl,
+                "device_name": self.device_name, "settings": dict(self.settings)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RunEnvironment":
+        settings = data.get("settings") or {}
+        if not isinstance(settings, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in settings.items()):
+            raise ResultsError(f"'environment.settings' must map variable names to strings, got "
+                               f"{settings!r}")
+        flat = {k: v for k, v in data.items() if k != "settings"}
+        return _from_fields(cls, flat, "'environment'", {"settings": tuple(sorted(settings.items()))})
+
+
 _NESTED = {"memory_probe": MemoryProbe, "graph_stats": GraphStats}
 
 
@@ -139,6 +167,12 @@ class StepRecord:
     memory_probe: Optional[MemoryProbe] = None
     graph_stats: Optional[GraphStats] = None
     replays: tuple[FrameReplays, ...] = ()  # graphed steps: per (CP size, slot), in that order
+    # What the rank process ran with (versions, allocator and NCCL settings): on the first record
+    # each rank process writes.
+    environment: Optional[RunEnvironment] = None
+    # The step this rank process resumed after (it loaded that step's checkpoint); None: it
+    # started from step 1. Set on every record the process writes.
+    resumed_from: Optional[int] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 1:
@@ -148,6 +182,7 @@ class StepRecord:
         out = asdict(self)
         out["cp_sizes"] = list(self.cp_sizes)
         out["replays"] = [asdict(f) for f in self.replays]
+        out["environment"] = None if self.environment is None else self.environment.to_dict()
         return out
 
     @classmethod
@@ -169,6 +204,10 @@ class StepRecord:
             if value is not None and not isinstance(value, Mapping):
                 raise ResultsError(f"'{key}' must be an object or null, got {value!r}")
             given[key] = None if value is None else _from_fields(kind, value, f"'{key}'")
+        env = data.get("environment")
+        if env is not None and not isinstance(env, Mapping):
+            raise ResultsError(f"'environment' must be an object or null, got {env!r}")
+        given["environment"] = None if env is None else RunEnvironment.from_dict(env)
         flat = {k: v for k, v in data.items() if k not in given}
         return _from_fields(cls, flat, "step record", given)
 
