@@ -433,7 +433,7 @@ def refusals(runs: Sequence[Steps], *, loss_bounds: Mapping[str, LossBound],
                                     if m.kind == TIME else None)
             if spread.cv > max_cv:
                 out.append(f"'{m.name}' varies too much between the {len(runs)} repeats: std/mean "
-                           f"{spread.cv:.2%} > {max_cv:.0%} ({spread.where}); a bound from this "
+                           f"{spread.cv:.2%} > {max_cv * 100:g}% ({spread.where}); a bound from this "
                            "spread would hide what it should catch. Record on a quiet machine "
                            "(nothing else on its GPUs/CPUs), or switch the check off for this "
                            "platform (compare.golden.step_time / memory: null)")
