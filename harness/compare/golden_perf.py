@@ -50,8 +50,8 @@ MEMORY_DEFAULT = 0.01
 # Why step time is off on CPU by default (measured on this project's CI-sized machine).
 CPU_STEP_TIME = ("step time on CPU is not checked by default (compare.golden.step_time.on_cpu: "
                  "true checks it): the focused CPU cases share 2 cores with everything else on "
-                 "the machine, and their median step time moved by up to 48% between repeats "
-                 "(docs/internals.md, \"Step time and memory bounds\")")
+                 "the machine, and 5 repeats of tiny-moe-eager gave medians up to 55% from their "
+                 "mean (std/mean 36%; docs/internals.md, \"Step time and memory bounds\")")
 
 
 def _bounds(worse: Optional[float], better: Optional[float], rtol: Optional[float],
