@@ -1,0 +1,63 @@
+"""Pairs, contracts and checks: turn arms' step records into a verdict.
+
+A *pair* is two arms plus a *contract*: ``arms = (candidate, reference)``; relative differences
+and memory deltas are measured against the reference arm (the ``golden`` contract has one arm and
+compares it with committed values). Every arm also gets the *arm checks* (all steps present on
+every rank, no NaN/Inf loss or grad norm, no skipped step) and the *sanity checks* of
+``compare.sanity`` (grad norm not zero, loss moves, no loss spike).
+
+Modules, one job each (this package is a leaf: no torch, no launch, no workload):
+
+* ``verdicts``: ``Check``, ``PairVerdict``, ``CaseVerdict``, ``verdict.json`` (``write_verdict``,
+  ``read_verdict``), ``combine_status`` and the status rules;
+* ``series``: per-step series of an arm's records (``step_series``, ``field_of``) and the
+  tolerance rule two series are compared under (``compare_series``);
+* ``arm_checks``: the checks every arm gets (``arm_checks``, ``sanity_checks``);
+* ``pair``: ``Pair`` (arms, contract, the contract's typed settings);
+* ``registry``: contract name -> settings model and check function (``contract`` registers one,
+  ``CONTRACTS``, ``PAIR_PARAMS``), ``ContractSkipped``;
+* ``contracts/``: one module per contract (``repeat``, ``graph_vs_eager``, ``dcp_vs_fixed_cp``,
+  ``graph_pools``, ``reference``, ``golden``), each registering itself; a new contract is one
+  new module there;
+* ``evaluate``: ``evaluate_pair``, ``evaluate_case``, ``pair_status``.
+
+Every name other code uses is importable from ``harness.compare`` itself.
+"""
+
+from __future__ import annotations
+
+from . import contracts
+from .arm_checks import COMPLETENESS, RankSet, arm_checks, sanity_checks
+from .contracts.golden import GoldenMissing, GoldenPairParams
+from .contracts.reference import ReferencePairParams, regroup_step
+from .evaluate import ArmData, ExpectedRanks, evaluate_case, evaluate_pair, pair_status
+from .pair import Pair
+from .registry import ARM_CHECKS_CONTRACT, CONTRACTS, PAIR_PARAMS, ContractFn, ContractSkipped, contract
+from .series import (
+    MIB,
+    Record,
+    Steps,
+    compare_series,
+    field_of,
+    first_rank_records,
+    step_series,
+)
+from .verdicts import (
+    ARM_CHECKS_PAIR,
+    PAIR_STATUSES,
+    CaseVerdict,
+    Check,
+    PairVerdict,
+    combine_status,
+    read_verdict,
+    write_verdict,
+)
+
+__all__ = [
+    "ARM_CHECKS_CONTRACT", "ARM_CHECKS_PAIR", "ArmData", "COMPLETENESS", "CONTRACTS", "CaseVerdict",
+    "Check", "ContractFn", "ContractSkipped", "ExpectedRanks", "GoldenMissing", "GoldenPairParams",
+    "MIB", "PAIR_PARAMS", "PAIR_STATUSES", "Pair", "PairVerdict", "RankSet", "Record",
+    "ReferencePairParams", "Steps", "arm_checks", "combine_status", "compare_series", "contract",
+    "contracts", "evaluate_case", "evaluate_pair", "field_of", "first_rank_records", "pair_status",
+    "read_verdict", "regroup_step", "sanity_checks", "step_series", "write_verdict",
+]

@@ -1,0 +1,138 @@
+"""The checks every arm gets, whatever its pairs: completeness, no NaN/Inf, no skipped step
+(``arm_checks``), and the sanity checks of ``compare.sanity`` (``sanity_checks``: grad norm not
+zero, loss moves, no loss spike)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Optional, Sequence, Union
+
+from harness.spec.schema import SanitySpec
+from harness.textfmt import collapse_runs
+
+from .series import Steps, field_of, finite_number, fmt_value, records_of, step_series
+from .verdicts import Check
+
+COMPLETENESS = "steps_complete"
+
+RankSet = Union[int, Sequence[int]]  # a count (ranks 0..n-1) or the ranks themselves
+
+
+def arm_checks(
+    arm: str,
+    steps: Steps,
+    expected_steps: Optional[int] = None,
+    expected_ranks: Optional[RankSet] = None,
+) -> tuple[Check, ...]:
+    """The checks every arm gets, named ``<arm>.steps_complete``, ``<arm>.no_nan_inf``,
+    ``<arm>.no_skipped_step``. ``expected_ranks``: how many ranks record (0..n-1) or which ones.
+    Without ``expected_steps``/``expected_ranks`` the largest step and rank seen in this arm are
+    expected."""
+    ranks = sorted(steps)
+    if expected_ranks is None:
+        want_ranks: tuple[int, ...] = tuple(range(max(ranks) + 1 if ranks else 1))
+    elif isinstance(expected_ranks, int):
+        want_ranks = tuple(range(expected_ranks))
+    else:
+        want_ranks = tuple(expected_ranks)
+    n_ranks = len(want_ranks)
+    seen_steps = [field_of(rec, "step") for _, rec in records_of(steps)
+                  if isinstance(field_of(rec, "step"), int)]
+    n_steps = expected_steps if expected_steps is not None else max(seen_steps, default=0)
+    missing: list[str] = []
+    duplicates: list[str] = []
+    n_missing = 0
+    want = set(range(1, n_steps + 1))
+    for rank in want_ranks:
+        counts = Counter(field_of(rec, "step") for rec in steps.get(rank, ()))
+        absent = sorted(want - set(counts))
+        n_missing += len(absent)
+        if absent:
+            missing.append(f"rank {rank}: " + collapse_runs(absent))
+        dup = sorted(s for s, n in counts.items() if n > 1 and isinstance(s, int))
+        if dup:
+            duplicates.append(f"rank {rank}: " + collapse_runs(dup))
+    problems = n_missing + len(duplicates)
+    if n_steps == 0:
+        detail = f"no step recorded on any of {n_ranks} rank(s)"
+        complete = Check(f"{arm}.{COMPLETENESS}", float(n_ranks), 0.0, False, detail)
+    else:
+        parts = []
+        if missing:
+            parts.append("missing " + "; ".join(missing))
+        if duplicates:
+            parts.append("duplicated " + "; ".join(duplicates))
+        detail = ", ".join(parts) if parts else f"{n_steps} steps on each of {n_ranks} rank(s)"
+        complete = Check(f"{arm}.{COMPLETENESS}", float(problems), 0.0, problems == 0, detail)
+
+    bad: list[str] = []
+    for rank, rec in records_of(steps):
+        fields = [k for k in ("loss", "grad_norm") if not finite_number(field_of(rec, k))]
+        if field_of(rec, "aux_loss") is not None and not finite_number(field_of(rec, "aux_loss")):
+            fields.append("aux_loss")
+        if field_of(rec, "nan") and not fields:
+            fields.append("nan flag")
+        if fields:
+            vals = ", ".join(f"{k}={field_of(rec, k)!r}" for k in fields if k != "nan flag") or "nan=true"
+            bad.append(f"rank {rank} step {field_of(rec, 'step')}: {vals}")
+    finite = Check(
+        f"{arm}.no_nan_inf", float(len(bad)), 0.0, not bad,
+        ("first " + bad[0] + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else "")) if bad
+        else "loss and grad norm finite on every step",
+    )
+    skipped = [f"rank {rank} step {field_of(rec, 'step')}" for rank, rec in records_of(steps)
+               if field_of(rec, "skipped")]
+    no_skip = Check(
+        f"{arm}.no_skipped_step", float(len(skipped)), 0.0, not skipped,
+        ("optimizer step skipped at " + ", ".join(skipped[:5]) + (" ..." if len(skipped) > 5 else ""))
+        if skipped else "no optimizer step skipped",
+    )
+    return (complete, finite, no_skip)
+
+
+def sanity_checks(arm: str, steps: Steps, spec: SanitySpec) -> tuple[Check, ...]:
+    """``compare.sanity`` on one arm: ``<arm>.grad_norm_nonzero`` (steps, over every rank, whose
+    grad norm is exactly 0: nothing learns), ``<arm>.loss_moves`` (steps whose LM loss is within
+    ``loss_moves_rel`` of the step before: a dead model repeats ln(vocab) whatever the data; a
+    live one never repeats a loss over different data) and ``<arm>.loss_spike`` (the largest
+    loss over the lowest loss of the earlier steps, bound ``loss_spike_factor``). Non-finite
+    values are the ``no_nan_inf`` check's."""
+    out: list[Check] = []
+    if spec.grad_norm_nonzero:
+        zero = [f"rank {rank} step {field_of(rec, 'step')}" for rank, rec in records_of(steps)
+                if finite_number(field_of(rec, "grad_norm")) and field_of(rec, "grad_norm") == 0]
+        out.append(Check(
+            f"{arm}.grad_norm_nonzero", float(len(zero)), 0.0, not zero,
+            ("grad norm exactly 0 (no gradient reaches the parameters) at " + ", ".join(zero[:5])
+             + (f" (+{len(zero) - 5} more)" if len(zero) > 5 else "")) if zero
+            else "grad norm non-zero on every step"))
+    loss = {s: v for s, v in step_series(steps, "loss").items() if v is not None and math.isfinite(v)}
+    order = sorted(loss)
+    if spec.loss_moves:
+        name = f"{arm}.loss_moves"
+        if len(order) < 2:
+            out.append(Check.not_applicable(name, f"{len(order)} finite loss(es): nothing to move"))
+        else:
+            still = [b for a, b in zip(order, order[1:])
+                     if abs(loss[b] - loss[a]) <= spec.loss_moves_rel * abs(loss[a])]
+            out.append(Check(
+                name, float(len(still)), 0.0, not still,
+                (f"loss did not move (within rel {spec.loss_moves_rel:g} of the step before) at "
+                 f"step(s) {collapse_runs(still)}, loss {fmt_value(loss[still[0]])}") if still
+                else f"loss moved on each of {len(order) - 1} steps (rel > {spec.loss_moves_rel:g})"))
+    if spec.loss_spike_factor is not None:
+        name = f"{arm}.loss_spike"
+        worst, where, low = None, "", math.inf
+        for a, b in zip(order, order[1:]):
+            low = min(low, loss[a])
+            if low > 0:
+                ratio = loss[b] / low
+                if worst is None or ratio > worst:
+                    worst, where = ratio, f"step {b}: {fmt_value(loss[b])} vs lowest earlier {fmt_value(low)}"
+        if worst is None:
+            out.append(Check.not_applicable(name, "fewer than 2 positive finite losses"))
+        else:
+            out.append(Check(name, worst, spec.loss_spike_factor, worst <= spec.loss_spike_factor,
+                             f"largest loss / lowest earlier loss: {worst:.4g} at {where}"))
+    return tuple(out)

@@ -1,0 +1,150 @@
+"""Evaluation: a case's pairs and their arms' step records -> one verdict.
+
+Every arm of a pair gets the arm checks and the sanity checks (``arm_checks``); the pair's
+contract (``registry.CONTRACTS``) adds its own. The status rule (``pair_status``) and how
+statuses combine are in ``verdicts``' docstring.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional, Sequence, Union
+
+from harness.results import ArmOutcome
+from harness.spec.schema import SanitySpec
+
+from .arm_checks import COMPLETENESS, RankSet, arm_checks, sanity_checks
+from .pair import Pair
+from .registry import ARM_CHECKS_CONTRACT, CONTRACTS, PAIR_PARAMS, ContractSkipped
+from .series import Steps
+from .verdicts import ARM_CHECKS_PAIR, CaseVerdict, Check, PairVerdict, combine_status
+
+ArmData = Mapping[str, tuple[Optional[ArmOutcome], Steps]]  # arm -> (outcome, rank -> records)
+
+
+def _arm_error(arm: str, outcome: Optional[ArmOutcome], present: bool) -> Optional[str]:
+    if not present:
+        return f"arm '{arm}' has no results"
+    if outcome is None:
+        return f"arm '{arm}' has no outcome (it never finished; re-run the sweep to resume it)"
+    if not outcome.ok:
+        return f"arm '{arm}' {outcome.describe()}"
+    return None
+
+
+def _status(checks: Sequence[Check], errors: Sequence[str]) -> str:
+    # Evidence of a regression: a failed check on recorded values. Missing data (the
+    # completeness check, a comparison without common steps: value None) is not evidence.
+    evidence = [c for c in checks if not c.passed and c.value is not None
+                and not c.name.endswith("." + COMPLETENESS)]
+    if evidence:
+        return "fail"
+    if errors:
+        return "error"
+    return "pass" if all(c.passed for c in checks) else "fail"
+
+
+pair_status = _status  # the rule, public: the report re-derives stored statuses with it
+
+
+# One count (ranks 0..n-1) or the ranks themselves, for every arm, or arm -> either.
+ExpectedRanks = Union[None, RankSet, Mapping[str, RankSet]]
+
+
+def _ranks_of(expected_ranks: ExpectedRanks, arm: str) -> Optional[RankSet]:
+    if isinstance(expected_ranks, Mapping):
+        return expected_ranks.get(arm)
+    return expected_ranks
+
+
+def _arms_skipped(pair: Pair, arm_data: ArmData) -> Optional[str]:
+    """The reasons of the pair's arms that were not run here (outcome ``skipped``), or None."""
+    skipped = [arm_data[a][0] for a in pair.arms
+               if a in arm_data and arm_data[a][0] is not None and arm_data[a][0].status == "skipped"]
+    if not skipped:
+        return None
+    return "; ".join(dict.fromkeys(o.detail for o in skipped if o is not None))  # once each
+
+
+def evaluate_pair(
+    case_id: str,
+    pair: Pair,
+    arm_data: ArmData,
+    *,
+    expected_steps: Optional[int] = None,
+    expected_ranks: ExpectedRanks = None,
+    sanity: Optional[SanitySpec] = None,
+    sweep_dir: Optional[str] = None,
+) -> PairVerdict:
+    """Arm checks and sanity checks (``sanity``; None: the defaults, all on) of the pair's arms
+    + the contract's checks -> one PairVerdict. ``expected_ranks``: one count (or rank list) for
+    every arm, or arm -> count (an arm not named: the largest rank seen). A pair with an arm that
+    was not run here, or whose contract does not apply (:class:`ContractSkipped`, e.g. no golden
+    values for this platform), is ``skipped`` with the reason (``sweep_dir`` goes into the
+    commands it names) and no checks."""
+    sanity = sanity if sanity is not None else SanitySpec()
+    checks: list[Check] = []
+    errors: list[str] = []
+    why = _arms_skipped(pair, arm_data)
+    if why is not None:
+        return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), (), "skipped", why)
+    for arm in pair.arms:
+        outcome, steps = arm_data.get(arm, (None, {}))
+        err = _arm_error(arm, outcome, arm in arm_data)
+        if err:
+            errors.append(err)
+        checks.extend(arm_checks(arm, steps, expected_steps, _ranks_of(expected_ranks, arm)))
+        checks.extend(sanity_checks(arm, steps, sanity))
+    if pair.contract != ARM_CHECKS_CONTRACT:
+        fn = CONTRACTS.get(pair.contract)
+        if fn is None:
+            errors.append(f"unknown contract '{pair.contract}' (known: {', '.join(sorted(CONTRACTS))})")
+        elif not isinstance(pair.params, PAIR_PARAMS[pair.contract]):
+            errors.append(f"pair '{pair.name}' has no typed {pair.contract} settings")
+        elif all(arm in arm_data for arm in pair.arms):
+            try:
+                checks.extend(fn(pair, {a: arm_data[a][1] for a in pair.arms}))
+            except ContractSkipped as skip:
+                if skip.required:
+                    errors.append(skip.reason(sweep_dir))
+                else:
+                    return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), (),
+                                       "skipped", skip.reason(sweep_dir))
+            except (ValueError, KeyError, TypeError) as exc:
+                errors.append(f"contract '{pair.contract}' could not be evaluated: {exc}")
+    return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), tuple(checks),
+                       _status(checks, errors), "; ".join(errors) or None)
+
+
+def evaluate_case(
+    case_id: str,
+    pairs: Sequence[Pair],
+    arm_data: ArmData,
+    *,
+    expected_steps: Optional[int] = None,
+    expected_ranks: ExpectedRanks = None,
+    sanity: Optional[SanitySpec] = None,
+    sweep_dir: Optional[str] = None,
+) -> CaseVerdict:
+    """Evaluate every pair of a case. ``arm_data``: arm name -> (outcome or None, rank -> step
+    records). ``expected_steps`` (``case.train.steps``) and ``expected_ranks`` (arm -> the ranks
+    that record, ``PlannedArm.ranks``, or one count for all) make the completeness check exact;
+    without them the largest step and rank seen are expected. ``sanity``: ``case.compare.sanity``
+    (None: every sanity check on). ``sweep_dir``: named in the commands of skipped entries. Arms in
+    no judged pair (or a case with no pairs) get one extra entry named ``checks`` with their arm
+    checks (an arm whose only pair's contract was skipped keeps its arm checks there)."""
+    verdicts = [evaluate_pair(case_id, p, arm_data, expected_steps=expected_steps,
+                              expected_ranks=expected_ranks, sanity=sanity, sweep_dir=sweep_dir)
+                for p in pairs]
+    in_pairs = {a for p, v in zip(pairs, verdicts) for a in p.arms
+                if v.status != "skipped" or _arms_skipped(p, arm_data) is not None}
+    loose = tuple(a for a in sorted(arm_data) if a not in in_pairs)
+    if loose or not pairs:
+        extra = Pair(ARM_CHECKS_PAIR, ARM_CHECKS_CONTRACT, loose)
+        if not loose:
+            verdicts.append(PairVerdict(case_id, ARM_CHECKS_PAIR, ARM_CHECKS_CONTRACT, (), (), "error",
+                                        "the case has no arms with results"))
+        else:
+            verdicts.append(evaluate_pair(case_id, extra, arm_data, expected_steps=expected_steps,
+                                          expected_ranks=expected_ranks, sanity=sanity,
+                                          sweep_dir=sweep_dir))
+    return CaseVerdict(case_id, tuple(verdicts), combine_status([v.status for v in verdicts]))

@@ -1,0 +1,164 @@
+"""Verdict records and their files: a ``Check``, one pair's ``PairVerdict``, a case's
+``CaseVerdict`` (``<case>/verdict.json``), and the rule that combines statuses.
+
+Verdict status of a pair:
+* ``fail``  a check failed on recorded values (a regression), even if an arm later crashed;
+* ``error`` otherwise, when an arm did not finish ``ok`` (crash, timeout, infra), has no results,
+  or the contract itself could not be evaluated;
+* ``fail``  when only the completeness check failed on arms that all exited ok;
+* ``pass``  every applicable check passed;
+* ``skipped`` an arm was not run here, or the contract does not apply (the reason in ``error``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from harness.results import (
+    VERDICT_FILE,
+    PathLike,
+    ResultsError,
+    decode_float,
+    read_json_record,
+    write_json_atomic,
+)
+
+PAIR_STATUSES = ("pass", "fail", "error", "skipped")
+ARM_CHECKS_PAIR = "checks"  # verdict entry holding arm checks of arms in no pair
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check: passed when ``value <= bound``. ``applicable=False`` marks a check that does
+    not apply to this run (e.g. memory deltas on CPU): it is recorded, counted as passed, and
+    never fails a verdict."""
+
+    name: str
+    value: Optional[float]
+    bound: Optional[float]
+    passed: bool
+    detail: str = ""
+    applicable: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "value": self.value,
+            "bound": self.bound,
+            "passed": self.passed,
+            "applicable": self.applicable,
+            "detail": self.detail,
+        }
+
+    @classmethod
+    def not_applicable(cls, name: str, why: str, bound: Optional[float] = None) -> "Check":
+        """A check that does not apply to this run, recorded with the reason."""
+        return cls(name, None, bound, True, f"not applicable: {why}", applicable=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Check":
+        return cls(
+            name=str(data["name"]),
+            value=decode_float(data.get("value")),
+            bound=decode_float(data.get("bound")),
+            passed=bool(data["passed"]),
+            detail=str(data.get("detail", "")),
+            applicable=bool(data.get("applicable", True)),
+        )
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    case_id: str
+    pair: str
+    contract: str
+    arms: tuple[str, ...]
+    checks: tuple[Check, ...]
+    status: str
+    error: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.status not in PAIR_STATUSES:
+            raise ValueError(f"PairVerdict.status must be one of {PAIR_STATUSES}, got {self.status!r}")
+
+    @property
+    def failed_checks(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if not c.passed)
+
+    @property
+    def checks_passed(self) -> int:
+        return sum(1 for c in self.checks if c.passed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "case_id": self.case_id,
+            "pair": self.pair,
+            "contract": self.contract,
+            "arms": list(self.arms),
+            "status": self.status,
+            "error": self.error,
+            "checks": [c.to_dict() for c in self.checks],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "PairVerdict":
+        return cls(
+            case_id=str(data["case_id"]),
+            pair=str(data["pair"]),
+            contract=str(data["contract"]),
+            arms=tuple(data["arms"]),
+            checks=tuple(Check.from_dict(c) for c in data.get("checks", [])),
+            status=str(data["status"]),
+            error=data.get("error"),
+        )
+
+
+@dataclass(frozen=True)
+class CaseVerdict:
+    case_id: str
+    pairs: tuple[PairVerdict, ...]
+    status: str
+
+    def __post_init__(self) -> None:
+        if self.status not in PAIR_STATUSES:
+            raise ValueError(f"CaseVerdict.status must be one of {PAIR_STATUSES}, got {self.status!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"case_id": self.case_id, "status": self.status,
+                "pairs": [p.to_dict() for p in self.pairs]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "CaseVerdict":
+        try:
+            return cls(
+                case_id=str(data["case_id"]),
+                pairs=tuple(PairVerdict.from_dict(p) for p in data["pairs"]),
+                status=str(data["status"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ResultsError(f"bad verdict ({type(exc).__name__}: {exc})") from exc
+
+
+def combine_status(statuses: Sequence[str]) -> str:
+    """fail beats error beats pass beats skipped (a regression is reported even when something
+    else broke; entries that were skipped do not hide the others, and all skipped is skipped)."""
+    if "fail" in statuses:
+        return "fail"
+    if "error" in statuses:
+        return "error"
+    if statuses and all(s == "skipped" for s in statuses):
+        return "skipped"
+    return "pass"
+
+
+def write_verdict(case_dir: PathLike, verdict: CaseVerdict) -> Path:
+    path = Path(case_dir) / VERDICT_FILE
+    write_json_atomic(path, verdict.to_dict())
+    return path
+
+
+def read_verdict(case_dir: PathLike) -> Optional[CaseVerdict]:
+    """The case's verdict, or None when it has none (never finished)."""
+    return read_json_record(Path(case_dir) / VERDICT_FILE, CaseVerdict.from_dict)

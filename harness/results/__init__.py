@@ -1,0 +1,60 @@
+"""The results store of a sweep folder: atomic JSON files, per-step records, arm outcomes.
+
+Modules, one job each (this package is a leaf: no torch, no launch, no workload):
+
+* ``files``: standard JSON (non-finite floats as ``"NaN"``/``"Infinity"``/``"-Infinity"``),
+  atomic writes (temporary file + fsync + ``os.replace``, an ordinary file's mode), reads that
+  name the file (``ResultsError``);
+* ``paths``: the sweep folder's layout (file names, ``rank_file``, ``list_arm_dirs``);
+* ``records``: the typed step record (``StepRecord`` with ``MemoryProbe``, ``GraphStats``,
+  ``FrameReplays``);
+* ``steps``: the step store (``StepWriter`` appends durably per step, ``read_steps``);
+* ``outcome``: how an arm's run ended (``ArmOutcome``, ``write_outcome``, ``read_outcome``).
+
+Every name other code uses is importable from ``harness.results`` itself.
+"""
+
+from __future__ import annotations
+
+from .files import (
+    PathLike,
+    ResultsError,
+    current_umask,
+    decode_float,
+    decode_nonfinite,
+    dumps,
+    encode_nonfinite,
+    file_mode,
+    read_json,
+    read_json_record,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
+from .outcome import ARM_STATUSES, ArmOutcome, read_outcome, write_outcome
+from .paths import (
+    CASE_FILE,
+    INDEX_FILE,
+    JUNIT_FILE,
+    LOG_FILE,
+    OUTCOME_FILE,
+    SUMMARY_FILE,
+    VERDICT_FILE,
+    arm_dir,
+    case_dir,
+    list_arm_dirs,
+    rank_file,
+    rank_files,
+)
+from .records import FrameReplays, GraphStats, MemoryProbe, StepRecord
+from .steps import StepWriter, read_rank_file, read_steps
+
+__all__ = [
+    "ARM_STATUSES", "ArmOutcome", "CASE_FILE", "FrameReplays", "GraphStats", "INDEX_FILE",
+    "JUNIT_FILE", "LOG_FILE", "MemoryProbe", "OUTCOME_FILE", "PathLike", "ResultsError",
+    "SUMMARY_FILE", "StepRecord", "StepWriter", "VERDICT_FILE", "arm_dir", "case_dir",
+    "current_umask", "decode_float", "decode_nonfinite", "dumps", "encode_nonfinite", "file_mode",
+    "list_arm_dirs", "rank_file", "rank_files", "read_json", "read_json_record", "read_outcome",
+    "read_rank_file", "read_steps", "write_bytes_atomic", "write_json_atomic", "write_outcome",
+    "write_text_atomic",
+]

@@ -1,0 +1,86 @@
+"""How one arm's run ended (``<arm>/outcome.json``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from .files import PathLike, ResultsError, decode_float, read_json_record, write_json_atomic
+from .paths import OUTCOME_FILE
+
+ARM_STATUSES = ("ok", "failed", "timeout", "infra", "skipped")
+
+
+@dataclass(frozen=True)
+class ArmOutcome:
+    """How one arm's run ended.
+
+    status: ``ok`` (every rank exited 0), ``failed`` (a rank crashed), ``timeout`` (the arm ran
+    past its limit), ``infra`` (the launcher/cluster failed: node lost, job never started),
+    ``skipped`` (not run: this machine cannot run it, e.g. no CUDA; ``detail`` says why).
+    ``repro`` is a one-line shell command that re-runs the arm; ``log_tail`` the last log lines
+    (plus stacks of hung ranks); ``restarts`` how often it was requeued/resumed.
+    """
+
+    status: str
+    returncode: Optional[int] = None
+    wall_s: float = 0.0
+    log_tail: str = ""
+    repro: str = ""
+    restarts: int = 0
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in ARM_STATUSES:
+            raise ValueError(f"ArmOutcome.status must be one of {ARM_STATUSES}, got {self.status!r}")
+        if self.restarts < 0:
+            raise ValueError(f"ArmOutcome.restarts must be >= 0, got {self.restarts}")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def describe(self) -> str:
+        """One line, e.g. ``timeout after 1800.0 s (returncode None): ranks 1 hung``."""
+        if self.status == "skipped":
+            return f"skipped: {self.detail}"
+        what = {"ok": "ok", "failed": "failed", "timeout": "timeout", "infra": "infrastructure failure"}
+        text = f"{what[self.status]} after {self.wall_s:.1f} s (returncode {self.returncode})"
+        return f"{text}: {self.detail}" if self.detail else text
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ArmOutcome":
+        known = {"status", "returncode", "wall_s", "log_tail", "repro", "restarts", "detail"}
+        unknown = set(data) - known
+        if unknown:
+            raise ResultsError(f"outcome has unknown keys {sorted(unknown)}")
+        if "status" not in data:
+            raise ResultsError("outcome has no 'status'")
+        rc = data.get("returncode")
+        try:
+            return cls(
+                status=str(data["status"]),
+                returncode=None if rc is None else int(rc),
+                wall_s=decode_float(data.get("wall_s", 0.0)) or 0.0,
+                log_tail=str(data.get("log_tail", "")),
+                repro=str(data.get("repro", "")),
+                restarts=int(data.get("restarts", 0)),
+                detail=str(data.get("detail", "")),
+            )
+        except (TypeError, ValueError) as exc:
+            raise ResultsError(f"bad outcome: {exc}") from exc
+
+
+def write_outcome(arm_dir_: PathLike, outcome: ArmOutcome) -> Path:
+    path = Path(arm_dir_) / OUTCOME_FILE
+    write_json_atomic(path, outcome.to_dict())
+    return path
+
+
+def read_outcome(arm_dir_: PathLike) -> Optional[ArmOutcome]:
+    """The arm's outcome, or None when it has none yet (never ran or never finished)."""
+    return read_json_record(Path(arm_dir_) / OUTCOME_FILE, ArmOutcome.from_dict)
