@@ -29,7 +29,7 @@ An emulated case (``emulate.ranks``, ``harness.spec.derive.as_emulated``) has th
 run on the emulated ranks only (every one alone on one device as rank r of the case's world), and
 what its pairs judge is decided here, when the plan is made (:func:`emulated_pair`): an emulated
 rank's losses are its own local figures (its communication is a loopback), so each rank is
-compared with the same rank of the other arm (``per_rank``), the loss comparisons between two
+compared with the same rank of the other arm (``Pair.emulated``), the loss comparisons between two
 layouts (``dcp_vs_fixed_cp``) and the loss sanity checks are not applicable, and the
 ``reference`` and ``golden`` pairs are skipped with the reason (the reference arm is not run).
 """
@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from harness.caseplan import CasePlan, PlannedArm, case_hash
-from harness.compare import (ARM_CHECKS_PAIR, LOSS_SANITY_CHECKS, GoldenPairParams, Pair,
-                             ReferencePairParams)
+from harness.compare import (ARM_CHECKS_CONTRACT, ARM_CHECKS_PAIR, LOSS_SANITY_CHECKS,
+                             GoldenPairParams, Pair, ReferencePairParams)
 from harness.errors import CaseError
 from harness.golden import snapshot_golden
 from harness.spec.derive import as_fixed_cp, as_reference, with_execution
@@ -210,8 +210,9 @@ def plan_case(case: Case) -> CasePlan:
         pairs.append(Pair("golden", "golden", (name,), params))
 
     emulated = case.emulate is not None
+    world = case.layout.world
     if emulated:
-        pairs = [emulated_pair(p) for p in pairs]
+        pairs = [emulated_pair(p, world) for p in pairs]
     names: list[str] = []
     for pair in pairs:
         if pair.skipped is None:  # a pair skipped at plan time runs nothing
@@ -219,7 +220,8 @@ def plan_case(case: Case) -> CasePlan:
     if not names:
         names.append(arm(EAGER, "compare"))
         if emulated:  # its arm checks, with the loss sanity checks not applicable
-            pairs.append(emulated_pair(Pair(ARM_CHECKS_PAIR, "arm_checks", tuple(names))))
+            pairs.append(emulated_pair(Pair(ARM_CHECKS_PAIR, ARM_CHECKS_CONTRACT, tuple(names)),
+                                       world))
     arms = tuple(PlannedArm(name=n, kind=derived[n][0].kind, case=derived[n][1],
                             world_size=derived[n][1].layout.world,
                             ranks=_ranks(derived[n][1]), repeat=derived[n][0].repeat)
@@ -245,19 +247,21 @@ _NOT_COMPARABLE = ("the DCP and fixed-CP arms lay the tokens over other ranks, s
 _LOCAL_LOSS = "the loss sanity checks do not apply (0 on a rank without the last pipeline stage)"
 
 
-def emulated_pair(pair: Pair) -> Pair:
-    """``pair`` of an emulated case, as the plan judges it: each rank against the same rank of the
-    other arm; ``reference`` and ``golden`` skipped, the loss comparisons of ``dcp_vs_fixed_cp``
-    and every arm's loss sanity checks not applicable, each with the reason."""
+def emulated_pair(pair: Pair, world: int) -> Pair:
+    """``pair`` of a case whose ranks are emulated ranks of a ``world``-rank layout, as the plan
+    judges it: each rank against the same rank of the other arm (``Pair.emulated``);
+    ``reference`` and ``golden`` skipped, the loss comparisons of ``dcp_vs_fixed_cp`` and every
+    arm's loss sanity checks not applicable, each with the reason."""
     if pair.contract in _SKIPPED_PAIRS:
-        return replace(pair, skipped=f"not run for emulated ranks: {EMULATED_LOSSES}; "
+        return replace(pair, emulated=world,
+                       skipped=f"not run for emulated ranks: {EMULATED_LOSSES}; "
                                      f"{_SKIPPED_PAIRS[pair.contract]}")
     not_applicable = {f"{a}.{c}": f"{EMULATED_LOSSES}: {_LOCAL_LOSS}"
                       for a in pair.arms for c in LOSS_SANITY_CHECKS}
     if pair.contract == "dcp_vs_fixed_cp":
         not_applicable.update({c: f"{EMULATED_LOSSES}: {_NOT_COMPARABLE}"
                                for c in ("loss", "aux_loss", "grad_norm")})
-    return replace(pair, per_rank=True, not_applicable=not_applicable)
+    return replace(pair, emulated=world, not_applicable=not_applicable)
 
 
 def plan_cases(cases: Sequence[Case]) -> list[CasePlan]:

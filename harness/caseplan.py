@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from harness.compare import Pair
 from harness.errors import ConfigError
 from harness.results import CASE_FILE, PathLike, ResultsError, read_json, write_json_atomic
-from harness.spec.places import emulated_labels
+from harness.spec.places import emulated_labels, emulated_title
 from harness.spec.schema import Case, SanitySpec
 
 PLAN_FILE = "plan.json"
@@ -174,6 +174,11 @@ class CasePlan:
     def labels(self) -> tuple[str, ...]:
         """The emulated ranks' labels (``emulated rank r of N ...``); empty for a real run."""
         return emulated_labels(self.case, self.case.emulated_ranks) if self.emulated else ()
+
+    @property
+    def title(self) -> str:
+        """How a line names the case: its id, with ``(emulated rank r of N, ...)`` when emulated."""
+        return emulated_title(self.case_id, self.case.emulated_ranks, self.case.layout.world)
 
     def arm(self, name: str) -> PlannedArm:
         """The arm ``name``; a ConfigError naming the case's arms otherwise."""

@@ -40,8 +40,26 @@ class RankPlace:
 
     def label(self) -> str:
         """``emulated rank r of N (PP stage s of P, pool rank p)``: every line about it says so."""
-        return (f"emulated rank {self.rank} of {self.world} (PP stage {self.pp_rank} of {self.pp}, "
+        return (f"{short_label(self.rank, self.world)} (PP stage {self.pp_rank} of {self.pp}, "
                 f"pool rank {self.pool_rank})")
+
+
+def short_label(rank: int, world: int) -> str:
+    """``emulated rank r of N``: the start of :meth:`RankPlace.label`, where a line has no room
+    for the stage (a table cell, a check's detail)."""
+    return f"emulated rank {rank} of {world}"
+
+
+def emulated_note(ranks: Iterable[int], world: int) -> str:
+    """``emulated rank 0 of 8, emulated rank 7 of 8``: the short labels of ``ranks``."""
+    return ", ".join(short_label(r, world) for r in ranks)
+
+
+def emulated_title(name: str, ranks: Iterable[int], world: int) -> str:
+    """``NAME (emulated rank 0 of 8, emulated rank 7 of 8)``: how a line names a case, arm or
+    entry of emulated ranks (``NAME`` alone without any)."""
+    ranks = tuple(ranks)
+    return f"{name} ({emulated_note(ranks, world)})" if ranks else name
 
 
 def rank_place(case: "Case", rank: int) -> RankPlace:

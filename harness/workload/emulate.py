@@ -152,8 +152,8 @@ def emulate_rank(case: Case, rank: int, on_step: StepCallback, *, device: Option
     (CUDA), allocation sites are recorded during the arm and the live blocks are summarised at
     the memory probe (``allocsites.summarize_segments``). ``checkpoint_dir``: as ``train_arm``'s
     (this rank's checkpoints; a later call resumes after the last one)."""
+    from harness.workload import train_arm  # the package's name: what rank_main trains with
     from harness.workload.model import build_chunks
-    from harness.workload.train import train_arm
 
     ctx = emulated_context(case, rank, device)
     dev = ctx.torch_device
@@ -176,7 +176,7 @@ def emulate_rank(case: Case, rank: int, on_step: StepCallback, *, device: Option
 
         record_allocation_sites(True)
     try:
-        train_arm(case, ctx, step, checkpoint_dir,
+        train_arm(case, ctx, step, checkpoint_dir=checkpoint_dir,
                   chunk_builder=weights.build if weights is not None else build_chunks)
     finally:
         if want_sites:
