@@ -22,7 +22,8 @@
 #                  `python3 -m harness run` of EMULATED_CASES (default: the focused emulated case,
 #                  ranks 0 and 3 of 4, and the headline's 5-minute variant, ranks 0 and 7 of 8,
 #                  cases/emulated/gb200-qwen3-30b-a3b-dcp-graphs-emulated-16l.yaml; the -32l file
-#                  is the 8-step run, ~8 min), its gate, bench/emulated.py's table. Alone:
+#                  is the 8-step run, ~8 min), one sweep per case, its gate, bench/emulated.py's
+#                  table (EMULATED_LIMIT_S: stop each case's run after that many seconds). Alone:
 #                  PYTEST=0 BENCHES= FOCUSED=0 MUTATIONS=0 WORKLOAD=0 EMULATED=1 bash bench/gpu_check.sh
 set -o pipefail
 cd "$(dirname "$0")/.."
@@ -97,12 +98,20 @@ fi
 
 if [ "${EMULATED:-0}" != 0 ]; then
   ecases=${EMULATED_CASES:-"cases/focused/gpu1-emulated-dcp12-pp2-vpp2-ep2-graphs.yaml cases/emulated/gb200-qwen3-30b-a3b-dcp-graphs-emulated-16l.yaml"}
-  esweep=$(mktemp -d)/emulated
-  # shellcheck disable=SC2086  # a list of case files
-  section emulated_run $PY -m harness run $ecases --out "$esweep"
-  section emulated_gate $PY -m harness gate "$esweep" || status=1
-  section emulated_table $PY bench/emulated.py "$esweep" --markdown "$OUT/emulated.md" || status=1
-  tar -czf "$OUT/emulated.tgz" -C "$(dirname "$esweep")" emulated 2>/dev/null || true
+  eroot=$(mktemp -d)/emulated
+  : > "$OUT/emulated.md"
+  for ecase in $ecases; do  # one sweep per case: what a case finished is kept if a later one is cut
+    ename=$(basename "$ecase" .yaml)
+    esweep="$eroot/$ename"
+    # EMULATED_LIMIT_S: stop a case's run after that many seconds (its records so far still count)
+    section "emulated_run_$ename" timeout "${EMULATED_LIMIT_S:-0}" $PY -m harness run "$ecase" --out "$esweep"
+    section "emulated_gate_$ename" $PY -m harness gate "$esweep" || status=1
+    $PY bench/emulated.py "$esweep" >> "$OUT/emulated.md" 2>&1 || status=1
+    echo >> "$OUT/emulated.md"
+    tar -czf "$OUT/emulated.tgz" -C "$(dirname "$eroot")" emulated 2>/dev/null || true
+  done
+  say "emulated ranks: TE #3353's validation beside ours ($OUT/emulated.md)"
+  tee -a "$LOG" < "$OUT/emulated.md"
 fi
 
 {

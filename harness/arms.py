@@ -261,7 +261,7 @@ def emulated_pair(pair: Pair, world: int) -> Pair:
     if pair.contract == "dcp_vs_fixed_cp":
         not_applicable.update({c: f"{EMULATED_LOSSES}: {_NOT_COMPARABLE}"
                                for c in ("loss", "aux_loss", "grad_norm")})
-    return replace(pair, emulated=world, not_applicable=not_applicable)
+    return replace(pair, emulated=world, not_applicable=tuple(sorted(not_applicable.items())))
 
 
 def plan_cases(cases: Sequence[Case]) -> list[CasePlan]:

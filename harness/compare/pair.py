@@ -34,13 +34,13 @@ class Pair:
     arms: tuple[str, ...]
     params: Any = None
     skipped: Optional[str] = None
-    not_applicable: Mapping[str, str] = ()  # type: ignore[assignment]
+    # (check name, reason) pairs, sorted; a mapping given is turned into them
+    not_applicable: tuple[tuple[str, str], ...] = ()
     emulated: Optional[int] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "arms", tuple(self.arms))
-        # frozen and hashable: (check, reason) pairs, sorted
-        object.__setattr__(self, "not_applicable",
+        object.__setattr__(self, "not_applicable",  # frozen and hashable
                            tuple(sorted(dict(self.not_applicable or ()).items())))
         model = PAIR_PARAMS.get(self.contract)
         if model is None or isinstance(self.params, model):
@@ -60,7 +60,7 @@ class Pair:
     @property
     def not_applicable_checks(self) -> dict[str, str]:
         """Check name -> why it does not apply (decided when the plan was made)."""
-        return dict(self.not_applicable)  # type: ignore[arg-type]
+        return dict(self.not_applicable)
 
     def rank_name(self, rank: int) -> str:
         """How a check's detail names ``rank``: ``r3``, or ``emulated rank 3 of N``."""

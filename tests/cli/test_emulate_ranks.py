@@ -12,17 +12,12 @@ from harness.cli import main
 from harness.cli.selection import parse_emulate_ranks
 from harness.errors import ConfigError
 
+from tests.spec.test_emulate import CASE as SPEC_CASE
+
 REPO = Path(__file__).resolve().parents[2]
 HEADLINE = REPO / "cases" / "regression" / "gb200-qwen3-30b-a3b-dcp-graphs.yaml"
-CASE = """\
-name: emu
-model: {preset: tiny, layers: 4}
-parallel: {pp: 2, vpp: 2, ep: 2, dynamic_cp: [1, 2]}
-train: {steps: 2, global_batch: 8, seq_length: 64, max_seqlen_per_rank: 32, lr: 1.0e-3}
-data: {lengths: {max: 64}}
-compare: {dcp_vs_fixed_cp: {fixed_cp: 2}, reference: {}}
-resources: {nodes: 1, gpus_per_node: 4}
-"""
+# The 4-rank PP2 x VPP2 x EP2 x DCP{1,2} case of the spec tests, with a fixed-CP and a reference pair.
+CASE = SPEC_CASE + "compare: {dcp_vs_fixed_cp: {fixed_cp: 2}, reference: {}}\n"
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
@@ -30,7 +29,7 @@ LAYOUT = {
     "train": {"steps": 3, "global_batch": 8, "seq_length": 64, "max_seqlen_per_rank": 32,
               "lr": 3.0e-3, "seed": 5},
     "data": {"lengths": {"min": 8, "max": 64}},
-    "compare": {"dcp_vs_fixed_cp": {"fixed_cp": 2}, "reference": {}},
+    "compare": {"dcp_vs_fixed_cp": {"fixed_cp": 2}, "reference": {}, "golden": {}},
     "resources": {"nodes": 1, "gpus_per_node": 4, "time_min": 3},
 }
 LABELS = ("emulated rank 0 of 4 (PP stage 0 of 2, pool rank 0)",
@@ -81,6 +80,11 @@ def test_run_emulate_ranks_on_cpu_end_to_end(case_file, tmp_path, capsys):
     index = json.loads((out / "index.json").read_text())
     assert index["cases"][0]["emulated"]["labels"] == list(LABELS)
     assert main(["gate", str(out)]) == 0
+    # an emulated rank's losses never become golden values
+    assert main(["golden", "record", str(out)]) == 0
+    assert ("skip  emu (emulated rank 0 of 4, emulated rank 3 of 4): its golden pair is not judged "
+            "here (not run for emulated ranks" in capsys.readouterr().out)
+    assert not (case_file.parent / "golden").exists()
     # a second run resumes: both arms complete, nothing runs again
     assert main(["run", str(case_file), "--emulate-ranks", "0,3", "--out", str(out)]) == 0
     assert "already complete" in capsys.readouterr().err
