@@ -178,6 +178,7 @@ def _build(variant: Variant, parsed: ParsedYaml, file: str, name: Optional[str])
         compare=spec.compare,
         graphs=spec.graphs,
         resources=spec.resources,
+        emulate=spec.emulate,
         matrix_values=variant.matrix_values,
     )
     problems = preflight(case)
