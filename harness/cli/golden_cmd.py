@@ -174,6 +174,9 @@ def _record_case(args: argparse.Namespace, case_dir: Path) -> Optional[bool]:
     if pair is None:
         print(f"skip  {plan.case_id}: declares no compare.golden")
         return None
+    if pair.skipped is not None:  # e.g. emulated ranks: their losses are not the model's
+        print(f"skip  {plan.title}: its golden pair is not judged here ({pair.skipped})")
+        return None
     params: GoldenPairParams = pair.params
     arm = plan.arm(pair.arms[0])
     arm_dir = case_dir / arm.name

@@ -29,7 +29,7 @@ Every name other code uses is importable from ``harness.compare`` itself.
 from __future__ import annotations
 
 from . import contracts
-from .arm_checks import COMPLETENESS, RankSet, arm_checks, sanity_checks
+from .arm_checks import COMPLETENESS, LOSS_SANITY_CHECKS, RankSet, arm_checks, sanity_checks
 from .contracts.golden import GoldenMissing, GoldenPairParams
 from .contracts.reference import ReferencePairParams, regroup_step
 from .contracts.resume import ResumePairParams
@@ -62,8 +62,8 @@ from .verdicts import (
 __all__ = [
     "ARM_CHECKS_CONTRACT", "ARM_CHECKS_PAIR", "ArmData", "COMPLETENESS", "CONTRACTS", "CaseVerdict",
     "Check", "ContractFn", "ContractSkipped", "ExpectedRanks", "GoldenMissing", "GoldenPairParams",
-    "MIB", "PAIR_PARAMS", "PAIR_STATUSES", "Pair", "PairVerdict", "RankSet", "Record",
-    "ReferencePairParams", "ResumePairParams", "SWEEP_MARK", "SlotRingPairParams",
+    "LOSS_SANITY_CHECKS", "MIB", "PAIR_PARAMS", "PAIR_STATUSES", "Pair", "PairVerdict", "RankSet",
+    "Record", "ReferencePairParams", "ResumePairParams", "SWEEP_MARK", "SlotRingPairParams",
     "SlotRingPlanParams", "Steps", "arm_checks", "combine_status", "compare_series", "contract",
     "contracts", "evaluate_case", "evaluate_pair", "field_of", "first_rank_records", "pair_status",
     "read_verdict", "regroup_step", "sanity_checks", "step_series", "write_verdict",

@@ -3,7 +3,7 @@
 import json
 
 from harness.cli import main
-from harness.golden import golden_file, read_golden
+from harness.golden import golden_file
 
 
 def test_repeats_record_the_spread_and_the_bounds(write_case, tmp_path, capsys):
