@@ -143,16 +143,16 @@ def _fmt(value: object, spec: str) -> str:
     return format(value, spec)
 
 
-def step_line(arm_name: str, rank: int, steps: int, record: Mapping[str, object]) -> str:
+def step_line(arm_name: str, rank: int, steps: int, record: StepRecord) -> str:
     """One human-readable line for a completed step."""
-    mem = record.get("max_allocated_bytes")
-    mem_txt = f" maxalloc {int(mem) / 2**20:.0f}MiB" if isinstance(mem, (int, float)) else ""
-    flags = "".join(f" {k.upper()}" for k in ("nan", "skipped") if record.get(k))
+    mem = record.max_allocated_bytes
+    mem_txt = f" maxalloc {mem / 2**20:.0f}MiB" if mem is not None else ""
+    flags = (" NAN" if record.nan else "") + (" SKIPPED" if record.skipped else "")
     return (
-        f"[{arm_name} r{rank}] step {record.get('step')}/{steps} loss {_fmt(record.get('loss'), '.6f')} "
-        f"aux {_fmt(record.get('aux_loss'), '.4g')} gnorm {_fmt(record.get('grad_norm'), '.4g')} "
-        f"tokens {record.get('tokens')} cp {record.get('cp_sizes')} "
-        f"{_fmt(record.get('step_time_s'), '.3f')}s{mem_txt}{flags}"
+        f"[{arm_name} r{rank}] step {record.step}/{steps} loss {_fmt(record.loss, '.6f')} "
+        f"aux {_fmt(record.aux_loss, '.4g')} gnorm {_fmt(record.grad_norm, '.4g')} "
+        f"tokens {record.tokens} cp {list(record.cp_sizes)} "
+        f"{_fmt(record.step_time_s, '.3f')}s{mem_txt}{flags}"
     )
 
 
@@ -178,7 +178,7 @@ def _step_callback(writer, rank: int, arm_name: str, steps: int,
         # A step re-run after resuming from an older checkpoint is already recorded: the store
         # keeps the first record and append() returns False.
         if writer.append(record):
-            print(step_line(arm_name, rank, steps, record.to_dict()), flush=True)
+            print(step_line(arm_name, rank, steps, record), flush=True)
             if record.graph_stats is not None:
                 print(f"[{arm_name} r{rank}] {record.graph_stats.summary}", flush=True)
 

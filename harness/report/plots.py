@@ -12,7 +12,8 @@ import math
 from pathlib import Path
 from typing import Optional
 
-from harness.results import write_bytes_atomic
+from harness.compare.series import memory_probes
+from harness.results import MemoryProbe, write_bytes_atomic
 
 from .load import CaseView, SweepView
 
@@ -98,26 +99,20 @@ def _loss_difference(case: CaseView, ax):  # type: ignore[no-untyped-def]
     return twin
 
 
-def _probes(case: CaseView) -> dict[str, dict[int, object]]:
+def _probes(case: CaseView) -> dict[str, dict[int, MemoryProbe]]:
     """Arm -> rank -> its memory probe (CUDA runs only)."""
-    out: dict[str, dict[int, object]] = {}
-    for name, arm in case.arms.items():
-        for rank, recs in arm.steps.items():
-            for rec in recs:
-                probe = getattr(rec, "memory_probe", None)
-                if probe is not None:
-                    out.setdefault(name, {})[rank] = probe
-    return out
+    out = {name: memory_probes(arm.steps) for name, arm in case.arms.items()}
+    return {name: probes for name, probes in out.items() if probes}
 
 
-def _memory_bars(probes: dict[str, dict[int, object]], ax) -> None:  # type: ignore[no-untyped-def]
+def _memory_bars(probes: dict[str, dict[int, MemoryProbe]], ax) -> None:  # type: ignore[no-untyped-def]
     """Device-used memory after empty_cache, one bar per (arm, rank)."""
     arms = sorted(probes)
     ranks = sorted({r for p in probes.values() for r in p})
     width = 0.8 / max(len(arms), 1)
     for i, name in enumerate(arms):
         xs = [r + i * width for r in ranks if r in probes[name]]
-        ys = [getattr(probes[name][r], "device_used_bytes") / 2**30 for r in ranks if r in probes[name]]
+        ys = [probes[name][r].device_used_bytes / 2**30 for r in ranks if r in probes[name]]
         ax.bar(xs, ys, width=width, label=name)
     ax.set_xticks([r + 0.4 - width / 2 for r in ranks], [f"rank {r}" for r in ranks])
     ax.set_title("device used after empty_cache (GiB)", fontsize="small")

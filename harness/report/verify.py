@@ -34,14 +34,13 @@ from harness.compare import (
     combine_status,
     ExpectedRanks,
     evaluate_case,
-    field_of,
     pair_status,
 )
 from harness.caseplan import CasePlan
-from harness.results import ArmOutcome, ResultsError
+from harness.results import ArmOutcome, ResultsError, StepRecord
 from harness.spec.limits import LIMITS, STEPS
 
-Steps = Mapping[int, Sequence[Mapping[str, Any]]]
+Steps = Mapping[int, Sequence[StepRecord]]  # rank -> that rank's step records
 
 
 @dataclass(frozen=True)
@@ -197,8 +196,8 @@ def _step_problem(steps: Steps, last: int) -> Optional[str]:
     """A record whose ``step`` is not a step of the case (1..``last``), or None."""
     for rank in sorted(steps):
         for rec in steps[rank]:
-            step = field_of(rec, "step")
-            if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= last:
+            step = rec.step
+            if not 1 <= step <= last:
                 return (f"rank {rank} holds a record of step {step!r}, not a step of this case "
                         f"(1..{last})")
     return None

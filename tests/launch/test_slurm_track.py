@@ -22,6 +22,7 @@ from harness.launch.slurm_wait import wait_for_sweep
 from harness.arms import plan_case
 from harness.launch.sweep import prepare_case_dir
 from harness.results import ArmOutcome, StepWriter, read_outcome, write_outcome
+from tests.records import record
 from harness.spec import load_cases
 
 CASE = """\
@@ -67,7 +68,7 @@ def sweep(tmp_path):
 def steps(arm_dir, n, rank=0):
     w = StepWriter(arm_dir, rank)
     for s in range(1, n + 1):
-        w.append({"step": s, "loss": 1.0 / s, "grad_norm": 1.0, "nan": False, "skipped": False})
+        w.append(record(s, 1.0 / s))
 
 
 def test_parse_squeue_expands_array_ranges():
