@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
-    from harness.results import StepRecord
+    from harness.caseplan import CasePlan, PlannedArm
+    from harness.results import StepRecord, StepWriter
+    from harness.spec.schema import Case
 
 # Set by the local launcher: its pid. A rank whose launcher is gone stops itself (no orphans).
 LAUNCHER_PID_ENV = "DCP_HARNESS_LAUNCHER_PID"
@@ -170,7 +172,7 @@ def device_platform(device: object) -> str:
     return platform_key(torch.cuda.get_device_name(dev))
 
 
-def _step_callback(writer, rank: int, arm_name: str, steps: int,
+def _step_callback(writer: StepWriter, rank: int, arm_name: str, steps: int,
                    platform: Optional[str] = None) -> Callable[["StepRecord"], None]:
     def on_step(record: StepRecord) -> None:
         if platform is not None and record.platform is None:
@@ -219,7 +221,7 @@ def _destroy_process_group() -> None:
         dist.destroy_process_group()
 
 
-def _describe(case) -> str:
+def _describe(case: Case) -> str:
     lay, ex = case.layout, case.execution
     cp = f"dynamic CP {list(lay.cp_sizes)}" if lay.dynamic else f"CP {lay.max_cp}"
     how = (f"CUDA graphs, scope {case.graphs.scope}, {ex.pools} pool(s)" if ex.graphed
@@ -227,7 +229,7 @@ def _describe(case) -> str:
     return f"pp {lay.pp} vpp {lay.vpp} ep {lay.ep} {cp}; {how}"
 
 
-def run_rank(arm, arm_dir: Path, resume: bool = True) -> None:
+def run_rank(arm: PlannedArm, arm_dir: Path, resume: bool = True) -> None:
     """Train the planned arm ``arm`` (``harness.caseplan.PlannedArm``) as this process's rank,
     writing ``arm_dir``; every record names the device's platform (golden files are per platform).
 
@@ -273,7 +275,7 @@ def run_rank(arm, arm_dir: Path, resume: bool = True) -> None:
         remove_empty_stacks(arm_dir, (rank,))
 
 
-def read_plan_beside(case_json: Path):
+def read_plan_beside(case_json: Path) -> CasePlan:
     """The plan (``harness.caseplan.CasePlan``) of the case folder holding ``case_json`` (a
     sweep's ``<sweep>/<case>/case.json``, with ``plan.json`` beside it); ConfigError saying what
     is wrong with it."""

@@ -33,6 +33,7 @@ from harness.errors import ConfigError
 from harness.launch.profiles import Profile
 from harness.launch.slurm_job import CaseJob
 from harness.results import read_json, write_json_atomic
+from harness.spec.schema import Case
 
 SLURM_DIR = "slurm"
 JOBS_FILE = "jobs.json"
@@ -75,12 +76,12 @@ class JobGroup:
         return f"dcp-g{self.index}"
 
 
-def case_time_min(case: Any, n_arms: int, profile: Profile) -> int:
+def case_time_min(case: Case, n_arms: int, profile: Profile) -> int:
     """The job time limit of one case: all its arms back to back plus the profile's margin."""
     return int(math.ceil(n_arms * case.resources.time_min + profile.time_margin_min))
 
 
-def shape_of(case: Any, profile: Profile) -> JobShape:
+def shape_of(case: Case, profile: Profile) -> JobShape:
     """The resource shape of ``case`` on ``profile``; ConfigError when the cluster cannot host it."""
     res = case.resources
     if res.gpus_per_node > profile.gpus_per_node:
@@ -96,13 +97,13 @@ def shape_of(case: Any, profile: Profile) -> JobShape:
                     gpus_per_node=res.gpus_per_node if profile.gpus else 0)
 
 
-def plan_jobs(cases: Sequence[Any], arm_counts: Mapping[str, int],
+def plan_jobs(cases: Sequence[Case], arm_counts: Mapping[str, int],
               profiles: Mapping[str, Profile], profile_of: Optional[Mapping[str, str]] = None,
               max_parallel: Optional[int] = None) -> tuple[JobGroup, ...]:
     """Group ``cases`` into job submissions (see module doc). ``profiles`` maps a profile name to
     its profile; ``profile_of`` maps a case id to the profile it runs on (default: the case's
     ``resources.profile``)."""
-    by_shape: dict[JobShape, list[Any]] = {}
+    by_shape: dict[JobShape, list[Case]] = {}
     for case in cases:
         name = (profile_of or {}).get(case.id, case.resources.profile)
         if name not in profiles:
@@ -266,12 +267,11 @@ def next_round(sweep_dir: Path) -> int:
 
 
 # --------------------------------------------------------------------------- submit
-def submit_groups(cases: Mapping[str, Any], groups: Sequence[JobGroup],
-                  profiles: Mapping[str, Profile], sweep_dir: Path,
+def submit_groups(groups: Sequence[JobGroup], profiles: Mapping[str, Profile], sweep_dir: Path,
                   profile_files: Optional[Mapping[str, str]] = None,
                   retry_rounds: Optional[Mapping[str, int]] = None) -> list[JobRef]:
-    """Submit every group through submitit and record the jobs. ``cases``: the submitted case
-    ids (their plans); the case folders (``case.json``, ``plan.json``) must exist already
+    """Submit every group through submitit and record the jobs. The case folders of the groups'
+    cases (``case.json``, ``plan.json``) must exist already
     (``harness.launch.sweep.prepare_case_dir``): each job reads its plan from there.
     ``retry_rounds`` maps a re-submitted case to how many jobs it had before (counted in its
     arms' ``restarts``)."""

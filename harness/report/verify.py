@@ -55,9 +55,18 @@ class CaseRules:
     sanity: Any = None  # the case's compare.sanity (None: every sanity check on)
 
 
-# case.json (a dict), the stored verdict (None when there is none) and the stored plan (None
-# when there is none) -> the case's rules. Raising makes the case an error naming the reason.
-RulesFn = Callable[[Mapping[str, Any], Optional[CaseVerdict], Optional[CasePlan]], CaseRules]
+@dataclass(frozen=True)
+class StoredCase:
+    """What a case folder holds that its rules are read from: ``case.json`` (a dict), the stored
+    verdict and the stored plan (each None when there is none)."""
+
+    case: Mapping[str, Any]
+    verdict: Optional[CaseVerdict]
+    plan: Optional[CasePlan]
+
+
+# A stored case -> its rules. Raising makes the case an error naming the reason.
+RulesFn = Callable[[StoredCase], CaseRules]
 
 
 def rules_from_plan(plan: CasePlan) -> CaseRules:
@@ -65,10 +74,11 @@ def rules_from_plan(plan: CasePlan) -> CaseRules:
     return CaseRules(plan.arm_names, plan.pairs, plan.steps, plan.expected_ranks, plan.sanity)
 
 
-def stored_rules(case: Mapping[str, Any], stored: Optional[CaseVerdict],
-                 plan: Optional[CasePlan]) -> CaseRules:
+def stored_rules(stored: StoredCase) -> CaseRules:
     """The default: the stored plan's rules, or :func:`rules_from_files` without a plan."""
-    return rules_from_plan(plan) if plan is not None else rules_from_files(case, stored)
+    if stored.plan is not None:
+        return rules_from_plan(stored.plan)
+    return rules_from_files(stored.case, stored.verdict)
 
 
 def _bounded(data: Mapping[str, Any], section: str, key: str) -> Optional[int]:
@@ -83,8 +93,7 @@ def _bounded(data: Mapping[str, Any], section: str, key: str) -> Optional[int]:
     return value
 
 
-def rules_from_files(case: Mapping[str, Any], stored: Optional[CaseVerdict],
-                     plan: Optional[CasePlan] = None) -> CaseRules:
+def rules_from_files(case: Mapping[str, Any], stored: Optional[CaseVerdict]) -> CaseRules:
     """The pairs ``verdict.json`` names, with their settings from ``case.json``'s ``compare:``
     section; steps from ``train.steps``, ranks from ``resources`` (nodes x gpus_per_node)."""
     compare = case.get("compare") or {}
@@ -218,7 +227,7 @@ def judge_case(case_id: str, case: Optional[Mapping[str, Any]], stored: Optional
         return error_verdict(case_id, sorted(arms), "no case.json: the case's rules are unknown, so "
                                                     "its verdict cannot be checked against its records")
     try:
-        r = rules(case, stored, plan)
+        r = rules(StoredCase(case, stored, plan))
     except ResultsError as exc:  # a plan that does not belong to the case: the reason as it is
         return error_verdict(case_id, sorted(arms), str(exc))
     except Exception as exc:  # a case.json the harness cannot read back: never a pass
