@@ -29,6 +29,7 @@ from .files import (
     read_json_record,
     write_bytes_atomic,
     write_json_atomic,
+    write_json_record,
     write_text_atomic,
 )
 from .outcome import ARM_STATUSES, ArmOutcome, read_outcome, write_outcome
@@ -56,5 +57,5 @@ __all__ = [
     "current_umask", "decode_float", "decode_nonfinite", "dumps", "encode_nonfinite", "field_of",
     "file_mode", "list_arm_dirs", "parse_step_line", "rank_file", "rank_files", "read_json",
     "read_json_record", "read_outcome", "read_rank_file", "read_steps", "write_bytes_atomic",
-    "write_json_atomic", "write_outcome", "write_text_atomic",
+    "write_json_atomic", "write_json_record", "write_outcome", "write_text_atomic",
 ]
