@@ -359,8 +359,8 @@ def _resume_pairs(case: Case, arm: Callable[[str, str], str],
 def ring_figures(case: Case) -> list[dict[str, int]]:
     """Per PP rank, what the slot planner gives a graph arm of ``case``: its physical slots and
     its saved-arena and input-grad-arena counts (``slotmem.plan_pipeline``, as the capture plans
-    it: ``harness.workload.graphplan``)."""
-    from harness.workload.graphplan import case_graph_layout, rank_plans
+    it: ``harness.graphplan``)."""
+    from harness.graphplan import case_graph_layout, rank_plans
 
     out = []
     for rank in range(case.layout.pp):

@@ -47,14 +47,14 @@ from harness.results import (
     ResultsError,
     RunEnvironment,
     StepRecord,
+    field_of,
     read_json,
     write_json_atomic,
 )
 from harness.spec.schema import LossBound, Tolerance
 from harness.textfmt import collapse_runs
 
-Record = Union[StepRecord, Mapping[str, Any]]
-Steps = Mapping[int, Sequence[Record]]
+Steps = Mapping[int, Sequence[StepRecord]]  # rank -> that rank's step records
 
 LOSS, TIME, MEMORY = "loss", "time", "memory"  # metric kinds
 
@@ -66,26 +66,20 @@ RTOL_FLOOR = 1e-3
 MAX_CV = 0.02
 
 
-def _get(rec: Record, key: str) -> Any:
-    return getattr(rec, key, None) if isinstance(rec, StepRecord) else rec.get(key)
-
-
 def _number(value: Any) -> Optional[float]:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
 
 
-def _field(key: str) -> Callable[[Record], Optional[float]]:
-    return lambda rec: _number(_get(rec, key))
+def _field(key: str) -> Callable[[StepRecord], Optional[float]]:
+    return lambda rec: _number(field_of(rec, key))
 
 
-def _nested(outer: str, key: str) -> Callable[[Record], Optional[float]]:
-    def read(rec: Record) -> Optional[float]:
-        inner = _get(rec, outer)
-        if inner is None:
-            return None
-        return _number(inner.get(key) if isinstance(inner, Mapping) else getattr(inner, key, None))
+def _nested(outer: str, key: str) -> Callable[[StepRecord], Optional[float]]:
+    def read(rec: StepRecord) -> Optional[float]:
+        inner = field_of(rec, outer)
+        return None if inner is None else _number(getattr(inner, key))
     return read
 
 
@@ -97,7 +91,7 @@ class Metric:
 
     name: str
     kind: str
-    read: Callable[[Record], Optional[float]]
+    read: Callable[[StepRecord], Optional[float]]
     combine: str
     what: str
 
@@ -208,12 +202,10 @@ def platform_of(steps: Steps) -> str:
     records of older runs); ``cpu`` when no record names either."""
     for rank in sorted(steps):
         for rec in steps[rank]:
-            platform = _get(rec, "platform")
-            if isinstance(platform, str) and platform:
-                return platform
-            device = _get(rec, "device")
-            if isinstance(device, str) and device:
-                return device.split(":", 1)[0]
+            if rec.platform:
+                return rec.platform
+            if rec.device:
+                return rec.device.split(":", 1)[0]
     return "cpu"
 
 
@@ -221,14 +213,8 @@ def environment_of(steps: Steps) -> Optional[RunEnvironment]:
     """The environment the arm's lowest rank recorded first (None: records of older runs)."""
     for rank in sorted(steps):
         for rec in steps[rank]:
-            env = _get(rec, "environment")
-            if isinstance(env, RunEnvironment):
-                return env
-            if isinstance(env, Mapping):
-                try:
-                    return RunEnvironment.from_dict(env)
-                except ResultsError:
-                    return None
+            if rec.environment is not None:
+                return rec.environment
     return None
 
 
@@ -251,8 +237,8 @@ def metric_series(steps: Steps, metric: str) -> dict[int, float]:
     out: dict[int, float] = {}
     for rank in sorted(steps):
         for rec in steps[rank]:
-            step, value = _get(rec, "step"), m.read(rec)
-            if not isinstance(step, int) or value is None:
+            step, value = rec.step, m.read(rec)
+            if value is None:
                 continue
             if step not in out:
                 out[step] = value

@@ -42,10 +42,12 @@ def test_records_carry_it_and_reject_a_bad_one() -> None:
     data = rec.to_dict()
     assert data["environment"]["settings"] == {"OMP_NUM_THREADS": "2"}
     assert StepRecord.from_dict(data) == rec
-    with pytest.raises(ResultsError, match="'environment.settings' must map variable names"):
+    with pytest.raises(ResultsError, match="field 'environment.settings.0'"):
         StepRecord.from_dict({**data, "environment": {"torch": "2", "settings": ["x"]}})
-    with pytest.raises(ResultsError, match="unknown keys"):
+    with pytest.raises(ResultsError, match="field 'environment.rocm': unknown key 'rocm'"):
         StepRecord.from_dict({**data, "environment": {"torch": "2", "rocm": "6"}})
+    with pytest.raises(ResultsError, match="bad environment: field 'torch'"):
+        RunEnvironment.from_dict({"torch": 2})
 
 
 def test_the_rank_writes_it_on_its_first_record_only(tmp_path) -> None:

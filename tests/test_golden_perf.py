@@ -14,6 +14,7 @@ from harness.golden import golden_file, snapshot_golden, steady_window, window_m
 from harness.report.verify import pair_differences
 from harness.results import RunEnvironment
 
+from tests.records import changed, probe
 from tests.test_compare import OK, by_name, one, run
 
 GIB = 2.0 ** 30
@@ -24,20 +25,18 @@ LOSSES = [2.5 - 0.05 * i for i in range(STEPS)]
 def gpu_run(time_s: float = 0.2, mem: float = 4 * GIB, slow_from: int = 99, grow: float = 0.0,
             env: RunEnvironment | None = None, platform: str = "h200") -> dict:
     """An arm's records on a GPU: step time ``time_s`` (x 1.1 from step ``slow_from``), memory
-    ``mem`` growing by ``grow`` bytes a step."""
-    data = run(LOSSES, at={s: {"platform": platform, "device": "cuda:0",
-                               "step_time_s": time_s * (1.1 if s >= slow_from else 1.0),
-                               "allocated_bytes": mem + grow * s,
-                               "max_allocated_bytes": mem + grow * s + GIB,
-                               "reserved_bytes": 2 * mem}
-                           for s in range(1, STEPS + 1)})
-    for recs in data.values():
-        recs[-1]["memory_probe"] = {"device_used_bytes": int(3 * mem), "device_total_bytes": int(140 * GIB),
-                                    "allocated_bytes": int(mem), "active_bytes": int(mem),
-                                    "reserved_bytes": int(2 * mem)}
-        if env is not None:
-            recs[0]["environment"] = env.to_dict()
-    return data
+    ``mem`` growing by ``grow`` bytes a step, the memory probe after the last step, ``env`` on
+    the first record."""
+    at = {s: {"platform": platform, "device": "cuda:0",
+              "step_time_s": time_s * (1.1 if s >= slow_from else 1.0),
+              "allocated_bytes": int(mem + grow * s),
+              "max_allocated_bytes": int(mem + grow * s + GIB),
+              "reserved_bytes": int(2 * mem)}
+          for s in range(1, STEPS + 1)}
+    at[STEPS]["memory_probe"] = probe(3 * mem, total=140 * GIB, allocated=mem, reserved=2 * mem)
+    if env is not None:
+        at[1]["environment"] = env
+    return run(LOSSES, at=at)
 
 
 def golden_pair(where: Path, **params) -> Pair:
@@ -180,9 +179,7 @@ def test_the_lower_bound_round_trips_and_an_edited_one_is_caught(tmp_path: Path)
 
 def test_losses_are_still_checked_beside_time_and_memory(tmp_path: Path) -> None:
     write_golden(golden_file(tmp_path, "c1", "h200"), gpu_run())
-    moved = gpu_run()
-    for recs in moved.values():
-        recs[3]["loss"] *= 1.001
+    moved = changed(gpu_run(), {4: {"loss": LOSSES[3] * 1.001}})
     entry = judge(tmp_path, moved)
     assert [c.name for c in entry.failed_checks] == ["loss"]
 

@@ -28,6 +28,7 @@ from harness.golden_diff import diff_golden, render_diff
 from harness.results import RunEnvironment
 from harness.spec.schema import Tolerance
 
+from tests.records import changed
 from tests.test_golden_perf import GIB, STEPS, gpu_run
 
 ENV = RunEnvironment("2.11.0+cu130", "13.0", "2.27.3", "NVIDIA H200",
@@ -94,16 +95,12 @@ def test_a_bad_extra_is_an_error_naming_the_file(tmp_path: Path) -> None:
 def test_refused_when_a_loss_differs_beyond_the_golden_check(tmp_path: Path) -> None:
     steady = [gpu_run(), gpu_run(), gpu_run()]
     assert refusals(steady, loss_bounds=BOUNDS, checked=CHECKED) == []
-    moved = gpu_run()
-    for recs in moved.values():
-        recs[4]["loss"] *= 1 + 1e-4
+    moved = changed(gpu_run(), {5: {"loss": gpu_run()[0][4].loss * (1 + 1e-4)}})
     why = refusals([gpu_run(), moved], loss_bounds=BOUNDS, checked=CHECKED)
     assert len(why) == 1 and why[0].startswith("'lm loss' differs between the 2 repeats at step 5")
     assert "no golden value of it can pass" in why[0]
     # exact: any difference at all
-    tiny = gpu_run()
-    for recs in tiny.values():
-        recs[0]["grad_norm"] = 1.0 + 1e-15
+    tiny = changed(gpu_run(), {1: {"grad_norm": 1.0 + 1e-15}})
     exact = refusals([gpu_run(), tiny], loss_bounds={"grad norm": "exact"}, checked=set())
     assert len(exact) == 1 and "'grad norm' differs" in exact[0] and "(exact)" in exact[0]
 
@@ -124,9 +121,7 @@ def test_refused_when_a_checked_metric_is_too_noisy_naming_it() -> None:
 
 
 def test_repeats_must_cover_the_same_steps() -> None:
-    short = gpu_run()
-    for recs in short.values():
-        del recs[-1]
+    short = {rank: recs[:-1] for rank, recs in gpu_run().items()}
     with pytest.raises(GoldenError, match="repeat 2 of the arm recorded 'lm loss' on steps other"):
         golden_values([gpu_run(), short])
 
@@ -149,8 +144,7 @@ def test_environment_keys_follow_megatrons_environment_platform(tmp_path: Path) 
 def test_golden_diff_gives_signed_mean_and_largest_difference(tmp_path: Path) -> None:
     old = read_golden(write_golden(golden_file(tmp_path / "old", "c1", "h200"), gpu_run(env=ENV)))
     newer = gpu_run(time_s=0.19, env=RunEnvironment("2.13.0+cu130", "13.0", "2.27.3", "NVIDIA H200"))
-    for recs in newer.values():
-        recs[2]["loss"] *= 1 + 3e-6
+    newer = changed(newer, {3: {"loss": newer[0][2].loss * (1 + 3e-6)}})
     new = read_golden(write_golden(golden_file(tmp_path / "new", "c1", "h200"), newer))
     d = diff_golden(old, new)
     by = {m.metric: m for m in d.metrics}

@@ -14,6 +14,7 @@ from harness.compare.ring import growth, wrapping_from
 from harness.errors import CaseError
 from harness.results import ArmOutcome
 from harness.spec.loader import load_cases
+from tests.records import graph_stats, record
 
 REPO = Path(__file__).resolve().parents[1]
 RING = REPO / "cases/focused/gpu2-slot-ring-pp2-vpp2.yaml"
@@ -68,18 +69,12 @@ def test_a_planner_that_grows_with_the_count_fails(monkeypatch) -> None:
     assert check.value == 8 and "rank 0 has +8 at 16 against 8" in check.detail
 
 
-def _stats(slots: int, pool_mib: float, arena_mib: float) -> dict:
-    return {"summary": "x", "variants": 1, "physical_slots": slots, "graphs": 8,
-            "pool_reserved_bytes": int(pool_mib * MIB), "pool_allocated_bytes": 0,
-            "arena_bytes": int(arena_mib * MIB), "largest_pool_bytes": int(pool_mib * MIB),
-            "pools": 1, "capture_s": 0.1, "warmup_s": 0.1, "capture_peak_bytes": 0,
-            "warmup_peak_bytes": 0}
-
-
 def _arm(slots: int, pool: float, arena: float) -> dict:
-    recs = [{"step": s, "loss": 2.0 - 0.1 * s, "grad_norm": 1.0, "graphed": s > 2,
-             "graph_stats": _stats(slots, pool, arena) if s == 3 else None} for s in range(1, 6)]
-    return {0: recs, 1: [dict(r) for r in recs]}
+    stats = graph_stats(pool * MIB, pool * MIB, 1, physical_slots=slots, variants=1,
+                        arena_bytes=int(arena * MIB))
+    recs = [record(s, 2.0 - 0.1 * s, graphed=s > 2, graph_stats=stats if s == 3 else None)
+            for s in range(1, 6)]
+    return {0: recs, 1: list(recs)}
 
 
 def _bytes_pair(counts: list[int]) -> Pair:

@@ -16,6 +16,7 @@ from harness.spec.schema import ReferenceContract, SanitySpec
 
 from harness.results import ArmOutcome
 
+from tests.records import changed, record
 from tests.test_compare import LOSS, OK, by_name, one, run
 
 GRAD = [0.9, 0.8, 0.7, 0.6]
@@ -36,10 +37,7 @@ def ranks(**kw) -> dict:
 
 
 def with_mbs(data: dict, counts: list[int]) -> dict:
-    for recs in data.values():
-        for rec, n in zip(recs, counts):
-            rec["microbatches"] = n
-    return data
+    return changed(data, {step: {"microbatches": n} for step, n in enumerate(counts, start=1)})
 
 
 # --------------------------------------------------------------------------- reference
@@ -188,9 +186,9 @@ def test_golden_file_layout_is_megatrons(tmp_path: Path) -> None:
     assert doc["lm loss"] == {"start_step": 1, "end_step": 4, "step_interval": 1,
                               "values": {"1": 2.5, "2": 2.31, "3": 2.2, "4": 2.1}}
     assert read_golden(path).series("grad norm") == {1: 0.9, 2: 0.8, 3: 0.7, 4: 0.6}
-    assert platform_of(data) == "cpu" and platform_of({0: [{"step": 1, "device": "cuda:3"}]}) == "cuda"
+    assert platform_of(data) == "cpu" and platform_of({0: [record(1, device="cuda:3")]}) == "cuda"
     # records name the GPU they ran on (rank_main): goldens are kept per GPU generation
-    assert platform_of({0: [{"step": 1, "device": "cuda:0", "platform": "h200"}]}) == "h200"
+    assert platform_of({0: [record(1, device="cuda:0", platform="h200")]}) == "h200"
     mem = run(LOSS, mem=4.0 * 2**30)
     assert golden_values(mem)["mem-max-allocated-bytes"]["values"]["4"] == 4.0 * 2**30
 

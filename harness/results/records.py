@@ -2,93 +2,72 @@
 
 ``StepRecord`` (with ``MemoryProbe``, ``GraphStats`` and ``FrameReplays`` nested in it) is the
 one shape of a line of ``rank<k>.jsonl``: the rank process builds it, ``StepWriter`` writes
-``to_dict()`` and ``read_steps`` gives it back.
+``to_dict()`` and ``read_steps`` gives it back through :meth:`StepRecord.from_dict`, which
+validates with pydantic (a ``TypeAdapter`` of these frozen dataclasses): an unknown key, a value
+of the wrong JSON type or a missing field is a ``ResultsError`` naming the field, in the words a
+bad case file gets (``harness.spec.validation``). Readers take ``StepRecord`` only and read its
+attributes; :func:`field_of` reads one named by a string (a series of any numeric field).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping, Optional
+from typing import Annotated, Any, Mapping, Optional
 
-from .files import ResultsError, decode_float
+from pydantic import BeforeValidator, ConfigDict, Field, Strict, TypeAdapter, ValidationError
 
+from harness.spec.validation import all_problems
 
-def _opt_int(value: Any, name: str) -> Optional[int]:
-    if value is None:
-        return None
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ResultsError(f"'{name}' must be an integer or null, got {value!r}")
-    return value
+from .files import ResultsError
 
 
-def _opt_float(value: Any, name: str) -> Optional[float]:
-    try:
-        return decode_float(value)
-    except ResultsError as exc:
-        raise ResultsError(f"'{name}': {exc}") from None
+def _whole(value: Any) -> Any:
+    """An integral float (``4096.0``) reads as the integer it is; anything else is left as it is."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-def _from_fields(cls: type, data: Mapping[str, Any], what: str,
-                 given: Optional[Mapping[str, Any]] = None) -> Any:
-    """``cls(**data)`` for a dataclass of ints, floats, bools, strs (typed by annotation name)
-    plus the already-parsed fields ``given``; unknown keys are errors, so a renamed key is caught
-    where it is read."""
-    given = dict(given or {})
-    known = {f.name: f for f in fields(cls) if f.name not in given}
-    unknown = sorted(set(data) - set(known) - set(given))
-    if unknown:
-        raise ResultsError(f"{what} has unknown keys {unknown} (known: {sorted(known)})")
-    out: dict[str, Any] = {}
-    for name, f in known.items():
-        if name not in data:
-            continue
-        value, kind = data[name], str(f.type)
-        if "int" in kind and "float" not in kind:
-            out[name] = _opt_int(value, name)
-        elif "float" in kind:
-            out[name] = _opt_float(value, name)
-        elif "bool" in kind:
-            if not isinstance(value, bool):
-                raise ResultsError(f"'{name}' must be true or false, got {value!r}")
-            out[name] = value
-        else:
-            out[name] = None if value is None else str(value)
-    try:
-        return cls(**out, **given)
-    except (TypeError, ValueError) as exc:
-        raise ResultsError(f"{what}: {exc}") from None
+# The JSON types of a record, exactly: a bool is not a number, a number is not a string.
+Int = Annotated[int, BeforeValidator(_whole), Strict()]
+Float = Annotated[float, Strict()]  # an int reads as a float; NaN and infinities are kept
+Bool = Annotated[bool, Strict()]
+Str = Annotated[str, Strict()]
+Step = Annotated[Int, Field(ge=1)]
+_FORBID = ConfigDict(extra="forbid")  # an unknown key is an error: a renamed field is caught
 
 
 @dataclass(frozen=True)
 class MemoryProbe:
     """Memory of one rank after ``train.memory_probe_step`` and ``torch.cuda.empty_cache()``."""
 
-    device_used_bytes: int  # whole device (NVML / cudaMemGetInfo: total - free), every process
-    device_total_bytes: int
-    allocated_bytes: int  # this process's caching allocator: allocated (= active after the step)
-    active_bytes: int
-    reserved_bytes: int
+    __pydantic_config__ = _FORBID
+
+    device_used_bytes: Int  # whole device (NVML / cudaMemGetInfo: total - free), every process
+    device_total_bytes: Int
+    allocated_bytes: Int  # this process's caching allocator: allocated (= active after the step)
+    active_bytes: Int
+    reserved_bytes: Int
 
 
 @dataclass(frozen=True)
 class GraphStats:
     """What one rank's CUDA-graph capture built (recorded on the step after which it ran)."""
 
-    summary: str  # the core's capture line
-    variants: int  # CP variants captured
-    physical_slots: int
-    graphs: int
-    pool_reserved_bytes: int  # every graph pool of the rank together
-    pool_allocated_bytes: int
-    arena_bytes: int
-    largest_pool_bytes: int  # the largest single pool (one CP size with separate pools)
-    pools: int  # 1 (slot-shared) or one per CP size
-    capture_s: float
-    warmup_s: float
-    capture_peak_bytes: int
-    warmup_peak_bytes: int
+    __pydantic_config__ = _FORBID
+
+    summary: Str  # the core's capture line
+    variants: Int  # CP variants captured
+    physical_slots: Int
+    graphs: Int
+    pool_reserved_bytes: Int  # every graph pool of the rank together
+    pool_allocated_bytes: Int
+    arena_bytes: Int
+    largest_pool_bytes: Int  # the largest single pool (one CP size with separate pools)
+    pools: Int  # 1 (slot-shared) or one per CP size
+    capture_s: Float
+    warmup_s: Float
+    capture_peak_bytes: Int
+    warmup_peak_bytes: Int
 
 
 @dataclass(frozen=True)
@@ -96,9 +75,16 @@ class FrameReplays:
     """How many layer graphs one (CP size, physical slot) frame replayed in one step (forward
     replays, summed over the rank's layers; each has its backward replay)."""
 
-    cp_size: int
-    slot: int
-    replays: int
+    __pydantic_config__ = _FORBID
+
+    cp_size: Int
+    slot: Int
+    replays: Int
+
+
+def _pairs(value: Any) -> Any:
+    """A mapping of settings (as written to JSON) reads as sorted (name, value) pairs."""
+    return tuple(sorted(value.items())) if isinstance(value, Mapping) else value
 
 
 @dataclass(frozen=True)
@@ -108,11 +94,14 @@ class RunEnvironment:
     environment that were set (``harness.environment.SETTINGS``; unset ones are left out).
     Recorded on the first step record each rank process writes (again after a resume)."""
 
-    torch: str
-    cuda: Optional[str] = None  # torch.version.cuda of a CUDA build, None on a CPU build
-    nccl: Optional[str] = None  # the NCCL torch was built with, where it has one
-    device_name: Optional[str] = None  # the CUDA device's name, None on CPU
-    settings: tuple[tuple[str, str], ...] = ()  # (variable, value), sorted by variable
+    __pydantic_config__ = _FORBID
+
+    torch: Str
+    cuda: Optional[Str] = None  # torch.version.cuda of a CUDA build, None on a CPU build
+    nccl: Optional[Str] = None  # the NCCL torch was built with, where it has one
+    device_name: Optional[Str] = None  # the CUDA device's name, None on CPU
+    # (variable, value), sorted by variable; written to JSON as an object
+    settings: Annotated[tuple[tuple[Str, Str], ...], BeforeValidator(_pairs)] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"torch": self.torch, "cuda": self.cuda, "nccl": self.nccl,
@@ -120,16 +109,13 @@ class RunEnvironment:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RunEnvironment":
-        settings = data.get("settings") or {}
-        if not isinstance(settings, Mapping) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in settings.items()):
-            raise ResultsError(f"'environment.settings' must map variable names to strings, got "
-                               f"{settings!r}")
-        flat = {k: v for k, v in data.items() if k != "settings"}
-        return _from_fields(cls, flat, "'environment'", {"settings": tuple(sorted(settings.items()))})
-
-
-_NESTED = {"memory_probe": MemoryProbe, "graph_stats": GraphStats}
+        """An environment from its JSON object; a ResultsError naming a bad field."""
+        try:
+            return _environment_adapter().validate_python(data)
+        except ValidationError as exc:
+            problems = all_problems(exc, root=RunEnvironment)
+            raise ResultsError("bad environment: " + "; also ".join(
+                f"field '{p.field}': {p.message}" for p in problems)) from None
 
 
 @dataclass(frozen=True)
@@ -144,26 +130,28 @@ class StepRecord:
     ``replays`` counts a graphed step's replays per (CP size, physical slot) frame.
     """
 
-    step: int
-    loss: Optional[float] = None
-    aux_loss: Optional[float] = None
-    grad_norm: Optional[float] = None
-    nan: bool = False
-    skipped: bool = False
-    tokens: Optional[int] = None
-    microbatches: Optional[int] = None
-    cp_sizes: tuple[int, ...] = ()
-    lr: Optional[float] = None
-    step_time_s: Optional[float] = None
-    device: Optional[str] = None
+    __pydantic_config__ = _FORBID
+
+    step: Step
+    loss: Optional[Float] = None
+    aux_loss: Optional[Float] = None
+    grad_norm: Optional[Float] = None
+    nan: Bool = False
+    skipped: Bool = False
+    tokens: Optional[Int] = None
+    microbatches: Optional[Int] = None
+    cp_sizes: tuple[Int, ...] = ()
+    lr: Optional[Float] = None
+    step_time_s: Optional[Float] = None
+    device: Optional[Str] = None
     # The golden platform of the device (``cpu``, ``h200``, ``gb200``: ``golden.platform_key`` of
     # the CUDA device name), set by the rank process (``rank_main``) on every record it writes.
-    platform: Optional[str] = None
-    allocated_bytes: Optional[int] = None
-    reserved_bytes: Optional[int] = None
-    active_bytes: Optional[int] = None
-    max_allocated_bytes: Optional[int] = None
-    graphed: bool = False
+    platform: Optional[Str] = None
+    allocated_bytes: Optional[Int] = None
+    reserved_bytes: Optional[Int] = None
+    active_bytes: Optional[Int] = None
+    max_allocated_bytes: Optional[Int] = None
+    graphed: Bool = False
     memory_probe: Optional[MemoryProbe] = None
     graph_stats: Optional[GraphStats] = None
     replays: tuple[FrameReplays, ...] = ()  # graphed steps: per (CP size, slot), in that order
@@ -172,7 +160,7 @@ class StepRecord:
     environment: Optional[RunEnvironment] = None
     # The step this rank process resumed after (it loaded that step's checkpoint); None: it
     # started from step 1. Set on every record the process writes.
-    resumed_from: Optional[int] = None
+    resumed_from: Optional[Step] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 1:
@@ -187,28 +175,37 @@ class StepRecord:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "StepRecord":
-        """Read a record (ResultsError naming the key for an unknown or mistyped field)."""
-        if "step" not in data:
-            raise ResultsError("step record has no 'step'")
-        sizes = data.get("cp_sizes", [])
-        if not isinstance(sizes, list) or any(isinstance(x, bool) or not isinstance(x, int) for x in sizes):
-            raise ResultsError(f"'cp_sizes' must be a list of integers, got {sizes!r}")
-        frames = data.get("replays", [])
-        if not isinstance(frames, list) or any(not isinstance(f, Mapping) for f in frames):
-            raise ResultsError(f"'replays' must be a list of objects, got {frames!r}")
-        given: dict[str, Any] = {"cp_sizes": tuple(sizes),
-                                 "replays": tuple(_from_fields(FrameReplays, f, "'replays' entry")
-                                                  for f in frames)}
-        for key, kind in _NESTED.items():
-            value = data.get(key)
-            if value is not None and not isinstance(value, Mapping):
-                raise ResultsError(f"'{key}' must be an object or null, got {value!r}")
-            given[key] = None if value is None else _from_fields(kind, value, f"'{key}'")
-        env = data.get("environment")
-        if env is not None and not isinstance(env, Mapping):
-            raise ResultsError(f"'environment' must be an object or null, got {env!r}")
-        given["environment"] = None if env is None else RunEnvironment.from_dict(env)
-        flat = {k: v for k, v in data.items() if k not in given}
-        return _from_fields(cls, flat, "step record", given)
+        """A record from its JSON object (non-finite floats decoded, as ``read_steps`` gives
+        it); a ResultsError naming each unknown, mistyped or missing field."""
+        try:
+            return _adapter().validate_python(data)
+        except ValidationError as exc:
+            raise ResultsError(_problems_text(exc)) from None
 
 
+FIELDS = frozenset(f.name for f in fields(StepRecord))
+
+
+def field_of(record: StepRecord, key: str) -> Any:
+    """The field ``key`` of a record (a series of a field chosen by name); a KeyError naming
+    the fields for a name a step record does not have."""
+    if key not in FIELDS:
+        raise KeyError(f"step records have no field '{key}' (fields: {', '.join(sorted(FIELDS))})")
+    return getattr(record, key)
+
+
+@functools.cache
+def _adapter() -> TypeAdapter[StepRecord]:
+    return TypeAdapter(StepRecord)
+
+
+@functools.cache
+def _environment_adapter() -> TypeAdapter[RunEnvironment]:
+    return TypeAdapter(RunEnvironment)
+
+
+def _problems_text(exc: ValidationError) -> str:
+    """``field 'a.b': message`` of the first problem, then ``; also field ...`` of the others."""
+    problems = all_problems(exc, root=StepRecord)
+    text = "; also ".join(f"field '{p.field}': {p.message}" for p in problems)
+    return f"bad step record: {text}"

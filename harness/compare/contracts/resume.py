@@ -15,11 +15,12 @@ from typing import Mapping
 
 from pydantic import Field
 
+from harness.results import StepRecord
 from harness.spec.schema import ResumeContract
 
 from ..pair import Pair
 from ..registry import contract
-from ..series import Steps, field_of, series_check_on
+from ..series import Steps, series_check_on
 from ..verdicts import Check
 
 
@@ -30,12 +31,12 @@ class ResumePairParams(ResumeContract):
     after: int = Field(ge=1)
 
 
-def _first_after(steps: Steps, after: int) -> dict[int, object]:
+def _first_after(steps: Steps, after: int) -> dict[int, StepRecord]:
     """Rank -> its record of step ``after + 1`` (ranks without one left out)."""
     out = {}
     for rank in sorted(steps):
         for rec in steps[rank]:
-            if field_of(rec, "step") == after + 1:
+            if rec.step == after + 1:
                 out[rank] = rec
                 break
     return out
@@ -48,7 +49,7 @@ def _resumed_check(arm: str, steps: Steps, after: int) -> Check:
                      f"arm '{arm}' recorded no step {after + 1} (the step after the stop)")
     wrong = []
     for rank, rec in records.items():
-        got = field_of(rec, "resumed_from")
+        got = rec.resumed_from
         if got != after:
             how = "started from step 1" if got is None else f"resumed after step {got}"
             wrong.append(f"rank {rank}: step {after + 1} was written by a process that {how}")
@@ -60,7 +61,7 @@ def _resumed_check(arm: str, steps: Steps, after: int) -> Check:
 
 def _recaptured_check(arm: str, steps: Steps, after: int) -> Check:
     records = _first_after(steps, after)
-    missing = [r for r, rec in records.items() if field_of(rec, "graph_stats") is None]
+    missing = [r for r, rec in records.items() if rec.graph_stats is None]
     detail = (f"every rank captured its graphs again on step {after + 1}, after the resume" if not
               missing else f"rank(s) {', '.join(map(str, missing))} of arm '{arm}' replayed step "
                            f"{after + 1} without capturing after the resume")
@@ -76,9 +77,8 @@ def resume(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     grad = p.grad_norm if p.grad_norm is not None else p.loss
     after = f"after the stop at step {k}"
     checks = [_resumed_check(arms[0], data[arms[0]], k)]
-    graphed = any(field_of(rec, "graphed") for recs in data[arms[0]].values() for rec in recs)
-    if graphed and any(field_of(rec, "step") <= k and field_of(rec, "graphed")
-                       for recs in data[arms[0]].values() for rec in recs):
+    # A graph arm that captured before the stop: it must capture again on the step after it.
+    if any(rec.step <= k and rec.graphed for recs in data[arms[0]].values() for rec in recs):
         checks.append(_recaptured_check(arms[0], data[arms[0]], k))
     checks += [
         series_check_on("loss_before_stop", "loss", data, arms, p.loss, lambda s: s <= k,

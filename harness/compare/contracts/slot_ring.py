@@ -14,7 +14,7 @@ from harness.spec.schema import SlotRingContract
 from ..pair import Pair
 from ..registry import contract
 from ..ring import growth, wrapping_from
-from ..series import MIB, Steps, figure_of, last_per_rank
+from ..series import MIB, Steps, graph_stats
 from ..verdicts import Check
 
 
@@ -29,13 +29,13 @@ def slot_ring(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     p: SlotRingPairParams = pair.params
     if len(p.counts) != len(pair.arms):
         raise ValueError(f"pair '{pair.name}' has {len(pair.arms)} arms but {len(p.counts)} counts")
-    stats = {m: last_per_rank(data[a], "graph_stats") for m, a in zip(p.counts, pair.arms)}
+    stats = {m: graph_stats(data[a]) for m, a in zip(p.counts, pair.arms)}
     missing = [a for m, a in zip(p.counts, pair.arms) if not stats[m]]
     if missing:
         return (Check("graph_pool_flat", None, p.max_growth, False,
                       f"arm(s) {', '.join(missing)} recorded no capture (graph stats)"),)
     ranks = sorted(set.intersection(*(set(s) for s in stats.values())))
-    slots = {m: int(figure_of(stats[m][ranks[0]], "physical_slots")) for m in stats}
+    slots = {m: stats[m][ranks[0]].physical_slots for m in stats}
     start = wrapping_from(slots)
     wrapping = [m for m in sorted(stats) if start is not None and m >= start]
     shown = ", ".join(f"{slots[m]} slots at {m}" for m in sorted(stats))
@@ -52,7 +52,7 @@ def slot_ring(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
         worst, where, rank = 0.0, None, None
         parts = []
         for r in ranks:
-            figs = {m: figure_of(stats[m][r], key) for m in wrapping}
+            figs = {m: float(getattr(stats[m][r], key)) for m in wrapping}
             g, m = growth(figs, start, relative)
             parts.append(f"r{r} " + ", ".join(
                 (f"{figs[c] / MIB:.1f} MiB" if relative else f"{figs[c]:.0f}") + f" at {c}"

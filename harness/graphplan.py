@@ -1,6 +1,7 @@
 """What a graph arm plans, without torch: its slot-plan layout per PP rank and the microbatch
-counts the plan covers (``graphed.capture`` builds the plans from these; ``harness.arms`` plans the
-same layouts on any machine for ``compare.slot_ring``)."""
+counts the plan covers (``harness.workload.graphed.capture`` builds the plans from these;
+``harness.arms`` plans the same layouts on any machine for ``compare.slot_ring``). Below both on
+the map (floor 2: it reads only ``spec`` and the pure planner of ``slotmem``)."""
 
 from __future__ import annotations
 
