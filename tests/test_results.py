@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from harness.results import (
     ArmOutcome,
     FrameReplays,
+    PackedGroup,
+    PackedMicrobatch,
     ResultsError,
     StepRecord,
     StepWriter,
@@ -57,6 +59,28 @@ def test_replays_per_frame_round_trip_and_bad_entries_are_named(tmp_path: Path) 
         StepRecord.from_dict(rec(1, replays=[{"cp": 1, "slot": 0, "replays": 1}]))
     with pytest.raises(ResultsError, match="'replays' must be a list of objects"):
         StepRecord.from_dict(rec(1, replays={"cp_size": 1}))
+
+
+def test_packed_microbatches_round_trip_older_records_read_and_bad_entries_are_named(
+        tmp_path: Path) -> None:
+    w = StepWriter(tmp_path, 0)
+    packed = [{"groups": [{"cp": 2, "sequences": [0, 3], "tokens": 90}]},
+              {"groups": [{"cp": 1, "sequences": [1], "tokens": 40},
+                          {"cp": 1, "sequences": [2], "tokens": 38}]}]
+    w.append(rec(1, microbatches=2, packed=packed))
+    w.append(rec(2))  # a record written before microbatches were recorded
+    got, old = read_steps(tmp_path)[0]
+    assert got.packed == (PackedMicrobatch((PackedGroup(2, (0, 3), 90),)),
+                          PackedMicrobatch((PackedGroup(1, (1,), 40), PackedGroup(1, (2,), 38))))
+    assert got.packed[1].tokens == 78 and got.packed[1].sequences == (1, 2)
+    assert got.packed[1].describe() == "CP1 [1] 40 + CP1 [2] 38"
+    assert StepRecord.from_dict(got.to_dict()) == got and old.packed == ()
+    with pytest.raises(ResultsError, match="'packed' group has keys"):
+        StepRecord.from_dict(rec(1, packed=[{"groups": [{"cp": 1, "seqs": [0], "tokens": 1}]}]))
+    with pytest.raises(ResultsError, match="'sequences' must be a list of integers"):
+        StepRecord.from_dict(rec(1, packed=[{"groups": [{"cp": 1, "sequences": "0", "tokens": 1}]}]))
+    with pytest.raises(ResultsError, match="'packed' must be a list of microbatches"):
+        StepRecord.from_dict(rec(1, packed={"groups": []}))
 
 
 def test_nonfinite_values_are_standard_json_and_round_trip(tmp_path: Path) -> None:

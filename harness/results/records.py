@@ -101,6 +101,72 @@ class FrameReplays:
     replays: int
 
 
+@dataclass(frozen=True)
+class PackedGroup:
+    """One CP group of a packed microbatch: its CP size, the global-batch indices of the
+    sequences it holds (ascending) and their real tokens."""
+
+    cp: int
+    sequences: tuple[int, ...]
+    tokens: int
+
+
+@dataclass(frozen=True)
+class PackedMicrobatch:
+    """What one microbatch of a step packed: its CP groups in pool order (the whole DP x CP
+    pool's, the same on every rank of the arm)."""
+
+    groups: tuple[PackedGroup, ...]
+
+    @property
+    def tokens(self) -> int:
+        return sum(g.tokens for g in self.groups)
+
+    @property
+    def sequences(self) -> tuple[int, ...]:
+        return tuple(i for g in self.groups for i in g.sequences)
+
+    @property
+    def grouping(self) -> tuple[tuple[int, ...], ...]:
+        """The sequences of each group: what decides the per-group arithmetic."""
+        return tuple(g.sequences for g in self.groups)
+
+    def describe(self) -> str:
+        """``CP2 [0 3 5] 120`` per group, groups joined by `` + ``."""
+        return " + ".join(f"CP{g.cp} [{' '.join(map(str, g.sequences))}] {g.tokens}"
+                          for g in self.groups)
+
+
+def _int_list(value: Any, name: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or any(isinstance(x, bool) or not isinstance(x, int)
+                                          for x in value):
+        raise ResultsError(f"'{name}' must be a list of integers, got {value!r}")
+    return tuple(value)
+
+
+def parse_packed(value: Any) -> tuple[PackedMicrobatch, ...]:
+    """``packed`` as written by ``StepRecord.to_dict`` (ResultsError naming what is wrong)."""
+    if not isinstance(value, list):
+        raise ResultsError(f"'packed' must be a list of microbatches, got {value!r}")
+    out = []
+    for mb in value:
+        groups = mb.get("groups") if isinstance(mb, Mapping) else None
+        if not isinstance(groups, list) or set(mb) != {"groups"} or not all(
+                isinstance(g, Mapping) for g in groups):
+            raise ResultsError(f"'packed' entry must be {{\"groups\": [...]}}, got {mb!r}")
+        parsed = []
+        for g in groups:
+            if set(g) != {"cp", "sequences", "tokens"}:
+                raise ResultsError(f"'packed' group has keys {sorted(g)}, expected "
+                                   "['cp', 'sequences', 'tokens']")
+            cp, tokens = _opt_int(g["cp"], "cp"), _opt_int(g["tokens"], "tokens")
+            if cp is None or tokens is None:
+                raise ResultsError(f"'packed' group needs integer cp and tokens, got {dict(g)!r}")
+            parsed.append(PackedGroup(cp, _int_list(g["sequences"], "sequences"), tokens))
+        out.append(PackedMicrobatch(tuple(parsed)))
+    return tuple(out)
+
+
 _NESTED = {"memory_probe": MemoryProbe, "graph_stats": GraphStats}
 
 
@@ -114,6 +180,8 @@ class StepRecord:
     files are kept per platform). ``graphed`` says whether the step replayed CUDA
     graphs; ``memory_probe`` and ``graph_stats`` are set on the steps where they were measured;
     ``replays`` counts a graphed step's replays per (CP size, physical slot) frame.
+    ``packed`` is what the step's microbatches held (every CP group's sequences and tokens;
+    empty in records written before it was recorded): what the packing checks read.
     """
 
     step: int
@@ -139,6 +207,7 @@ class StepRecord:
     memory_probe: Optional[MemoryProbe] = None
     graph_stats: Optional[GraphStats] = None
     replays: tuple[FrameReplays, ...] = ()  # graphed steps: per (CP size, slot), in that order
+    packed: tuple[PackedMicrobatch, ...] = ()  # the step's microbatches, in schedule order
 
     def __post_init__(self) -> None:
         if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 1:
@@ -148,6 +217,9 @@ class StepRecord:
         out = asdict(self)
         out["cp_sizes"] = list(self.cp_sizes)
         out["replays"] = [asdict(f) for f in self.replays]
+        out["packed"] = [{"groups": [{"cp": g.cp, "sequences": list(g.sequences),
+                                      "tokens": g.tokens} for g in mb.groups]}
+                         for mb in self.packed]
         return out
 
     @classmethod
@@ -163,7 +235,8 @@ class StepRecord:
             raise ResultsError(f"'replays' must be a list of objects, got {frames!r}")
         given: dict[str, Any] = {"cp_sizes": tuple(sizes),
                                  "replays": tuple(_from_fields(FrameReplays, f, "'replays' entry")
-                                                  for f in frames)}
+                                                  for f in frames),
+                                 "packed": parse_packed(data.get("packed", []))}
         for key, kind in _NESTED.items():
             value = data.get(key)
             if value is not None and not isinstance(value, Mapping):

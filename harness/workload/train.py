@@ -316,6 +316,7 @@ def train_arm(
                     memory_probe=_probe(s.device) if step == probe_step else None,
                     graph_stats=stats,
                     replays=slot.graphs.take_replays() if slot.graphs is not None else (),
+                    packed=plan.packed(),
                     **_memory(s.device),
                 )
                 # Record first, then checkpoint: a rank stopped in between re-runs this step on
