@@ -93,3 +93,6 @@ def test_a_packer_that_ignores_train_microbatches_fails_the_verdict_naming_it(
     assert "5 microbatches where train.microbatches asks for 6" in checks["reference.packing"]["detail"]
     assert "every step" in checks["grad_norm"]["detail"] and "grad_norm_regrouped" not in checks
     assert not any(n.endswith("_regrouped") for n in checks)
+    summary = (out / "summary.md").read_text()
+    assert "## Microbatch groupings (reference pairs)" in summary
+    assert "- pp-mbs / reference: microbatches: FAILED" in summary
