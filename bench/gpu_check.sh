@@ -7,6 +7,8 @@
 #                        the cases that run on one GPU (copy them into cases/focused/golden/)
 #   focused.tgz          the focused sweep (summary.md, junit.xml, verdicts, step records, logs)
 #   workload_results.tgz the multi-GPU workload run (2+ GPUs)
+#   emulated.md          (EMULATED=1) TE #3353's validation table beside the emulated ranks'
+#   emulated.tgz         (EMULATED=1) the emulated sweep (summary.md, verdicts, records, sites, logs)
 # Sections, each on unless set to 0 (or, for the lists, empty):
 #   PYTEST_PATHS   test paths of `pytest -m cuda` (default: tests); PYTEST=0 skips it
 #   BENCHES        benchmark scripts, space separated (default below; add yours here)
@@ -16,6 +18,13 @@
 #                  beside the focused run (the GPU holds both: one arm ~36 GiB reserved)
 #   WORKLOAD=0     skip the workload run (cases/gpu through `dcp-harness run`, those that fit the
 #                  GPUs here: 2-GPU cases with >= 2 GPUs, the 4-GPU case with >= 4)
+#   EMULATED=1     (off by default: about 5 minutes of one H200) emulated ranks through the CLI:
+#                  `python3 -m harness run` of EMULATED_CASES (default: the focused emulated case,
+#                  ranks 0 and 3 of 4, and the headline's 5-minute variant, ranks 0 and 7 of 8,
+#                  cases/emulated/gb200-qwen3-30b-a3b-dcp-graphs-emulated-16l.yaml; the -32l file
+#                  is the 8-step run, ~8 min), one sweep per case, its gate, bench/emulated.py's
+#                  table (EMULATED_LIMIT_S: stop each case's run after that many seconds). Alone:
+#                  PYTEST=0 BENCHES= FOCUSED=0 MUTATIONS=0 WORKLOAD=0 EMULATED=1 bash bench/gpu_check.sh
 set -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-logs}
@@ -85,6 +94,24 @@ if [ "${WORKLOAD:-1}" != 0 ] && [ "$ngpu" -ge 2 ]; then
   wl=$(mktemp -d)/workload
   section workload $PY bench/workload_gpu.py cases/gpu cases/focused -k "$sel" --out "$wl" || status=1
   tar -czf "$OUT/workload_results.tgz" -C "$(dirname "$wl")" workload 2>/dev/null || true
+fi
+
+if [ "${EMULATED:-0}" != 0 ]; then
+  ecases=${EMULATED_CASES:-"cases/focused/gpu1-emulated-dcp12-pp2-vpp2-ep2-graphs.yaml cases/emulated/gb200-qwen3-30b-a3b-dcp-graphs-emulated-16l.yaml"}
+  eroot=$(mktemp -d)/emulated
+  : > "$OUT/emulated.md"
+  for ecase in $ecases; do  # one sweep per case: what a case finished is kept if a later one is cut
+    ename=$(basename "$ecase" .yaml)
+    esweep="$eroot/$ename"
+    # EMULATED_LIMIT_S: stop a case's run after that many seconds (its records so far still count)
+    section "emulated_run_$ename" timeout "${EMULATED_LIMIT_S:-0}" $PY -m harness run "$ecase" --out "$esweep"
+    section "emulated_gate_$ename" $PY -m harness gate "$esweep" || status=1
+    $PY bench/emulated.py "$esweep" >> "$OUT/emulated.md" 2>&1 || status=1
+    echo >> "$OUT/emulated.md"
+    tar -czf "$OUT/emulated.tgz" -C "$(dirname "$eroot")" emulated 2>/dev/null || true
+  done
+  say "emulated ranks: TE #3353's validation beside ours ($OUT/emulated.md)"
+  tee -a "$LOG" < "$OUT/emulated.md"
 fi
 
 {

@@ -24,6 +24,14 @@ the reference arm runs the ordinary dynamic-shape path, a check the static arms 
 The names a case file may give an arm (``compare.repeat.arm``, ``compare.reference.arms``,
 ``compare.golden.arm``) are looked up among the arms the case can have (:func:`arm_catalog`),
 each built from the case's own sections; nothing parses a name back into a configuration.
+
+An emulated case (``emulate.ranks``, ``harness.spec.derive.as_emulated``) has the same arms, each
+run on the emulated ranks only (every one alone on one device as rank r of the case's world), and
+what its pairs judge is decided here, when the plan is made (:func:`emulated_pair`): an emulated
+rank's losses are its own local figures (its communication is a loopback), so each rank is
+compared with the same rank of the other arm (``Pair.emulated``), the loss comparisons between two
+layouts (``dcp_vs_fixed_cp``) and the loss sanity checks are not applicable, and the
+``reference`` and ``golden`` pairs are skipped with the reason (the reference arm is not run).
 """
 
 from __future__ import annotations
@@ -33,7 +41,8 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from harness.caseplan import CasePlan, PlannedArm, case_hash
-from harness.compare import GoldenPairParams, Pair, ReferencePairParams, StaticBins
+from harness.compare import (ARM_CHECKS_CONTRACT, ARM_CHECKS_PAIR, LOSS_SANITY_CHECKS,
+                             GoldenPairParams, Pair, ReferencePairParams, StaticBins)
 from harness.errors import CaseError
 from harness.golden import snapshot_golden
 from harness.spec.derive import as_fixed_cp, as_reference, with_execution
@@ -202,17 +211,59 @@ def plan_case(case: Case) -> CasePlan:
                                   files=snapshot_golden(where, case.id))
         pairs.append(Pair("golden", "golden", (name,), params))
 
+    emulated = case.emulate is not None
+    world = case.layout.world
+    if emulated:
+        pairs = [emulated_pair(p, world) for p in pairs]
     names: list[str] = []
     for pair in pairs:
-        names += [a for a in pair.arms if a not in names]
+        if pair.skipped is None:  # a pair skipped at plan time runs nothing
+            names += [a for a in pair.arms if a not in names]
     if not names:
         names.append(arm(EAGER, "compare"))
+        if emulated:  # its arm checks, with the loss sanity checks not applicable
+            pairs.append(emulated_pair(Pair(ARM_CHECKS_PAIR, ARM_CHECKS_CONTRACT, tuple(names)),
+                                       world))
     arms = tuple(PlannedArm(name=n, kind=derived[n][0].kind, case=derived[n][1],
                             world_size=derived[n][1].layout.world,
-                            ranks=tuple(range(derived[n][1].layout.world)),
-                            repeat=derived[n][0].repeat) for n in names)
+                            ranks=_ranks(derived[n][1]), repeat=derived[n][0].repeat)
+                 for n in names)
     return CasePlan(case=case, case_hash=case_hash(case.model_dump(mode="json")),
                     source=str(Path(case.source).resolve()), arms=arms, pairs=tuple(pairs))
+
+
+def _ranks(arm_case_: Case) -> tuple[int, ...]:
+    """The ranks an arm runs and records on: every rank of its layout, or the emulated ones."""
+    return arm_case_.emulated_ranks or tuple(range(arm_case_.layout.world))
+
+
+# Why an emulated case does not judge what it does not (said in its verdict entries).
+EMULATED_LOSSES = ("an emulated rank's loss and grad norm are its own local figures, not the "
+                   "model's: its communication is a loopback (harness/workload/loopback.py)")
+_SKIPPED_PAIRS = {
+    "reference": "the single-rank reference arm trains the real model, so it is not run",
+    "golden": "golden values are the model's losses",
+}
+_NOT_COMPARABLE = ("the DCP and fixed-CP arms lay the tokens over other ranks, so their local "
+                   "figures differ by more than the model's (the memory checks stand)")
+_LOCAL_LOSS = "the loss sanity checks do not apply (0 on a rank without the last pipeline stage)"
+
+
+def emulated_pair(pair: Pair, world: int) -> Pair:
+    """``pair`` of a case whose ranks are emulated ranks of a ``world``-rank layout, as the plan
+    judges it: each rank against the same rank of the other arm (``Pair.emulated``);
+    ``reference`` and ``golden`` skipped, the loss comparisons of ``dcp_vs_fixed_cp`` and every
+    arm's loss sanity checks not applicable, each with the reason."""
+    if pair.contract in _SKIPPED_PAIRS:
+        return replace(pair, emulated=world,
+                       skipped=f"not run for emulated ranks: {EMULATED_LOSSES}; "
+                                     f"{_SKIPPED_PAIRS[pair.contract]}")
+    not_applicable = {f"{a}.{c}": f"{EMULATED_LOSSES}: {_LOCAL_LOSS}"
+                      for a in pair.arms for c in LOSS_SANITY_CHECKS}
+    if pair.contract == "dcp_vs_fixed_cp":
+        not_applicable.update({c: f"{EMULATED_LOSSES}: {_NOT_COMPARABLE}"
+                               for c in ("loss", "aux_loss", "grad_norm")})
+    return replace(pair, emulated=world, not_applicable=tuple(sorted(not_applicable.items())))
 
 
 def regrouping(arm: Case) -> tuple[Optional[str], Optional[StaticBins]]:

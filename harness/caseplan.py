@@ -22,10 +22,13 @@ from pydantic import ValidationError
 from harness.compare import PackingRule, Pair, packing_rule
 from harness.errors import ConfigError
 from harness.results import CASE_FILE, PathLike, ResultsError, read_json, write_json_atomic
+from harness.spec.places import emulated_labels, emulated_title
 from harness.spec.schema import Case, SanitySpec
 
 PLAN_FILE = "plan.json"
-PLAN_VERSION = 1
+# 2: arms say whether they are emulated (``emulated``: each rank's label), pairs may be skipped or
+# have checks marked not applicable when the plan is made.
+PLAN_VERSION = 2
 # What an arm runs: the case eagerly (``eager``; ``dcp`` in a dynamic-CP case), at one fixed CP
 # size, with slot-shared CUDA graphs (one pool, or one per CP size), or on one rank (``reference``).
 ARM_KINDS = ("eager", "dcp", "fixed-cp", "graph", "graph-separate-pools", "graph-fixed-cp",
@@ -49,8 +52,9 @@ def case_hash(case_json: Mapping[str, Any]) -> str:
 class PlannedArm:
     """One arm of a case. ``case`` is the derived case it runs (its layout and execution),
     ``world_size`` the ranks of that layout, ``ranks`` the ranks that run here and record steps
-    (every rank of the layout today), ``kind`` one of :data:`ARM_KINDS` and ``repeat`` whether it
-    is the second run of a ``repeat`` pair. ``name`` is its results folder."""
+    (every rank of the layout, or the emulated ones: :attr:`emulated`), ``kind`` one of
+    :data:`ARM_KINDS` and ``repeat`` whether it is the second run of a ``repeat`` pair. ``name``
+    is its results folder."""
 
     name: str
     kind: str
@@ -68,21 +72,41 @@ class PlannedArm:
                 0 <= r < self.world_size for r in ranks):
             raise ValueError(f"arm '{self.name}': ranks {list(ranks)} must be distinct, ascending "
                              f"ranks of its world of {self.world_size}")
+        if self.emulated and ranks != self.case.emulated_ranks:
+            raise ValueError(f"arm '{self.name}': ranks {list(ranks)} are not the emulated ranks "
+                             f"{list(self.case.emulated_ranks)} of its case")
 
     @property
     def graphed(self) -> bool:
         return self.case.execution.graphed
 
+    @property
+    def emulated(self) -> bool:
+        """Each of :attr:`ranks` runs alone on one device as rank r of :attr:`world_size`, its
+        communication stood in for by the loopback layer (the case's ``emulate``)."""
+        return self.case.emulate is not None
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """``emulated rank r of N (PP stage s of P, pool rank p)`` per rank (empty: real ranks)."""
+        return emulated_labels(self.case, self.ranks) if self.emulated else ()
+
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "world_size": self.world_size,
                 "ranks": list(self.ranks), "repeat": self.repeat,
+                "emulated": list(self.labels) if self.emulated else None,
                 "case": self.case.model_dump(mode="json")}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PlannedArm":
-        return cls(name=str(data["name"]), kind=str(data["kind"]),
-                   case=Case.model_validate(data["case"]), world_size=int(data["world_size"]),
-                   ranks=tuple(int(r) for r in data["ranks"]), repeat=bool(data.get("repeat")))
+        arm = cls(name=str(data["name"]), kind=str(data["kind"]),
+                  case=Case.model_validate(data["case"]), world_size=int(data["world_size"]),
+                  ranks=tuple(int(r) for r in data["ranks"]), repeat=bool(data.get("repeat")))
+        said = data.get("emulated")
+        if (list(said) if said is not None else None) != (list(arm.labels) if arm.emulated else None):
+            raise ValueError(f"arm '{arm.name}': 'emulated' {said!r} is not what its case emulates "
+                             f"({list(arm.labels) or None})")
+        return arm
 
 
 @dataclass(frozen=True)
@@ -99,9 +123,16 @@ class CasePlan:
         names = [a.name for a in self.arms]
         if len(set(names)) != len(names):
             raise ValueError(f"case '{self.case.id}': arms named twice in {names}")
-        unknown = sorted({a for p in self.pairs for a in p.arms} - set(names))
+        # A pair skipped when the plan was made (e.g. the reference of an emulated case) names
+        # arms that never run.
+        unknown = sorted({a for p in self.pairs if p.skipped is None for a in p.arms} - set(names))
         if unknown:
             raise ValueError(f"case '{self.case.id}': pairs name arms {unknown} the plan lacks")
+        mixed = [a.name for a in self.arms if a.emulated != self.emulated]
+        if mixed:
+            raise ValueError(f"case '{self.case.id}': arms {mixed} are "
+                             f"{'not ' if self.emulated else ''}emulated, the case is"
+                             f"{'' if self.emulated else ' not'}")
 
     @property
     def case_id(self) -> str:
@@ -138,6 +169,21 @@ class CasePlan:
     @property
     def needs_cuda(self) -> bool:
         return any(a.case.needs_cuda for a in self.arms)
+
+    @property
+    def emulated(self) -> bool:
+        """The case's arms run emulated ranks (``emulate``), each alone on one device."""
+        return self.case.emulate is not None
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The emulated ranks' labels (``emulated rank r of N ...``); empty for a real run."""
+        return emulated_labels(self.case, self.case.emulated_ranks) if self.emulated else ()
+
+    @property
+    def title(self) -> str:
+        """How a line names the case: its id, with ``(emulated rank r of N, ...)`` when emulated."""
+        return emulated_title(self.case_id, self.case.emulated_ranks, self.case.layout.world)
 
     def arm(self, name: str) -> PlannedArm:
         """The arm ``name``; a ConfigError naming the case's arms otherwise."""

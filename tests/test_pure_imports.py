@@ -32,6 +32,11 @@ PURE = (
     "harness.launch.slurm_wait",
     "harness.launch.slurm_collect",
     "harness.launch.slurm_retry",
+    "harness.launch.emulated",
+    "harness.spec.places",
+    "harness.sites",
+    "harness.report.emulated",
+    "harness.workload.allocsites",
 )
 
 

@@ -67,6 +67,9 @@ def run_record(args: argparse.Namespace) -> int:
         if pair is None:
             print(f"skip  {plan.case_id}: declares no compare.golden")
             continue
+        if pair.skipped is not None:  # e.g. emulated ranks: their losses are not the model's
+            print(f"skip  {plan.title}: its golden pair is not judged here ({pair.skipped})")
+            continue
         params: GoldenPairParams = pair.params
         arm = plan.arm(pair.arms[0])
         arm_dir = case_dir / arm.name

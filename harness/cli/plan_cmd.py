@@ -13,6 +13,10 @@ Two forms:
   counts inside ranges that the schedule does not allow are skipped (and reported), an explicit
   count it does not allow is an error.
 
+With ``--emulate-ranks R,R|ends`` (the case form) the text shows the plans of the emulated ranks'
+PP stages, each headed by the rank's label (``emulated rank r of N (PP stage s of P, ...)``; an
+emulated rank captures and replays its stage's plan), and ``--json`` adds ``"emulated"``.
+
 Human output ends with ``K dynamic-CP variants over S slot-aliased physical pool slots``.
 ``--json`` prints one line of JSON, ``{"ranks": [...], "summary": {...}}`` (plus ``"case"`` in the
 case form; several cases give a JSON list of such objects). Every plan is validated before it is
@@ -26,9 +30,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from harness.cli.selection import selected_cases
+from harness.cli.selection import add_emulate_argument, selected_cases
 from harness.errors import ConfigError
 from harness.spec.limits import LIMITS, MICROBATCHES, Limit
+from harness.spec.places import rank_place
 from harness.spec.schema import Case
 from harness.slotmem.plan import PipelinePlan, plan_pipeline
 from harness.slotmem.planerrors import PlanError
@@ -66,6 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--slots", type=int, default=None,
                    help="force the physical slot count (must be at least the required one)")
     p.add_argument("--records", action="store_true", help="also print every slot record")
+    add_emulate_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=run)
 
@@ -83,6 +89,8 @@ class PlanRequest:
     skipped: tuple[int, ...]
     cp_sizes: tuple[int, ...]
     layers: Any
+    # Emulated ranks of the case: (global rank, its label, its PP stage).
+    emulated: tuple[tuple[int, str, int], ...] = ()
 
 
 # Each flag's bound is the case-file field's (harness.spec.limits), so both say the same.
@@ -203,20 +211,23 @@ def request_from_case(case: Case) -> PlanRequest:
     else:
         explicit, ranged = [], list(range(1, lay.global_batch + 1))
     counts, skipped = _select(lay.pp, lay.vpp, lay.group, explicit, ranged, f"case '{case.id}'")
+    places = [rank_place(case, r) for r in case.emulated_ranks]
     return PlanRequest(case.id, lay.pp, lay.vpp, lay.group, counts, skipped, lay.cp_sizes,
-                       case.model.layers // lay.model_chunks)
+                       case.model.layers // lay.model_chunks,
+                       tuple((p.rank, p.label(), p.pp_rank) for p in places))
 
 
 def _requests(args: argparse.Namespace) -> list[PlanRequest]:
     if args.case is None:
-        if args.k is not None:
-            raise ConfigError("-k selects cases; give a CASE file with it")
+        if args.k is not None or args.emulate_ranks is not None:
+            flag = "-k selects cases" if args.k is not None else "--emulate-ranks picks ranks of a case"
+            raise ConfigError(f"{flag}; give a CASE file with it")
         return [request_from_flags(args)]
     given = [f"--{f.replace('_', '-')}" for f in _FLAG_FIELDS if getattr(args, f) is not None]
     if given:
         raise ConfigError(f"give either a CASE file or layout flags, not both (got {args.case} "
                           f"and {' '.join(given)})")
-    cases = selected_cases([args.case], k=args.k)
+    cases = selected_cases([args.case], k=args.k, emulate_ranks=args.emulate_ranks)
     return [request_from_case(c) for c in cases]
 
 
@@ -247,7 +258,12 @@ def render_text(plan: PipelinePlan, req: PlanRequest, records: bool) -> str:
     )
     if req.skipped:
         lines.append(f"  skipped counts the schedule does not allow: {format_counts(req.skipped)}")
+    stages = {s for _, _, s in req.emulated}
+    for rank, label, stage in req.emulated:
+        lines.append(f"{label}: captures and replays the plan of PP rank {stage}")
     for p in plan.ranks:
+        if stages and p.rank not in stages:
+            continue
         lines.append(
             f"rank {p.rank}: layers/chunk {','.join(map(str, p.layers_per_chunk))}; slots/chunk "
             f"{','.join(map(str, p.slots_per_chunk))}; {p.saved_colours} saved arenas, "
@@ -289,6 +305,9 @@ def run(args: argparse.Namespace) -> int:
                 doc = {"case": req.label, **doc}
             if req.skipped:
                 doc["summary"]["skipped_counts"] = list(req.skipped)
+            if req.emulated:
+                doc["emulated"] = [{"rank": r, "label": label, "pp_rank": stage}
+                                   for r, label, stage in req.emulated]
             docs.append(doc)
         print(json.dumps(docs[0] if len(docs) == 1 else docs))
     else:

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from harness.arms import plan_case
-from harness.cli.selection import selected_cases
+from harness.cli.selection import add_emulate_argument, selected_cases
 from harness.errors import ConfigError
 from harness.launch.local import LocalLauncher
 from harness.launch.progress import make_progress
@@ -41,6 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         f"with {RESULTS_ROOT}/{LATEST} pointing at it)")
     p.add_argument("-k", dest="k", default=None, metavar="EXPR", help="select case ids (pytest -k style)")
     p.add_argument("--tags", nargs="+", default=None, metavar="TAG", help="keep cases with any of these tags")
+    add_emulate_argument(p)
     p.add_argument("--timeout-min", type=float, default=None, metavar="M",
                    help="per-arm time limit in minutes (default: each case's resources.time_min)")
     p.set_defaults(func=run)
@@ -78,7 +79,7 @@ def point_latest(root: Path, target: Path) -> Path:
 def run(args: argparse.Namespace) -> int:
     if args.timeout_min is not None and not args.timeout_min > 0:
         raise ConfigError(f"--timeout-min must be a positive number of minutes, got {args.timeout_min}")
-    cases = selected_cases(args.paths, k=args.k, tags=args.tags)
+    cases = selected_cases(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks)
     plans = [plan_case(case) for case in cases]  # an arm the case cannot have: a config error here
     now = datetime.now(timezone.utc)
     out: Path = args.out if args.out is not None else default_out_dir(RESULTS_ROOT, now)

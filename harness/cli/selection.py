@@ -1,12 +1,55 @@
-"""Loading and selecting cases for a command (PATHS, ``-k``, ``--tags``), with one message for an
-empty selection that names only the filters the user gave."""
+"""Loading and selecting cases for a command (PATHS, ``-k``, ``--tags``, ``--emulate-ranks``), with
+one message for an empty selection that names only the filters the user gave."""
 
 from __future__ import annotations
 
+import argparse
 from typing import Optional, Sequence
 
 from harness.errors import ConfigError
 from harness.spec import Case, load_cases, select_cases
+from harness.spec.derive import as_emulated
+from harness.spec.places import stage_ranks
+
+# ``--emulate-ranks ends``: the first rank of the first pipeline stage and the last of the last.
+ENDS = "ends"
+
+
+def add_emulate_argument(p: argparse.ArgumentParser) -> None:
+    """``--emulate-ranks R,R,...|ends`` (run, submit, validate, plan)."""
+    p.add_argument("--emulate-ranks", dest="emulate_ranks", default=None, metavar="R,R|ends",
+                   help="emulate these global ranks of each case's world: each runs alone on one "
+                        "device (one after another on one GPU, side by side on several; CPU for "
+                        "an eager case), communication on a loopback layer; 'ends' = the first "
+                        "rank of the first pipeline stage and the last rank of the last. "
+                        "Losses are then the ranks' own, so loss, reference and golden checks "
+                        "are skipped")
+
+
+def parse_emulate_ranks(text: str) -> Optional[tuple[int, ...]]:
+    """``0,15`` -> (0, 15); ``ends`` -> None (each case's :func:`stage_ranks`); ConfigError for
+    anything else."""
+    if text.strip() == ENDS:
+        return None
+    ranks = []
+    for part in text.split(","):
+        try:
+            ranks.append(int(part.strip()))
+        except ValueError:
+            raise ConfigError(f"--emulate-ranks {text!r}: {part.strip()!r} is not a rank; give "
+                              f"global ranks separated by commas (e.g. 0,15) or '{ENDS}'") from None
+    return tuple(ranks)
+
+
+def emulated(cases: Sequence[Case], text: Optional[str]) -> list[Case]:
+    """Each case with the ranks of ``--emulate-ranks text`` emulated (``derive.as_emulated``:
+    the same preflight, a CaseError at ``emulate.ranks`` naming the flag); as they are without."""
+    if text is None:
+        return list(cases)
+    ranks = parse_emulate_ranks(text)
+    given = f"--emulate-ranks {text}"
+    return [as_emulated(c, ranks if ranks is not None else sorted(set(stage_ranks(c))), given)
+            for c in cases]
 
 
 def filters_text(k: Optional[str], tags: Optional[Sequence[str]]) -> str:
@@ -16,11 +59,13 @@ def filters_text(k: Optional[str], tags: Optional[Sequence[str]]) -> str:
 
 
 def selected_cases(paths: Sequence[str], k: Optional[str] = None,
-                   tags: Optional[Sequence[str]] = None) -> list[Case]:
-    """The cases of ``paths`` that ``-k``/``--tags`` keep; ConfigError when none is left."""
+                   tags: Optional[Sequence[str]] = None,
+                   emulate_ranks: Optional[str] = None) -> list[Case]:
+    """The cases of ``paths`` that ``-k``/``--tags`` keep, with ``--emulate-ranks`` applied;
+    ConfigError when none is left."""
     cases = select_cases(load_cases(list(paths)), k=k, tags=tags)
     if not cases:
         where = " ".join(str(p) for p in paths)
         raise ConfigError(f"no case selected: the case files in {where} are valid, but none matches "
                           f"{filters_text(k, tags)}; `dcp-harness validate {where}` lists them")
-    return cases
+    return emulated(cases, emulate_ranks)

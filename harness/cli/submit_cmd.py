@@ -21,7 +21,7 @@ from rich.text import Text
 
 from harness.arms import plan_case
 from harness.cli.run_cmd import RESULTS_ROOT
-from harness.cli.selection import selected_cases
+from harness.cli.selection import add_emulate_argument, selected_cases
 from harness.errors import ConfigError
 from harness.launch.placement import profile_skip_reason
 from harness.launch.profiles import find_profile, load_profile
@@ -58,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="print the plan of jobs and the sbatch scripts; submit nothing")
     p.add_argument("-k", dest="k", default=None, metavar="EXPR", help="select case ids (pytest -k style)")
     p.add_argument("--tags", nargs="+", default=None, metavar="TAG", help="keep cases with any of these tags")
+    add_emulate_argument(p)
     p.add_argument("--max-parallel", type=int, default=None, metavar="N",
                    help="jobs of one array running at once (default: the profile's array_parallelism)")
     _add_wait_args(p)
@@ -159,7 +160,7 @@ def _skip_at_submit(plan, reason: str, out: Path) -> None:
 
 def run_submit(args: argparse.Namespace) -> int:
     check_wait_args(args)
-    cases = selected_cases(args.paths, k=args.k, tags=args.tags)
+    cases = selected_cases(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks)
     plans = [plan_case(case) for case in cases]  # an arm the case cannot have: a config error here
     profiles, files, profile_of = _load_profiles(cases, args.profile)
     skips = submit_skip_reasons(plans, profiles, profile_of)

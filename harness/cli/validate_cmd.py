@@ -8,7 +8,7 @@ import argparse
 from rich.table import Table
 
 from harness.arms import plan_case
-from harness.cli.selection import selected_cases
+from harness.cli.selection import add_emulate_argument, selected_cases
 from harness.report import make_console
 from harness.spec import Case
 
@@ -24,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="case file or folder of case files")
     p.add_argument("-k", dest="k", default=None, metavar="EXPR", help="select case ids (pytest -k style)")
     p.add_argument("--tags", nargs="+", default=None, metavar="TAG", help="keep cases with any of these tags")
+    add_emulate_argument(p)
     p.set_defaults(func=run)
 
 
@@ -35,16 +36,19 @@ def layout(case: Case) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    cases = selected_cases(args.paths, k=args.k, tags=args.tags)
+    cases = selected_cases(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks)
     plans = [plan_case(case) for case in cases]  # derived arms preflighted: a CaseError here
     table = Table(title=f"{len(cases)} valid case(s)")
     for col in ("case", "layout", "ranks", "steps", "arms", "pairs", "source"):
         table.add_column(col)
     for case, plan in zip(cases, plans):
-        pairs = [p.name for p in plan.pairs] or ["(arm checks only)"]
+        pairs = ([p.name + (" (skipped: emulated ranks)" if p.skipped else "") for p in plan.pairs]
+                 or ["(arm checks only)"])
         arms = [a.name + (f" ({a.world_size} rank)" if a.world_size != case.layout.world else "")
                 for a in plan.arms]
-        table.add_row(case.id, layout(case), str(case.layout.world), str(case.train.steps),
+        ranks = (f"{case.layout.world}" if not plan.emulated else
+                 "\n".join(plan.labels) + "\n(each alone on one device, loopback communication)")
+        table.add_row(case.id, layout(case), ranks, str(case.train.steps),
                       ", ".join(arms), ", ".join(pairs), case.source)
     make_console().print(table)
     return 0

@@ -29,7 +29,7 @@ Every name other code uses is importable from ``harness.compare`` itself.
 from __future__ import annotations
 
 from . import contracts
-from .arm_checks import COMPLETENESS, RankSet, arm_checks, sanity_checks
+from .arm_checks import COMPLETENESS, LOSS_SANITY_CHECKS, RankSet, arm_checks, sanity_checks
 from .contracts.golden import GoldenMissing, GoldenPairParams
 from .contracts.reference import ReferencePairParams, StaticBins, regroup_step
 from .evaluate import ArmData, ExpectedRanks, evaluate_case, evaluate_pair, pair_status
@@ -59,9 +59,9 @@ from .verdicts import (
 __all__ = [
     "ARM_CHECKS_CONTRACT", "ARM_CHECKS_PAIR", "ArmData", "COMPLETENESS", "CONTRACTS", "CaseVerdict",
     "Check", "ContractFn", "ContractSkipped", "ExpectedRanks", "GoldenMissing", "GoldenPairParams",
-    "MIB", "PAIR_PARAMS", "PAIR_STATUSES", "PackingRule", "PackingRules", "Pair", "PairVerdict",
-    "RankSet", "Record", "ReferencePairParams", "StaticBins", "Steps", "arm_checks",
-    "combine_status", "compare_series", "contract", "contracts", "describe_packing",
+    "LOSS_SANITY_CHECKS", "MIB", "PAIR_PARAMS", "PAIR_STATUSES", "PackingRule", "PackingRules",
+    "Pair", "PairVerdict", "RankSet", "Record", "ReferencePairParams", "StaticBins", "Steps",
+    "arm_checks", "combine_status", "compare_series", "contract", "contracts", "describe_packing",
     "evaluate_case", "evaluate_pair", "field_of", "first_rank_records", "packing_check",
     "packing_rule", "pair_status", "read_verdict", "regroup_step", "sanity_checks", "step_series",
     "write_verdict",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 from harness.spec.schema import SanitySpec
 from harness.textfmt import collapse_runs
@@ -15,6 +15,9 @@ from .series import Steps, field_of, finite_number, fmt_value, records_of, step_
 from .verdicts import Check
 
 COMPLETENESS = "steps_complete"
+# The sanity checks on an arm's loss (``<arm>.<name>``); they do not apply to a rank whose loss is
+# not the model's (an emulated rank: ``harness.arms``).
+LOSS_SANITY_CHECKS = ("loss_moves", "loss_spike")
 
 RankSet = Union[int, Sequence[int]]  # a count (ranks 0..n-1) or the ranks themselves
 
@@ -24,11 +27,13 @@ def arm_checks(
     steps: Steps,
     expected_steps: Optional[int] = None,
     expected_ranks: Optional[RankSet] = None,
+    rank_name: Optional[Callable[[int], str]] = None,
 ) -> tuple[Check, ...]:
     """The checks every arm gets, named ``<arm>.steps_complete``, ``<arm>.no_nan_inf``,
     ``<arm>.no_skipped_step``. ``expected_ranks``: how many ranks record (0..n-1) or which ones.
     Without ``expected_steps``/``expected_ranks`` the largest step and rank seen in this arm are
-    expected."""
+    expected. ``rank_name``: how the details name a rank (default ``rank k``)."""
+    named = rank_name or (lambda r: f"rank {r}")
     ranks = sorted(steps)
     if expected_ranks is None:
         want_ranks: tuple[int, ...] = tuple(range(max(ranks) + 1 if ranks else 1))
@@ -49,10 +54,10 @@ def arm_checks(
         absent = sorted(want - set(counts))
         n_missing += len(absent)
         if absent:
-            missing.append(f"rank {rank}: " + collapse_runs(absent))
+            missing.append(f"{named(rank)}: " + collapse_runs(absent))
         dup = sorted(s for s, n in counts.items() if n > 1 and isinstance(s, int))
         if dup:
-            duplicates.append(f"rank {rank}: " + collapse_runs(dup))
+            duplicates.append(f"{named(rank)}: " + collapse_runs(dup))
     problems = n_missing + len(duplicates)
     if n_steps == 0:
         detail = f"no step recorded on any of {n_ranks} rank(s)"
@@ -75,13 +80,13 @@ def arm_checks(
             fields.append("nan flag")
         if fields:
             vals = ", ".join(f"{k}={field_of(rec, k)!r}" for k in fields if k != "nan flag") or "nan=true"
-            bad.append(f"rank {rank} step {field_of(rec, 'step')}: {vals}")
+            bad.append(f"{named(rank)} step {field_of(rec, 'step')}: {vals}")
     finite = Check(
         f"{arm}.no_nan_inf", float(len(bad)), 0.0, not bad,
         ("first " + bad[0] + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else "")) if bad
         else "loss and grad norm finite on every step",
     )
-    skipped = [f"rank {rank} step {field_of(rec, 'step')}" for rank, rec in records_of(steps)
+    skipped = [f"{named(rank)} step {field_of(rec, 'step')}" for rank, rec in records_of(steps)
                if field_of(rec, "skipped")]
     no_skip = Check(
         f"{arm}.no_skipped_step", float(len(skipped)), 0.0, not skipped,

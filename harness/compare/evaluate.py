@@ -66,6 +66,12 @@ def _arms_skipped(pair: Pair, arm_data: ArmData) -> Optional[str]:
     return "; ".join(dict.fromkeys(o.detail for o in skipped if o is not None))  # once each
 
 
+def _not_applicable(checks: Sequence[Check], why: Mapping[str, str]) -> list[Check]:
+    """``checks`` with those the plan marked not applicable recorded as such, with the reason."""
+    return [Check.not_applicable(c.name, why[c.name], c.bound) if c.name in why else c
+            for c in checks]
+
+
 def evaluate_pair(
     case_id: str,
     pair: Pair,
@@ -87,6 +93,9 @@ def evaluate_pair(
     sanity = sanity if sanity is not None else SanitySpec()
     checks: list[Check] = []
     errors: list[str] = []
+    if pair.skipped is not None:  # decided when the plan was made (e.g. emulated ranks)
+        return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), (), "skipped",
+                           pair.skipped)
     why = _arms_skipped(pair, arm_data)
     if why is not None:
         return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), (), "skipped", why)
@@ -95,7 +104,8 @@ def evaluate_pair(
         err = _arm_error(arm, outcome, arm in arm_data)
         if err:
             errors.append(err)
-        checks.extend(arm_checks(arm, steps, expected_steps, _ranks_of(expected_ranks, arm)))
+        checks.extend(arm_checks(arm, steps, expected_steps, _ranks_of(expected_ranks, arm),
+                                 pair.rank_name if pair.emulated is not None else None))
         if packing is not None and arm in packing:
             checks.append(packing_check(arm, steps, packing[arm]))
         checks.extend(sanity_checks(arm, steps, sanity))
@@ -116,6 +126,7 @@ def evaluate_pair(
                                        "skipped", skip.reason(sweep_dir))
             except (ValueError, KeyError, TypeError) as exc:
                 errors.append(f"contract '{pair.contract}' could not be evaluated: {exc}")
+    checks = _not_applicable(checks, pair.not_applicable_checks)
     return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), tuple(checks),
                        _status(checks, errors), "; ".join(errors) or None)
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ValidationError
+
+from harness.spec.places import short_label
 
 from .registry import PAIR_PARAMS
 
@@ -18,15 +20,28 @@ class Pair:
     file's ``compare.<contract>`` model, plus what the planner knows for ``reference`` and
     ``golden``). A mapping is validated into that model here, so a bad setting is a ValueError
     naming the pair when the pair is made (at plan time), never after the run. ``arm_checks`` has
-    no settings; an unknown contract keeps what it was given (its entry is an error)."""
+    no settings; an unknown contract keeps what it was given (its entry is an error).
+
+    What the planner decided for this run (``harness.arms``; an emulated case, say): ``skipped``,
+    the reason the pair is not judged at all (its entry is ``skipped`` with it, and its arms need
+    not have run); ``not_applicable``, check name -> the reason that check does not apply (it is
+    recorded as not applicable with that reason); ``emulated``, the world size ``N`` of emulated
+    ranks: each rank's records are its own, so series are compared rank by rank and ranks are
+    named ``emulated rank r of N`` (None: real ranks, whose losses are global)."""
 
     name: str
     contract: str
     arms: tuple[str, ...]
     params: Any = None
+    skipped: Optional[str] = None
+    # (check name, reason) pairs, sorted; a mapping given is turned into them
+    not_applicable: tuple[tuple[str, str], ...] = ()
+    emulated: Optional[int] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "arms", tuple(self.arms))
+        object.__setattr__(self, "not_applicable",  # frozen and hashable
+                           tuple(sorted(dict(self.not_applicable or ()).items())))
         model = PAIR_PARAMS.get(self.contract)
         if model is None or isinstance(self.params, model):
             return
@@ -42,16 +57,37 @@ class Pair:
                              f"{first.get('msg')}") from None
         object.__setattr__(self, "params", typed)
 
+    @property
+    def not_applicable_checks(self) -> dict[str, str]:
+        """Check name -> why it does not apply (decided when the plan was made)."""
+        return dict(self.not_applicable)
+
+    def rank_name(self, rank: int) -> str:
+        """How a check's detail names ``rank``: ``r3``, or ``emulated rank 3 of N``."""
+        return f"r{rank}" if self.emulated is None else short_label(rank, self.emulated)
+
     def to_dict(self) -> dict[str, Any]:
         params = (self.params.model_dump(mode="json") if isinstance(self.params, BaseModel)
                   else dict(self.params or {}))
-        return {"name": self.name, "contract": self.contract, "arms": list(self.arms),
-                "params": params}
+        out = {"name": self.name, "contract": self.contract, "arms": list(self.arms),
+               "params": params}
+        if self.skipped is not None:
+            out["skipped"] = self.skipped
+        if self.not_applicable:
+            out["not_applicable"] = self.not_applicable_checks
+        if self.emulated is not None:
+            out["emulated"] = self.emulated
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Pair":
+        skipped, world = data.get("skipped"), data.get("emulated")
         return cls(str(data["name"]), str(data["contract"]), tuple(data["arms"]),
-                   dict(data.get("params") or {}))
+                   dict(data.get("params") or {}),
+                   skipped=None if skipped is None else str(skipped),
+                   not_applicable={str(k): str(v)
+                                   for k, v in dict(data.get("not_applicable") or {}).items()},
+                   emulated=None if world is None else int(world))
 
     def two_arms(self) -> tuple[str, str]:
         """(candidate, reference); a ValueError naming the pair when it has not two arms."""

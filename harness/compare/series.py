@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Union
 
 from harness.results import StepRecord
 from harness.spec.schema import LossBound, Tolerance
 
 from .verdicts import Check
+
+if TYPE_CHECKING:
+    from .pair import Pair
 
 Record = Union[StepRecord, Mapping[str, Any]]
 Steps = Mapping[int, Sequence[Record]]  # rank -> that rank's step records, in step order
@@ -29,11 +32,13 @@ def fmt_value(x: Optional[float]) -> str:
     return f"{x:.6g}"
 
 
-def field_of(rec: Record, key: str) -> Any:
-    """``key`` of a typed record (or of a plain mapping, as tests build them); None if absent."""
-    if isinstance(rec, StepRecord):
-        return getattr(rec, key, None)
-    return rec.get(key)
+def field_of(rec: Any, key: str) -> Any:
+    """``key`` of a typed record (a ``StepRecord`` or one of its parts: ``GraphStats``,
+    ``MemoryProbe``, ``FrameReplays``) or of a plain mapping, as tests build them; None if
+    absent."""
+    if isinstance(rec, Mapping):
+        return rec.get(key)
+    return getattr(rec, key, None)
 
 
 def first_rank_records(steps: Steps) -> list[Record]:
@@ -44,11 +49,11 @@ def first_rank_records(steps: Steps) -> list[Record]:
     return []
 
 
-def step_series(steps: Steps, key: str) -> dict[int, Optional[float]]:
-    """Step -> ``key`` of the first record of that step on the lowest rank with records
-    (None where the value is missing or not a number)."""
+def step_series(steps: Steps, key: str, rank: Optional[int] = None) -> dict[int, Optional[float]]:
+    """Step -> ``key`` of the first record of that step on the lowest rank with records, or on
+    ``rank`` (None where the value is missing or not a number)."""
     out: dict[int, Optional[float]] = {}
-    for rec in first_rank_records(steps):
+    for rec in first_rank_records(steps) if rank is None else list(steps.get(rank, ())):
         step = field_of(rec, "step")
         if isinstance(step, int) and step not in out:
             value = field_of(rec, key)
@@ -168,10 +173,23 @@ def figure_of(probe: Any, key: str) -> float:
 
 
 def series_check(name: str, key: str, data: Mapping[str, Steps], arms: tuple[str, str],
-                 bound: LossBound) -> Check:
-    """``key`` of the candidate arm (``arms[0]``) against the reference arm per step."""
-    return compare_series(name, step_series(data[arms[0]], key), step_series(data[arms[1]], key),
-                          bound, arms)
+                 bound: LossBound, pair: Optional["Pair"] = None) -> Check:
+    """``key`` of the candidate arm (``arms[0]``) against the reference arm per step; for a pair
+    of emulated ranks (``pair.emulated``: each rank's figures are its own) rank by rank."""
+    if pair is None or pair.emulated is None:
+        return compare_series(name, step_series(data[arms[0]], key),
+                              step_series(data[arms[1]], key), bound, arms)
+    ranks = sorted(r for r in set(data[arms[0]]) & set(data[arms[1]])
+                   if data[arms[0]][r] and data[arms[1]][r])
+    if not ranks:
+        return Check(name, None, None, False, f"no rank recorded by both {arms[0]} and {arms[1]}")
+    per = [(r, compare_series(name, step_series(data[arms[0]], key, r),
+                              step_series(data[arms[1]], key, r), bound, arms)) for r in ranks]
+    failed = [c for _, c in per if not c.passed]
+    worst = max(failed or [c for _, c in per],
+                key=lambda c: math.inf if c.value is None or math.isnan(c.value) else c.value)
+    return Check(name, worst.value, worst.bound, not failed,
+                 "; ".join(f"{pair.rank_name(r)}: {c.detail}" for r, c in per))
 
 
 def series_check_on(name: str, key: str, data: Mapping[str, Steps], arms: tuple[str, str],

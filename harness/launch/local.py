@@ -5,6 +5,7 @@ when a rank reports "address already in use"). Every arm of a case trains on CUD
 this machine has a CUDA GPU for every rank of the case's largest arm, otherwise on CPU (gloo; GPUs
 hidden from the ranks); a case that needs CUDA and cannot have it here is skipped with the reason
 (``placement``). Every line a rank prints goes to ``<arm_dir>/log.txt`` prefixed with ``[rank k]``.
+An arm of an emulated case runs each of its ranks alone in a process of its own (``emulated.py``).
 
 A rank that exits non-zero fails the arm (``infra`` instead when ``failures.classify_exit`` sees an
 infrastructure failure: killed by SIGKILL, an NCCL timeout, a peer's dropped connection in its
@@ -35,6 +36,7 @@ from typing import IO, Deque, Mapping, Optional, Sequence
 
 from harness.caseplan import CasePlan, PlannedArm
 from harness.errors import ConfigError
+from harness.launch.emulated import run_emulated_arm, visible_gpus
 from harness.launch.failures import classify_exit, tail_text
 from harness.launch.placement import runs_on_cuda, skip_reason
 from harness.launch.ports import is_addr_in_use, pick_free_port
@@ -49,7 +51,11 @@ _REPO_ROOT = Path(__file__).resolve().parents[2]
 
 @dataclass(frozen=True)
 class RankCommand:
-    """What to spawn for every rank of one arm (the rank environment is added per rank)."""
+    """What to spawn for every rank of one arm (the rank environment is added per rank).
+
+    ``ranks``: the ranks to start (default: every rank of ``world_size``, rendezvous over TCP).
+    ``emulated``: each of them runs alone (``argv`` + ``--emulate-rank R``, no rendezvous), on the
+    GPU ``devices[R]`` names (its ``CUDA_VISIBLE_DEVICES``) where given."""
 
     argv: tuple[str, ...]
     world_size: int
@@ -57,6 +63,25 @@ class RankCommand:
     timeout_s: float
     env: Mapping[str, str] = field(default_factory=dict)
     repro: str = ""
+    ranks: tuple[int, ...] = ()
+    emulated: bool = False
+    devices: Mapping[int, str] = field(default_factory=dict)
+
+    @property
+    def started(self) -> tuple[int, ...]:
+        """The ranks this command starts."""
+        return self.ranks or tuple(range(self.world_size))
+
+    def argv_of(self, rank: int) -> list[str]:
+        return list(self.argv) + (["--emulate-rank", str(rank)] if self.emulated else [])
+
+    def env_of(self, base: Mapping[str, str], rank: int, port: int) -> dict[str, str]:
+        if not self.emulated:
+            return rank_env(base, rank, self.world_size, port, self.env)
+        extra = dict(self.env)
+        if rank in self.devices:
+            extra["CUDA_VISIBLE_DEVICES"] = self.devices[rank]
+        return alone_env(base, extra)
 
 
 @dataclass
@@ -112,6 +137,20 @@ def rank_env(base: Mapping[str, str], rank: int, world_size: int, port: int,
     if str(_REPO_ROOT) not in path.split(os.pathsep):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), path) if p)
     return env
+
+
+def alone_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """The environment of an emulated rank's process: no rendezvous (no RANK or MASTER_*)."""
+    env = {k: v for k, v in base.items() if k not in _RENDEZVOUS}
+    env.update(extra)
+    env.update(PYTHONUNBUFFERED="1", **{LAUNCHER_PID_ENV: str(os.getpid())})
+    path = env.get("PYTHONPATH", "")
+    if str(_REPO_ROOT) not in path.split(os.pathsep):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), path) if p)
+    return env
+
+
+_RENDEZVOUS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 def _pump(r: _Rank, log: IO[str], lock: threading.Lock) -> None:
@@ -171,20 +210,21 @@ def run_ranks(cmd: RankCommand, *, stack_wait_s: float = 3.0, kill_grace_s: floa
 def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wait_s: float,
              kill_grace_s: float, poll_s: float) -> tuple[ArmOutcome, str]:
     arm_dir = Path(cmd.arm_dir)
-    for k in range(cmd.world_size):
+    for k in cmd.started:
         stacks_path(arm_dir, k).unlink(missing_ok=True)
     lock = threading.Lock()
+    how = (f"emulated rank(s) {', '.join(map(str, cmd.started))} of {cmd.world_size}, each alone"
+           if cmd.emulated else f"x{cmd.world_size} port {port}")
     log.write(f"[launcher] {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} "
-              f"{shlex.join(cmd.argv)} x{cmd.world_size} port {port} "
-              f"timeout {cmd.timeout_s:.0f}s\n")
+              f"{shlex.join(cmd.argv)} {how} timeout {cmd.timeout_s:.0f}s\n")
     log.flush()
     ranks: list[_Rank] = []
     try:
-        for k in range(cmd.world_size):
+        for k in cmd.started:
             proc = subprocess.Popen(
-                list(cmd.argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                cmd.argv_of(k), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, start_new_session=True,
-                env=rank_env(os.environ, k, cmd.world_size, port, cmd.env),
+                env=cmd.env_of(os.environ, k, port),
             )
             r = _Rank(k, proc)
             r.reader = threading.Thread(target=_pump, args=(r, log, lock), daemon=True)
@@ -202,15 +242,16 @@ def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wa
             if r.reader is not None:
                 r.reader.join(timeout=5)
         # A rank ended by a signal (SIGTERM above, Ctrl-C of the sweep) leaves its stack file empty.
-        remove_empty_stacks(arm_dir, range(cmd.world_size))
+        remove_empty_stacks(arm_dir, cmd.started)
     if status == "ok":
         return ArmOutcome(status="ok", returncode=0, detail=detail), ""
     with lock:
         log.flush()
     if culprit is not None:  # the failing rank's own output, not drowned by its siblings'
-        tail = f"--- last lines of rank {culprit} ---\n" + "\n".join(ranks[culprit].tail)
+        lines = next(r.tail for r in ranks if r.rank == culprit)
+        tail = f"--- last lines of rank {culprit} ---\n" + "\n".join(lines)
         infra = classify_exit(-returncode if returncode is not None and returncode < 0 else None,
-                              "\n".join(ranks[culprit].tail))
+                              "\n".join(lines))
         if infra is not None:  # the reason belongs to the failing rank, said before the others
             status, detail = infra.status, f"{detail}: {infra.reason}"
     else:
@@ -232,7 +273,8 @@ def _wait(ranks: list[_Rank], deadline: float, poll_s: float,
         bad = [(r.rank, c) for r, c in zip(ranks, codes) if c not in (None, 0)]
         if bad:
             time.sleep(poll_s)  # let the readers see the end of the output of ranks that just died
-            bad.sort(key=lambda b: (ranks[b[0]].output_closed_at or math.inf, b[0]))
+            closed = {r.rank: r.output_closed_at for r in ranks}
+            bad.sort(key=lambda b: (closed[b[0]] or math.inf, b[0]))
             rank, code = bad[0]
             how = f"signal {-code}" if code < 0 else f"exit code {code}"
             others = f" (also rank(s) {', '.join(str(b[0]) for b in bad[1:])})" if len(bad) > 1 else ""
@@ -324,6 +366,13 @@ class LocalLauncher:
             with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
                 log.write(f"[launcher] case {plan.case_id} arm {arm.name}: skipped: {skip}\n")
             return ArmOutcome(status="skipped", detail=skip)
+        repro = repro_command(self.python, Path(case_json).resolve(), arm.name, plan.case_id)
+        if arm.emulated:  # each emulated rank alone, on one GPU (side by side on several) or CPU
+            return run_emulated_arm(
+                plan, arm, arm_dir, case_json,
+                gpus=visible_gpus(os.environ, gpus) if runs_on_cuda(plan, gpus) else [],
+                timeout_s=self.timeout_s(plan), python=self.python, repro=repro,
+                stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s)
         extra, where = device_env(world, gpus, plan.largest_arm.world_size)
         assert runs_on_cuda(plan, gpus) == (not extra)  # one rule for every arm of the case
         with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
@@ -333,7 +382,7 @@ class LocalLauncher:
                   "--arm", arm.name, "--out", str(arm_dir)),
             world_size=world, arm_dir=arm_dir, timeout_s=self.timeout_s(plan),
             env=extra,
-            repro=repro_command(self.python, Path(case_json).resolve(), arm.name, plan.case_id),
+            repro=repro,
         )
         return run_ranks(cmd, stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s,
                          port_retries=self.port_retries)

@@ -9,6 +9,10 @@
   launcher from the GPUs it sees, by ``submit`` from the profile's GPUs per node (so a GPU case on
   a CPU profile is skipped at submit time and never queued). The workload's own refusal of a
   graph arm without CUDA stays the last guard.
+* An emulated case (``emulate.ranks``) runs each emulated rank alone on one device: one GPU is
+  enough for any of them (several run side by side), so it runs on CUDA wherever there is a GPU
+  and, when it does not need CUDA (an eager case), on CPU elsewhere (the loopback layer runs
+  there); a graph case emulated still needs a GPU.
 """
 
 from __future__ import annotations
@@ -22,13 +26,23 @@ def _why_cuda(plan: CasePlan) -> str:
     return "a graph case" if plan.case.graphs is not None else "resources.device: cuda"
 
 
+def gpus_needed(plan: CasePlan) -> int:
+    """GPUs one machine needs to run ``plan`` on CUDA: one per rank of its largest arm, or one
+    for an emulated case (its ranks run one after another, or side by side on several)."""
+    return 1 if plan.emulated else plan.largest_arm.world_size
+
+
 def skip_reason(plan: CasePlan, gpus: int, where: str = "this machine") -> Optional[str]:
     """Why ``where`` (one machine with ``gpus`` CUDA GPUs) cannot run ``plan``, or None."""
     if not plan.needs_cuda:
         return None
     why = _why_cuda(plan)
     if gpus == 0:
-        return f"needs CUDA ({why}); {where} has no CUDA GPU"
+        emulated = (f" (emulated ranks: one GPU runs {', '.join(plan.labels)}, one after another)"
+                    if plan.emulated else "")
+        return f"needs CUDA ({why}){emulated}; {where} has no CUDA GPU"
+    if plan.emulated:
+        return None
     arm = plan.largest_arm
     if gpus < arm.world_size:
         return (f"needs {arm.world_size} CUDA GPUs (arm '{arm.name}': resources.nodes x "
@@ -45,6 +59,8 @@ def profile_skip_reason(plan: CasePlan, profile_name: str, gpus_per_node: int) -
     if gpus_per_node == 0:
         return (f"needs CUDA ({why}); profile '{profile_name}' requests no GPUs (gpus: false), "
                 "so it is not submitted")
+    if plan.emulated:
+        return None  # one GPU per node runs the emulated ranks (slurm.shape_of)
     arm = plan.largest_arm
     need = arm.case.resources.gpus_per_node
     if gpus_per_node < need:
@@ -55,4 +71,4 @@ def profile_skip_reason(plan: CasePlan, profile_name: str, gpus_per_node: int) -
 
 def runs_on_cuda(plan: CasePlan, gpus: int) -> bool:
     """Whether the case's arms run on CUDA on a machine with ``gpus`` GPUs (all or none)."""
-    return gpus >= plan.largest_arm.world_size
+    return gpus >= gpus_needed(plan)

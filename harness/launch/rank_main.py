@@ -1,6 +1,6 @@
 """The process every rank runs, locally (spawned by ``local.py``) and under Slurm.
 
-    python -m harness.launch.rank_main --case CASE_JSON --arm NAME --out ARM_DIR
+    python -m harness.launch.rank_main --case CASE_JSON --arm NAME --out ARM_DIR [--emulate-rank R]
 
 The rendezvous comes from the environment: RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR /
 MASTER_PORT (torchrun, the local launcher), or Slurm's SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID
@@ -11,6 +11,12 @@ Each completed step is appended to ``ARM_DIR/rank<k>.jsonl`` through the results
 as one line for people; model, optimizer and data position are checkpointed under
 ``ARM_DIR/checkpoint`` so a re-run (or a Slurm requeue) resumes after the last completed step.
 ``kill -USR1 <pid>`` writes the Python stacks of all threads to ``ARM_DIR/stacks.rank<k>.txt``.
+
+With ``--emulate-rank R`` (an arm of an emulated case, R one of its ranks) the process is rank R of
+the arm's world alone (``harness.workload.emulate.emulate_rank``): no rendezvous and no
+communicator (the loopback layer stands in for the other ranks), on ``cuda:0`` of the GPUs it sees
+or on the CPU; it records into ``rank<R>.jsonl`` and, on CUDA, the live blocks at the memory probe
+by pool and allocation site into ``sites.rank<R>.json`` (``harness.sites``).
 There are no fault hooks here: tests fail a rank by wrapping ``harness.workload.train_arm``'s
 ``on_step`` callback (``tests/launch/faults.py``).
 """
@@ -227,20 +233,11 @@ def _describe(case) -> str:
     return f"pp {lay.pp} vpp {lay.vpp} ep {lay.ep} {cp}; {how}"
 
 
-def run_rank(arm, arm_dir: Path, resume: bool = True) -> None:
-    """Train the planned arm ``arm`` (``harness.caseplan.PlannedArm``) as this process's rank,
-    writing ``arm_dir``; every record names the device's platform (golden files are per platform).
-
-    ``resume=False`` refuses an arm folder that already holds steps or a checkpoint of this rank.
-    """
+def _open_writer(arm_dir: Path, rank: int, resume: bool):
+    """This rank's step store and how many steps it holds; refuses (``resume=False``) an arm
+    folder that already holds steps or a checkpoint of this rank."""
     from harness.results import StepWriter
-    from harness.workload import init_distributed, train_arm
 
-    run_case = arm.case  # the derived case this arm trains (its own layout and execution)
-    arm_dir = Path(arm_dir)
-    arm_dir.mkdir(parents=True, exist_ok=True)
-    os.environ.update(resolve_rank_env(os.environ, run_case.layout.world))
-    rank = int(os.environ["RANK"])
     writer = StepWriter(arm_dir, rank)
     done = writer.completed_steps()
     checkpoint_dir = arm_dir / CHECKPOINT_DIR
@@ -249,6 +246,28 @@ def run_rank(arm, arm_dir: Path, resume: bool = True) -> None:
             f"{arm_dir} already holds steps or a checkpoint of this arm; pass a fresh --out "
             "folder, or leave out --no-resume to continue after the last completed step"
         )
+    return writer, done
+
+
+def run_rank(arm, arm_dir: Path, resume: bool = True, emulate_rank: Optional[int] = None) -> None:
+    """Train the planned arm ``arm`` (``harness.caseplan.PlannedArm``) as this process's rank,
+    writing ``arm_dir``; every record names the device's platform (golden files are per platform).
+    ``emulate_rank``: run that rank of an emulated arm alone (:func:`run_emulated_rank`).
+
+    ``resume=False`` refuses an arm folder that already holds steps or a checkpoint of this rank.
+    """
+    if emulate_rank is not None or arm.emulated:
+        run_emulated_rank(arm, arm_dir, emulate_rank, resume)
+        return
+    from harness.workload import init_distributed, train_arm
+
+    run_case = arm.case  # the derived case this arm trains (its own layout and execution)
+    arm_dir = Path(arm_dir)
+    arm_dir.mkdir(parents=True, exist_ok=True)
+    os.environ.update(resolve_rank_env(os.environ, run_case.layout.world))
+    rank = int(os.environ["RANK"])
+    writer, done = _open_writer(arm_dir, rank, resume)
+    checkpoint_dir = arm_dir / CHECKPOINT_DIR
     start_orphan_watchdog()
     stack_file = register_stack_dump(stacks_path(arm_dir, rank))
     try:
@@ -267,6 +286,60 @@ def run_rank(arm, arm_dir: Path, resume: bool = True) -> None:
         print(f"[{arm.name} r{rank}] done: {writer.completed_steps()}/{steps} steps recorded in "
               f"{time.monotonic() - started:.1f}s", flush=True)
         _destroy_process_group()
+    finally:
+        faulthandler.unregister(signal.SIGUSR1)
+        stack_file.close()
+        remove_empty_stacks(arm_dir, (rank,))
+
+
+def check_emulated_rank(arm, rank: Optional[int]) -> int:
+    """``rank`` when ``arm`` is emulated and runs it; a ConfigError saying what is wrong else."""
+    from harness.errors import ConfigError
+
+    if not arm.emulated:
+        raise ConfigError(f"arm '{arm.name}' is not emulated (its case has no emulate.ranks): "
+                          "leave out --emulate-rank, or plan the case with --emulate-ranks")
+    if rank is None or rank not in arm.ranks:
+        got = "no --emulate-rank" if rank is None else f"--emulate-rank {rank}"
+        raise ConfigError(f"arm '{arm.name}' emulates ranks {list(arm.ranks)} of its world of "
+                          f"{arm.world_size}; {got}: pass one of them")
+    return rank
+
+
+def run_emulated_rank(arm, arm_dir: Path, rank: Optional[int], resume: bool = True) -> None:
+    """Rank ``rank`` of the emulated arm ``arm``, alone (see the module doc): resumes after the
+    last completed step (from the arm's checkpoints when ``train.checkpoint_every`` saves)."""
+    import torch
+
+    from harness.sites import SiteTable, write_sites
+    from harness.spec.places import rank_place
+    from harness.workload.emulate import WeightCache, emulate_rank
+
+    rank = check_emulated_rank(arm, rank)
+    run_case = arm.case
+    label = rank_place(run_case, rank).label()
+    arm_dir = Path(arm_dir)
+    arm_dir.mkdir(parents=True, exist_ok=True)
+    writer, done = _open_writer(arm_dir, rank, resume)
+    start_orphan_watchdog()
+    stack_file = register_stack_dump(stacks_path(arm_dir, rank))
+    try:
+        device = "cuda:0" if torch.cuda.is_available() else "cpu"
+        steps = run_case.train.steps
+        where = (f"{device} ({torch.cuda.get_device_name(0)})" if device != "cpu" else "cpu")
+        print(f"[{arm.name} r{rank}] case {run_case.id} arm {arm.name} ({_describe(run_case)}) as "
+              f"{label}, alone on {where}; communication on the loopback layer; "
+              f"{done}/{steps} steps already recorded", flush=True)
+        started = time.monotonic()
+        result = emulate_rank(
+            run_case, rank, _step_callback(writer, rank, arm.name, steps, device_platform(device)),
+            device=device, weights=WeightCache(threads=min(16, os.cpu_count() or 1)),
+            sites=device != "cpu", checkpoint_dir=arm_dir / CHECKPOINT_DIR)
+        probe = run_case.train.memory_probe_step or steps
+        if result.sites is not None:  # none when it resumed after the probe: the old file stands
+            write_sites(arm_dir, SiteTable(rank, probe, result.sites))
+        print(f"[{arm.name} r{rank}] done: {writer.completed_steps()}/{steps} steps recorded in "
+              f"{time.monotonic() - started:.1f}s as {label}", flush=True)
     finally:
         faulthandler.unregister(signal.SIGUSR1)
         stack_file.close()
@@ -303,14 +376,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, type=Path, metavar="ARM_DIR", help="the arm's results folder")
     p.add_argument("--no-resume", dest="resume", action="store_false",
                    help="refuse an arm folder that already holds steps instead of resuming")
+    p.add_argument("--emulate-rank", dest="emulate_rank", type=int, default=None, metavar="R",
+                   help="an emulated arm: run its rank R alone (no rendezvous; loopback "
+                        "communication)")
     return p
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from harness.errors import ConfigError
+
     args = build_parser().parse_args(argv)
-    arm = read_plan_beside(args.case).arm(args.arm)
+    try:
+        arm = read_plan_beside(args.case).arm(args.arm)
+        if args.emulate_rank is not None or arm.emulated:
+            check_emulated_rank(arm, args.emulate_rank)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     faulthandler.enable(file=sys.stderr, all_threads=True)  # segfaults/aborts print stacks too
-    run_rank(arm, args.out, resume=args.resume)
+    run_rank(arm, args.out, resume=args.resume, emulate_rank=args.emulate_rank)
     return 0
 
 

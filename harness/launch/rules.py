@@ -9,7 +9,8 @@
   derived cases and ranks, the same pairs with the same settings), so a ``plan.json`` edited to
   drop a pair or switch a check off is an error, not a pass;
 * the case file it was made from, where it is readable here, still defines that case (its
-  content hash), so a stored case edited together with its hash is caught too.
+  content hash; for an emulated case, with the ranks it emulated: ``--emulate-ranks`` picks them
+  when it runs), so a stored case edited together with its hash is caught too.
 
 The verdict then comes from the stored plan alone (golden values as copied when the sweep ran),
 the same from any directory or machine.
@@ -25,6 +26,7 @@ from harness.caseplan import CasePlan, PlanError, case_hash
 from harness.compare import CaseVerdict, Pair
 from harness.errors import ConfigError
 from harness.report import CaseRules, rules_from_plan
+from harness.spec.derive import as_emulated
 
 # Settings of a golden pair resolved from this machine's files (compared by the hash check and
 # the copy itself, not by where the copy came from).
@@ -34,7 +36,8 @@ _RESOLVED = ("golden_dir", "files")
 def _pair_key(pair: Pair) -> tuple:
     params = pair.to_dict()["params"]
     return (pair.name, pair.contract, pair.arms,
-            {k: v for k, v in params.items() if k not in _RESOLVED})
+            {k: v for k, v in params.items() if k not in _RESOLVED},
+            pair.skipped, pair.not_applicable, pair.emulated)
 
 
 def _unsourced(dump: dict) -> dict:
@@ -79,6 +82,8 @@ def check_source(plan: CasePlan) -> None:
     if found is None:
         raise PlanError(f"the case file {source} no longer defines case '{plan.case_id}' that this "
                         "sweep ran; re-run the sweep")
+    if plan.case.emulate is not None:  # the emulated ranks are chosen at run time (--emulate-ranks)
+        found = as_emulated(found, plan.case.emulate.ranks)
     now = found.model_dump(mode="json")
     if case_hash(now) != plan.case_hash:
         then = plan.case.model_dump(mode="json")

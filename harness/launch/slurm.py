@@ -7,7 +7,10 @@
   ``--max-parallel``); a shape with one case is a plain job.
 * **Resources.** ``--nodes`` = ``resources.nodes``, ``--ntasks-per-node`` = ``--gpus-per-node`` =
   ``resources.gpus_per_node`` (one task per GPU; a ``gpus: false`` profile requests no GPUs), and a
-  time limit always: arms x ``time_min`` + the profile's margin, the largest in the array.
+  time limit always: arms x ``time_min`` + the profile's margin, the largest in the array. An
+  emulated case (``emulate.ranks``) asks for one node and one task with as many GPUs as it has
+  emulated ranks (at most a node's), which runs them side by side (``launch.emulated``); its
+  limit is arms x rounds of ranks x ``time_min`` + the margin.
 * **Logs** under ``<sweep>/slurm/logs/round-<k>/`` (submitit's folder: sbatch script, pickles,
   ``<job>_<task>_log.{out,err}``); the sweep folder must be on a filesystem the nodes share.
 * **Record.** ``<sweep>/slurm/jobs.json`` lists every submission round and, per case, its jobs,
@@ -75,13 +78,26 @@ class JobGroup:
         return f"dcp-g{self.index}"
 
 
+def emulated_gpus(case: Any, profile: Profile) -> int:
+    """GPUs the job of an emulated case asks for: one per emulated rank, at most a node's (0 on a
+    ``gpus: false`` profile: its ranks run on the CPU)."""
+    return min(len(case.emulated_ranks), profile.gpus_per_node) if profile.gpus else 0
+
+
 def case_time_min(case: Any, n_arms: int, profile: Profile) -> int:
-    """The job time limit of one case: all its arms back to back plus the profile's margin."""
-    return int(math.ceil(n_arms * case.resources.time_min + profile.time_margin_min))
+    """The job time limit of one case: all its arms back to back plus the profile's margin (an
+    emulated case's ranks in rounds of as many as run side by side)."""
+    rounds = 1
+    if case.emulate is not None:
+        rounds = math.ceil(len(case.emulated_ranks) / max(1, emulated_gpus(case, profile)))
+    return int(math.ceil(n_arms * rounds * case.resources.time_min + profile.time_margin_min))
 
 
 def shape_of(case: Any, profile: Profile) -> JobShape:
     """The resource shape of ``case`` on ``profile``; ConfigError when the cluster cannot host it."""
+    if case.emulate is not None:  # one task runs the emulated ranks on its GPUs
+        return JobShape(profile=profile.name, nodes=1, tasks_per_node=1,
+                        gpus_per_node=emulated_gpus(case, profile))
     res = case.resources
     if res.gpus_per_node > profile.gpus_per_node:
         raise ConfigError(

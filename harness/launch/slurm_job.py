@@ -20,6 +20,10 @@ Tasks beyond an arm's ranks (the one-rank reference arm) sit that arm out.
 * Preemption or the time-limit warning (USR2): submitit calls :meth:`CaseJob.checkpoint` on rank 0
   and requeues the job; the next start resumes the arm in flight. ``SLURM_RESTART_COUNT`` becomes
   the outcome's ``restarts`` (plus the ``--retry-infra`` round).
+* An emulated case's job has one task (``slurm.shape_of``): it runs each arm's emulated ranks as
+  the local launcher does (``launch.emulated``: a process per rank, alone on one of the task's
+  GPUs, side by side on several; on the CPU where the job has none and the case allows it), each
+  rank with the arm's time limit; a requeued job runs only the ranks that lack steps.
 
 Every line a rank prints during an arm is also appended to ``<arm>/log.txt`` as ``[rank k] ...``,
 like the local launcher does. Rank 0 appends one JSON line per arm start/end to
@@ -28,6 +32,7 @@ like the local launcher does. Rank 0 appends one JSON line per arm start/end to
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import importlib
 import io
@@ -260,6 +265,14 @@ def run_case_arms(plan: CasePlan, case_dir: Path, ident: TaskIdentity, retry_rou
             skipped.append(arm.name)
             continue
         arm_dir.mkdir(parents=True, exist_ok=True)
+        if arm.emulated:
+            if ident.rank == 0:
+                run_emulated_arm_in_job(plan, arm, case_dir, ident)
+                ran.append(arm.name)
+            else:  # an emulated case's job has one task; any other sits it out
+                _sit_out(arm_dir, 60.0 * time_min * len(arm.ranks) + 120.0)
+                skipped.append(arm.name)
+            continue
         world = arm.world_size  # an arm may run fewer ranks than the job (the reference arm)
         if ident.rank >= world:
             _sit_out(arm_dir, 60.0 * time_min + 120.0)
@@ -304,6 +317,36 @@ def run_case_arms(plan: CasePlan, case_dir: Path, ident: TaskIdentity, retry_rou
                                     "restarts": restarts, "wall_s": wall, "time": time.time()})
         ran.append(arm.name)
     return {"case": plan.case_id, "rank": ident.rank, "ran": ran, "skipped": skipped}
+
+
+def run_emulated_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
+                            ident: TaskIdentity) -> ArmOutcome:
+    """Run the emulated ``arm`` on this task's GPUs (``launch.emulated``), record its outcome and
+    the arm's start and end events."""
+    from harness.launch.emulated import run_emulated_arm, visible_gpus
+    from harness.launch.local import cuda_device_count
+    from harness.launch.placement import runs_on_cuda
+
+    arm_dir = case_dir / arm.name
+    (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome in flight
+    append_event(case_dir, {"event": "arm_start", "arm": arm.name, "job_id": ident.job_id,
+                            "restarts": ident.restarts, "emulated": list(arm.ranks),
+                            "recorded_steps": {str(r): len(v) for r, v in read_steps(arm_dir).items()},
+                            "time": time.time()})
+    gpus = cuda_device_count()
+    started = time.monotonic()
+    outcome = run_emulated_arm(
+        plan, arm, arm_dir, case_dir / "case.json",
+        gpus=visible_gpus(os.environ, gpus) if runs_on_cuda(plan, gpus) else [],
+        timeout_s=60.0 * plan.case.resources.time_min, python=sys.executable,
+        repro=repro_line(case_dir, arm.name))
+    outcome = dataclasses.replace(outcome, restarts=ident.restarts,
+                                  detail=f"{outcome.detail} (slurm job {ident.job_id})")
+    write_outcome(arm_dir, outcome)
+    append_event(case_dir, {"event": "arm_end", "arm": arm.name, "job_id": ident.job_id,
+                            "restarts": ident.restarts, "status": outcome.status,
+                            "wall_s": round(time.monotonic() - started, 3), "time": time.time()})
+    return outcome
 
 
 @dataclass(frozen=True)

@@ -216,24 +216,25 @@ def _run_cases(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
     try:
         for index, plan in enumerate(plans):
             case_dir = prepare_case_dir(plan, out_dir)
-            shown.case_started(plan.case_id, index, len(plan.arms))
+            title = plan.title  # the case id, with its emulated ranks where it has them
+            shown.case_started(title, index, len(plan.arms))
             for arm in plan.arms:
                 arm_dir = case_dir / arm.name
                 if arm_is_complete(arm, arm_dir):
                     skipped += 1
-                    shown.arm_skipped(plan.case_id, arm.name, "already complete")
+                    shown.arm_skipped(title, arm.name, "already complete")
                     continue
                 (case_dir / VERDICT_FILE).unlink(missing_ok=True)
                 arm_dir.mkdir(parents=True, exist_ok=True)
-                shown.arm_started(plan.case_id, arm.name, arm_dir, plan.steps)
+                shown.arm_started(title, arm.name, arm_dir, plan.steps)
                 outcome = _run_one(launcher, plan, arm, arm_dir, case_dir / CASE_FILE)
                 write_outcome(arm_dir, outcome)
                 remove_checkpoints_if_complete(arm, arm_dir)  # finished for good: no resume
                 ran += 1
-                shown.arm_finished(plan.case_id, arm.name, outcome)
+                shown.arm_finished(title, arm.name, outcome)
             verdict = _finalize_or_error(plan.case_id, case_dir)
             verdicts.append(verdict)
-            shown.case_finished(plan.case_id, verdict)
+            shown.case_finished(title, verdict)
     finally:
         shown.close()
     return verdicts, ran, skipped

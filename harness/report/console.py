@@ -31,7 +31,7 @@ _BOX = box.HEAVY_HEAD
 
 Cell = Callable[[CaseView, Any], str]
 _REQUIRED: tuple[tuple[str, Cell], ...] = (
-    ("case", lambda c, p: c.case_id),
+    ("case", lambda c, p: c.title),  # with "(emulated rank r of N, ...)" for emulated ranks
     ("pair", lambda c, p: p.pair),
     ("checks", lambda c, p: checks_cell(p)),
     ("verdict", lambda c, p: p.status.upper()),
@@ -110,7 +110,7 @@ def _entry_list(title: str, rows: list) -> Table:
     table.add_column("entry", overflow="fold")
     for case, p in rows:
         why = _why(p)
-        table.add_row(f"[{_STYLE[p.status]}]{p.status.upper()}[/] {case.case_id} / {p.pair} "
+        table.add_row(f"[{_STYLE[p.status]}]{p.status.upper()}[/] {case.title} / {p.pair} "
                       f"({checks_cell(p)})" + (f": {why}" if why else ""))
     return table
 

@@ -45,16 +45,20 @@ def gate_result(sweep: SweepView) -> GateResult:
             f"{c['skipped']} skipped")
     if sweep.status == "skipped":
         head += "; nothing ran here, so nothing passed (run it where the cases can run)"
+    emulated = [c.title for c in sweep.cases if c.emulated]
+    if emulated:
+        head += (f"; {len(emulated)} case(s) of emulated ranks (each rank alone on one device, "
+                 f"loopback communication; not a multi-GPU run): {'; '.join(emulated)}")
     lines = [head]
     skipped: dict[tuple[str, str], list[str]] = {}  # (case, reason) -> its skipped entries
-    for case, p in sweep.rows:
+    for case, p in sweep.rows:  # a case of emulated ranks is named with them (case.title)
         if p.status == "fail":
             names = ", ".join(x.name for x in p.failed_checks) or "(no check named)"
-            lines.append(f"  FAIL  {case.case_id} / {p.pair}: {names}")
+            lines.append(f"  FAIL  {case.title} / {p.pair}: {names}")
         elif p.status == "error":
-            lines.append(f"  ERROR {case.case_id} / {p.pair}: {p.error}")
+            lines.append(f"  ERROR {case.title} / {p.pair}: {p.error}")
         elif p.status == "skipped":
-            skipped.setdefault((case.case_id, p.error or "skipped"), []).append(p.pair)
+            skipped.setdefault((case.title, p.error or "skipped"), []).append(p.pair)
     # One line per case and reason (a case skipped here has every entry skipped for one reason).
     lines += [f"  SKIP  {cid} / {', '.join(pairs)}: {why}" for (cid, why), pairs in skipped.items()]
     return GateResult(code, "\n".join(lines))

@@ -16,7 +16,9 @@ from harness.results import (
     rank_file,
 )
 
-from .load import ArmView, SweepView
+from harness.sites import sites_file
+
+from .load import ArmView, CaseView, SweepView
 
 INDEX_VERSION = 1
 
@@ -28,9 +30,10 @@ def _rel(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _arm(arm: ArmView, root: Path) -> dict[str, Any]:
+def _arm(arm: ArmView, root: Path, case: CaseView) -> dict[str, Any]:
     f = arm.figures
     return {
+        "emulated": list(case.labels) if case.emulated else None,
         "dir": _rel(arm.dir, root),
         "status": arm.outcome.status if arm.outcome else None,
         "returncode": arm.outcome.returncode if arm.outcome else None,
@@ -40,10 +43,12 @@ def _arm(arm: ArmView, root: Path) -> dict[str, Any]:
         "outcome": _rel(arm.dir / OUTCOME_FILE, root) if arm.outcome else None,
         "log": _rel(arm.log, root) if arm.log else None,
         "ranks": {str(k): _rel(rank_file(arm.dir, k), root) for k in sorted(arm.steps)},
+        "sites": {str(k): _rel(sites_file(arm.dir, k), root) for k in sorted(arm.sites)},
         "problem": arm.problem,
         "figures": {
             "steps": f.steps,
-            "final_loss": f.final_loss,
+            # an emulated rank's loss is its own local figure, not the model's
+            "final_loss": None if case.emulated else f.final_loss,
             "peak_allocated_bytes": f.peak_allocated_bytes,
             "peak_reserved_bytes": f.peak_reserved_bytes,
             "median_step_time_s": f.median_step_time_s,
@@ -59,15 +64,20 @@ def build_index(sweep: SweepView, exit_code: int, generated_at: datetime,
     for case in sweep.cases:
         cases.append({
             "id": case.case_id,
+            "title": case.title,
+            # each emulated rank alone on one device, loopback communication (None: real ranks)
+            "emulated": ({"ranks": list(case.emulated_ranks), "world": case.world,
+                          "labels": list(case.labels)} if case.emulated else None),
             "status": case.verdict.status,
             "dir": _rel(case.dir, root),
             "case_json": _rel(case.dir / CASE_FILE, root) if (case.dir / CASE_FILE).is_file() else None,
             "verdict_json": _rel(case.dir / VERDICT_FILE, root) if case.verdict_found else None,
             "tags": list(case.tags),
             "plot": plot_by_case.get(case.case_id),
-            "arms": {name: _arm(arm, root) for name, arm in case.arms.items()},
+            "arms": {name: _arm(arm, root, case) for name, arm in case.arms.items()},
             "pairs": [{
                 "name": p.pair,
+                "title": case.mark(p.pair),
                 "contract": p.contract,
                 "arms": list(p.arms),
                 "status": p.status,

@@ -51,26 +51,30 @@ def render_junit(sweep: SweepView, timestamp: Optional[datetime] = None) -> byte
         time_s = sum(a.outcome.wall_s for a in arms if a is not None and a.outcome is not None)
         arm_times.update({(case.case_id, a.name): a.outcome.wall_s for a in arms
                           if a is not None and a.outcome is not None})
+        # A case of emulated ranks: its entries are named with them, every message says so.
+        mark = case.mark
         tc = ET.SubElement(suite, "testcase", classname=xml_text(case.case_id),
-                           name=xml_text(p.pair), time=f"{time_s:.3f}")
+                           name=xml_text(mark(p.pair)), time=f"{time_s:.3f}")
         if p.status == "fail":
             names = failed_names(p)
-            el = ET.SubElement(tc, "failure", type="CheckFailed",
-                               message=_short(f"{len(names)} check(s) failed: {', '.join(names)}"))
-            body = [check_line(c) for c in p.failed_checks]
+            el = ET.SubElement(tc, "failure", type="CheckFailed", message=_short(
+                mark(f"{len(names)} check(s) failed: {', '.join(names)}")))
+            body = [mark(check_line(c)) for c in p.failed_checks]
             if p.error:
-                body.append(f"also: {p.error}")
+                body.append(mark(f"also: {p.error}"))
             el.text = xml_text("\n".join(body))
         elif p.status == "error":
-            el = ET.SubElement(tc, "error", type="HarnessError", message=_short(p.error or "error"))
-            el.text = xml_text(p.error or "error")
+            el = ET.SubElement(tc, "error", type="HarnessError",
+                               message=_short(mark(p.error or "error")))
+            el.text = xml_text(mark(p.error or "error"))
         elif p.status == "skipped":
-            ET.SubElement(tc, "skipped", message=_short(p.error or "skipped"))
+            ET.SubElement(tc, "skipped", message=_short(mark(p.error or "skipped")))
         out = arm_report(arms, p.arms)
-        checks = "\n".join(check_line(c) for c in p.checks)
+        checks = "\n".join(mark(check_line(c)) for c in p.checks)
         if checks or out:
+            head = mark(f"contract: {p.contract}")
             ET.SubElement(tc, "system-out").text = xml_text(
-                "\n".join(x for x in (f"contract: {p.contract}", checks, out) if x))
+                "\n".join(x for x in (head, *case.labels, checks, out) if x))
     ET.SubElement(suite, "system-out").text = xml_text(
         f"{counts['cases']} case(s): {counts['pass']} pass, {counts['fail']} fail, "
         f"{counts['error']} error, {counts['skipped']} skipped")

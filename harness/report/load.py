@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from harness.results import (
 )
 
 from harness.caseplan import PLAN_FILE, CasePlan, plan_from_files
+from harness.sites import SiteTable, read_sites
+from harness.spec.places import emulated_note, emulated_title, short_label
 
 from .verify import ArmFiles, RulesFn, judge_case, stored_rules
 
@@ -54,6 +57,7 @@ class ArmView:
     steps: Mapping[int, Sequence[Mapping[str, Any]]]
     figures: ArmFigures
     problem: Optional[str] = None  # an unreadable outcome or step file
+    sites: Mapping[int, SiteTable] = dataclasses.field(default_factory=dict)  # emulated, CUDA
 
     @property
     def log(self) -> Optional[Path]:
@@ -81,10 +85,31 @@ class CaseView:
     arms: Mapping[str, ArmView]
     stored_verdict: Optional[CaseVerdict] = None
     plan: Optional[CasePlan] = None  # plan.json as stored (None: none, or unreadable)
+    # Emulated ranks (each alone on one device, loopback communication) of a world of ``world``,
+    # and their labels (``emulated rank r of N (PP stage ...)``); () for a real run.
+    emulated_ranks: tuple[int, ...] = ()
+    world: int = 0
+    labels: tuple[str, ...] = ()
 
     @property
     def tags(self) -> tuple[str, ...]:
         return tuple((self.case or {}).get("tags", ()) or ())
+
+    @property
+    def emulated(self) -> bool:
+        return bool(self.emulated_ranks)
+
+    @property
+    def title(self) -> str:
+        """The case id, with ``(emulated rank r of N, ...)`` for emulated ranks."""
+        return emulated_title(self.case_id, self.emulated_ranks, self.world)
+
+    def mark(self, line: str) -> str:
+        """``line`` as a report line about this case: one of emulated ranks says so (its short
+        labels appended where the line does not name an emulated rank already)."""
+        if not self.emulated or "emulated rank" in line:
+            return line
+        return f"{line} [{emulated_note(self.emulated_ranks, self.world)}]"
 
 
 @dataclass(frozen=True)
@@ -182,7 +207,28 @@ def _load_arm(name: str, path: Path) -> ArmView:
         steps = read_steps(path)
     except (ResultsError, OSError) as exc:
         problems.append(str(exc))
-    return ArmView(name, path, outcome, steps, arm_figures(steps), "; ".join(problems) or None)
+    sites: Mapping[int, SiteTable] = {}
+    try:
+        sites = read_sites(path)
+    except (ResultsError, OSError) as exc:
+        problems.append(str(exc))
+    return ArmView(name, path, outcome, steps, arm_figures(steps), "; ".join(problems) or None,
+                   sites)
+
+
+def emulated_of(case: Optional[Mapping[str, Any]], plan: Optional[CasePlan]
+                ) -> tuple[tuple[int, ...], int, tuple[str, ...]]:
+    """(emulated ranks, world, labels) of a stored case: from its plan, or without a readable
+    plan from ``case.json`` (short labels, the stage unknown); ((), 0, ()) for a real run."""
+    if plan is not None:
+        return plan.case.emulated_ranks, plan.case.layout.world, plan.labels
+    spec = (case or {}).get("emulate")
+    if not isinstance(spec, Mapping):
+        return (), 0, ()
+    ranks = tuple(sorted({r for r in spec.get("ranks") or () if isinstance(r, int)}))
+    res = (case or {}).get("resources") or {}
+    world = int(res.get("nodes", 1) or 1) * int(res.get("gpus_per_node", 1) or 1)
+    return ranks, world, tuple(short_label(r, world) for r in ranks)
 
 
 def load_case(path: Path, rules: RulesFn = stored_rules) -> CaseView:
@@ -214,7 +260,8 @@ def load_case(path: Path, rules: RulesFn = stored_rules) -> CaseView:
     files = {name: ArmFiles(a.outcome, a.steps, a.problem) for name, a in arms.items()}
     verdict = judge_case(case_id, case, stored, files, rules, problems, plan=plan,
                          sweep_dir=str(path.resolve().parent))
-    return CaseView(case_id, path, case, verdict, stored is not None, arms, stored, plan)
+    return CaseView(case_id, path, case, verdict, stored is not None, arms, stored, plan,
+                    *emulated_of(case, plan))
 
 
 def is_case_dir(path: Path) -> bool:

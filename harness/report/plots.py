@@ -12,7 +12,9 @@ import math
 from pathlib import Path
 from typing import Optional
 
+from harness.compare import step_series
 from harness.results import write_bytes_atomic
+from harness.spec.places import short_label
 
 from .load import CaseView, SweepView
 
@@ -38,7 +40,14 @@ def case_figure(case: CaseView):  # type: ignore[no-untyped-def]
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    series = {name: (arm.series("loss"), arm.series("grad_norm")) for name, arm in case.arms.items()}
+    if case.emulated:  # each emulated rank's figures are its own: one line per (arm, rank)
+        series = {f"{name}, {short_label(r, case.world)}": (
+                      _finite(step_series(arm.steps, "loss", r)),
+                      _finite(step_series(arm.steps, "grad_norm", r)))
+                  for name, arm in case.arms.items() for r in sorted(arm.steps)}
+    else:
+        series = {name: (arm.series("loss"), arm.series("grad_norm"))
+                  for name, arm in case.arms.items()}
     if not any(loss for loss, _ in series.values()):
         return None
     probes = _probes(case)
@@ -51,21 +60,24 @@ def case_figure(case: CaseView):  # type: ignore[no-untyped-def]
             pts = [(k, v) for k, v in s.items() if math.isfinite(v)]
             if pts:
                 ax.plot([k for k, _ in pts], [v for _, v in pts], marker=".", label=name)
-    ax_loss.set_title("loss")
-    ax_gn.set_title("grad norm")
+    ax_loss.set_title("local loss (emulated ranks)" if case.emulated else "loss")
+    ax_gn.set_title("local grad norm (emulated ranks)" if case.emulated else "grad norm")
     for ax in (ax_loss, ax_gn):
         ax.set_xlabel("step")
         ax.grid(True, alpha=0.3)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # no step 1.5
     handles, labels = ax_loss.get_legend_handles_labels()
-    twin = _loss_difference(case, ax_loss)
+    twin = None if case.emulated else _loss_difference(case, ax_loss)
     if twin is not None:
         more, names = twin.get_legend_handles_labels()
         handles, labels = handles + more, labels + names
     ax_loss.legend(handles, labels, fontsize="small")
     if probes:
-        _memory_bars(probes, axes[2])
-    fig.suptitle(f"{case.case_id} [{case.verdict.status}]", fontsize="medium")
+        _memory_bars(probes, axes[2], case)
+    title = case.mark(f"{case.case_id} [{case.verdict.status}]")
+    if case.emulated:
+        title += "\neach rank alone on one device, loopback communication: not a multi-GPU run"
+    fig.suptitle(title, fontsize="small" if case.emulated else "medium")
     fig.tight_layout()
     return fig
 
@@ -110,16 +122,23 @@ def _probes(case: CaseView) -> dict[str, dict[int, object]]:
     return out
 
 
-def _memory_bars(probes: dict[str, dict[int, object]], ax) -> None:  # type: ignore[no-untyped-def]
-    """Device-used memory after empty_cache, one bar per (arm, rank)."""
+def _finite(series: dict[int, Optional[float]]) -> dict[int, float]:
+    return {k: v for k, v in sorted(series.items()) if v is not None}
+
+
+def _memory_bars(probes: dict[str, dict[int, object]], ax,  # type: ignore[no-untyped-def]
+                 case: CaseView) -> None:
+    """Device-used memory after empty_cache, one bar per (arm, rank), ranks side by side."""
     arms = sorted(probes)
     ranks = sorted({r for p in probes.values() for r in p})
     width = 0.8 / max(len(arms), 1)
     for i, name in enumerate(arms):
-        xs = [r + i * width for r in ranks if r in probes[name]]
+        xs = [j + i * width for j, r in enumerate(ranks) if r in probes[name]]
         ys = [getattr(probes[name][r], "device_used_bytes") / 2**30 for r in ranks if r in probes[name]]
         ax.bar(xs, ys, width=width, label=name)
-    ax.set_xticks([r + 0.4 - width / 2 for r in ranks], [f"rank {r}" for r in ranks])
+    names = [short_label(r, case.world) if case.emulated else f"rank {r}" for r in ranks]
+    small = {"fontsize": "x-small"} if case.emulated else {}
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(ranks))], names, **small)
     ax.set_title("device used after empty_cache (GiB)", fontsize="small")
     ax.legend(fontsize="small")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .emulated import emulated_sections
 from .load import SweepView
 from .text import (
     check_line,
@@ -49,23 +50,25 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
     for case, p in sweep.rows:
         pair = f"{p.pair} ({' vs '.join(p.arms)})" if p.arms else p.pair
         out.append("| " + " | ".join(_md(x) for x in (
-            case.case_id, pair, checks_cell(p), p.status.upper(), final_loss_cell(case, p),
+            case.title, pair, checks_cell(p), p.status.upper(), final_loss_cell(case, p),
             loss_delta_cell(case, p), peak_mem_cell(case, p), step_time_cell(case, p),
         )) + " |")
+    out += emulated_sections(sweep)
     figures = [(c, p) for c, p in sweep.rows
                if p.contract in FIGURE_CONTRACTS and p.status in ("pass", "fail")]
     if figures:
         out += ["", "## Graph and memory figures", ""]
         for case, p in figures:
-            out.append(f"### {case.case_id} / {p.pair} ({' vs '.join(p.arms)})")
-            out += [f"- {_line(check_line(c))}" for c in p.checks
+            out.append(case.mark(f"### {case.title} / {p.pair} ({' vs '.join(p.arms)})"))
+            out += [case.mark(f"- {_line(check_line(c))}") for c in p.checks
                     if c.applicable and not c.name.startswith(tuple(a + "." for a in p.arms))]
             times = [(name, case.arms[name].figures.median_step_time_s) for name in p.arms
                      if name in case.arms]
             if len(times) == 2 and all(t for _, t in times):
                 (a, ta), (b, tb) = times
-                out.append(f"- step time (median): {a} {ta * 1e3:.1f} ms, {b} {tb * 1e3:.1f} ms, "
-                           f"{a} / {b} = {ta / tb:.3f}")
+                what = "compute step time" if case.emulated else "step time"
+                out.append(case.mark(f"- {what} (median): {a} {ta * 1e3:.1f} ms, {b} "
+                                     f"{tb * 1e3:.1f} ms, {a} / {b} = {ta / tb:.3f}"))
             out.append("")
     groupings = [(c, p, check) for c, p in sweep.rows if p.contract == "reference"
                  for check in p.checks if check.name == GROUPING_CHECK]
@@ -83,23 +86,24 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
     if failures:
         out += ["## Failures", ""] if out[-1] == "" else ["", "## Failures", ""]
         for case, p in failures:
-            out.append(f"### {case.case_id} / {p.pair}")
-            out += [f"- {_line(check_line(c))}" for c in p.failed_checks]
+            out.append(f"### {case.title} / {p.pair}")
+            out += [case.mark(f"- {_line(check_line(c))}") for c in p.failed_checks]
             if p.error:
-                out.append(f"- also: {_line(p.error)}")
+                out.append(case.mark(f"- also: {_line(p.error)}"))
             out.append("")
     if errors:
         out += ["## Errors", ""] if out[-1] == "" else ["", "## Errors", ""]
         for case, p in errors:
-            out.append(f"### {case.case_id} / {p.pair}")
-            out.append(f"- {_line(p.error or 'error')}")
+            out.append(f"### {case.title} / {p.pair}")
+            out.append(case.mark(f"- {_line(p.error or 'error')}"))
             for name in p.arms:
                 arm = case.arms.get(name)
                 if arm and arm.outcome and arm.outcome.repro:
-                    out.append(f"- repro {name}: `{arm.outcome.repro}`")
+                    out.append(case.mark(f"- repro {name}: `{arm.outcome.repro}`"))
             out.append("")
     skipped = [(c, p) for c, p in sweep.rows if p.status == "skipped"]
     if skipped:
         out += ["## Skipped", ""] if out[-1] == "" else ["", "## Skipped", ""]
-        out += [f"- {case.case_id} / {p.pair}: {_line(p.error or 'skipped')}" for case, p in skipped]
+        out += [case.mark(f"- {case.title} / {p.pair}: {_line(p.error or 'skipped')}")
+                for case, p in skipped]
     return "\n".join(out).rstrip("\n") + "\n"

@@ -46,6 +46,8 @@ def per_arm(case: CaseView, p: PairVerdict, fn) -> str:  # type: ignore[no-untyp
 
 
 def final_loss_cell(case: CaseView, p: PairVerdict) -> str:
+    if case.emulated:  # its ranks' own local figures, not the model's loss
+        return DASH
     return per_arm(case, p, lambda a: fmt_num(a.figures.final_loss))
 
 
@@ -61,6 +63,8 @@ def step_time_cell(case: CaseView, p: PairVerdict, unit: bool = True) -> str:
 
 def loss_delta_cell(case: CaseView, p: PairVerdict) -> str:
     arms = pair_arms(case, p)
+    if case.emulated:  # the checks compare them rank by rank
+        return DASH
     if len(arms) != 2 or arms[0] is None or arms[1] is None:
         return DASH
     worst = worst_loss_delta(arms[0], arms[1])

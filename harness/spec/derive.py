@@ -10,15 +10,23 @@ size divides the DP x CP ranks of a stage" is written once, in ``harness.spec.la
 * :func:`as_reference` -- the case's model, data and training on one rank, eager, with dynamic
   shapes (``reference``).
 
-A derived case keeps the parent's id and shape; its ``compare`` section is empty (pairs belong to
-the parent) and its ``arm`` field names the arm. Pure: no torch.
+A derived arm case keeps the parent's id and shape; its ``compare`` section is empty (pairs belong
+to the parent) and its ``arm`` field names the arm. One derivation is of a whole case, before its
+arms are planned:
+
+* :func:`as_emulated` -- the case with chosen ranks emulated (``emulate.ranks``; what
+  ``--emulate-ranks`` makes): its id, pairs and everything else stay the case's.
+
+Pure: no torch.
 """
 
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
 from harness.errors import CaseError
 from harness.spec.preflight import preflight, reference_layout_problem
-from harness.spec.schema import Case, CompareSpec, Execution, Pools
+from harness.spec.schema import Case, CompareSpec, EmulateSpec, Execution, Pools
 
 
 def _checked(parent: Case, derived: Case, field: str, what: str) -> Case:
@@ -77,5 +85,17 @@ def as_reference(case: Case, arm: str = "reference", field: str = "compare.refer
     train = case.train.model_copy(update={"max_seqlen_per_rank": None})
     res = case.resources.model_copy(update={"nodes": 1, "gpus_per_node": 1})
     derived = _derive(case, arm, parallel=par, train=train, resources=res, graphs=None,
-                      shapes=None, execution=Execution(graphed=False))
+                      shapes=None, execution=Execution(graphed=False), emulate=None)
     return _checked(case, derived, field, f"arm '{arm}' (the case on one rank)")
+
+
+def as_emulated(case: Case, ranks: Sequence[int], given: Optional[str] = None) -> Case:
+    """``case`` with ``ranks`` emulated: each runs alone on one device as rank r of the case's
+    world (``emulate.ranks``; replaces the case's own ``emulate``). ``given`` names where the
+    ranks came from in errors (e.g. ``--emulate-ranks 0,15``). The same preflight as a case file
+    with that field; a CaseError at ``emulate.ranks`` otherwise."""
+    data = case.model_dump(mode="python")
+    data["emulate"] = EmulateSpec(ranks=list(ranks))
+    derived = Case.model_validate(data)
+    what = f"emulated ranks {list(ranks)}" + (f" ({given})" if given else "")
+    return _checked(case, derived, "emulate.ranks", what)

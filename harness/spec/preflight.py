@@ -50,6 +50,9 @@ problem names the field to change. Rules (``world = resources.nodes * resources.
   ``compare.graph_vs_eager`` / ``compare.graph_pools`` need a ``graphs:`` section, and
   ``graph_pools`` two or more dynamic CP sizes. ``train.memory_probe_step <= steps``.
   Whether CUDA is there is decided by the launcher (a case that cannot run here is skipped).
+* Emulated ranks (``emulate.ranks``): at least one, each listed once (it records into its own
+  ``rank<r>.jsonl``), each a rank of the case's world (it runs as rank r of that world), and a
+  world of more than one rank (a one-rank case runs as it is).
 """
 
 from __future__ import annotations
@@ -384,6 +387,37 @@ def check_memory_probe(case: Case) -> list[Problem]:
     return []
 
 
+def check_emulate(case: Case) -> list[Problem]:
+    """``emulate.ranks``: what an emulated rank needs (see the module docstring)."""
+    spec = case.emulate
+    if spec is None:
+        return []
+    field, world = _at("emulate.ranks"), case.layout.world
+    size = (f"{world} ranks (resources.nodes {case.resources.nodes} x resources.gpus_per_node "
+            f"{case.resources.gpus_per_node})")
+    if not spec.ranks:
+        return [Problem(field, f"lists no rank; give the global ranks of the case's {size} to "
+                               f"run alone, e.g. [0, {world - 1}] (the first rank of the first "
+                               "pipeline stage and the last rank of the last)")]
+    if world == 1:
+        return [Problem(_at("emulate"), (
+            "the case has 1 rank, which runs as it is: emulation stands one device in for one "
+            "rank of a larger layout; remove emulate, or raise resources.gpus_per_node / nodes "
+            "to the layout you are sizing"))]
+    problems: list[Problem] = []
+    twice = sorted({r for r in spec.ranks if spec.ranks.count(r) > 1})
+    if twice:
+        problems.append(Problem(field, (
+            f"rank(s) {', '.join(map(str, twice))} listed more than once: each emulated rank runs "
+            "once and records into its own rank<r>.jsonl")))
+    outside = [r for r in spec.ranks if not 0 <= r < world]
+    if outside:
+        problems.append(Problem(field, (
+            f"rank(s) {', '.join(map(str, outside))} not in the case's world of {size}: an "
+            f"emulated rank runs as rank r of that world, so r is one of 0..{world - 1}")))
+    return problems
+
+
 CHECKS: tuple[Callable[[Case], list[Problem]], ...] = (
     check_layout,
     check_layers,
@@ -396,6 +430,7 @@ CHECKS: tuple[Callable[[Case], list[Problem]], ...] = (
     check_shapes,
     check_graphs,
     check_memory_probe,
+    check_emulate,
 )
 
 

@@ -434,6 +434,21 @@ class ResourcesSpec(_Strict):
     device: DeviceKind = DeviceKind.ANY
 
 
+# --------------------------------------------------------------------------- emulated ranks
+class EmulateSpec(_Strict):
+    """Emulated ranks: each listed global rank of the case's world (``resources.nodes x
+    gpus_per_node``) runs alone on one device as rank r of that world, with the real layout,
+    groups, data shard, packing and CP choice, schedule, slot plan, capture and replay; its
+    communication is stood in for by the loopback layer (``harness/workload/loopback.py``). For
+    sizing a large layout on one workstation GPU: memory, capture, replays and graph vs eager are
+    the rank's own; its losses are not the model's, so loss, reference and golden checks are
+    skipped (``harness.arms``). ``dcp-harness run CASE --emulate-ranks 0,15`` sets it."""
+
+    # Global ranks to emulate, e.g. [0, 15]: the first rank of the first PP stage and the last
+    # rank of the last (preflight: distinct, within the world).
+    ranks: list[int]
+
+
 # --------------------------------------------------------------------------- file / case
 class CaseFile(_Strict):
     """One YAML file as written by a user (before matrix expansion and preset resolution)."""
@@ -449,6 +464,7 @@ class CaseFile(_Strict):
     graphs: Optional[GraphSpec] = None
     shapes: Optional[ShapesSpec] = None
     resources: ResourcesSpec = ResourcesSpec()
+    emulate: Optional[EmulateSpec] = None
     # Dotted field path -> list of values; the cartesian product gives one case each.
     matrix: Optional[dict[str, list]] = None
 
@@ -469,6 +485,8 @@ class Case(_Strict):
     graphs: Optional[GraphSpec] = None
     shapes: Optional[ShapesSpec] = None
     resources: ResourcesSpec
+    # Emulated ranks (each alone on one device, loopback communication); None: a real run.
+    emulate: Optional[EmulateSpec] = None
     # The matrix values that produced this case (dotted path -> value), for ids and reports.
     matrix_values: dict[str, object] = {}
     # Set only on a derived arm case (harness.spec.derive): its arm name and how it runs.
@@ -495,6 +513,11 @@ class Case(_Strict):
     @property
     def needs_cuda(self) -> bool:
         return self.graphs is not None or self.resources.device is DeviceKind.CUDA
+
+    @property
+    def emulated_ranks(self) -> tuple[int, ...]:
+        """The emulated ranks, ascending (empty for a real run)."""
+        return tuple(sorted(self.emulate.ranks)) if self.emulate is not None else ()
 
     @property
     def layout(self) -> ParallelLayout:

@@ -12,14 +12,20 @@ Each block falls in one bucket ``(pool, state, site)``:
   stack; a free block takes the site of the largest live block of its segment (``free beside
   SITE``), since the allocator keeps no stack for cached space.
 
-:func:`diff_sites` lines two arms' buckets up (candidate minus reference), largest change first: the
-explanation of a reserved-bytes delta (TE #3353 left it "for follow-up profiling").
+:func:`harness.sites.diff_sites` lines two arms' buckets up (candidate minus reference), largest
+change first: the explanation of a reserved-bytes delta (TE #3353 left it "for follow-up
+profiling"); the records and their file (``<arm>/sites.rank<r>.json``) are in ``harness.sites``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
+
+# The records and their diff are the results' (a leaf the reports read): re-exported here.
+from harness.sites import SiteBytes, SiteDelta, diff_sites, pool_totals
+
+__all__ = ["SiteBytes", "SiteDelta", "diff_sites", "frame_site", "pool_totals",
+           "summarize_segments"]
 
 DEFAULT_POOL = "default"
 GRAPH_POOL = "graph pool"
@@ -27,32 +33,6 @@ ACTIVE = "active"
 FREE = "free"
 NO_FRAME = "<no Python frame recorded>"
 _PROJECT = "harness/"
-
-
-@dataclass(frozen=True)
-class SiteBytes:
-    """Bytes of one (pool, state, site) bucket of one arm's allocator."""
-
-    pool: str
-    state: str
-    site: str
-    bytes: int
-    blocks: int
-
-
-@dataclass(frozen=True)
-class SiteDelta:
-    """One bucket in two arms: candidate and reference bytes (0 where absent)."""
-
-    pool: str
-    state: str
-    site: str
-    candidate: int
-    reference: int
-
-    @property
-    def delta(self) -> int:
-        return self.candidate - self.reference
 
 
 def frame_site(frames: Sequence[Mapping[str, Any]]) -> str:
@@ -98,23 +78,3 @@ def summarize_segments(segments: Iterable[Mapping[str, Any]]) -> tuple[SiteBytes
                 add((pool, FREE, f"free beside {owner_site}"), size)
     out = [SiteBytes(p, s, site, n, k) for (p, s, site), (n, k) in acc.items()]
     return tuple(sorted(out, key=lambda x: (-x.bytes, x.pool, x.state, x.site)))
-
-
-def pool_totals(sites: Iterable[SiteBytes]) -> dict[tuple[str, str], int]:
-    """Bytes per (pool, state)."""
-    out: dict[tuple[str, str], int] = {}
-    for s in sites:
-        out[(s.pool, s.state)] = out.get((s.pool, s.state), 0) + s.bytes
-    return out
-
-
-def diff_sites(candidate: Iterable[SiteBytes], reference: Iterable[SiteBytes],
-               top: int | None = None) -> tuple[SiteDelta, ...]:
-    """Every bucket of either arm, candidate minus reference, largest absolute change first."""
-    a = {(s.pool, s.state, s.site): s.bytes for s in candidate}
-    b = {(s.pool, s.state, s.site): s.bytes for s in reference}
-    rows = [SiteDelta(p, st, site, a.get((p, st, site), 0), b.get((p, st, site), 0))
-            for (p, st, site) in sorted(set(a) | set(b))]
-    rows = [r for r in rows if r.delta != 0]
-    rows.sort(key=lambda r: (-abs(r.delta), r.pool, r.state, r.site))
-    return tuple(rows if top is None else rows[:top])

@@ -21,12 +21,13 @@ import gc
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 import torch
 
-from harness.errors import ConfigError
 from harness.results import StepRecord
+from harness.spec.places import RankPlace, rank_place, stage_ranks
 from harness.spec.schema import Case, ResolvedModel
 from harness.workload.allocsites import SiteBytes, summarize_segments
 from harness.workload.loopback import BACKEND
@@ -34,49 +35,8 @@ from harness.workload.model import ModelChunk, build_chunk, chunk_layouts
 from harness.workload.runtime import RankContext
 
 StepCallback = Callable[[StepRecord], None]
-
-
-@dataclass(frozen=True)
-class RankPlace:
-    """Where global rank ``rank`` sits in its case's layout."""
-
-    rank: int
-    world: int
-    pp: int
-    pp_rank: int
-    pool_rank: int
-    ep_rank: int
-    cp_blocks: tuple[tuple[int, tuple[int, ...]], ...]  # (CP size, global ranks of its block)
-
-    @property
-    def first_stage(self) -> bool:
-        return self.pp_rank == 0
-
-    @property
-    def last_stage(self) -> bool:
-        return self.pp_rank == self.pp - 1
-
-    def label(self) -> str:
-        """``emulated rank r of N (PP stage s of P, pool rank p)``: every line about it says so."""
-        return (f"emulated rank {self.rank} of {self.world} (PP stage {self.pp_rank} of {self.pp}, "
-                f"pool rank {self.pool_rank})")
-
-
-def rank_place(case: Case, rank: int) -> RankPlace:
-    """The place of ``rank`` in ``case``'s layout; a ConfigError for a rank outside the world."""
-    lay = case.layout
-    world = lay.world
-    if not 0 <= rank < world:
-        raise ConfigError(f"case {case.id}: rank {rank} is not in its world of {world} ranks "
-                          f"(0..{world - 1})")
-    s = lay.pp_rank(rank)
-    blocks = tuple((c, next(b for b in lay.cp_blocks(s, c) if rank in b)) for c in lay.cp_sizes)
-    return RankPlace(rank, world, lay.pp, s, lay.pool_rank(rank), lay.ep_rank(rank), blocks)
-
-
-def stage_ranks(case: Case) -> tuple[int, int]:
-    """The first rank of the first PP stage and the last rank of the last one."""
-    return 0, case.layout.world - 1
+__all__ = ["EmulatedArm", "RankPlace", "WeightCache", "emulate_rank", "emulated_context",
+           "rank_place", "stage_ranks"]
 
 
 def emulated_context(case: Case, rank: int, device: Optional[str] = None) -> RankContext:
@@ -185,13 +145,15 @@ def _clean(device: torch.device) -> Optional[int]:
 
 
 def emulate_rank(case: Case, rank: int, on_step: StepCallback, *, device: Optional[str] = None,
-                 weights: Optional[WeightCache] = None, sites: bool = False) -> EmulatedArm:
+                 weights: Optional[WeightCache] = None, sites: bool = False,
+                 checkpoint_dir: Optional[Path] = None) -> EmulatedArm:
     """Train arm case ``case`` as rank ``rank`` of its world, alone on ``device``, calling
     ``on_step(record)`` after each step (records as ``train_arm`` writes them). With ``sites``
     (CUDA), allocation sites are recorded during the arm and the live blocks are summarised at
-    the memory probe (``allocsites.summarize_segments``)."""
+    the memory probe (``allocsites.summarize_segments``). ``checkpoint_dir``: as ``train_arm``'s
+    (this rank's checkpoints; a later call resumes after the last one)."""
+    from harness.workload import train_arm  # the package's name: what rank_main trains with
     from harness.workload.model import build_chunks
-    from harness.workload.train import train_arm
 
     ctx = emulated_context(case, rank, device)
     dev = ctx.torch_device
@@ -214,7 +176,8 @@ def emulate_rank(case: Case, rank: int, on_step: StepCallback, *, device: Option
 
         record_allocation_sites(True)
     try:
-        train_arm(case, ctx, step, chunk_builder=weights.build if weights is not None else build_chunks)
+        train_arm(case, ctx, step, checkpoint_dir=checkpoint_dir,
+                  chunk_builder=weights.build if weights is not None else build_chunks)
     finally:
         if want_sites:
             record_allocation_sites(False)

@@ -299,3 +299,32 @@ def test_requeued_job_resumes_after_last_step(tmp_path):
               and e["arm"] == "eager"]
     assert [(e["restarts"], e["resumed_after_step"]) for e in starts] == [(0, 0), (1, 2)]
     assert len(read_jobs(out)["requeue"]) == 1  # same job, requeued by Slurm
+
+
+def test_emulated_ranks_run_in_one_task_of_a_real_slurm_job(tmp_path, capsys):
+    """The focused 4-rank CPU case with ranks 0 and 3 emulated (`submit --emulate-ranks`): one
+    job of one task (not four), each (arm, rank) a process of its own on the CPU, the reference
+    and golden pairs skipped with the reason, every report line naming the emulated ranks."""
+    out = tmp_path / "sweep"
+    case = REPO / "cases" / "focused" / "tiny-dcp12-pp2-vpp2-ep2.yaml"
+    code = cli("submit", case, "--profile", "local", "--emulate-ranks", "0,3", "--out", out,
+               "--wait", "--poll-s", "1")
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "1 node(s) x 1 task(s)/node, no GPUs, profile local" in printed
+    (ref,) = latest_jobs(out).values()
+    assert "--ntasks-per-node=1" in (Path(ref.folder) / f"{ref.job_id}_submission.sh").read_text()
+    case_dir = out / "tiny-dcp12-pp2-vpp2-ep2"
+    for arm in ("dcp", "fixed-cp2"):
+        outcome = read_outcome(case_dir / arm)
+        assert outcome.ok and "emulated rank 3 of 4 (PP stage 1 of 2, pool rank 1): ok" in outcome.detail
+        assert sorted(read_steps(case_dir / arm)) == [0, 3]
+        assert "alone on the CPU" in (case_dir / arm / "log.txt").read_text()
+    assert not (case_dir / "reference").exists()
+    verdict = json.loads((case_dir / "verdict.json").read_text())
+    statuses = {p["pair"]: p["status"] for p in verdict["pairs"]}
+    assert statuses == {"dcp_vs_fixed_cp": "pass", "reference": "skipped",
+                        "reference-fixed-cp2": "skipped", "golden": "skipped"}
+    summary = (out / "summary.md").read_text()
+    assert all("(emulated rank 0 of 4, emulated rank 3 of 4)" in ln
+               for ln in summary.splitlines() if ln.startswith("| tiny-dcp12-pp2-vpp2-ep2"))

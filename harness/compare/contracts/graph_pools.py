@@ -25,8 +25,8 @@ def graph_pools(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     shared = last_per_rank(data[arms[0]], "graph_stats")
     separate = last_per_rank(data[arms[1]], "graph_stats")
     gn = p.grad_norm if p.grad_norm is not None else p.loss
-    numerics = (series_check("loss", "loss", data, arms, p.loss),
-                series_check("grad_norm", "grad_norm", data, arms, gn))
+    numerics = (series_check("loss", "loss", data, arms, p.loss, pair),
+                series_check("grad_norm", "grad_norm", data, arms, gn, pair))
     ranks = sorted(set(shared) & set(separate))
     if not ranks:
         return (Check("pool_ratio", None, p.max_ratio, False,
@@ -37,7 +37,7 @@ def graph_pools(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
         ratio = figure_of(shared[r], "pool_reserved_bytes") / largest if largest > 0 else math.inf
         summed = figure_of(separate[r], "pool_reserved_bytes") / largest if largest > 0 else math.inf
         worst = max(worst, ratio)
-        parts.append(f"r{r} {ratio:.3f} (separate pools {summed:.3f}, largest variant "
+        parts.append(f"{pair.rank_name(r)} {ratio:.3f} (separate pools {summed:.3f}, largest variant "
                      f"{largest / MIB:.0f} MiB)")
     return (Check("pool_ratio", worst, p.max_ratio, worst <= p.max_ratio,
                   "graph pool / largest single variant's pool: " + ", ".join(parts)),) + numerics

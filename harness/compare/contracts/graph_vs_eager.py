@@ -1,16 +1,55 @@
 """``graph_vs_eager``: the graphed arm against the eager arm; loss, aux loss and grad norm per
-step (aux loss and grad norm default to the loss bound)."""
+step (aux loss and grad norm default to the loss bound), and what the graphed arm replayed:
+``capture`` (the core's capture line per rank, a figure) and ``variants_replayed`` (the CP
+variants a rank captured but never replayed over its graphed steps, bound 0: a comparison over
+steps that never replayed a variant says nothing about it), with the replays per (CP size,
+physical slot) frame (``StepRecord.replays``) in the detail."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 from harness.spec.schema import GraphVsEagerContract
 
 from ..pair import Pair
 from ..registry import contract
-from ..series import Steps, series_check
+from ..series import Steps, field_of, figure_of, last_per_rank, series_check
 from ..verdicts import Check
+
+
+def frame_replays(steps: Steps) -> dict[int, dict[tuple[int, int], int]]:
+    """Rank -> (CP size, physical slot) -> forward replays over its graphed steps."""
+    out: dict[int, dict[tuple[int, int], int]] = {}
+    for rank, records in steps.items():
+        frames = out.setdefault(rank, {})
+        for rec in records:
+            for f in field_of(rec, "replays") or ():
+                key = (int(figure_of(f, "cp_size")), int(figure_of(f, "slot")))
+                frames[key] = frames.get(key, 0) + int(figure_of(f, "replays"))
+    return out
+
+
+def frames_text(frames: Mapping[tuple[int, int], int]) -> str:
+    """``cp1/slot0 6, cp2/slot1 8``: replays per frame, by CP size then slot."""
+    return ", ".join(f"cp{c}/slot{s} {n}" for (c, s), n in sorted(frames.items())) or "none"
+
+
+def _replays(graph: Steps, rank_name: Callable[[int], str]) -> tuple[Check, Check]:
+    stats = last_per_rank(graph, "graph_stats")
+    if not stats:
+        why = "the graph arm recorded no capture statistics"
+        return Check.not_applicable("capture", why), Check.not_applicable("variants_replayed", why)
+    frames = frame_replays(graph)
+    capture = "; ".join(f"{rank_name(r)}: {field_of(st, 'summary')}" for r, st in sorted(stats.items()))
+    worst, parts = 0, []
+    for r, st in sorted(stats.items()):
+        sizes = sorted({c for c, _ in frames.get(r, {})})
+        missing = max(0, int(figure_of(st, "variants")) - len(sizes))
+        worst = max(worst, missing)
+        parts.append(f"{rank_name(r)} replayed CP sizes {sizes} of {int(figure_of(st, 'variants'))} "
+                     f"captured variant(s); forward replays per frame: {frames_text(frames.get(r, {}))}")
+    return (Check("capture", None, None, True, capture),
+            Check("variants_replayed", float(worst), 0.0, worst == 0, "; ".join(parts)))
 
 
 @contract("graph_vs_eager", GraphVsEagerContract)
@@ -19,6 +58,7 @@ def graph_vs_eager(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     arms = pair.two_arms()
     aux = p.aux_loss if p.aux_loss is not None else p.loss
     gn = p.grad_norm if p.grad_norm is not None else p.loss
-    return (series_check("loss", "loss", data, arms, p.loss),
-            series_check("aux_loss", "aux_loss", data, arms, aux),
-            series_check("grad_norm", "grad_norm", data, arms, gn))
+    return (series_check("loss", "loss", data, arms, p.loss, pair),
+            series_check("aux_loss", "aux_loss", data, arms, aux, pair),
+            series_check("grad_norm", "grad_norm", data, arms, gn, pair),
+            *_replays(data[arms[0]], pair.rank_name))

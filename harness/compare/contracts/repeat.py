@@ -17,5 +17,5 @@ from ..verdicts import Check
 def repeat(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     p: RepeatContract = pair.params
     arms = pair.two_arms()
-    return (series_check("loss", "loss", data, arms, p.loss),
-            series_check("grad_norm", "grad_norm", data, arms, p.loss))
+    return (series_check("loss", "loss", data, arms, p.loss, pair),
+            series_check("grad_norm", "grad_norm", data, arms, p.loss, pair))

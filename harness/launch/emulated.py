@@ -1,0 +1,129 @@
+"""Run one arm of an emulated case: each emulated rank in a process of its own, alone on a device.
+
+Every rank of an emulated arm (``PlannedArm.emulated``, ``ranks`` = the emulated ranks of an
+``N``-rank world) runs as ``python -m harness.launch.rank_main ... --emulate-rank R``: rank R of the
+world alone, its communication on the loopback layer, on one GPU (``CUDA_VISIBLE_DEVICES`` = that
+GPU) or, where the case allows it (eager) and there is no GPU, on the CPU. With several GPUs the
+ranks run side by side, one per GPU (the next rank starts on the GPU that a finished one left);
+with one GPU (or the CPU) one after another. Each (arm, rank) is its own process, so the whole-device memory a rank
+records includes nothing another arm or rank loaded (a process's CUDA context, cached kernels and
+allocator are gone when it exits). Both launchers run emulated arms here: the local one with the
+GPUs it sees, a Slurm job's task with the GPUs of its allocation (``slurm_job``).
+
+Each rank's process has the arm's time limit to itself (``resources.time_min``: one emulated rank
+does the work one rank of the real run does). A rank that fails does not stop the others (what a
+rank that fits measures is worth having beside one that does not); the arm's outcome is the
+worst of its ranks', every rank named by its label (``emulated rank r of N ...``).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
+
+from harness.caseplan import CasePlan, PlannedArm
+from harness.results import LOG_FILE, ArmOutcome, read_steps
+from harness.spec.places import rank_place
+
+# The outcome of an arm whose ranks ended differently: the first of these among them.
+_WORST_FIRST = ("failed", "timeout", "infra")
+
+
+def visible_gpus(environ: Mapping[str, str], count: int) -> list[str]:
+    """The ``CUDA_VISIBLE_DEVICES`` value of each of the ``count`` GPUs this process sees (its own
+    ``CUDA_VISIBLE_DEVICES`` entries where set, else ``0..count-1``)."""
+    given = [d.strip() for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if given:
+        return given[:count]
+    return [str(i) for i in range(count)]
+
+
+@dataclass(frozen=True)
+class RankRun:
+    """How one emulated rank's process ended."""
+
+    rank: int
+    label: str
+    outcome: ArmOutcome
+
+
+def rank_is_complete(arm: PlannedArm, arm_dir: Path, rank: int) -> bool:
+    """Whether ``rank`` of the arm recorded every step already (a resumed or requeued arm runs
+    only its other ranks again)."""
+    want = set(range(1, arm.case.train.steps + 1))
+    return want <= {r.step for r in read_steps(arm_dir).get(rank, [])}
+
+
+def combine(runs: Sequence[RankRun], repro: str) -> ArmOutcome:
+    """One outcome for the arm: ``ok`` when every rank's was, else the worst (failed, timeout,
+    infra), its detail naming each rank that was not ok by its label."""
+    bad = [r for r in runs if not r.outcome.ok]
+    wall = round(sum(r.outcome.wall_s for r in runs), 3)
+    if not bad:
+        return ArmOutcome(status="ok", returncode=0, wall_s=wall, repro=repro,
+                          detail="; ".join(f"{r.label}: ok" for r in runs))
+    worst = min(bad, key=lambda r: _WORST_FIRST.index(r.outcome.status)
+                if r.outcome.status in _WORST_FIRST else len(_WORST_FIRST))
+    detail = "; ".join(f"{r.label}: " + (r.outcome.detail or r.outcome.status) if not r.outcome.ok
+                       else f"{r.label}: ok" for r in runs)
+    tails = "\n".join(f"--- {r.label} ---\n{r.outcome.log_tail}" for r in bad if r.outcome.log_tail)
+    return ArmOutcome(status=worst.outcome.status, returncode=worst.outcome.returncode, wall_s=wall,
+                      log_tail=tails, repro=repro, restarts=max(r.outcome.restarts for r in runs),
+                      detail=detail)
+
+
+RunRanks = Callable[..., ArmOutcome]
+
+
+def run_emulated_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, case_json: Path, *,
+                     gpus: Sequence[str], timeout_s: float, python: str, repro: str,
+                     run: Optional[RunRanks] = None, stack_wait_s: float = 3.0,
+                     kill_grace_s: float = 5.0) -> ArmOutcome:
+    """Run every rank of emulated ``arm`` (see the module doc) on ``gpus`` (``CUDA_VISIBLE_DEVICES``
+    values: one rank per GPU at a time, side by side; empty: on the CPU, one after another, GPUs
+    hidden); never raises for a failing rank. ``run``: ``local.run_ranks`` (the default)."""
+    from harness.launch.local import RankCommand, run_ranks
+
+    run = run or run_ranks
+    arm_dir = Path(arm_dir)
+    arm_dir.mkdir(parents=True, exist_ok=True)
+    argv = (python, "-u", "-m", "harness.launch.rank_main", "--case", str(case_json),
+            "--arm", arm.name, "--out", str(arm_dir))
+    labels = {r: rank_place(arm.case, r).label() for r in arm.ranks}
+    env = {} if gpus else {"CUDA_VISIBLE_DEVICES": ""}
+    side = max(1, min(len(gpus), len(arm.ranks)))
+    if "OMP_NUM_THREADS" not in os.environ:  # ranks side by side share the CPU's threads
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // side))
+    free: "queue.Queue[Optional[str]]" = queue.Queue()
+    for gpu in list(gpus[:side]) or [None]:
+        free.put(gpu)
+
+    def one(rank: int) -> RankRun:
+        if rank_is_complete(arm, arm_dir, rank):  # a resumed arm: this rank has every step
+            return RankRun(rank, labels[rank], ArmOutcome(status="ok", returncode=0,
+                                                          detail="already complete"))
+        gpu = free.get()
+        try:
+            where = f"GPU {gpu} (CUDA_VISIBLE_DEVICES={gpu})" if gpu is not None else "the CPU"
+            with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
+                log.write(f"[launcher] case {plan.case_id} arm {arm.name}: {labels[rank]} alone on "
+                          f"{where}; communication on the loopback layer\n")
+            cmd = RankCommand(argv=argv, world_size=arm.world_size, arm_dir=arm_dir,
+                              timeout_s=timeout_s, env=env, repro=repro,
+                              ranks=(rank,), emulated=True,
+                              devices={rank: gpu} if gpu is not None else {})
+            outcome = run(cmd, stack_wait_s=stack_wait_s, kill_grace_s=kill_grace_s, port_retries=0)
+            return RankRun(rank, labels[rank], outcome)
+        finally:
+            free.put(gpu)
+
+    if side == 1:
+        runs = [one(r) for r in arm.ranks]
+    else:
+        with ThreadPoolExecutor(max_workers=side) as pool:
+            runs = list(pool.map(one, arm.ranks))
+    return combine(runs, repro)
