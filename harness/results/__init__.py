@@ -60,10 +60,9 @@ from .steps import StepWriter, read_rank_file, read_steps
 __all__ = [
     "ARM_STATUSES", "ArmOutcome", "CASE_FILE", "FrameReplays", "GraphStats", "INDEX_FILE",
     "JUNIT_FILE", "LOG_FILE", "MemoryProbe", "OUTCOME_FILE", "PackedGroup", "PackedMicrobatch",
-    "PathLike", "ResultsError",
-    "SUMMARY_FILE", "StepRecord", "StepWriter", "VERDICT_FILE", "arm_dir", "case_dir",
-    "current_umask", "decode_float", "decode_nonfinite", "dumps", "encode_nonfinite", "file_mode",
-    "list_arm_dirs", "parse_packed", "rank_file", "rank_files", "read_json", "read_json_record", "read_outcome",
-    "read_rank_file", "read_steps", "write_bytes_atomic", "write_json_atomic", "write_outcome",
-    "write_text_atomic",
+    "PathLike", "ResultsError", "SUMMARY_FILE", "StepRecord", "StepWriter", "VERDICT_FILE",
+    "arm_dir", "case_dir", "current_umask", "decode_float", "decode_nonfinite", "dumps",
+    "encode_nonfinite", "file_mode", "list_arm_dirs", "parse_packed", "rank_file", "rank_files",
+    "read_json", "read_json_record", "read_outcome", "read_rank_file", "read_steps",
+    "write_bytes_atomic", "write_json_atomic", "write_outcome", "write_text_atomic",
 ]
