@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from harness.compare import PackingRule, Pair, packing_rule
 from harness.errors import ConfigError
-from harness.results import CASE_FILE, PathLike, ResultsError, read_json, write_json_atomic
+from harness.results import CASE_FILE, PathLike, ResultsError, read_json, write_json_record
 from harness.spec.places import emulated_labels, emulated_title
 from harness.spec.schema import Case, SanitySpec
 
@@ -207,9 +207,7 @@ class CasePlan:
 
 
 def write_plan(case_dir: PathLike, plan: CasePlan) -> Path:
-    path = Path(case_dir) / PLAN_FILE
-    write_json_atomic(path, plan.to_dict())
-    return path
+    return write_json_record(Path(case_dir) / PLAN_FILE, plan)
 
 
 def plan_from_files(case_json: Any, plan_json: Any, where: PathLike) -> CasePlan:

@@ -27,14 +27,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.results import PathLike, ResultsError, StepRecord, read_json, write_json_atomic
+from harness.results import PathLike, ResultsError, StepRecord, field_of, read_json, write_json_atomic
 
-Record = Union[StepRecord, Mapping[str, Any]]
-Steps = Mapping[int, Sequence[Record]]
+Steps = Mapping[int, Sequence[StepRecord]]  # rank -> that rank's step records
 
 # Megatron metric name -> step-record field.
 LOSS_METRICS: Mapping[str, str] = MappingProxyType({
@@ -94,22 +93,16 @@ def platform_key(device_name: str) -> str:
     return key if key[0].isalnum() else "cuda"
 
 
-def _get(rec: Record, key: str) -> Any:
-    return getattr(rec, key, None) if isinstance(rec, StepRecord) else rec.get(key)
-
-
 def platform_of(steps: Steps) -> str:
     """The platform the arm's records were made on: their ``platform`` (``cpu``, ``h200`` ...,
     written by the rank from its device), else the type of their ``device`` (``cpu``/``cuda``,
     records of older runs); ``cpu`` when no record names either."""
     for rank in sorted(steps):
         for rec in steps[rank]:
-            platform = _get(rec, "platform")
-            if isinstance(platform, str) and platform:
-                return platform
-            device = _get(rec, "device")
-            if isinstance(device, str) and device:
-                return device.split(":", 1)[0]
+            if rec.platform:
+                return rec.platform
+            if rec.device:
+                return rec.device.split(":", 1)[0]
     return "cpu"
 
 
@@ -124,8 +117,8 @@ def _per_step(steps: Steps, key: str, combine: str) -> dict[int, float]:
     out: dict[int, float] = {}
     for rank in sorted(steps):
         for rec in steps[rank]:
-            step, value = _get(rec, "step"), _number(_get(rec, key))
-            if not isinstance(step, int) or value is None:
+            step, value = rec.step, _number(field_of(rec, key))
+            if value is None:
                 continue
             if step not in out:
                 out[step] = value

@@ -19,34 +19,28 @@ from harness.compare import (
     read_verdict,
     write_verdict,
 )
-from harness.results import ArmOutcome
+from harness.results import ArmOutcome, StepRecord
+from tests.records import GIB, changed, probe, record
 
 OK = ArmOutcome(status="ok", returncode=0, wall_s=1.0)
-GIB = 1024 ** 3
 
 
 def run(losses: list[float], ranks: int = 2, *, grad: Optional[list[float]] = None,
         aux: Optional[list[float]] = None, mem: Optional[float] = None,
         reserved: Optional[float] = None, at: Optional[dict[int, dict]] = None,
-        ) -> dict[int, list[dict]]:
-    """Step records of one arm: the same global loss on every rank."""
-    out: dict[int, list[dict]] = {}
-    for rank in range(ranks):
-        recs = []
-        for i, loss in enumerate(losses):
-            r = {"step": i + 1, "loss": loss, "aux_loss": (aux or [0.01] * len(losses))[i],
-                 "grad_norm": (grad or [1.0] * len(losses))[i], "nan": not math.isfinite(loss),
-                 "skipped": False, "step_time_s": 0.1, "device": "cpu",
-                 "allocated_bytes": None, "reserved_bytes": reserved, "active_bytes": None,
-                 "max_allocated_bytes": mem}
-            if mem is not None and i == len(losses) - 1:  # the memory probe after the last step
-                r["memory_probe"] = {"device_used_bytes": int(mem), "device_total_bytes": int(100 * GIB),
-                                     "allocated_bytes": int(mem), "active_bytes": int(mem),
-                                     "reserved_bytes": int(reserved or 0)}
-            r.update((at or {}).get(i + 1, {}))
-            recs.append(r)
-        out[rank] = recs
-    return out
+        ) -> dict[int, list[StepRecord]]:
+    """Step records of one arm: the same global loss on every rank; ``at``: step -> fields
+    changed on that step."""
+    n = len(losses)
+    recs = [record(i + 1, loss, aux_loss=(aux or [0.01] * n)[i], grad_norm=(grad or [1.0] * n)[i],
+                   nan=not math.isfinite(loss), step_time_s=0.1, device="cpu",
+                   reserved_bytes=None if reserved is None else int(reserved),
+                   max_allocated_bytes=None if mem is None else int(mem),
+                   # the memory probe after the last step
+                   memory_probe=probe(mem, reserved=reserved or 0) if mem is not None and i == n - 1
+                   else None)
+            for i, loss in enumerate(losses)]
+    return changed({rank: list(recs) for rank in range(ranks)}, at or {})
 
 
 LOSS = [2.5, 2.31, 2.2, 2.1]
@@ -81,7 +75,7 @@ def test_missing_steps_and_ranks_are_named() -> None:
 
 def test_duplicated_step_fails_completeness() -> None:
     data = run(LOSS, ranks=1)
-    data[0].append(dict(data[0][-1]))
+    data[0].append(data[0][-1])
     c = arm_checks("eager", data, expected_steps=4, expected_ranks=1)[0]
     assert not c.passed and "duplicated rank 0: 4" in c.detail
 

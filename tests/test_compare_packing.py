@@ -99,11 +99,6 @@ def test_records_without_microbatches_make_it_not_applicable() -> None:
     assert not c.applicable and "written before dcp-harness recorded them" in c.detail
 
 
-def test_plain_mapping_records_are_read_like_step_records() -> None:
-    data = {0: [StepRecord(step=1, microbatches=3, tokens=60, packed=THREE).to_dict()]}
-    assert packing_check("eager", data, PackingRule(PP2, microbatches=3)).passed
-
-
 def test_evaluate_case_adds_the_check_to_every_entry_of_the_arm() -> None:
     from harness.compare import Pair
 

@@ -16,6 +16,7 @@ from harness.compare import Pair, evaluate_case, write_verdict
 from harness.errors import ConfigError
 from harness.report import console_table, gate, gate_result, load_sweep, write_reports
 from harness.results import ArmOutcome, StepWriter, write_json_atomic, write_outcome
+from tests.records import record
 
 LOSS = [2.5, 2.31, 2.2, 2.1]
 REPEAT = Pair("repeat", "repeat", ("eager", "eager-repeat"), {"arm": "eager", "loss": "exact"})
@@ -29,9 +30,10 @@ def write_arm(case_dir: Path, arm: str, losses: list[float], outcome: Optional[A
     for rank in range(ranks):
         w = StepWriter(case_dir / arm, rank)
         for i, loss in enumerate(losses):
-            w.append({"step": i + 1, "loss": loss, "aux_loss": 0.01, "grad_norm": 1.0,
-                      "nan": not math.isfinite(loss), "skipped": False, "step_time_s": 0.1 * (i + 1),
-                      "device": "cpu", "max_allocated_bytes": mem, "reserved_bytes": mem})
+            w.append(record(i + 1, loss, aux_loss=0.01, nan=not math.isfinite(loss),
+                            step_time_s=0.1 * (i + 1), device="cpu",
+                            max_allocated_bytes=None if mem is None else int(mem),
+                            reserved_bytes=None if mem is None else int(mem)))
     if outcome is not None:
         write_outcome(case_dir / arm, outcome)
 

@@ -20,7 +20,7 @@ from harness.launch.rules import case_rules
 from harness.launch.sweep import finalize_case, prepare_case_dir
 from harness.report import gate, load_sweep, write_reports
 from harness.report.emulated import emulated_tables, rank_figures
-from harness.results import ArmOutcome, StepWriter, read_steps, write_outcome
+from harness.results import ArmOutcome, StepRecord, StepWriter, read_steps, write_outcome
 from harness.sites import SiteBytes, SiteTable, read_sites, write_sites
 from harness.spec.derive import as_emulated
 
@@ -55,12 +55,12 @@ def write_arm(case_dir: Path, arm: str, *, used_gib: float, reserved_gib: float,
                       "device_total_bytes": 140 * GIB, "allocated_bytes": int(used_gib * GIB),
                       "active_bytes": int(used_gib * GIB), "reserved_bytes": int(reserved_gib * GIB)}
                      if step == 3 else None)
-            w.append({"step": step, "loss": loss_of(rank, step), "aux_loss": 1.0,
+            w.append(StepRecord.from_dict({"step": step, "loss": loss_of(rank, step), "aux_loss": 1.0,
                       "grad_norm": 0.5 + rank, "step_time_s": 0.2 if graphed else 0.3,
                       "graphed": graphed, "memory_probe": probe, "max_allocated_bytes": 10 * GIB,
                       "graph_stats": graph if step == 2 else None,
                       "replays": [{"cp_size": c, "slot": s, "replays": n} for c, s, n in replays]
-                      if graphed else []})
+                      if graphed else []}))
         sites = (SiteBytes("graph pool", "active", "harness/slotmem/capture.py:10 build", 900 * MIB, 3),
                  SiteBytes("default", "free", "free beside harness/workload/train.py:299 train_arm",
                            int((reserved_gib - 5) * GIB), 2))
@@ -132,7 +132,7 @@ def test_a_variant_never_replayed_fails_the_replay_check(tmp_path: Path) -> None
 
 
 def test_plan_decisions_are_applied_when_a_pair_is_evaluated() -> None:
-    steps = {0: [{"step": 1, "loss": 1.0, "grad_norm": 1.0}]}
+    steps = {0: [StepRecord(step=1, loss=1.0, grad_norm=1.0)]}
     skipped = Pair("g", "golden", ("a",), {"case_id": "c", "golden_dir": "/x", "steps": 1},
                    skipped="because")
     v = evaluate_pair("c", skipped, {})

@@ -9,7 +9,9 @@ import pytest
 
 from harness.compare import Pair, evaluate_case, write_verdict
 from harness.report import gate, write_reports
-from harness.results import ArmOutcome, StepWriter, read_outcome, read_steps, write_json_atomic, write_outcome
+from harness.results import (ArmOutcome, GraphStats, StepWriter, read_outcome, read_steps,
+                             write_json_atomic, write_outcome)
+from tests.records import graph_stats, probe, record
 
 GIB = 2 ** 30
 OK = ArmOutcome(status="ok", returncode=0, wall_s=2.0)
@@ -18,23 +20,14 @@ DCP = Pair("dcp_vs_fixed_cp", "dcp_vs_fixed_cp", ("graph", "graph-fixed-cp2"),
            {"fixed_cp": 2, "device_delta_pct": 1.0})
 
 
-def stats(pool: float, largest: float, pools: int) -> dict:
-    return {"summary": "2 dynamic-CP variants over 4 slot-aliased physical pool slots", "variants": 2,
-            "physical_slots": 4, "graphs": 8, "pool_reserved_bytes": int(pool), "pool_allocated_bytes": 0,
-            "arena_bytes": 0, "largest_pool_bytes": int(largest), "pools": pools, "capture_s": 0.1,
-            "warmup_s": 0.1, "capture_peak_bytes": 0, "warmup_peak_bytes": 0}
-
-
-def write_arm(d: Path, arm: str, used: float, graph: dict | None) -> None:
+def write_arm(d: Path, arm: str, used: float, graph: GraphStats | None) -> None:
     for rank in range(2):
         w = StepWriter(d / arm, rank)
         for step in (1, 2, 3):
-            probe = ({"device_used_bytes": int(used + rank * GIB), "device_total_bytes": 140 * GIB,
-                      "allocated_bytes": int(used), "active_bytes": int(used), "reserved_bytes": int(used)}
-                     if step == 3 else None)
-            w.append({"step": step, "loss": 2.0 / step, "aux_loss": 1.0, "grad_norm": 1.0,
-                      "step_time_s": 0.1, "graphed": step > 1, "memory_probe": probe,
-                      "graph_stats": graph if step == 2 else None})
+            mem = (probe(used + rank * GIB, total=140 * GIB, allocated=used, active=used,
+                         reserved=used) if step == 3 else None)
+            w.append(record(step, 2.0 / step, aux_loss=1.0, step_time_s=0.1, graphed=step > 1,
+                            memory_probe=mem, graph_stats=graph if step == 2 else None))
     write_outcome(d / arm, OK)
 
 
@@ -44,9 +37,9 @@ def graph_case(sweep: Path, shared_pool: float) -> Path:
                                         "resources": {"nodes": 1, "gpus_per_node": 2},
                                         "compare": {"dcp_vs_fixed_cp": DCP.to_dict()["params"],
                                                     "graph_pools": POOLS.to_dict()["params"]}})
-    write_arm(d, "graph", 20 * GIB, stats(shared_pool, shared_pool, 1))
-    write_arm(d, "graph-separate-pools", 21 * GIB, stats(3.4 * GIB, 2 * GIB, 2))
-    write_arm(d, "graph-fixed-cp2", 20.5 * GIB, stats(1.9 * GIB, 1.9 * GIB, 1))
+    write_arm(d, "graph", 20 * GIB, graph_stats(shared_pool, shared_pool, 1))
+    write_arm(d, "graph-separate-pools", 21 * GIB, graph_stats(3.4 * GIB, 2 * GIB, 2))
+    write_arm(d, "graph-fixed-cp2", 20.5 * GIB, graph_stats(1.9 * GIB, 1.9 * GIB, 1))
     data = {a: (read_outcome(d / a), read_steps(d / a)) for a in ("graph", "graph-separate-pools", "graph-fixed-cp2")}
     write_verdict(d, evaluate_case("g", [DCP, POOLS], data, expected_steps=3, expected_ranks=2))
     return d

@@ -11,9 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import harness.results as results
 from harness.results import (
     ArmOutcome,
     FrameReplays,
+    MemoryProbe,
     PackedGroup,
     PackedMicrobatch,
     ResultsError,
@@ -28,17 +30,16 @@ from harness.results import (
     write_outcome,
     write_text_atomic,
 )
+from tests.records import probe, record
 
-
-def rec(step: int, loss: float = 2.0, **extra: object) -> dict:
-    return {"step": step, "loss": loss, "grad_norm": 1.0, "nan": False, "skipped": False, **extra}
+rec = record
 
 
 def test_append_and_read_round_trip(tmp_path: Path) -> None:
     for rank in (0, 1):
         w = StepWriter(tmp_path, rank)
         for step in (1, 2, 3):
-            assert w.append(rec(step, loss=step + rank / 10, cp_sizes=[1, 2], device="cpu"))
+            assert w.append(rec(step, loss=step + rank / 10, cp_sizes=(1, 2), device="cpu"))
         assert w.completed_steps() == 3
     steps = read_steps(tmp_path)
     assert sorted(steps) == [0, 1]
@@ -50,37 +51,42 @@ def test_append_and_read_round_trip(tmp_path: Path) -> None:
 
 def test_replays_per_frame_round_trip_and_bad_entries_are_named(tmp_path: Path) -> None:
     w = StepWriter(tmp_path, 0)
-    frames = [{"cp_size": 1, "slot": 0, "replays": 12}, {"cp_size": 2, "slot": 7, "replays": 3}]
+    frames = (FrameReplays(1, 0, 12), FrameReplays(2, 7, 3))
     w.append(rec(1, graphed=True, replays=frames))
     got = read_steps(tmp_path)[0][0]
-    assert got.replays == (FrameReplays(1, 0, 12), FrameReplays(2, 7, 3))
+    assert got.replays == frames
     assert StepRecord.from_dict(got.to_dict()) == got
-    with pytest.raises(ResultsError, match="'replays' entry has unknown keys"):
-        StepRecord.from_dict(rec(1, replays=[{"cp": 1, "slot": 0, "replays": 1}]))
-    with pytest.raises(ResultsError, match="'replays' must be a list of objects"):
-        StepRecord.from_dict(rec(1, replays={"cp_size": 1}))
+    line = rec(1).to_dict()
+    with pytest.raises(ResultsError, match=r"field 'replays\.0\.cp': unknown key 'cp'; allowed "
+                                           r"keys here: cp_size, slot, replays"):
+        StepRecord.from_dict({**line, "replays": [{"cp": 1, "slot": 0, "replays": 1}]})
+    with pytest.raises(ResultsError, match="field 'replays': Input should be a valid tuple"):
+        StepRecord.from_dict({**line, "replays": {"cp_size": 1}})
 
 
 def test_packed_microbatches_round_trip_older_records_read_and_bad_entries_are_named(
         tmp_path: Path) -> None:
     w = StepWriter(tmp_path, 0)
-    packed = [{"groups": [{"cp": 2, "sequences": [0, 3], "tokens": 90}]},
-              {"groups": [{"cp": 1, "sequences": [1], "tokens": 40},
-                          {"cp": 1, "sequences": [2], "tokens": 38}]}]
+    packed = (PackedMicrobatch((PackedGroup(2, (0, 3), 90),)),
+              PackedMicrobatch((PackedGroup(1, (1,), 40), PackedGroup(1, (2,), 38))))
     w.append(rec(1, microbatches=2, packed=packed))
     w.append(rec(2))  # a record written before microbatches were recorded
+    lines = (tmp_path / "rank0.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["packed"][1] == {
+        "groups": [{"cp": 1, "sequences": [1], "tokens": 40},
+                   {"cp": 1, "sequences": [2], "tokens": 38}]}
+    old_line = {k: v for k, v in json.loads(lines[1]).items() if k != "packed"}
     got, old = read_steps(tmp_path)[0]
-    assert got.packed == (PackedMicrobatch((PackedGroup(2, (0, 3), 90),)),
-                          PackedMicrobatch((PackedGroup(1, (1,), 40), PackedGroup(1, (2,), 38))))
+    assert got.packed == packed and StepRecord.from_dict(old_line).packed == ()
     assert got.packed[1].tokens == 78 and got.packed[1].sequences == (1, 2)
     assert got.packed[1].describe() == "CP1 [1] 40 + CP1 [2] 38"
     assert StepRecord.from_dict(got.to_dict()) == got and old.packed == ()
-    with pytest.raises(ResultsError, match="'packed' group has keys"):
-        StepRecord.from_dict(rec(1, packed=[{"groups": [{"cp": 1, "seqs": [0], "tokens": 1}]}]))
-    with pytest.raises(ResultsError, match="'sequences' must be a list of integers"):
-        StepRecord.from_dict(rec(1, packed=[{"groups": [{"cp": 1, "sequences": "0", "tokens": 1}]}]))
-    with pytest.raises(ResultsError, match="'packed' must be a list of microbatches"):
-        StepRecord.from_dict(rec(1, packed={"groups": []}))
+    line = rec(1).to_dict()
+    with pytest.raises(ResultsError, match=r"field 'packed\.0\.groups\.0\.seqs': unknown key"):
+        StepRecord.from_dict({**line, "packed": [{"groups": [{"cp": 1, "seqs": [0], "tokens": 1}]}]})
+    with pytest.raises(ResultsError, match=r"field 'packed\.0\.groups\.0\.sequences'"):
+        StepRecord.from_dict({**line, "packed": [{"groups": [{"cp": 1, "sequences": "0",
+                                                             "tokens": 1}]}]})
 
 
 def test_nonfinite_values_are_standard_json_and_round_trip(tmp_path: Path) -> None:
@@ -133,10 +139,32 @@ def test_no_resume_starts_afresh(tmp_path: Path) -> None:
     assert read_steps(tmp_path) == {0: []}
 
 
-@pytest.mark.parametrize("bad", [{}, {"step": 0}, {"step": "1"}, {"step": True}])
-def test_record_without_valid_step_is_rejected(tmp_path: Path, bad: dict) -> None:
-    with pytest.raises(ValueError, match="step"):
-        StepWriter(tmp_path, 0).append(bad)
+@pytest.mark.parametrize(("bad", "why"), [
+    ({}, "field 'step': required field is missing"),
+    ({"step": 0}, "field 'step': Input should be greater than or equal to 1"),
+    ({"step": "1"}, "field 'step': Input should be a valid integer"),
+    ({"step": True}, "field 'step': Input should be a valid integer")])
+def test_record_without_valid_step_is_rejected(tmp_path: Path, bad: dict, why: str) -> None:
+    with pytest.raises(ResultsError, match=why):
+        StepRecord.from_dict(bad)
+    (tmp_path / "rank0.jsonl").write_text(json.dumps({"step": 1}) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(ResultsError, match=rf"rank0\.jsonl:2: bad step record: {why}"):
+        read_steps(tmp_path)
+    with pytest.raises(ResultsError, match=rf"rank0\.jsonl:2: bad step record: {why}"):
+        StepWriter(tmp_path, 0)  # resuming reads the records typed, too
+    with pytest.raises(ValueError, match="a step record needs an integer 'step' >= 1"):
+        StepRecord(step=0)
+
+
+def test_the_writer_takes_typed_records_only(tmp_path: Path) -> None:
+    w = StepWriter(tmp_path, 0)
+    with pytest.raises(TypeError, match="StepWriter.append takes a StepRecord, got dict"):
+        w.append({"step": 1, "loss": 2.0})  # type: ignore[arg-type]
+    # A record the reader would refuse is refused before it is written, naming the field.
+    with pytest.raises(ValueError, match="step 1: bad step record: field 'loss': Input should be a "
+                                         "valid number"):
+        w.append(rec(1, loss="low"))  # type: ignore[arg-type]
+    assert (tmp_path / "rank0.jsonl").read_bytes() == b"" and w.completed_steps() == 0
 
 
 def test_read_steps_of_missing_folder_is_empty(tmp_path: Path) -> None:
@@ -197,7 +225,7 @@ def test_any_truncation_keeps_exactly_the_complete_lines(tmp_path_factory: pytes
     d = tmp_path_factory.mktemp("arm")
     w = StepWriter(d, 0)
     for step in range(1, n + 1):
-        w.append({**extra, "step": step})
+        w.append(StepRecord(**extra, step=step))
     path = d / "rank0.jsonl"
     data = path.read_bytes()
     cut = cut % (len(data) + 1)
@@ -213,7 +241,7 @@ def test_any_truncation_keeps_exactly_the_complete_lines(tmp_path_factory: pytes
                 assert getattr(r, key) == value
     resumed = StepWriter(d, 0)
     assert resumed.completed_steps() == complete
-    assert resumed.append({"step": complete + 1})
+    assert resumed.append(StepRecord(step=complete + 1))
     assert [r.step for r in read_steps(d)[0]] == list(range(1, complete + 2))
 
 
@@ -232,21 +260,48 @@ def test_unusable_outcome_file_is_a_results_error_naming_it(tmp_path: Path, cont
 
 
 def test_records_are_typed_and_a_renamed_key_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ResultsError, match="field 'max_alloc_bytes': unknown key 'max_alloc_bytes' "
+                                           "\\(did you mean 'max_allocated_bytes'\\?\\)"):
+        StepRecord.from_dict({"step": 1, "max_alloc_bytes": 5})
+    with pytest.raises(ResultsError, match="field 'loss': Input should be a valid number \\(got 'low'\\)"):
+        StepRecord.from_dict({"step": 1, "loss": "low"})
     w = StepWriter(tmp_path, 0)
-    with pytest.raises(ValueError, match="unknown keys \\['max_alloc_bytes'\\]"):
-        w.append({"step": 1, "max_alloc_bytes": 5})
-    with pytest.raises(ValueError, match="'loss'"):
-        w.append({"step": 1, "loss": "low"})
-    probe = {"device_used_bytes": 10, "device_total_bytes": 100, "allocated_bytes": 5,
-             "active_bytes": 5, "reserved_bytes": 8}
-    assert w.append({"step": 1, "loss": 1.0, "memory_probe": probe, "graphed": True})
+    assert w.append(rec(1, loss=1.0, memory_probe=probe(10, total=100, allocated=5, active=5,
+                                                        reserved=8), graphed=True))
     (r,) = read_steps(tmp_path)[0]
-    assert r.graphed and r.memory_probe is not None and r.memory_probe.device_used_bytes == 10
+    assert r.graphed and r.memory_probe == MemoryProbe(10, 100, 5, 5, 8)
     with open(tmp_path / "rank0.jsonl", "a") as fh:  # a hand-edited line with a renamed key
         fh.write(json.dumps({"step": 2, "max_alloc_bytes": 1}) + "\n")
         fh.write(json.dumps({"step": 3}) + "\n")
-    with pytest.raises(ResultsError, match="record 2.*max_alloc_bytes"):
+    with pytest.raises(ResultsError, match=r"rank0\.jsonl:2: bad step record: field 'max_alloc_bytes'"):
         read_steps(tmp_path)
+
+
+@pytest.mark.parametrize(("fields", "why"), [
+    ({"loss": True}, "field 'loss': Input should be a valid number (got True)"),
+    ({"tokens": 4.5}, "field 'tokens': Input should be a valid integer (got 4.5)"),
+    ({"graphed": 1}, "field 'graphed': Input should be a valid boolean (got 1)"),
+    ({"device": 0}, "field 'device': Input should be a valid string (got 0)"),
+    ({"cp_sizes": [1, True]}, "field 'cp_sizes.1': Input should be a valid integer (got True)"),
+    ({"memory_probe": [1]}, "field 'memory_probe': expected a mapping of fields (device_used_bytes, "),
+    ({"memory_probe": {"device_used_bytes": 1}}, "field 'memory_probe.device_total_bytes': required "
+                                                 "field is missing; also field "
+                                                 "'memory_probe.allocated_bytes'"),
+])
+def test_a_mistyped_field_is_named_as_a_case_file_field_is(fields: dict, why: str) -> None:
+    with pytest.raises(ResultsError) as info:
+        StepRecord.from_dict({"step": 1, **fields})
+    assert why in str(info.value)
+
+
+def test_records_of_older_runs_read_as_they_did() -> None:
+    # A number where the type is an integer reads when it is whole; a NaN stays a float.
+    r = StepRecord.from_dict({"step": 2.0, "tokens": 4096.0, "loss": math.nan, "grad_norm": 3})
+    assert (r.step, r.tokens, r.grad_norm) == (2, 4096, 3.0) and math.isnan(r.loss)
+    assert isinstance(r.step, int) and isinstance(r.grad_norm, float)
+    assert results.field_of(r, "tokens") == 4096
+    with pytest.raises(KeyError, match="step records have no field 'tokenz'"):
+        results.field_of(r, "tokenz")
 
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])

@@ -14,8 +14,9 @@ from harness.golden import (GoldenError, golden_file, golden_values, platform_ke
                             read_golden, snapshot_golden, write_golden)
 from harness.spec.schema import ReferenceContract, SanitySpec
 
-from harness.results import ArmOutcome
+from harness.results import ArmOutcome, PackedGroup, PackedMicrobatch
 
+from tests.records import changed, record
 from tests.test_compare import LOSS, OK, by_name, one, run
 
 GRAD = [0.9, 0.8, 0.7, 0.6]
@@ -38,10 +39,7 @@ def ranks(**kw) -> dict:
 
 
 def with_mbs(data: dict, counts: list[int]) -> dict:
-    for recs in data.values():
-        for rec, n in zip(recs, counts):
-            rec["microbatches"] = n
-    return data
+    return changed(data, {step: {"microbatches": n} for step, n in enumerate(counts, start=1)})
 
 
 # --------------------------------------------------------------------------- reference
@@ -87,21 +85,18 @@ def test_regrouped_layout_without_aux_loss_is_exact_everywhere_but_aux() -> None
     assert "loss_regrouped" not in checks
 
 
-def packed(*microbatches: list, cp: int = 1, tokens: int = 10) -> list[dict]:
-    """``StepRecord.packed`` as JSON: each microbatch a list of groups, each group a list of
-    sequence indices (``tokens`` real tokens per sequence)."""
-    return [{"groups": [{"cp": cp, "sequences": list(g), "tokens": tokens * len(g)} for g in mb]}
-            for mb in microbatches]
+def packed(*microbatches: list, cp: int = 1, tokens: int = 10) -> tuple[PackedMicrobatch, ...]:
+    """``StepRecord.packed``: each microbatch a list of groups, each group a list of sequence
+    indices (``tokens`` real tokens per sequence)."""
+    return tuple(PackedMicrobatch(tuple(PackedGroup(cp, tuple(g), tokens * len(g)) for g in mb))
+                 for mb in microbatches)
 
 
-def with_packing(data: dict, steps: list[list]) -> dict:
+def with_packing(data: dict, steps: list[tuple[PackedMicrobatch, ...]]) -> dict:
     """Every record of ``data`` gets its step's microbatches (and their count and tokens)."""
-    for recs in data.values():
-        for rec, mbs in zip(recs, steps):
-            rec["packed"] = mbs
-            rec["microbatches"] = len(mbs)
-            rec["tokens"] = sum(g["tokens"] for mb in mbs for g in mb["groups"])
-    return data
+    return changed(data, {i: {"packed": mbs, "microbatches": len(mbs),
+                              "tokens": sum(mb.tokens for mb in mbs)}
+                          for i, mbs in enumerate(steps, start=1)})
 
 
 FOUR = packed([[0, 1]], [[2]], [[3]], [[4, 5]])  # 4 microbatches of sequences 0-5
@@ -281,9 +276,9 @@ def test_golden_file_layout_is_megatrons(tmp_path: Path) -> None:
     assert doc["lm loss"] == {"start_step": 1, "end_step": 4, "step_interval": 1,
                               "values": {"1": 2.5, "2": 2.31, "3": 2.2, "4": 2.1}}
     assert read_golden(path).series("grad norm") == {1: 0.9, 2: 0.8, 3: 0.7, 4: 0.6}
-    assert platform_of(data) == "cpu" and platform_of({0: [{"step": 1, "device": "cuda:3"}]}) == "cuda"
+    assert platform_of(data) == "cpu" and platform_of({0: [record(1, device="cuda:3")]}) == "cuda"
     # records name the GPU they ran on (rank_main): goldens are kept per GPU generation
-    assert platform_of({0: [{"step": 1, "device": "cuda:0", "platform": "h200"}]}) == "h200"
+    assert platform_of({0: [record(1, device="cuda:0", platform="h200")]}) == "h200"
     mem = run(LOSS, mem=4.0 * 2**30)
     assert golden_values(mem)["mem-max-allocated-bytes"]["values"]["4"] == 4.0 * 2**30
 

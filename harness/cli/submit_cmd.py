@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.arms import plan_case
+from harness.caseplan import CasePlan
 from harness.cli.run_cmd import RESULTS_ROOT
 from harness.cli.selection import add_emulate_argument, selected_cases
 from harness.errors import ConfigError
@@ -148,7 +149,7 @@ def submit_skip_reasons(plans, profiles, profile_of) -> dict[str, str]:
     return out
 
 
-def _skip_at_submit(plan, reason: str, out: Path) -> None:
+def _skip_at_submit(plan: CasePlan, reason: str, out: Path) -> None:
     """Every arm of a case the profile cannot run gets a ``skipped`` outcome and the case its
     verdict, now (no job is queued for it)."""
     case_dir = out / plan.case_id
@@ -192,7 +193,7 @@ def run_submit(args: argparse.Namespace) -> int:
         for plan in plans:
             if plan.case_id in skips:
                 _skip_at_submit(plan, skips[plan.case_id], out)
-    refs = submit_groups({p.case_id: p for p in queued}, groups, profiles, out, files)
+    refs = submit_groups(groups, profiles, out, files)
     for ref in refs:
         print(f"  {ref.case_id}: job {ref.job_id}")
     if refs:

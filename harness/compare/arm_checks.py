@@ -11,7 +11,7 @@ from typing import Callable, Optional, Sequence, Union
 from harness.spec.schema import SanitySpec
 from harness.textfmt import collapse_runs
 
-from .series import Steps, field_of, finite_number, fmt_value, records_of, step_series
+from .series import Steps, finite_number, fmt_value, records_of, step_series
 from .verdicts import Check
 
 COMPLETENESS = "steps_complete"
@@ -42,20 +42,19 @@ def arm_checks(
     else:
         want_ranks = tuple(expected_ranks)
     n_ranks = len(want_ranks)
-    seen_steps = [field_of(rec, "step") for _, rec in records_of(steps)
-                  if isinstance(field_of(rec, "step"), int)]
+    seen_steps = [rec.step for _, rec in records_of(steps)]
     n_steps = expected_steps if expected_steps is not None else max(seen_steps, default=0)
     missing: list[str] = []
     duplicates: list[str] = []
     n_missing = 0
     want = set(range(1, n_steps + 1))
     for rank in want_ranks:
-        counts = Counter(field_of(rec, "step") for rec in steps.get(rank, ()))
+        counts = Counter(rec.step for rec in steps.get(rank, ()))
         absent = sorted(want - set(counts))
         n_missing += len(absent)
         if absent:
             missing.append(f"{named(rank)}: " + collapse_runs(absent))
-        dup = sorted(s for s, n in counts.items() if n > 1 and isinstance(s, int))
+        dup = sorted(s for s, n in counts.items() if n > 1)
         if dup:
             duplicates.append(f"{named(rank)}: " + collapse_runs(dup))
     problems = n_missing + len(duplicates)
@@ -73,21 +72,21 @@ def arm_checks(
 
     bad: list[str] = []
     for rank, rec in records_of(steps):
-        fields = [k for k in ("loss", "grad_norm") if not finite_number(field_of(rec, k))]
-        if field_of(rec, "aux_loss") is not None and not finite_number(field_of(rec, "aux_loss")):
+        values = {"loss": rec.loss, "grad_norm": rec.grad_norm, "aux_loss": rec.aux_loss}
+        fields = [k for k in ("loss", "grad_norm") if not finite_number(values[k])]
+        if rec.aux_loss is not None and not finite_number(rec.aux_loss):
             fields.append("aux_loss")
-        if field_of(rec, "nan") and not fields:
-            fields.append("nan flag")
         if fields:
-            vals = ", ".join(f"{k}={field_of(rec, k)!r}" for k in fields if k != "nan flag") or "nan=true"
-            bad.append(f"{named(rank)} step {field_of(rec, 'step')}: {vals}")
+            bad.append(f"{named(rank)} step {rec.step}: "
+                       + ", ".join(f"{k}={values[k]!r}" for k in fields))
+        elif rec.nan:
+            bad.append(f"{named(rank)} step {rec.step}: nan=true")
     finite = Check(
         f"{arm}.no_nan_inf", float(len(bad)), 0.0, not bad,
         ("first " + bad[0] + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else "")) if bad
         else "loss and grad norm finite on every step",
     )
-    skipped = [f"{named(rank)} step {field_of(rec, 'step')}" for rank, rec in records_of(steps)
-               if field_of(rec, "skipped")]
+    skipped = [f"{named(rank)} step {rec.step}" for rank, rec in records_of(steps) if rec.skipped]
     no_skip = Check(
         f"{arm}.no_skipped_step", float(len(skipped)), 0.0, not skipped,
         ("optimizer step skipped at " + ", ".join(skipped[:5]) + (" ..." if len(skipped) > 5 else ""))
@@ -105,8 +104,8 @@ def sanity_checks(arm: str, steps: Steps, spec: SanitySpec) -> tuple[Check, ...]
     values are the ``no_nan_inf`` check's."""
     out: list[Check] = []
     if spec.grad_norm_nonzero:
-        zero = [f"rank {rank} step {field_of(rec, 'step')}" for rank, rec in records_of(steps)
-                if finite_number(field_of(rec, "grad_norm")) and field_of(rec, "grad_norm") == 0]
+        zero = [f"rank {rank} step {rec.step}" for rank, rec in records_of(steps)
+                if finite_number(rec.grad_norm) and rec.grad_norm == 0]
         out.append(Check(
             f"{arm}.grad_norm_nonzero", float(len(zero)), 0.0, not zero,
             ("grad norm exactly 0 (no gradient reaches the parameters) at " + ", ".join(zero[:5])

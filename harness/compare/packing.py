@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
-from harness.results import PackedMicrobatch, ResultsError, parse_packed
+from harness.results import PackedMicrobatch, StepRecord
 from harness.spec.layout import ParallelLayout
 from harness.spec.schema import Case
 from harness.textfmt import collapse_runs
@@ -65,16 +65,10 @@ def packing_rule(case: Case) -> PackingRule:
                        max_seqs=case.train.max_seqs_per_microbatch if case.static_shapes else None)
 
 
-def packed_of(rec: Any) -> tuple[PackedMicrobatch, ...]:
-    """A record's microbatches (``StepRecord.packed``, or the JSON list of a plain mapping as
-    tests build them; empty for a record written before they were recorded)."""
-    value = field_of(rec, "packed") or ()
-    if value and not isinstance(value[0], PackedMicrobatch):
-        try:
-            return parse_packed(list(value))
-        except ResultsError as exc:
-            raise ValueError(f"step {field_of(rec, 'step')}: {exc}") from None
-    return tuple(value)
+def packed_of(rec: StepRecord) -> tuple[PackedMicrobatch, ...]:
+    """A record's microbatches (``StepRecord.packed``; empty for a record written before they
+    were recorded)."""
+    return tuple(rec.packed)
 
 
 def packed_series(steps: Steps) -> dict[int, tuple[PackedMicrobatch, ...]]:

@@ -10,7 +10,7 @@ import math
 import struct
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Union
 
-from harness.results import StepRecord
+from harness.results import GraphStats, MemoryProbe, StepRecord, field_of
 from harness.spec.schema import LossBound, Tolerance
 
 from .verdicts import Check
@@ -18,8 +18,8 @@ from .verdicts import Check
 if TYPE_CHECKING:
     from .pair import Pair
 
-Record = Union[StepRecord, Mapping[str, Any]]
-Steps = Mapping[int, Sequence[Record]]  # rank -> that rank's step records, in step order
+Record = StepRecord  # what every reader takes (``harness.results``)
+Steps = Mapping[int, Sequence[StepRecord]]  # rank -> that rank's step records, in step order
 
 MIB = 2.0 ** 20
 
@@ -32,16 +32,7 @@ def fmt_value(x: Optional[float]) -> str:
     return f"{x:.6g}"
 
 
-def field_of(rec: Any, key: str) -> Any:
-    """``key`` of a typed record (a ``StepRecord`` or one of its parts: ``GraphStats``,
-    ``MemoryProbe``, ``FrameReplays``) or of a plain mapping, as tests build them; None if
-    absent."""
-    if isinstance(rec, Mapping):
-        return rec.get(key)
-    return getattr(rec, key, None)
-
-
-def first_rank_records(steps: Steps) -> list[Record]:
+def first_rank_records(steps: Steps) -> list[StepRecord]:
     """The records of the lowest rank that has any (losses are identical on every rank)."""
     for rank in sorted(steps):
         if steps[rank]:
@@ -50,14 +41,13 @@ def first_rank_records(steps: Steps) -> list[Record]:
 
 
 def step_series(steps: Steps, key: str, rank: Optional[int] = None) -> dict[int, Optional[float]]:
-    """Step -> ``key`` of the first record of that step on the lowest rank with records, or on
-    ``rank`` (None where the value is missing or not a number)."""
+    """Step -> the field ``key`` of the first record of that step on the lowest rank with
+    records, or on ``rank`` (None where the value is missing or not a number)."""
     out: dict[int, Optional[float]] = {}
     for rec in first_rank_records(steps) if rank is None else list(steps.get(rank, ())):
-        step = field_of(rec, "step")
-        if isinstance(step, int) and step not in out:
+        if rec.step not in out:
             value = field_of(rec, key)
-            out[step] = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+            out[rec.step] = float(value) if is_number(value) else None
     return out
 
 
@@ -147,29 +137,29 @@ def _tol_bound(tol: Tolerance) -> float:
     return tol.max_abs or 0.0
 
 
-def records_of(steps: Steps) -> list[tuple[int, Record]]:
+def records_of(steps: Steps) -> list[tuple[int, StepRecord]]:
     """(rank, record) of every record, ranks ascending."""
     return [(rank, rec) for rank in sorted(steps) for rec in steps[rank]]
 
 
+def is_number(value: Any) -> bool:
+    """An int or float (not a bool), finite or not."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def finite_number(value: Any) -> bool:
     """A finite int or float (not a bool)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return is_number(value) and math.isfinite(value)
 
 
-def last_per_rank(steps: Steps, key: str) -> dict[int, Any]:
-    """Rank -> the last non-null ``key`` (``memory_probe``, ``graph_stats``) it recorded."""
-    out: dict[int, Any] = {}
-    for rank, rec in records_of(steps):
-        value = field_of(rec, key)
-        if value is not None:
-            out[rank] = value
-    return out
+def memory_probes(steps: Steps) -> dict[int, MemoryProbe]:
+    """Rank -> the last memory probe it recorded (ranks without one left out)."""
+    return {rank: rec.memory_probe for rank, rec in records_of(steps) if rec.memory_probe is not None}
 
 
-def figure_of(probe: Any, key: str) -> float:
-    """``key`` of a memory probe or capture statistics record, as a float."""
-    return float(probe[key] if isinstance(probe, Mapping) else getattr(probe, key))
+def graph_stats(steps: Steps) -> dict[int, GraphStats]:
+    """Rank -> the last capture statistics it recorded (ranks without any left out)."""
+    return {rank: rec.graph_stats for rank, rec in records_of(steps) if rec.graph_stats is not None}
 
 
 def series_check(name: str, key: str, data: Mapping[str, Steps], arms: tuple[str, str],

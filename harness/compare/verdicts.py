@@ -22,7 +22,7 @@ from harness.results import (
     ResultsError,
     decode_float,
     read_json_record,
-    write_json_atomic,
+    write_json_record,
 )
 
 PAIR_STATUSES = ("pass", "fail", "error", "skipped")
@@ -154,9 +154,7 @@ def combine_status(statuses: Sequence[str]) -> str:
 
 
 def write_verdict(case_dir: PathLike, verdict: CaseVerdict) -> Path:
-    path = Path(case_dir) / VERDICT_FILE
-    write_json_atomic(path, verdict.to_dict())
-    return path
+    return write_json_record(Path(case_dir) / VERDICT_FILE, verdict)
 
 
 def read_verdict(case_dir: PathLike) -> Optional[CaseVerdict]:

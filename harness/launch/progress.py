@@ -7,12 +7,11 @@ for any launcher that writes through the results store.
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any, Callable, Optional, Protocol
+from typing import IO, Callable, Optional, Protocol
 
 from rich.console import Console
 from rich.markup import escape
@@ -26,7 +25,7 @@ from rich.progress import (
 )
 
 from harness.compare import CaseVerdict
-from harness.results import LOG_FILE, ArmOutcome, rank_file
+from harness.results import LOG_FILE, ArmOutcome, StepRecord, parse_step_line, rank_file
 
 _POLL_S = 0.25
 
@@ -49,8 +48,9 @@ class StepTail:
         self._offset = 0
         self._partial = b""
 
-    def poll(self) -> Optional[dict[str, Any]]:
-        """The newest complete record appended since the last call, or None."""
+    def poll(self) -> Optional[StepRecord]:
+        """The newest complete record appended since the last call, or None (lines that are not
+        step records are passed over: a live display never stops a run)."""
         try:
             with open(self.path, "rb") as fh:
                 fh.seek(self._offset)
@@ -62,11 +62,8 @@ class StepTail:
         lines = data.split(b"\n")
         self._partial = lines.pop()  # b"" after a complete line
         for raw in reversed(lines):
-            try:
-                rec = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(rec, dict):
+            rec = parse_step_line(raw)
+            if rec is not None:
                 return rec
         return None
 
@@ -75,7 +72,7 @@ class StepFollower:
     """A daemon thread that polls a :class:`StepTail` and calls ``on_record`` with each newest
     record, until :meth:`stop`."""
 
-    def __init__(self, path: Path, on_record: Callable[[dict[str, Any]], None],
+    def __init__(self, path: Path, on_record: Callable[[StepRecord], None],
                  poll_s: float = _POLL_S) -> None:
         self._tail = StepTail(path)
         self._on_record = on_record
@@ -87,7 +84,7 @@ class StepFollower:
     def _run(self) -> None:
         while not self._stop.wait(self._poll_s):
             rec = self._tail.poll()
-            if rec is not None and isinstance(rec.get("step"), int):
+            if rec is not None:
                 self._on_record(rec)
 
     def stop(self) -> None:
@@ -95,9 +92,8 @@ class StepFollower:
         self._thread.join()
 
 
-def _loss_text(rec: dict[str, Any]) -> str:
-    loss = rec.get("loss")
-    return f" loss {loss:.4f}" if isinstance(loss, float) else ""
+def _loss_text(rec: StepRecord) -> str:
+    return f" loss {rec.loss:.4f}" if rec.loss is not None else ""
 
 
 class NullProgress:
@@ -143,11 +139,11 @@ class LineProgress:
                   f"(log: {arm_dir / LOG_FILE})")
         last_said = [time.monotonic()]
 
-        def on_record(rec: dict[str, Any]) -> None:
+        def on_record(rec: StepRecord) -> None:
             now = time.monotonic()
             if now - last_said[0] >= self._step_every_s:
                 last_said[0] = now
-                self._say(f"{self._where()} {case_id} / {arm}: step {rec['step']}/{steps}"
+                self._say(f"{self._where()} {case_id} / {arm}: step {rec.step}/{steps}"
                           f"{_loss_text(rec)}")
 
         self._follower = StepFollower(rank_file(arm_dir, 0), on_record)
@@ -198,8 +194,8 @@ class RichProgress:
         task = self._progress.add_task(label, total=steps)
         self._arm = task
 
-        def on_record(rec: dict[str, Any]) -> None:
-            self._progress.update(task, completed=rec["step"], description=label + _loss_text(rec))
+        def on_record(rec: StepRecord) -> None:
+            self._progress.update(task, completed=rec.step, description=label + _loss_text(rec))
 
         self._follower = StepFollower(rank_file(arm_dir, 0), on_record)
 

@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
-    from harness.results import StepRecord
+    from harness.caseplan import CasePlan, PlannedArm
+    from harness.results import StepRecord, StepWriter
+    from harness.spec.schema import Case
 
 # Set by the local launcher: its pid. A rank whose launcher is gone stops itself (no orphans).
 LAUNCHER_PID_ENV = "DCP_HARNESS_LAUNCHER_PID"
@@ -149,16 +151,16 @@ def _fmt(value: object, spec: str) -> str:
     return format(value, spec)
 
 
-def step_line(arm_name: str, rank: int, steps: int, record: Mapping[str, object]) -> str:
+def step_line(arm_name: str, rank: int, steps: int, record: StepRecord) -> str:
     """One human-readable line for a completed step."""
-    mem = record.get("max_allocated_bytes")
-    mem_txt = f" maxalloc {int(mem) / 2**20:.0f}MiB" if isinstance(mem, (int, float)) else ""
-    flags = "".join(f" {k.upper()}" for k in ("nan", "skipped") if record.get(k))
+    mem = record.max_allocated_bytes
+    mem_txt = f" maxalloc {mem / 2**20:.0f}MiB" if mem is not None else ""
+    flags = (" NAN" if record.nan else "") + (" SKIPPED" if record.skipped else "")
     return (
-        f"[{arm_name} r{rank}] step {record.get('step')}/{steps} loss {_fmt(record.get('loss'), '.6f')} "
-        f"aux {_fmt(record.get('aux_loss'), '.4g')} gnorm {_fmt(record.get('grad_norm'), '.4g')} "
-        f"tokens {record.get('tokens')} cp {record.get('cp_sizes')} "
-        f"{_fmt(record.get('step_time_s'), '.3f')}s{mem_txt}{flags}"
+        f"[{arm_name} r{rank}] step {record.step}/{steps} loss {_fmt(record.loss, '.6f')} "
+        f"aux {_fmt(record.aux_loss, '.4g')} gnorm {_fmt(record.grad_norm, '.4g')} "
+        f"tokens {record.tokens} cp {list(record.cp_sizes)} "
+        f"{_fmt(record.step_time_s, '.3f')}s{mem_txt}{flags}"
     )
 
 
@@ -176,7 +178,7 @@ def device_platform(device: object) -> str:
     return platform_key(torch.cuda.get_device_name(dev))
 
 
-def _step_callback(writer, rank: int, arm_name: str, steps: int,
+def _step_callback(writer: StepWriter, rank: int, arm_name: str, steps: int,
                    platform: Optional[str] = None) -> Callable[["StepRecord"], None]:
     def on_step(record: StepRecord) -> None:
         if platform is not None and record.platform is None:
@@ -184,7 +186,7 @@ def _step_callback(writer, rank: int, arm_name: str, steps: int,
         # A step re-run after resuming from an older checkpoint is already recorded: the store
         # keeps the first record and append() returns False.
         if writer.append(record):
-            print(step_line(arm_name, rank, steps, record.to_dict()), flush=True)
+            print(step_line(arm_name, rank, steps, record), flush=True)
             if record.graph_stats is not None:
                 print(f"[{arm_name} r{rank}] {record.graph_stats.summary}", flush=True)
 
@@ -225,7 +227,7 @@ def _destroy_process_group() -> None:
         dist.destroy_process_group()
 
 
-def _describe(case) -> str:
+def _describe(case: Case) -> str:
     lay, ex = case.layout, case.execution
     cp = f"dynamic CP {list(lay.cp_sizes)}" if lay.dynamic else f"CP {lay.max_cp}"
     how = (f"CUDA graphs, scope {case.graphs.scope}, {ex.pools} pool(s)" if ex.graphed
@@ -233,7 +235,7 @@ def _describe(case) -> str:
     return f"pp {lay.pp} vpp {lay.vpp} ep {lay.ep} {cp}; {how}"
 
 
-def _open_writer(arm_dir: Path, rank: int, resume: bool):
+def _open_writer(arm_dir: Path, rank: int, resume: bool) -> tuple[StepWriter, int]:
     """This rank's step store and how many steps it holds; refuses (``resume=False``) an arm
     folder that already holds steps or a checkpoint of this rank."""
     from harness.results import StepWriter
@@ -249,7 +251,8 @@ def _open_writer(arm_dir: Path, rank: int, resume: bool):
     return writer, done
 
 
-def run_rank(arm, arm_dir: Path, resume: bool = True, emulate_rank: Optional[int] = None) -> None:
+def run_rank(arm: PlannedArm, arm_dir: Path, resume: bool = True,
+             emulate_rank: Optional[int] = None) -> None:
     """Train the planned arm ``arm`` (``harness.caseplan.PlannedArm``) as this process's rank,
     writing ``arm_dir``; every record names the device's platform (golden files are per platform).
     ``emulate_rank``: run that rank of an emulated arm alone (:func:`run_emulated_rank`).
@@ -292,7 +295,7 @@ def run_rank(arm, arm_dir: Path, resume: bool = True, emulate_rank: Optional[int
         remove_empty_stacks(arm_dir, (rank,))
 
 
-def check_emulated_rank(arm, rank: Optional[int]) -> int:
+def check_emulated_rank(arm: PlannedArm, rank: Optional[int]) -> int:
     """``rank`` when ``arm`` is emulated and runs it; a ConfigError saying what is wrong else."""
     from harness.errors import ConfigError
 
@@ -306,7 +309,8 @@ def check_emulated_rank(arm, rank: Optional[int]) -> int:
     return rank
 
 
-def run_emulated_rank(arm, arm_dir: Path, rank: Optional[int], resume: bool = True) -> None:
+def run_emulated_rank(arm: PlannedArm, arm_dir: Path, rank: Optional[int],
+                      resume: bool = True) -> None:
     """Rank ``rank`` of the emulated arm ``arm``, alone (see the module doc): resumes after the
     last completed step (from the arm's checkpoints when ``train.checkpoint_every`` saves)."""
     import torch
@@ -346,7 +350,7 @@ def run_emulated_rank(arm, arm_dir: Path, rank: Optional[int], resume: bool = Tr
         remove_empty_stacks(arm_dir, (rank,))
 
 
-def read_plan_beside(case_json: Path):
+def read_plan_beside(case_json: Path) -> CasePlan:
     """The plan (``harness.caseplan.CasePlan``) of the case folder holding ``case_json`` (a
     sweep's ``<sweep>/<case>/case.json``, with ``plan.json`` beside it); ConfigError saying what
     is wrong with it."""

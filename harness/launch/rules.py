@@ -19,13 +19,12 @@ the same from any directory or machine.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Optional
 
 from harness.arms import plan_case
 from harness.caseplan import CasePlan, PlanError, case_hash
-from harness.compare import CaseVerdict, Pair
+from harness.compare import Pair
 from harness.errors import ConfigError
-from harness.report import CaseRules, rules_from_plan
+from harness.report import CaseRules, StoredCase, rules_from_plan
 from harness.spec.derive import as_emulated
 
 # Settings of a golden pair resolved from this machine's files (compared by the hash check and
@@ -93,10 +92,11 @@ def check_source(plan: CasePlan) -> None:
                         "re-run the sweep to judge the case as it is now")
 
 
-def case_rules(case_json: Mapping[str, Any], stored: Optional[CaseVerdict] = None,
-               plan: Optional[CasePlan] = None) -> CaseRules:
+def case_rules(stored: StoredCase) -> CaseRules:
     """The stored plan's arms, pairs, steps, ranks and sanity settings, after the checks of the
-    module doc. Raises PlanError (an error entry naming the reason) when one fails."""
+    module doc (a ``report.RulesFn``). Raises PlanError (an error entry naming the reason) when
+    one fails."""
+    plan = stored.plan
     if plan is None:
         raise PlanError("no plan.json: this case folder was written by an older dcp-harness or "
                         "its plan was removed, so its arms and pairs are unknown; re-run the sweep "

@@ -36,6 +36,7 @@ from harness.errors import ConfigError
 from harness.launch.profiles import Profile
 from harness.launch.slurm_job import CaseJob
 from harness.results import read_json, write_json_atomic
+from harness.spec.schema import Case
 
 SLURM_DIR = "slurm"
 JOBS_FILE = "jobs.json"
@@ -78,13 +79,13 @@ class JobGroup:
         return f"dcp-g{self.index}"
 
 
-def emulated_gpus(case: Any, profile: Profile) -> int:
+def emulated_gpus(case: Case, profile: Profile) -> int:
     """GPUs the job of an emulated case asks for: one per emulated rank, at most a node's (0 on a
     ``gpus: false`` profile: its ranks run on the CPU)."""
     return min(len(case.emulated_ranks), profile.gpus_per_node) if profile.gpus else 0
 
 
-def case_time_min(case: Any, n_arms: int, profile: Profile) -> int:
+def case_time_min(case: Case, n_arms: int, profile: Profile) -> int:
     """The job time limit of one case: all its arms back to back plus the profile's margin (an
     emulated case's ranks in rounds of as many as run side by side)."""
     rounds = 1
@@ -93,7 +94,7 @@ def case_time_min(case: Any, n_arms: int, profile: Profile) -> int:
     return int(math.ceil(n_arms * rounds * case.resources.time_min + profile.time_margin_min))
 
 
-def shape_of(case: Any, profile: Profile) -> JobShape:
+def shape_of(case: Case, profile: Profile) -> JobShape:
     """The resource shape of ``case`` on ``profile``; ConfigError when the cluster cannot host it."""
     if case.emulate is not None:  # one task runs the emulated ranks on its GPUs
         return JobShape(profile=profile.name, nodes=1, tasks_per_node=1,
@@ -112,13 +113,13 @@ def shape_of(case: Any, profile: Profile) -> JobShape:
                     gpus_per_node=res.gpus_per_node if profile.gpus else 0)
 
 
-def plan_jobs(cases: Sequence[Any], arm_counts: Mapping[str, int],
+def plan_jobs(cases: Sequence[Case], arm_counts: Mapping[str, int],
               profiles: Mapping[str, Profile], profile_of: Optional[Mapping[str, str]] = None,
               max_parallel: Optional[int] = None) -> tuple[JobGroup, ...]:
     """Group ``cases`` into job submissions (see module doc). ``profiles`` maps a profile name to
     its profile; ``profile_of`` maps a case id to the profile it runs on (default: the case's
     ``resources.profile``)."""
-    by_shape: dict[JobShape, list[Any]] = {}
+    by_shape: dict[JobShape, list[Case]] = {}
     for case in cases:
         name = (profile_of or {}).get(case.id, case.resources.profile)
         if name not in profiles:
@@ -282,12 +283,11 @@ def next_round(sweep_dir: Path) -> int:
 
 
 # --------------------------------------------------------------------------- submit
-def submit_groups(cases: Mapping[str, Any], groups: Sequence[JobGroup],
-                  profiles: Mapping[str, Profile], sweep_dir: Path,
+def submit_groups(groups: Sequence[JobGroup], profiles: Mapping[str, Profile], sweep_dir: Path,
                   profile_files: Optional[Mapping[str, str]] = None,
                   retry_rounds: Optional[Mapping[str, int]] = None) -> list[JobRef]:
-    """Submit every group through submitit and record the jobs. ``cases``: the submitted case
-    ids (their plans); the case folders (``case.json``, ``plan.json``) must exist already
+    """Submit every group through submitit and record the jobs. The case folders of the groups'
+    cases (``case.json``, ``plan.json``) must exist already
     (``harness.launch.sweep.prepare_case_dir``): each job reads its plan from there.
     ``retry_rounds`` maps a re-submitted case to how many jobs it had before (counted in its
     arms' ``restarts``)."""

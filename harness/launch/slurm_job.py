@@ -46,7 +46,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, TextIO
+from typing import TYPE_CHECKING, Optional, TextIO
 
 from harness.caseplan import CasePlan, PlannedArm
 from harness.launch.failures import infra_reason, tail_text
@@ -54,6 +54,9 @@ from harness.launch import rank_main
 from harness.launch.sweep import arm_is_complete, load_plan
 from harness.results import (LOG_FILE, OUTCOME_FILE, ArmOutcome, read_outcome, read_steps,
                              write_outcome)
+
+if TYPE_CHECKING:
+    from submitit.core.utils import DelayedSubmission
 
 EVENTS_FILE = "slurm_events.jsonl"
 TAIL_LINES = 60
@@ -361,7 +364,7 @@ class CaseJob:
         plan = load_plan(Path(self.case_dir))
         return run_case_arms(plan, Path(self.case_dir), task_identity(), self.retry_round)
 
-    def checkpoint(self) -> Any:
+    def checkpoint(self) -> "DelayedSubmission":
         """Called by submitit on rank 0 at preemption / time-limit warning: requeue the same
         job. Progress lives in the case folder (steps + checkpoints), so nothing else to save."""
         from submitit.core.utils import DelayedSubmission

@@ -67,7 +67,7 @@ def resubmit(sweep_dir: Path, case_ids: Sequence[str], max_parallel: Optional[in
     groups = plan_jobs([p.case for p in plans.values()],
                        {cid: len(p.arms) for cid, p in plans.items()}, profiles, profile_of,
                        max_parallel)
-    return submit_groups(plans, groups, profiles, sweep_dir, files,
+    return submit_groups(groups, profiles, sweep_dir, files,
                          retry_rounds={cid: tries.get(cid, 0) for cid in case_ids})
 
 

@@ -30,11 +30,11 @@ from .junit import render_junit
 from .load import ArmView, CaseView, SweepView, load_sweep
 from .plots import NO_MATPLOTLIB, matplotlib_available, write_plots
 from .summary import render_summary
-from .verify import CaseRules, RulesFn, rules_from_files, rules_from_plan, stored_rules
+from .verify import CaseRules, RulesFn, StoredCase, rules_from_files, rules_from_plan, stored_rules
 
 __all__ = [
     "ArmView", "CaseRules", "CaseView", "EXIT_ERROR", "EXIT_FAIL", "EXIT_PASS", "GateResult",
-    "ReportFiles", "RulesFn", "SweepView", "console_table", "gate", "gate_result", "load_sweep",
+    "ReportFiles", "RulesFn", "StoredCase", "SweepView", "console_table", "gate", "gate_result", "load_sweep",
     "make_console", "rules_from_files", "rules_from_plan", "stored_rules", "write_reports",
 ]
 

@@ -25,7 +25,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from harness.compare import PairVerdict, field_of
+from harness.compare import PairVerdict
+from harness.results import GraphStats, MemoryProbe, StepRecord
 from harness.compare.contracts.graph_vs_eager import frame_replays, frames_text
 from harness.sites import SiteTable, diff_sites, pool_totals
 from harness.spec.places import short_label
@@ -87,12 +88,17 @@ def _arms_of(case: CaseView, contract: str) -> Optional[tuple[ArmView, ArmView]]
     return case.arms[pair.arms[0]], case.arms[pair.arms[1]]
 
 
-def _records(arm: Optional[ArmView], rank: int) -> list[Any]:
+def _records(arm: Optional[ArmView], rank: int) -> list[StepRecord]:
     return list(arm.steps.get(rank, ())) if arm is not None else []
 
 
-def _last(records: Sequence[Any], key: str) -> Any:
-    found = [field_of(r, key) for r in records if field_of(r, key) is not None]
+def _last_stats(records: Sequence[StepRecord]) -> Optional[GraphStats]:
+    found = [r.graph_stats for r in records if r.graph_stats is not None]
+    return found[-1] if found else None
+
+
+def _last_probe(records: Sequence[StepRecord]) -> Optional[MemoryProbe]:
+    found = [r.memory_probe for r in records if r.memory_probe is not None]
     return found[-1] if found else None
 
 
@@ -106,42 +112,40 @@ def rank_figures(case: CaseView, rank: int) -> RankFigures:
     label = next((x for x in case.labels if x.startswith(short_label(rank, case.world) + " ")),
                  short_label(rank, case.world))
     out: dict[str, Any] = {"rank": rank, "label": label}
-    out["nan_or_skipped"] = {name: [field_of(r, "step") for r in _records(arm, rank)
-                                    if field_of(r, "nan") or field_of(r, "skipped")]
+    out["nan_or_skipped"] = {name: [r.step for r in _records(arm, rank) if r.nan or r.skipped]
                              for name, arm in case.arms.items()}
     out["nan_or_skipped"] = {k: v for k, v in out["nan_or_skipped"].items() if v}
     ge = _arms_of(case, "graph_vs_eager")
     if ge is not None:
         g, e = _records(ge[0], rank), _records(ge[1], rank)
-        by_step = {field_of(r, "step"): r for r in e}
-        pairs = [(a, by_step[field_of(a, "step")]) for a in g if field_of(a, "step") in by_step]
-        same = [all(field_of(a, k) == field_of(b, k) for k in ("loss", "aux_loss", "grad_norm"))
+        by_step = {r.step: r for r in e}
+        pairs = [(a, by_step[a.step]) for a in g if a.step in by_step]
+        same = [(a.loss, a.aux_loss, a.grad_norm) == (b.loss, b.aux_loss, b.grad_norm)
                 for a, b in pairs]
         out["bitwise"] = (sum(same), len(pairs)) if pairs else None
-        out["first_mismatch"] = next((field_of(a, "step") for (a, _), ok in zip(pairs, same)
+        out["first_mismatch"] = next((a.step for (a, _), ok in zip(pairs, same)
                                       if not ok), None)
         frames = frame_replays({rank: g}).get(rank, {})
         out["frames"] = frames
         out["replayed_cp"] = tuple(sorted({c for c, _ in frames}))
-        out["graphed_steps"] = sum(1 for r in g if field_of(r, "graphed"))
-        stats = _last(g, "graph_stats")
+        out["graphed_steps"] = sum(1 for r in g if r.graphed)
+        stats = _last_stats(g)
         if stats is not None:
-            out["capture"] = field_of(stats, "summary")
-            out["pool_mib"] = field_of(stats, "pool_reserved_bytes") / MIB
-            out["arena_mib"] = field_of(stats, "arena_bytes") / MIB
-        out["step_s"] = (_median([field_of(r, "step_time_s") for r in g if field_of(r, "graphed")]),
-                         _median([field_of(r, "step_time_s") for r in e[1:]]))
-        peaks = [field_of(r, "max_allocated_bytes") for r in g + e]
+            out["capture"] = stats.summary
+            out["pool_mib"] = stats.pool_reserved_bytes / MIB
+            out["arena_mib"] = stats.arena_bytes / MIB
+        out["step_s"] = (_median([r.step_time_s for r in g if r.graphed]),
+                         _median([r.step_time_s for r in e[1:]]))
+        peaks = [r.max_allocated_bytes for r in g + e]
         peaks = [p for p in peaks if p is not None]
         out["peak_allocated_mib"] = max(peaks) / MIB if peaks else None
     gp = _arms_of(case, "graph_pools")
     if gp is not None:
-        shared, sep = _last(_records(gp[0], rank), "graph_stats"), _last(_records(gp[1], rank),
-                                                                         "graph_stats")
-        largest = field_of(sep, "largest_pool_bytes") if sep is not None else None
-        if shared is not None and largest:
-            out["shared_over_largest"] = field_of(shared, "pool_reserved_bytes") / largest
-            out["separate_over_largest"] = field_of(sep, "pool_reserved_bytes") / largest
+        shared, sep = _last_stats(_records(gp[0], rank)), _last_stats(_records(gp[1], rank))
+        largest = sep.largest_pool_bytes if sep is not None else None
+        if shared is not None and sep is not None and largest:
+            out["shared_over_largest"] = shared.pool_reserved_bytes / largest
+            out["separate_over_largest"] = sep.pool_reserved_bytes / largest
     dv = _arms_of(case, "dcp_vs_fixed_cp")
     if dv is not None:
         out.update(_memory(dv, rank))
@@ -151,18 +155,14 @@ def rank_figures(case: CaseView, rank: int) -> RankFigures:
 def _memory(arms: tuple[ArmView, ArmView], rank: int) -> dict[str, Any]:
     """The DCP vs fixed-CP memory figures of ``rank`` (probes, then the site tables)."""
     out: dict[str, Any] = {}
-    a, b = (_last(_records(arm, rank), "memory_probe") for arm in arms)
+    a, b = (_last_probe(_records(arm, rank)) for arm in arms)
     if a is not None and b is not None:
-        def delta(key: str) -> float:
-            return (field_of(a, key) - field_of(b, key)) / MIB
-
-        out["device_used_mib"] = (field_of(a, "device_used_bytes") / MIB,
-                                  field_of(b, "device_used_bytes") / MIB)
-        out["device_delta_mib"] = delta("device_used_bytes")
-        out["device_delta_pct"] = 100.0 * delta("device_used_bytes") * MIB / field_of(
-            b, "device_total_bytes")
-        out["active_delta_mib"] = delta("active_bytes")
-        out["reserved_delta_mib"] = delta("reserved_bytes")
+        out["device_used_mib"] = (a.device_used_bytes / MIB, b.device_used_bytes / MIB)
+        out["device_delta_mib"] = (a.device_used_bytes - b.device_used_bytes) / MIB
+        out["device_delta_pct"] = (100.0 * (a.device_used_bytes - b.device_used_bytes)
+                                   / b.device_total_bytes)
+        out["active_delta_mib"] = (a.active_bytes - b.active_bytes) / MIB
+        out["reserved_delta_mib"] = (a.reserved_bytes - b.reserved_bytes) / MIB
     sa, sb = arms[0].sites.get(rank), arms[1].sites.get(rank)
     if isinstance(sa, SiteTable) and isinstance(sb, SiteTable):
         ta, tb = pool_totals(sa.sites), pool_totals(sb.sites)

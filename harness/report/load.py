@@ -1,4 +1,4 @@
-"""Read a sweep folder into plain records (the only input every report is built from)."""
+"""Read a sweep folder into typed views (the only input every report is built from)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,12 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional
 
 from harness.compare import (
     CaseVerdict,
     PairVerdict,
     combine_status,
-    field_of,
     first_rank_records,
     read_verdict,
     step_series,
@@ -25,6 +24,7 @@ from harness.results import (
     ArmOutcome,
     PathLike,
     ResultsError,
+    StepRecord,
     list_arm_dirs,
     read_json,
     read_outcome,
@@ -35,7 +35,7 @@ from harness.caseplan import PLAN_FILE, CasePlan, plan_from_files
 from harness.sites import SiteTable, read_sites
 from harness.spec.places import emulated_note, emulated_title, short_label
 
-from .verify import ArmFiles, RulesFn, judge_case, stored_rules
+from .verify import ArmFiles, RulesFn, Steps, judge_case, stored_rules
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class ArmView:
     name: str
     dir: Path
     outcome: Optional[ArmOutcome]
-    steps: Mapping[int, Sequence[Mapping[str, Any]]]
+    steps: Steps
     figures: ArmFigures
     problem: Optional[str] = None  # an unreadable outcome or step file
     sites: Mapping[int, SiteTable] = dataclasses.field(default_factory=dict)  # emulated, CUDA
@@ -146,33 +146,33 @@ def _num(value: Any) -> Optional[float]:
     return float(value)
 
 
-def value_series(steps: Mapping[int, Sequence[Mapping[str, Any]]], key: str) -> dict[int, float]:
+def value_series(steps: Steps, key: str) -> dict[int, float]:
     """Step -> ``key`` (lowest rank with records), sorted by step, steps without a value left out."""
     return {s: v for s, v in sorted(step_series(steps, key).items()) if v is not None}
 
 
-def arm_figures(steps: Mapping[int, Sequence[Mapping[str, Any]]]) -> ArmFigures:
+def arm_figures(steps: Steps) -> ArmFigures:
     records = [rec for rank in sorted(steps) for rec in steps[rank]]
 
-    def peak(key: str) -> Optional[float]:
-        vals = [v for v in (_num(field_of(r, key)) for r in records) if v is not None and math.isfinite(v)]
+    def peak(figure: Callable[[StepRecord], Optional[int]]) -> Optional[float]:
+        vals = [v for v in (_num(figure(r)) for r in records) if v is not None and math.isfinite(v)]
         return max(vals) if vals else None
 
     loss = value_series(steps, "loss")
     # Step time of a step = its slowest rank; median over steps after the first (warm-up) and,
     # in a graph arm, over the steps that replayed graphs (eager warm-up and capture left out).
-    graphed = [r for r in records if field_of(r, "graphed")]
+    graphed = [r for r in records if r.graphed]
     per_step: dict[int, float] = {}
     for rec in graphed or records:
-        step, t = field_of(rec, "step"), _num(field_of(rec, "step_time_s"))
-        if isinstance(step, int) and t is not None:
-            per_step[step] = max(per_step.get(step, 0.0), t)
+        t = _num(rec.step_time_s)
+        if t is not None:
+            per_step[rec.step] = max(per_step.get(rec.step, 0.0), t)
     times = [t for s, t in sorted(per_step.items()) if s > 1] or list(per_step.values())
     return ArmFigures(
         steps=len(first_rank_records(steps)),
         final_loss=loss[max(loss)] if loss else None,
-        peak_allocated_bytes=peak("max_allocated_bytes"),
-        peak_reserved_bytes=peak("reserved_bytes"),
+        peak_allocated_bytes=peak(lambda r: r.max_allocated_bytes),
+        peak_reserved_bytes=peak(lambda r: r.reserved_bytes),
         median_step_time_s=statistics.median(times) if times else None,
     )
 
@@ -198,7 +198,7 @@ def worst_loss_delta(cand: ArmView, ref: ArmView) -> Optional[tuple[int, float, 
 def _load_arm(name: str, path: Path) -> ArmView:
     problems: list[str] = []
     outcome: Optional[ArmOutcome] = None
-    steps: Mapping[int, Sequence[Mapping[str, Any]]] = {}
+    steps: Steps = {}
     try:
         outcome = read_outcome(path)
     except (ResultsError, OSError) as exc:

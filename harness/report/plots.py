@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Optional
 
 from harness.compare import step_series
-from harness.results import write_bytes_atomic
+from harness.compare.series import memory_probes
+from harness.results import MemoryProbe, write_bytes_atomic
 from harness.spec.places import short_label
 
 from .load import CaseView, SweepView
@@ -110,23 +111,17 @@ def _loss_difference(case: CaseView, ax):  # type: ignore[no-untyped-def]
     return twin
 
 
-def _probes(case: CaseView) -> dict[str, dict[int, object]]:
+def _probes(case: CaseView) -> dict[str, dict[int, MemoryProbe]]:
     """Arm -> rank -> its memory probe (CUDA runs only)."""
-    out: dict[str, dict[int, object]] = {}
-    for name, arm in case.arms.items():
-        for rank, recs in arm.steps.items():
-            for rec in recs:
-                probe = getattr(rec, "memory_probe", None)
-                if probe is not None:
-                    out.setdefault(name, {})[rank] = probe
-    return out
+    out = {name: memory_probes(arm.steps) for name, arm in case.arms.items()}
+    return {name: probes for name, probes in out.items() if probes}
 
 
 def _finite(series: dict[int, Optional[float]]) -> dict[int, float]:
     return {k: v for k, v in sorted(series.items()) if v is not None}
 
 
-def _memory_bars(probes: dict[str, dict[int, object]], ax,  # type: ignore[no-untyped-def]
+def _memory_bars(probes: dict[str, dict[int, MemoryProbe]], ax,  # type: ignore[no-untyped-def]
                  case: CaseView) -> None:
     """Device-used memory after empty_cache, one bar per (arm, rank), ranks side by side."""
     arms = sorted(probes)
@@ -134,7 +129,7 @@ def _memory_bars(probes: dict[str, dict[int, object]], ax,  # type: ignore[no-un
     width = 0.8 / max(len(arms), 1)
     for i, name in enumerate(arms):
         xs = [j + i * width for j, r in enumerate(ranks) if r in probes[name]]
-        ys = [getattr(probes[name][r], "device_used_bytes") / 2**30 for r in ranks if r in probes[name]]
+        ys = [probes[name][r].device_used_bytes / 2**30 for r in ranks if r in probes[name]]
         ax.bar(xs, ys, width=width, label=name)
     names = [short_label(r, case.world) if case.emulated else f"rank {r}" for r in ranks]
     small = {"fontsize": "x-small"} if case.emulated else {}

@@ -35,14 +35,13 @@ from harness.compare import (
     ExpectedRanks,
     PackingRules,
     evaluate_case,
-    field_of,
     pair_status,
 )
 from harness.caseplan import CasePlan
-from harness.results import ArmOutcome, ResultsError
+from harness.results import ArmOutcome, ResultsError, StepRecord
 from harness.spec.limits import LIMITS, STEPS
 
-Steps = Mapping[int, Sequence[Mapping[str, Any]]]
+Steps = Mapping[int, Sequence[StepRecord]]  # rank -> that rank's step records
 
 
 @dataclass(frozen=True)
@@ -58,9 +57,18 @@ class CaseRules:
     packing: PackingRules = None  # arm -> its packing rule (None: no packing check)
 
 
-# case.json (a dict), the stored verdict (None when there is none) and the stored plan (None
-# when there is none) -> the case's rules. Raising makes the case an error naming the reason.
-RulesFn = Callable[[Mapping[str, Any], Optional[CaseVerdict], Optional[CasePlan]], CaseRules]
+@dataclass(frozen=True)
+class StoredCase:
+    """What a case folder holds that its rules are read from: ``case.json`` (a dict), the stored
+    verdict and the stored plan (each None when there is none)."""
+
+    case: Mapping[str, Any]
+    verdict: Optional[CaseVerdict]
+    plan: Optional[CasePlan]
+
+
+# A stored case -> its rules. Raising makes the case an error naming the reason.
+RulesFn = Callable[[StoredCase], CaseRules]
 
 
 def rules_from_plan(plan: CasePlan) -> CaseRules:
@@ -69,10 +77,11 @@ def rules_from_plan(plan: CasePlan) -> CaseRules:
                      plan.packing_rules)
 
 
-def stored_rules(case: Mapping[str, Any], stored: Optional[CaseVerdict],
-                 plan: Optional[CasePlan]) -> CaseRules:
+def stored_rules(stored: StoredCase) -> CaseRules:
     """The default: the stored plan's rules, or :func:`rules_from_files` without a plan."""
-    return rules_from_plan(plan) if plan is not None else rules_from_files(case, stored)
+    if stored.plan is not None:
+        return rules_from_plan(stored.plan)
+    return rules_from_files(stored.case, stored.verdict)
 
 
 def _bounded(data: Mapping[str, Any], section: str, key: str) -> Optional[int]:
@@ -87,8 +96,7 @@ def _bounded(data: Mapping[str, Any], section: str, key: str) -> Optional[int]:
     return value
 
 
-def rules_from_files(case: Mapping[str, Any], stored: Optional[CaseVerdict],
-                     plan: Optional[CasePlan] = None) -> CaseRules:
+def rules_from_files(case: Mapping[str, Any], stored: Optional[CaseVerdict]) -> CaseRules:
     """The pairs ``verdict.json`` names, with their settings from ``case.json``'s ``compare:``
     section; steps from ``train.steps``, ranks from ``resources`` (nodes x gpus_per_node)."""
     compare = case.get("compare") or {}
@@ -200,8 +208,8 @@ def _step_problem(steps: Steps, last: int) -> Optional[str]:
     """A record whose ``step`` is not a step of the case (1..``last``), or None."""
     for rank in sorted(steps):
         for rec in steps[rank]:
-            step = field_of(rec, "step")
-            if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= last:
+            step = rec.step
+            if not 1 <= step <= last:
                 return (f"rank {rank} holds a record of step {step!r}, not a step of this case "
                         f"(1..{last})")
     return None
@@ -222,7 +230,7 @@ def judge_case(case_id: str, case: Optional[Mapping[str, Any]], stored: Optional
         return error_verdict(case_id, sorted(arms), "no case.json: the case's rules are unknown, so "
                                                     "its verdict cannot be checked against its records")
     try:
-        r = rules(case, stored, plan)
+        r = rules(StoredCase(case, stored, plan))
     except ResultsError as exc:  # a plan that does not belong to the case: the reason as it is
         return error_verdict(case_id, sorted(arms), str(exc))
     except Exception as exc:  # a case.json the harness cannot read back: never a pass

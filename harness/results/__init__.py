@@ -7,7 +7,8 @@ Modules, one job each (this package is a leaf: no torch, no launch, no workload)
   name the file (``ResultsError``);
 * ``paths``: the sweep folder's layout (file names, ``rank_file``, ``list_arm_dirs``);
 * ``records``: the typed step record (``StepRecord`` with ``MemoryProbe``, ``GraphStats``,
-  ``FrameReplays``, ``PackedMicrobatch`` / ``PackedGroup``: what a step's microbatches held);
+  ``FrameReplays``, ``PackedMicrobatch`` / ``PackedGroup``: what a step's microbatches held),
+  parsed through pydantic; ``field_of`` reads a field named by a string;
 * ``steps``: the step store (``StepWriter`` appends durably per step, ``read_steps``);
 * ``outcome``: how an arm's run ended (``ArmOutcome``, ``write_outcome``, ``read_outcome``).
 
@@ -29,6 +30,7 @@ from .files import (
     read_json_record,
     write_bytes_atomic,
     write_json_atomic,
+    write_json_record,
     write_text_atomic,
 )
 from .outcome import ARM_STATUSES, ArmOutcome, read_outcome, write_outcome
@@ -53,16 +55,17 @@ from .records import (
     PackedGroup,
     PackedMicrobatch,
     StepRecord,
-    parse_packed,
+    field_of,
 )
-from .steps import StepWriter, read_rank_file, read_steps
+from .steps import StepWriter, parse_step_line, read_rank_file, read_steps
 
 __all__ = [
     "ARM_STATUSES", "ArmOutcome", "CASE_FILE", "FrameReplays", "GraphStats", "INDEX_FILE",
     "JUNIT_FILE", "LOG_FILE", "MemoryProbe", "OUTCOME_FILE", "PackedGroup", "PackedMicrobatch",
-    "PathLike", "ResultsError", "SUMMARY_FILE", "StepRecord", "StepWriter", "VERDICT_FILE",
-    "arm_dir", "case_dir", "current_umask", "decode_float", "decode_nonfinite", "dumps",
-    "encode_nonfinite", "file_mode", "list_arm_dirs", "parse_packed", "rank_file", "rank_files",
-    "read_json", "read_json_record", "read_outcome", "read_rank_file", "read_steps",
-    "write_bytes_atomic", "write_json_atomic", "write_outcome", "write_text_atomic",
+    "PathLike", "ResultsError",
+    "SUMMARY_FILE", "StepRecord", "StepWriter", "VERDICT_FILE", "arm_dir", "case_dir",
+    "current_umask", "decode_float", "decode_nonfinite", "dumps", "encode_nonfinite", "field_of",
+    "file_mode", "list_arm_dirs", "parse_step_line", "rank_file", "rank_files", "read_json",
+    "read_json_record", "read_outcome", "read_rank_file", "read_steps", "write_bytes_atomic",
+    "write_json_atomic", "write_json_record", "write_outcome", "write_text_atomic",
 ]

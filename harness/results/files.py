@@ -12,13 +12,19 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, TypeVar, Union
+from typing import Any, Callable, Mapping, Optional, Protocol, TypeVar, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 T = TypeVar("T")
 
 _NONFINITE_TO_STR = {math.inf: "Infinity", -math.inf: "-Infinity"}
 _STR_TO_NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+class Record(Protocol):
+    """A typed record kept as one JSON file (an outcome, a verdict, a plan)."""
+
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 class ResultsError(Exception):
@@ -132,6 +138,13 @@ def write_text_atomic(path: PathLike, text: str) -> None:
 def write_json_atomic(path: PathLike, obj: Any) -> None:
     """Write ``obj`` as standard JSON atomically (readers see the old file or the new one)."""
     write_text_atomic(path, dumps(obj) + "\n")
+
+
+def write_json_record(path: PathLike, record: Record) -> Path:
+    """Write ``record.to_dict()`` to ``path`` atomically and return the path (read it back with
+    :func:`read_json_record`)."""
+    write_json_atomic(path, record.to_dict())
+    return Path(path)
 
 
 # --------------------------------------------------------------------------- reads

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from .files import PathLike, ResultsError, decode_float, read_json_record, write_json_atomic
+from .files import PathLike, ResultsError, decode_float, read_json_record, write_json_record
 from .paths import OUTCOME_FILE
 
 ARM_STATUSES = ("ok", "failed", "timeout", "infra", "skipped")
@@ -76,9 +76,7 @@ class ArmOutcome:
 
 
 def write_outcome(arm_dir_: PathLike, outcome: ArmOutcome) -> Path:
-    path = Path(arm_dir_) / OUTCOME_FILE
-    write_json_atomic(path, outcome.to_dict())
-    return path
+    return write_json_record(Path(arm_dir_) / OUTCOME_FILE, outcome)
 
 
 def read_outcome(arm_dir_: PathLike) -> Optional[ArmOutcome]:

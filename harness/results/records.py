@@ -1,94 +1,74 @@
 """Typed step records: what the workload writes once per rank and step and every reader reads.
 
-``StepRecord`` (with ``MemoryProbe``, ``GraphStats`` and ``FrameReplays`` nested in it) is the
+``StepRecord`` (with ``MemoryProbe``, ``GraphStats``, ``FrameReplays`` and ``PackedMicrobatch``
+nested in it) is the
 one shape of a line of ``rank<k>.jsonl``: the rank process builds it, ``StepWriter`` writes
-``to_dict()`` and ``read_steps`` gives it back.
+``to_dict()`` and ``read_steps`` gives it back through :meth:`StepRecord.from_dict`, which
+validates with pydantic (a ``TypeAdapter`` of these frozen dataclasses): an unknown key, a value
+of the wrong JSON type or a missing field is a ``ResultsError`` naming the field, in the words a
+bad case file gets (``harness.spec.validation``). Readers take ``StepRecord`` only and read its
+attributes; :func:`field_of` reads one named by a string (a series of any numeric field).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping, Optional
+from typing import Annotated, Any, Mapping, Optional
 
-from .files import ResultsError, decode_float
+from pydantic import BeforeValidator, ConfigDict, Field, Strict, TypeAdapter, ValidationError
 
+from harness.spec.validation import all_problems
 
-def _opt_int(value: Any, name: str) -> Optional[int]:
-    if value is None:
-        return None
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ResultsError(f"'{name}' must be an integer or null, got {value!r}")
-    return value
+from .files import ResultsError
 
 
-def _opt_float(value: Any, name: str) -> Optional[float]:
-    try:
-        return decode_float(value)
-    except ResultsError as exc:
-        raise ResultsError(f"'{name}': {exc}") from None
+def _whole(value: Any) -> Any:
+    """An integral float (``4096.0``) reads as the integer it is; anything else is left as it is."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-def _from_fields(cls: type, data: Mapping[str, Any], what: str,
-                 given: Optional[Mapping[str, Any]] = None) -> Any:
-    """``cls(**data)`` for a dataclass of ints, floats, bools, strs (typed by annotation name)
-    plus the already-parsed fields ``given``; unknown keys are errors, so a renamed key is caught
-    where it is read."""
-    given = dict(given or {})
-    known = {f.name: f for f in fields(cls) if f.name not in given}
-    unknown = sorted(set(data) - set(known) - set(given))
-    if unknown:
-        raise ResultsError(f"{what} has unknown keys {unknown} (known: {sorted(known)})")
-    out: dict[str, Any] = {}
-    for name, f in known.items():
-        if name not in data:
-            continue
-        value, kind = data[name], str(f.type)
-        if "int" in kind and "float" not in kind:
-            out[name] = _opt_int(value, name)
-        elif "float" in kind:
-            out[name] = _opt_float(value, name)
-        elif "bool" in kind:
-            if not isinstance(value, bool):
-                raise ResultsError(f"'{name}' must be true or false, got {value!r}")
-            out[name] = value
-        else:
-            out[name] = None if value is None else str(value)
-    try:
-        return cls(**out, **given)
-    except (TypeError, ValueError) as exc:
-        raise ResultsError(f"{what}: {exc}") from None
+# The JSON types of a record, exactly: a bool is not a number, a number is not a string.
+Int = Annotated[int, BeforeValidator(_whole), Strict()]
+Float = Annotated[float, Strict()]  # an int reads as a float; NaN and infinities are kept
+Bool = Annotated[bool, Strict()]
+Str = Annotated[str, Strict()]
+Step = Annotated[Int, Field(ge=1)]
+_FORBID = ConfigDict(extra="forbid")  # an unknown key is an error: a renamed field is caught
 
 
 @dataclass(frozen=True)
 class MemoryProbe:
     """Memory of one rank after ``train.memory_probe_step`` and ``torch.cuda.empty_cache()``."""
 
-    device_used_bytes: int  # whole device (NVML / cudaMemGetInfo: total - free), every process
-    device_total_bytes: int
-    allocated_bytes: int  # this process's caching allocator: allocated (= active after the step)
-    active_bytes: int
-    reserved_bytes: int
+    __pydantic_config__ = _FORBID
+
+    device_used_bytes: Int  # whole device (NVML / cudaMemGetInfo: total - free), every process
+    device_total_bytes: Int
+    allocated_bytes: Int  # this process's caching allocator: allocated (= active after the step)
+    active_bytes: Int
+    reserved_bytes: Int
 
 
 @dataclass(frozen=True)
 class GraphStats:
     """What one rank's CUDA-graph capture built (recorded on the step after which it ran)."""
 
-    summary: str  # the core's capture line
-    variants: int  # CP variants captured
-    physical_slots: int
-    graphs: int
-    pool_reserved_bytes: int  # every graph pool of the rank together
-    pool_allocated_bytes: int
-    arena_bytes: int
-    largest_pool_bytes: int  # the largest single pool (one CP size with separate pools)
-    pools: int  # 1 (slot-shared) or one per CP size
-    capture_s: float
-    warmup_s: float
-    capture_peak_bytes: int
-    warmup_peak_bytes: int
+    __pydantic_config__ = _FORBID
+
+    summary: Str  # the core's capture line
+    variants: Int  # CP variants captured
+    physical_slots: Int
+    graphs: Int
+    pool_reserved_bytes: Int  # every graph pool of the rank together
+    pool_allocated_bytes: Int
+    arena_bytes: Int
+    largest_pool_bytes: Int  # the largest single pool (one CP size with separate pools)
+    pools: Int  # 1 (slot-shared) or one per CP size
+    capture_s: Float
+    warmup_s: Float
+    capture_peak_bytes: Int
+    warmup_peak_bytes: Int
 
 
 @dataclass(frozen=True)
@@ -96,9 +76,11 @@ class FrameReplays:
     """How many layer graphs one (CP size, physical slot) frame replayed in one step (forward
     replays, summed over the rank's layers; each has its backward replay)."""
 
-    cp_size: int
-    slot: int
-    replays: int
+    __pydantic_config__ = _FORBID
+
+    cp_size: Int
+    slot: Int
+    replays: Int
 
 
 @dataclass(frozen=True)
@@ -106,15 +88,19 @@ class PackedGroup:
     """One CP group of a packed microbatch: its CP size, the global-batch indices of the
     sequences it holds (ascending) and their real tokens."""
 
-    cp: int
-    sequences: tuple[int, ...]
-    tokens: int
+    __pydantic_config__ = _FORBID
+
+    cp: Int
+    sequences: tuple[Int, ...]
+    tokens: Int
 
 
 @dataclass(frozen=True)
 class PackedMicrobatch:
     """What one microbatch of a step packed: its CP groups in pool order (the whole DP x CP
     pool's, the same on every rank of the arm)."""
+
+    __pydantic_config__ = _FORBID
 
     groups: tuple[PackedGroup, ...]
 
@@ -136,38 +122,9 @@ class PackedMicrobatch:
         return " + ".join(f"CP{g.cp} [{' '.join(map(str, g.sequences))}] {g.tokens}"
                           for g in self.groups)
 
-
-def _int_list(value: Any, name: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or any(isinstance(x, bool) or not isinstance(x, int)
-                                          for x in value):
-        raise ResultsError(f"'{name}' must be a list of integers, got {value!r}")
-    return tuple(value)
-
-
-def parse_packed(value: Any) -> tuple[PackedMicrobatch, ...]:
-    """``packed`` as written by ``StepRecord.to_dict`` (ResultsError naming what is wrong)."""
-    if not isinstance(value, list):
-        raise ResultsError(f"'packed' must be a list of microbatches, got {value!r}")
-    out = []
-    for mb in value:
-        groups = mb.get("groups") if isinstance(mb, Mapping) else None
-        if not isinstance(groups, list) or set(mb) != {"groups"} or not all(
-                isinstance(g, Mapping) for g in groups):
-            raise ResultsError(f"'packed' entry must be {{\"groups\": [...]}}, got {mb!r}")
-        parsed = []
-        for g in groups:
-            if set(g) != {"cp", "sequences", "tokens"}:
-                raise ResultsError(f"'packed' group has keys {sorted(g)}, expected "
-                                   "['cp', 'sequences', 'tokens']")
-            cp, tokens = _opt_int(g["cp"], "cp"), _opt_int(g["tokens"], "tokens")
-            if cp is None or tokens is None:
-                raise ResultsError(f"'packed' group needs integer cp and tokens, got {dict(g)!r}")
-            parsed.append(PackedGroup(cp, _int_list(g["sequences"], "sequences"), tokens))
-        out.append(PackedMicrobatch(tuple(parsed)))
-    return tuple(out)
-
-
-_NESTED = {"memory_probe": MemoryProbe, "graph_stats": GraphStats}
+    def to_dict(self) -> dict[str, Any]:
+        return {"groups": [{"cp": g.cp, "sequences": list(g.sequences), "tokens": g.tokens}
+                           for g in self.groups]}
 
 
 @dataclass(frozen=True)
@@ -184,26 +141,28 @@ class StepRecord:
     empty in records written before it was recorded): what the packing checks read.
     """
 
-    step: int
-    loss: Optional[float] = None
-    aux_loss: Optional[float] = None
-    grad_norm: Optional[float] = None
-    nan: bool = False
-    skipped: bool = False
-    tokens: Optional[int] = None
-    microbatches: Optional[int] = None
-    cp_sizes: tuple[int, ...] = ()
-    lr: Optional[float] = None
-    step_time_s: Optional[float] = None
-    device: Optional[str] = None
+    __pydantic_config__ = _FORBID
+
+    step: Step
+    loss: Optional[Float] = None
+    aux_loss: Optional[Float] = None
+    grad_norm: Optional[Float] = None
+    nan: Bool = False
+    skipped: Bool = False
+    tokens: Optional[Int] = None
+    microbatches: Optional[Int] = None
+    cp_sizes: tuple[Int, ...] = ()
+    lr: Optional[Float] = None
+    step_time_s: Optional[Float] = None
+    device: Optional[Str] = None
     # The golden platform of the device (``cpu``, ``h200``, ``gb200``: ``golden.platform_key`` of
     # the CUDA device name), set by the rank process (``rank_main``) on every record it writes.
-    platform: Optional[str] = None
-    allocated_bytes: Optional[int] = None
-    reserved_bytes: Optional[int] = None
-    active_bytes: Optional[int] = None
-    max_allocated_bytes: Optional[int] = None
-    graphed: bool = False
+    platform: Optional[Str] = None
+    allocated_bytes: Optional[Int] = None
+    reserved_bytes: Optional[Int] = None
+    active_bytes: Optional[Int] = None
+    max_allocated_bytes: Optional[Int] = None
+    graphed: Bool = False
     memory_probe: Optional[MemoryProbe] = None
     graph_stats: Optional[GraphStats] = None
     replays: tuple[FrameReplays, ...] = ()  # graphed steps: per (CP size, slot), in that order
@@ -217,32 +176,37 @@ class StepRecord:
         out = asdict(self)
         out["cp_sizes"] = list(self.cp_sizes)
         out["replays"] = [asdict(f) for f in self.replays]
-        out["packed"] = [{"groups": [{"cp": g.cp, "sequences": list(g.sequences),
-                                      "tokens": g.tokens} for g in mb.groups]}
-                         for mb in self.packed]
+        out["packed"] = [mb.to_dict() for mb in self.packed]
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "StepRecord":
-        """Read a record (ResultsError naming the key for an unknown or mistyped field)."""
-        if "step" not in data:
-            raise ResultsError("step record has no 'step'")
-        sizes = data.get("cp_sizes", [])
-        if not isinstance(sizes, list) or any(isinstance(x, bool) or not isinstance(x, int) for x in sizes):
-            raise ResultsError(f"'cp_sizes' must be a list of integers, got {sizes!r}")
-        frames = data.get("replays", [])
-        if not isinstance(frames, list) or any(not isinstance(f, Mapping) for f in frames):
-            raise ResultsError(f"'replays' must be a list of objects, got {frames!r}")
-        given: dict[str, Any] = {"cp_sizes": tuple(sizes),
-                                 "replays": tuple(_from_fields(FrameReplays, f, "'replays' entry")
-                                                  for f in frames),
-                                 "packed": parse_packed(data.get("packed", []))}
-        for key, kind in _NESTED.items():
-            value = data.get(key)
-            if value is not None and not isinstance(value, Mapping):
-                raise ResultsError(f"'{key}' must be an object or null, got {value!r}")
-            given[key] = None if value is None else _from_fields(kind, value, f"'{key}'")
-        flat = {k: v for k, v in data.items() if k not in given}
-        return _from_fields(cls, flat, "step record", given)
+        """A record from its JSON object (non-finite floats decoded, as ``read_steps`` gives
+        it); a ResultsError naming each unknown, mistyped or missing field."""
+        try:
+            return _adapter().validate_python(data)
+        except ValidationError as exc:
+            raise ResultsError(_problems_text(exc)) from None
 
 
+FIELDS = frozenset(f.name for f in fields(StepRecord))
+
+
+def field_of(record: StepRecord, key: str) -> Any:
+    """The field ``key`` of a record (a series of a field chosen by name); a KeyError naming
+    the fields for a name a step record does not have."""
+    if key not in FIELDS:
+        raise KeyError(f"step records have no field '{key}' (fields: {', '.join(sorted(FIELDS))})")
+    return getattr(record, key)
+
+
+@functools.cache
+def _adapter() -> TypeAdapter[StepRecord]:
+    return TypeAdapter(StepRecord)
+
+
+def _problems_text(exc: ValidationError) -> str:
+    """``field 'a.b': message`` of the first problem, then ``; also field ...`` of the others."""
+    problems = all_problems(exc, root=StepRecord)
+    text = "; also ".join(f"field '{p.field}': {p.message}" for p in problems)
+    return f"bad step record: {text}"

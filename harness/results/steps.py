@@ -1,25 +1,27 @@
 """The step store: one rank's step records, appended durably to ``<arm>/rank<k>.jsonl`` and read
-back typed (a line torn by a kill is cut off; any other bad line is an error naming file:line)."""
+back typed (a line torn by a kill is cut off; any other bad line is an error naming file:line and,
+for a line that is JSON but not a step record, the field)."""
 
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
-from typing import Any, Mapping, Union
+from typing import Any, Optional
 
 from .files import PathLike, ResultsError, decode_nonfinite, encode_nonfinite, fsync_dir
 from .paths import rank_file, rank_files
 from .records import StepRecord
 
 
-def _parse_lines(path: Path, data: bytes) -> tuple[list[dict], int]:
-    """Parse complete lines of a JSONL file. Returns (records, byte length of the good prefix).
+def _parse_lines(path: Path, data: bytes) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+    """Parse complete lines of a JSONL file. Returns ((line number, JSON object) of each record,
+    byte length of the good prefix); non-finite names are decoded to floats.
 
     The last line is torn when it lacks its newline or does not parse; it is left out. Any
     other bad line is corruption and raises ResultsError.
     """
-    records: list[dict] = []
+    records: list[tuple[int, dict[str, Any]]] = []
     good = 0
     pos = 0
     lineno = 0
@@ -43,24 +45,38 @@ def _parse_lines(path: Path, data: bytes) -> tuple[list[dict], int]:
                     f"{path}:{lineno}: corrupt step record ({exc}); the file was edited or two "
                     f"writers shared it. Delete the arm folder {path.parent} and re-run."
                 ) from exc
-            records.append(decode_nonfinite(rec))
+            records.append((lineno, decode_nonfinite(rec)))
         pos = end + 1
         good = pos
     return records, good
 
 
-def read_rank_file(path: PathLike) -> list[StepRecord]:
-    """The typed records of one rank file (a torn last line ignored); ResultsError naming
-    file:line for a line that is not a valid step record."""
-    p = Path(path)
+def _typed(path: Path, lines: list[tuple[int, dict[str, Any]]]) -> list[StepRecord]:
     out = []
-    for lineno, raw in enumerate(_parse_lines(p, p.read_bytes())[0], start=1):
+    for lineno, raw in lines:
         try:
             out.append(StepRecord.from_dict(raw))
         except ResultsError as exc:
-            raise ResultsError(f"{p}: record {lineno}: {exc}. Delete the arm folder {p.parent} "
+            raise ResultsError(f"{path}:{lineno}: {exc}. Delete the arm folder {path.parent} "
                                "and re-run") from None
     return out
+
+
+def read_rank_file(path: PathLike) -> list[StepRecord]:
+    """The typed records of one rank file (a torn last line ignored); ResultsError naming
+    file:line (and the field) for a line that is not a valid step record."""
+    p = Path(path)
+    return _typed(p, _parse_lines(p, p.read_bytes())[0])
+
+
+def parse_step_line(raw: bytes) -> Optional[StepRecord]:
+    """One line of a rank file as a record, or None when it is not one (a reader following a
+    file while it is written: ``launch.progress``)."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+        return StepRecord.from_dict(decode_nonfinite(data)) if isinstance(data, dict) else None
+    except (ValueError, ResultsError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return None
 
 
 def read_steps(arm_dir_: PathLike) -> dict[int, list[StepRecord]]:
@@ -86,13 +102,13 @@ class StepWriter:
         self._last_step = 0
         if resume and self.path.exists():
             data = self.path.read_bytes()
-            records, good = _parse_lines(self.path, data)
+            lines, good = _parse_lines(self.path, data)
             if good != len(data):
                 with open(self.path, "r+b") as fh:
                     fh.truncate(good)
                     fh.flush()
                     os.fsync(fh.fileno())
-            self._last_step = max((_step_of(r, self.path) for r in records), default=0)
+            self._last_step = max((r.step for r in _typed(self.path, lines)), default=0)
         else:
             with open(self.path, "wb") as fh:
                 fh.flush()
@@ -103,32 +119,25 @@ class StepWriter:
         """Number of the last durably recorded step (0 when none): resume after it."""
         return self._last_step
 
-    def append(self, record: Union[StepRecord, Mapping[str, Any]]) -> bool:
+    def append(self, record: StepRecord) -> bool:
         """Write one step record durably. Returns False (and writes nothing) for a step that is
-        already recorded; raises ValueError for a record without a valid ``step`` (a mapping is
-        read through :meth:`StepRecord.from_dict`, so what is written can be read back)."""
+        already recorded. What is written is read back by the reader's own validation first, so
+        a record the reader would refuse is a ValueError naming the field, never a line."""
         if not isinstance(record, StepRecord):
-            _step_of(record, self.path)
-            try:
-                record = StepRecord.from_dict(record)
-            except ResultsError as exc:
-                raise ValueError(f"{self.path}: {exc}") from None
+            raise TypeError(f"{self.path}: StepWriter.append takes a StepRecord, got "
+                            f"{type(record).__name__}")
         step = record.step
         if step <= self._last_step:
             return False
-        line = json.dumps(encode_nonfinite(record.to_dict()), allow_nan=False, ensure_ascii=False)
+        data = record.to_dict()
+        try:
+            StepRecord.from_dict(data)
+        except ResultsError as exc:
+            raise ValueError(f"{self.path}: step {step}: {exc}") from None
+        line = json.dumps(encode_nonfinite(data), allow_nan=False, ensure_ascii=False)
         with open(self.path, "ab") as fh:
             fh.write(line.encode("utf-8") + b"\n")
             fh.flush()
             os.fsync(fh.fileno())
         self._last_step = step
         return True
-
-
-def _step_of(record: Mapping[str, Any], where: Path) -> int:
-    step = record.get("step")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-        raise ValueError(f"{where}: a step record needs an integer 'step' >= 1, got {step!r}")
-    return step
-
-

@@ -1,10 +1,17 @@
-"""Walking the case schema by field path: which paths exist, and clean paths for pydantic errors."""
+"""Walking the case schema by field path: which paths exist, and clean paths for pydantic errors.
+
+A section is a pydantic model or a dataclass that pydantic validates (the step records of
+``harness.results``), so both are walked the same way.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import functools
 import types
-from typing import Any, Literal, Optional, Sequence, Union, get_args, get_origin
+import typing
+from typing import Any, Literal, Mapping, Optional, Sequence, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
@@ -19,17 +26,33 @@ def _members(annotation: Any) -> tuple[Any, ...]:
     return (annotation,)
 
 
-def _models(annotation: Any) -> tuple[type[BaseModel], ...]:
-    return tuple(
-        m for m in _members(annotation) if isinstance(m, type) and issubclass(m, BaseModel)
-    )
+def _is_section(m: Any) -> bool:
+    return isinstance(m, type) and (issubclass(m, BaseModel) or dataclasses.is_dataclass(m))
+
+
+def _models(annotation: Any) -> tuple[type, ...]:
+    return tuple(m for m in _members(annotation) if _is_section(m))
+
+
+@functools.lru_cache(maxsize=None)
+def _field_types(section: type) -> Mapping[str, Any]:
+    """Field name -> annotation of a model or dataclass, in declaration order."""
+    if issubclass(section, BaseModel):
+        return {name: f.annotation for name, f in section.model_fields.items()}
+    hints = typing.get_type_hints(section)
+    return {f.name: hints[f.name] for f in dataclasses.fields(section)}
+
+
+def _owner(models: Sequence[type], part: Union[str, int]) -> Optional[type]:
+    """The section among ``models`` that has a field ``part``."""
+    return next((m for m in models if isinstance(part, str) and part in _field_types(m)), None)
 
 
 def field_names(annotation: Any) -> list[str]:
     """Field names of the model(s) an annotation may hold, in declaration order."""
     names: list[str] = []
     for model in _models(annotation):
-        names.extend(n for n in model.model_fields if n not in names)
+        names.extend(n for n in _field_types(model) if n not in names)
     return names
 
 
@@ -39,7 +62,7 @@ def suggest(name: str, candidates: Sequence[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def resolve_dotted(path: str, root: type[BaseModel] = CaseFile) -> Optional[str]:
+def resolve_dotted(path: str, root: type = CaseFile) -> Optional[str]:
     """None if ``path`` (``a.b.c``) names a field of the schema, else why it does not."""
     annotation: Any = root
     walked: list[str] = []
@@ -54,8 +77,9 @@ def resolve_dotted(path: str, root: type[BaseModel] = CaseFile) -> Optional[str]
                 f"{where} has no field '{part}'{suggest(part, names)}; "
                 f"fields: {', '.join(names)}"
             )
-        annotation = next(m for m in _models(annotation) if part in m.model_fields)
-        annotation = annotation.model_fields[part].annotation
+        owner = _owner(_models(annotation), part)
+        assert owner is not None
+        annotation = _field_types(owner)[part]
         walked.append(part)
     return None
 
@@ -69,7 +93,7 @@ def _tag_matches(member: Any, tag: str) -> bool:
     return str(member) == tag
 
 
-def clean_loc(loc: Sequence[Union[str, int]], root: type[BaseModel] = CaseFile) -> tuple[Loc, bool]:
+def clean_loc(loc: Sequence[Union[str, int]], root: type = CaseFile) -> tuple[Loc, bool]:
     """A pydantic error location without union-member tags, and whether a tag was dropped.
 
     Pydantic puts the name of the union member it tried into the location
@@ -81,10 +105,10 @@ def clean_loc(loc: Sequence[Union[str, int]], root: type[BaseModel] = CaseFile) 
     for part in loc:
         members = _members(annotation) if annotation is not None else ()
         models = _models(annotation) if annotation is not None else ()
-        owner = next((m for m in models if isinstance(part, str) and part in m.model_fields), None)
+        owner = _owner(models, part)
         if owner is not None:
             kept.append(part)
-            annotation = owner.model_fields[part].annotation
+            annotation = _field_types(owner)[part]
             continue
         if len(members) > 1 and isinstance(part, str):
             match = next((m for m in members if _tag_matches(m, part)), None)
@@ -93,24 +117,29 @@ def clean_loc(loc: Sequence[Union[str, int]], root: type[BaseModel] = CaseFile) 
                 annotation = match
                 continue
         kept.append(part)
-        origin = get_origin(members[0]) if len(members) == 1 else None
-        args = get_args(members[0]) if len(members) == 1 else ()
-        if origin in (list, tuple) and isinstance(part, int) and args:
-            annotation = args[0]
-        elif origin is dict and len(args) == 2:
-            annotation = args[1]
-        else:
-            annotation = None
+        annotation = _item(annotation, part)
     return tuple(kept), dropped
 
 
-def fields_at(loc: Loc, root: type[BaseModel] = CaseFile) -> list[str]:
+def _item(annotation: Any, part: Union[str, int]) -> Any:
+    """The annotation of entry ``part`` of a list or tuple (an index) or a dict, else None."""
+    members = _members(annotation)
+    if len(members) != 1:
+        return None
+    origin, args = get_origin(members[0]), get_args(members[0])
+    if origin in (list, tuple) and isinstance(part, int) and args:
+        return args[0]
+    if origin is dict and len(args) == 2:
+        return args[1]
+    return None
+
+
+def fields_at(loc: Loc, root: type = CaseFile) -> list[str]:
     """Field names of the section at ``loc`` (empty if ``loc`` is not a section)."""
     annotation: Any = root
     for part in loc:
-        models = _models(annotation)
-        owner = next((m for m in models if isinstance(part, str) and part in m.model_fields), None)
-        if owner is None:
+        owner = _owner(_models(annotation), part)
+        annotation = _field_types(owner)[part] if owner is not None else _item(annotation, part)
+        if annotation is None:
             return []
-        annotation = owner.model_fields[part].annotation
     return field_names(annotation)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from harness.spec.fieldpaths import clean_loc, fields_at, suggest
 from harness.spec.limits import limit_reason
@@ -19,9 +19,9 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _message(error: dict[str, Any], loc: Loc, root: type[BaseModel]) -> str:
+def _message(error: dict[str, Any], loc: Loc, root: type) -> str:
     kind = error["type"]
-    if kind == "extra_forbidden":
+    if kind in ("extra_forbidden", "unexpected_keyword_argument"):  # a model's / a dataclass's
         key = str(loc[-1]) if loc else "?"
         allowed = fields_at(loc[:-1], root)
         hint = suggest(key, allowed)
@@ -37,7 +37,7 @@ def _message(error: dict[str, Any], loc: Loc, root: type[BaseModel]) -> str:
     for prefix in _PREFIXES:
         if msg.startswith(prefix):
             return msg[len(prefix) :]
-    if kind in ("model_type", "model_attributes_type", "dict_type"):
+    if kind in ("model_type", "model_attributes_type", "dict_type", "dataclass_type"):
         msg = "expected a mapping of fields"
         allowed = fields_at(loc, root)
         if allowed:
@@ -48,7 +48,7 @@ def _message(error: dict[str, Any], loc: Loc, root: type[BaseModel]) -> str:
 
 
 def _problem_at(head: int, errors: list[dict[str, Any]], cleaned: list[tuple[Loc, bool]],
-                root: type[BaseModel]) -> Problem:
+                root: type) -> Problem:
     """The Problem of the error at index ``head`` (with its union alternatives, see below)."""
     head_loc, head_union = cleaned[head]
     if not head_union:
@@ -72,7 +72,7 @@ def _problem_at(head: int, errors: list[dict[str, Any]], cleaned: list[tuple[Loc
     return Problem(loc=loc, message=message)
 
 
-def all_problems(exc: ValidationError, root: type[BaseModel] = CaseFile) -> list[Problem]:
+def all_problems(exc: ValidationError, root: type = CaseFile) -> list[Problem]:
     """Every field with an error, one Problem each, in the order pydantic found them.
 
     Union alternatives that all failed at one field are reported together

@@ -19,6 +19,7 @@ from harness.cli import main
 from harness.compare import evaluate_case, write_verdict
 from harness.launch.sweep import prepare_case_dir
 from harness.results import ArmOutcome, StepWriter, read_outcome, read_steps, write_outcome
+from tests.records import record
 from harness.spec import load_cases
 
 CASE = """\
@@ -74,7 +75,7 @@ def _dead_sweep(tmp_path: Path) -> tuple[Path, Path]:
     for arm in plan.arms:
         writer = StepWriter(case_dir / arm.name, 0)
         for step in (1, 2, 3):
-            writer.append({"step": step, "loss": 5.0 - step, "aux_loss": 1.0, "grad_norm": 0.0})
+            writer.append(record(step, 5.0 - step, aux_loss=1.0, grad_norm=0.0))
         write_outcome(case_dir / arm.name, ArmOutcome(status="ok", returncode=0))
     data = {a: (read_outcome(case_dir / a), read_steps(case_dir / a)) for a in plan.arm_names}
     write_verdict(case_dir, evaluate_case(plan.case_id, plan.pairs, data, expected_steps=3,

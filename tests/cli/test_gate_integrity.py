@@ -11,7 +11,7 @@ import pytest
 from harness.arms import plan_case
 from harness.cli import main
 from harness.launch.sweep import prepare_case_dir
-from harness.results import ArmOutcome, StepWriter, write_outcome
+from harness.results import ArmOutcome, StepRecord, StepWriter, write_outcome
 from harness.spec.loader import cases_from_text
 
 from .test_report_cmd import CASE_ID, CASE_YAML, _sweep, case_json
@@ -66,8 +66,8 @@ def test_run_that_meets_a_corrupt_results_file_exits_2(tmp_path: Path, capsys,
     out = tmp_path / "sweep"
     case_dir = prepare_case_dir(plan_case(loaded.case), out)
     writer = StepWriter(case_dir / "eager", 0)
-    writer.append({"step": 1, "loss": 2.0})
-    writer.append({"step": 2, "loss": 1.5})
+    writer.append(StepRecord(step=1, loss=2.0))
+    writer.append(StepRecord(step=2, loss=1.5))
     rank = case_dir / "eager" / "rank0.jsonl"
     rank.write_text("not json\n" + rank.read_text())
     write_outcome(case_dir / "eager", ArmOutcome(status="ok", returncode=0))

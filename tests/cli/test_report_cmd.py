@@ -13,6 +13,7 @@ from harness.launch.sweep import prepare_case_dir
 from harness.compare import Pair, evaluate_case, write_verdict
 from harness.errors import ConfigError
 from harness.results import ArmOutcome, StepWriter, read_outcome, read_steps, write_outcome
+from tests.records import record
 from harness.spec.loader import cases_from_text
 
 CASE_ID = "a-rather-long-case-id-that-must-stay-whole.vpp2"
@@ -38,8 +39,7 @@ def _sweep(root: Path, repeat_losses: list[float]) -> Path:
     for arm, losses in (("eager", [2.0, 1.5]), ("eager-repeat", repeat_losses)):
         writer = StepWriter(case_dir / arm, 0)
         for step, loss in enumerate(losses, 1):
-            writer.append({"step": step, "loss": loss, "grad_norm": 1.0, "nan": False,
-                           "skipped": False})
+            writer.append(record(step, loss))
         write_outcome(case_dir / arm, ArmOutcome(status="ok", returncode=0))
     data = {a: (read_outcome(case_dir / a), read_steps(case_dir / a))
             for a in ("eager", "eager-repeat")}

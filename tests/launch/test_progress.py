@@ -3,7 +3,7 @@ import json
 import time
 
 from harness.launch.progress import LineProgress, StepTail
-from harness.results import ArmOutcome
+from harness.results import ArmOutcome, StepRecord
 
 
 def test_step_tail_returns_newest_complete_record(tmp_path):
@@ -12,14 +12,14 @@ def test_step_tail_returns_newest_complete_record(tmp_path):
     assert tail.poll() is None  # file not there yet
     with open(path, "w") as fh:
         fh.write(json.dumps({"step": 1}) + "\n" + json.dumps({"step": 2}) + "\n")
-    assert tail.poll() == {"step": 2}
+    assert tail.poll() == StepRecord(step=2)
     assert tail.poll() is None  # nothing new
     with open(path, "a") as fh:
         fh.write('{"step": ')  # torn write in flight
     assert tail.poll() is None
     with open(path, "a") as fh:
         fh.write('3}\n')
-    assert tail.poll() == {"step": 3}
+    assert tail.poll() == StepRecord(step=3)
 
 
 def test_line_progress_names_case_arm_and_outcome(tmp_path):

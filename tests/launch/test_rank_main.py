@@ -1,6 +1,7 @@
 import pytest
 
 from harness.launch.rank_main import first_slurm_host, resolve_rank_env, step_line
+from harness.results import StepRecord
 
 TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
             "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
@@ -70,11 +71,12 @@ def test_first_slurm_host(nodelist, first):
 
 
 def test_step_line_is_one_readable_line():
-    line = step_line("eager", 0, 4, {"step": 2, "loss": 5.25, "aux_loss": 0.01, "grad_norm": float("nan"),
-                                     "tokens": 512, "cp_sizes": [1, 1], "step_time_s": 0.12,
-                                     "max_allocated_bytes": None, "nan": True, "skipped": False})
+    line = step_line("eager", 0, 4, StepRecord(step=2, loss=5.25, aux_loss=0.01, grad_norm=float("nan"),
+                                               tokens=512, cp_sizes=(1, 1), step_time_s=0.12,
+                                               max_allocated_bytes=None, nan=True, skipped=False))
     assert "\n" not in line
-    assert "step 2/4" in line and "loss 5.250000" in line and "gnorm nan" in line and "NAN" in line
+    assert line == ("[eager r0] step 2/4 loss 5.250000 aux 0.01 gnorm nan tokens 512 cp [1, 1] "
+                    "0.120s NAN")
 
 
 def test_records_name_the_platform_they_ran_on(tmp_path):

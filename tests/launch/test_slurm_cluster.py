@@ -23,6 +23,7 @@ from harness.launch.slurm_wait import wait_for_sweep
 from harness.report import gate
 from harness.results import read_outcome, read_steps
 
+from tests.launch.cases import REPEAT, UNIFORM, write_case_file
 from tests.launch.faults import fault_exports
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
@@ -45,27 +46,15 @@ env: {{OMP_NUM_THREADS: "1"}}
 setup: {setup}
 """
 
-TINY = """\
-name: {name}
-model: {{preset: tiny, layers: 2}}
-train: {{steps: {steps}, global_batch: 4, seq_length: 64, lr: 3.0e-3}}
-data: {{lengths: {{distribution: uniform, min: 8, max: 64}}}}
-compare: {{repeat: {{loss: exact}}}}
-resources: {{nodes: 1, gpus_per_node: 1, time_min: 4, profile: local}}
-{extra}"""
-
 # Two ranks, dynamic CP [1, 2] vs fixed CP 2: the aux loss differs by ~5e-4 between the arms (the
 # load-balancing statistics follow the CP grouping), far beyond this bound: a real failed check.
-STRICT_DCP = """\
-name: strict-dcp
-model: {preset: tiny, layers: 2}
-parallel: {pp: 1, dynamic_cp: [1, 2]}
-train: {steps: 3, global_batch: 8, seq_length: 128, max_seqlen_per_rank: 64, lr: 3.0e-3, seed: 7}
-data: {lengths: {distribution: lognormal, min: 16, max: 128}}
-compare:
-  dcp_vs_fixed_cp: {fixed_cp: 2, aux_loss: {max_abs: 1.0e-6}}
-resources: {nodes: 1, gpus_per_node: 2, time_min: 4, profile: local}
-"""
+STRICT_DCP = dict(
+    parallel={"pp": 1, "dynamic_cp": [1, 2]},
+    train={"steps": 3, "global_batch": 8, "seq_length": 128, "max_seqlen_per_rank": 64,
+           "lr": 3.0e-3, "seed": 7},
+    data={"lengths": {"distribution": "lognormal", "min": 16, "max": 128}},
+    compare={"dcp_vs_fixed_cp": {"fixed_cp": 2, "aux_loss": {"max_abs": 1.0e-6}}},
+    resources={"nodes": 1, "gpus_per_node": 2, "time_min": 4, "profile": "local"})
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -84,11 +73,11 @@ def write_profile(tmp_path, setup=()):
     return str(path)
 
 
-def write_tiny(tmp_path, name, steps=3, extra=""):
-    path = tmp_path / "cases" / f"{name}.yaml"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(TINY.format(name=name, steps=steps, extra=extra))
-    return str(path)
+def write_tiny(tmp_path, name, steps=3, matrix=None):
+    return str(write_case_file(tmp_path / "cases", name, train={"steps": steps, "lr": 3.0e-3},
+                               data=UNIFORM, compare=REPEAT,
+                               resources={"time_min": 4, "profile": "local"},
+                               **({"matrix": matrix} if matrix else {})))
 
 
 def cli(*argv):
@@ -207,7 +196,7 @@ def test_multi_rank_case_with_one_rank_reference_and_a_gpu_case_on_a_cpu_profile
 
 def test_job_array_of_several_cases(tmp_path):
     out = tmp_path / "sweep"
-    write_tiny(tmp_path, "arr", extra="matrix: {train.seed: [1, 2, 3]}\n")
+    write_tiny(tmp_path, "arr", matrix={"train.seed": [1, 2, 3]})
     assert cli("submit", tmp_path / "cases", "--profile", write_profile(tmp_path),
                "--max-parallel", "2", "--out", out) == 0
     refs = latest_jobs(out)
@@ -223,8 +212,7 @@ def test_job_array_of_several_cases(tmp_path):
 
 def test_failing_case_gates_one(tmp_path):
     out = tmp_path / "sweep"
-    path = tmp_path / "strict.yaml"
-    path.write_text(STRICT_DCP)
+    path = write_case_file(tmp_path, "strict-dcp", **STRICT_DCP)
     assert cli("submit", path, "--profile", write_profile(tmp_path), "--out", out) == 0
     assert finish(out) == 1
     case_dir = out / "strict-dcp"
@@ -244,7 +232,7 @@ def test_killed_jobs_are_infra_errors_and_retry_reruns_only_them(tmp_path):
     setup = [f'm={marks}/first.${{SLURM_ARRAY_TASK_ID:-x}}',
              'if [ "${SLURM_ARRAY_TASK_ID:-0}" != 0 ] && [ ! -e "$m" ]; then touch "$m"; '
              f'{fault_exports("hang@2")}; fi']
-    write_tiny(tmp_path, "kill", steps=3, extra="matrix: {train.seed: [1, 2, 3]}\n")
+    write_tiny(tmp_path, "kill", steps=3, matrix={"train.seed": [1, 2, 3]})
     assert cli("submit", tmp_path / "cases", "--profile", write_profile(tmp_path, setup),
                "--out", out) == 0
     refs = latest_jobs(out)

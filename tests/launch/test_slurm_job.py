@@ -21,24 +21,15 @@ from harness.launch.slurm_job import (
 from harness.arms import plan_case
 from harness.launch.sweep import prepare_case_dir
 from harness.results import ArmOutcome, read_outcome, write_outcome
-from harness.spec import load_cases
-
+from tests.launch.cases import REPEAT, UNIFORM, load_case_file
 from tests.launch.faults import Fault, fault_env, with_fault
 
 REPO = Path(__file__).resolve().parents[2]
-CASE = """\
-name: job
-model: {preset: tiny, layers: 2}
-train: {steps: 2, global_batch: 4, seq_length: 64, lr: 3.0e-3}
-data: {lengths: {distribution: uniform, min: 8, max: 64}}
-compare: {repeat: {loss: exact}}
-resources: {nodes: 1, gpus_per_node: 1, time_min: %s}
-"""
 
 
 def make_case(tmp_path, time_min=5):
-    (tmp_path / "job.yaml").write_text(CASE % time_min)
-    (case,) = load_cases([tmp_path / "job.yaml"])
+    case = load_case_file(tmp_path, "job", train={"steps": 2, "lr": 3.0e-3}, data=UNIFORM,
+                          compare=REPEAT, resources={"time_min": time_min})
     plan = plan_case(case)
     return plan, prepare_case_dir(plan, tmp_path / "sweep")
 

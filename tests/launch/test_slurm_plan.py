@@ -1,6 +1,8 @@
-"""Job planning and sbatch rendering (pure: no Slurm needed), and `submit --dry-run`."""
+"""Job planning and sbatch rendering (pure: no Slurm needed), `submit --dry-run`, and the record
+of submitted jobs (``jobs.json``)."""
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -10,30 +12,27 @@ from harness.cli import report_cmd, submit_cmd
 from harness.errors import ConfigError
 from harness.launch.profiles import load_profile, parse_profile
 from harness.launch.slurm import (
+    JobRef,
     JobShape,
     describe_plan,
+    latest_jobs,
     plan_jobs,
+    read_jobs,
+    record_jobs,
     render_sbatch,
     sbatch_parameters,
 )
 from harness.spec import load_cases
 
+from tests.launch.cases import REPEAT, UNIFORM, write_case_file
+
 REPO = Path(__file__).resolve().parents[2]
 
-CASE = """\
-name: {name}
-model: {{preset: tiny, layers: 2}}
-train: {{steps: 2, global_batch: 72, seq_length: 64, lr: 1.0e-3}}
-data: {{lengths: {{distribution: uniform, min: 8, max: 64}}}}
-compare: {{repeat: {{loss: exact}}}}
-resources: {{nodes: {nodes}, gpus_per_node: {gpus}, time_min: {time}, profile: local}}
-{extra}"""
-
-
-def write_case(tmp_path, name, nodes=1, gpus=1, time=5, extra=""):
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(CASE.format(name=name, nodes=nodes, gpus=gpus, time=time, extra=extra))
-    return path
+def write_case(tmp_path, name, nodes=1, gpus=1, time=5, matrix=None):
+    return write_case_file(tmp_path, name, train={"steps": 2, "global_batch": 72}, data=UNIFORM,
+                           compare=REPEAT, resources={"nodes": nodes, "gpus_per_node": gpus,
+                                                      "time_min": time, "profile": "local"},
+                           **({"matrix": matrix} if matrix else {}))
 
 
 def plan(cases, profiles, **kw):
@@ -47,7 +46,7 @@ def gpu_profile(**over):
 
 
 def test_cases_of_one_shape_form_one_array(tmp_path):
-    write_case(tmp_path, "a", extra="matrix: {train.seed: [1, 2, 3]}\n")
+    write_case(tmp_path, "a", matrix={"train.seed": [1, 2, 3]})
     write_case(tmp_path, "b", gpus=2)
     cases = load_cases([tmp_path])
     groups = plan(cases, {"local": load_profile("local")})
@@ -93,7 +92,7 @@ def test_too_many_gpus_or_nodes_is_refused(tmp_path):
 
 
 def test_max_parallel_overrides_the_profile(tmp_path):
-    write_case(tmp_path, "a", extra="matrix: {train.seed: [1, 2, 3, 4]}\n")
+    write_case(tmp_path, "a", matrix={"train.seed": [1, 2, 3, 4]})
     (group,) = plan(load_cases([tmp_path]), {"local": load_profile("local")}, max_parallel=3)
     script = render_sbatch(group, load_profile("local"), tmp_path / "logs")
     assert "#SBATCH --array=0-3%3" in script
@@ -178,3 +177,10 @@ def test_submit_and_collect_reject_unusable_flags_before_anything(tmp_path, caps
     assert main(["collect", str(out), *argv]) == 2  # checked before the folder is looked at
     assert words in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_job_record_keeps_every_round(sweep):
+    out, case, ref = sweep
+    record_jobs(out, [JobRef("t", "50_0", 1, "dcp-g0", ref.folder, time.time())], [])
+    assert [r.job_id for r in read_jobs(out)["t"]] == ["41", "50_0"]
+    assert latest_jobs(out)["t"].job_id == "50_0"

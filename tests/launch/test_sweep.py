@@ -17,6 +17,7 @@ from harness.launch.sweep import (check_resumable, finalize_case, prepare_case_d
                                   sweep_lock)
 from harness.report import gate
 from harness.results import ArmOutcome, StepWriter, read_outcome
+from tests.records import record
 from harness.spec import load_cases
 
 
@@ -39,8 +40,7 @@ class RecordingLauncher:
         for rank in arm.ranks:
             w = StepWriter(arm_dir, rank)
             for s in range(1, steps + 1):
-                w.append({"step": s, "loss": 5.0 - 0.1 * s, "aux_loss": 1.0, "grad_norm": 1.0,
-                          "nan": False, "skipped": False})
+                w.append(record(s, 5.0 - 0.1 * s, aux_loss=1.0))
         return ArmOutcome(status=status, returncode=0 if status == "ok" else 1,
                           detail="" if status == "ok" else "rank 0 exited with exit code 1")
 
@@ -122,8 +122,7 @@ def test_nan_loss_fails_the_case(write_case, tmp_path):
         def run_arm(self, plan, arm, arm_dir, case_json):
             w = StepWriter(arm_dir, 0)
             for s in range(1, plan.steps + 1):
-                w.append({"step": s, "loss": math.nan if s == 2 else 1.0, "aux_loss": 1.0,
-                          "grad_norm": 1.0, "nan": s == 2, "skipped": False})
+                w.append(record(s, math.nan if s == 2 else 1.0, aux_loss=1.0, nan=s == 2))
             return ArmOutcome(status="ok", returncode=0)
 
     result = run_sweep(plans([write_case("a")]), tmp_path / "out", Diverging())

@@ -9,23 +9,26 @@ CUDA figures); ``graph_pool_bytes`` records both arms' graph pools and arenas (f
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping, Optional
+from typing import Callable, Literal, Mapping, Optional
 
+from harness.results import GraphStats
 from harness.spec.schema import DcpVsFixedCpContract
 
 from ..pair import Pair
 from ..registry import contract
-from ..series import MIB, Steps, figure_of, last_per_rank, series_check
+from ..series import MIB, Steps, graph_stats, memory_probes, series_check
 from ..verdicts import Check
 
+ProbeFigure = Literal["device_used_bytes", "active_bytes", "reserved_bytes"]  # MemoryProbe fields
 
-def _probe_check(name: str, data: Mapping[str, Steps], arms: tuple[str, str], key: str,
+
+def _probe_check(name: str, data: Mapping[str, Steps], arms: tuple[str, str], key: ProbeFigure,
                  bound_pct: Optional[float], of_device: bool,
                  rank_name: Callable[[int], str]) -> Check:
     """Per-rank delta of a probe figure (candidate minus reference), in MiB and in percent of the
     device (``of_device``) or of the reference figure; the worst rank is the check's value. A check
     without a bound is recorded (applicable, passed) with the figures."""
-    cand, ref = last_per_rank(data[arms[0]], "memory_probe"), last_per_rank(data[arms[1]], "memory_probe")
+    cand, ref = memory_probes(data[arms[0]]), memory_probes(data[arms[1]])
     ranks = sorted(set(cand) & set(ref))
     if not ranks:
         return Check.not_applicable(name, f"no memory probe in both arms ({arms[0]} vs {arms[1]}; "
@@ -33,8 +36,8 @@ def _probe_check(name: str, data: Mapping[str, Steps], arms: tuple[str, str], ke
     worst: Optional[float] = None
     parts = []
     for r in ranks:
-        a, b = figure_of(cand[r], key), figure_of(ref[r], key)
-        base = figure_of(ref[r], "device_total_bytes") if of_device else b
+        a, b = float(getattr(cand[r], key)), float(getattr(ref[r], key))
+        base = float(ref[r].device_total_bytes) if of_device else b
         pct = (a - b) / base * 100.0 if base > 0 else math.inf
         worst = pct if worst is None else max(worst, pct)
         parts.append(f"{rank_name(r)} {(a - b) / MIB:+.0f} MiB ({pct:+.2f}%)")
@@ -49,13 +52,13 @@ def _probe_check(name: str, data: Mapping[str, Steps], arms: tuple[str, str], ke
 def _pool_figures(data: Mapping[str, Steps], arms: tuple[str, str],
                   rank_name: Callable[[int], str]) -> Check:
     """Graph-pool and arena bytes of both arms per rank (recorded, never failing)."""
-    cand, ref = last_per_rank(data[arms[0]], "graph_stats"), last_per_rank(data[arms[1]], "graph_stats")
+    cand, ref = graph_stats(data[arms[0]]), graph_stats(data[arms[1]])
     if not cand and not ref:
         return Check.not_applicable("graph_pool_bytes", "eager arms")
     ranks = sorted(set(cand) | set(ref))
 
-    def txt(stats: Mapping[int, object], r: int, key: str) -> str:
-        return f"{figure_of(stats[r], key) / MIB:.0f}" if r in stats else "-"
+    def txt(stats: Mapping[int, GraphStats], r: int, key: str) -> str:
+        return f"{float(getattr(stats[r], key)) / MIB:.0f}" if r in stats else "-"
 
     parts = [f"{rank_name(r)} {txt(cand, r, 'pool_reserved_bytes')} vs "
              f"{txt(ref, r, 'pool_reserved_bytes')} MiB (arenas {txt(cand, r, 'arena_bytes')} vs "

@@ -13,7 +13,7 @@ from harness.spec.schema import GraphPoolsContract
 
 from ..pair import Pair
 from ..registry import contract
-from ..series import MIB, Steps, figure_of, last_per_rank, series_check
+from ..series import MIB, Steps, graph_stats, series_check
 from ..verdicts import Check
 
 
@@ -22,8 +22,7 @@ def graph_pools(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     """Slot-shared pool over the largest single variant's pool (the largest separate pool)."""
     p: GraphPoolsContract = pair.params
     arms = pair.two_arms()
-    shared = last_per_rank(data[arms[0]], "graph_stats")
-    separate = last_per_rank(data[arms[1]], "graph_stats")
+    shared, separate = graph_stats(data[arms[0]]), graph_stats(data[arms[1]])
     gn = p.grad_norm if p.grad_norm is not None else p.loss
     numerics = (series_check("loss", "loss", data, arms, p.loss, pair),
                 series_check("grad_norm", "grad_norm", data, arms, gn, pair))
@@ -33,9 +32,9 @@ def graph_pools(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
                       f"no capture statistics in both {arms[0]} and {arms[1]}"),) + numerics
     worst, parts = -math.inf, []
     for r in ranks:
-        largest = figure_of(separate[r], "largest_pool_bytes")
-        ratio = figure_of(shared[r], "pool_reserved_bytes") / largest if largest > 0 else math.inf
-        summed = figure_of(separate[r], "pool_reserved_bytes") / largest if largest > 0 else math.inf
+        largest = float(separate[r].largest_pool_bytes)
+        ratio = shared[r].pool_reserved_bytes / largest if largest > 0 else math.inf
+        summed = separate[r].pool_reserved_bytes / largest if largest > 0 else math.inf
         worst = max(worst, ratio)
         parts.append(f"{pair.rank_name(r)} {ratio:.3f} (separate pools {summed:.3f}, largest variant "
                      f"{largest / MIB:.0f} MiB)")

@@ -13,7 +13,7 @@ from harness.spec.schema import GraphVsEagerContract
 
 from ..pair import Pair
 from ..registry import contract
-from ..series import Steps, field_of, figure_of, last_per_rank, series_check
+from ..series import Steps, graph_stats, series_check
 from ..verdicts import Check
 
 
@@ -23,9 +23,9 @@ def frame_replays(steps: Steps) -> dict[int, dict[tuple[int, int], int]]:
     for rank, records in steps.items():
         frames = out.setdefault(rank, {})
         for rec in records:
-            for f in field_of(rec, "replays") or ():
-                key = (int(figure_of(f, "cp_size")), int(figure_of(f, "slot")))
-                frames[key] = frames.get(key, 0) + int(figure_of(f, "replays"))
+            for f in rec.replays or ():
+                key = (f.cp_size, f.slot)
+                frames[key] = frames.get(key, 0) + f.replays
     return out
 
 
@@ -35,18 +35,18 @@ def frames_text(frames: Mapping[tuple[int, int], int]) -> str:
 
 
 def _replays(graph: Steps, rank_name: Callable[[int], str]) -> tuple[Check, Check]:
-    stats = last_per_rank(graph, "graph_stats")
+    stats = graph_stats(graph)
     if not stats:
         why = "the graph arm recorded no capture statistics"
         return Check.not_applicable("capture", why), Check.not_applicable("variants_replayed", why)
     frames = frame_replays(graph)
-    capture = "; ".join(f"{rank_name(r)}: {field_of(st, 'summary')}" for r, st in sorted(stats.items()))
+    capture = "; ".join(f"{rank_name(r)}: {st.summary}" for r, st in sorted(stats.items()))
     worst, parts = 0, []
     for r, st in sorted(stats.items()):
         sizes = sorted({c for c, _ in frames.get(r, {})})
-        missing = max(0, int(figure_of(st, "variants")) - len(sizes))
+        missing = max(0, st.variants - len(sizes))
         worst = max(worst, missing)
-        parts.append(f"{rank_name(r)} replayed CP sizes {sizes} of {int(figure_of(st, 'variants'))} "
+        parts.append(f"{rank_name(r)} replayed CP sizes {sizes} of {st.variants} "
                      f"captured variant(s); forward replays per frame: {frames_text(frames.get(r, {}))}")
     return (Check("capture", None, None, True, capture),
             Check("variants_replayed", float(worst), 0.0, worst == 0, "; ".join(parts)))

@@ -1,0 +1,49 @@
+"""Case files for the launch tests, from one factory: a tiny CPU case (``TINY``) with the sections
+a test cares about merged in, written as YAML the way users write case files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.spec import load_cases
+from harness.spec.schema import Case
+
+TINY: dict[str, Any] = {
+    "tags": ["test"],
+    "model": {"preset": "tiny", "layers": 2},
+    "train": {"steps": 3, "global_batch": 4, "seq_length": 64, "lr": 1.0e-3, "seed": 1},
+    "data": {"lengths": {"min": 8, "max": 64}},
+    "resources": {"gpus_per_node": 1, "time_min": 2},
+}
+REPEAT = {"repeat": {"loss": "exact"}}  # compare: the same arm twice, bitwise
+UNIFORM = {"lengths": {"distribution": "uniform"}}  # data: uniform sequence lengths
+
+
+def merged(base: dict, over: dict) -> dict:
+    """``base`` with ``over`` merged in, section by section (a value replaces, a dict merges)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def case_doc(name: str, **sections: Any) -> dict:
+    """The case file of ``name``: ``TINY`` with ``sections`` merged in."""
+    return merged({"name": name, **TINY}, sections)
+
+
+def write_case_file(folder: Path, name: str, **sections: Any) -> Path:
+    """Write ``<folder>/<name>.yaml`` (:func:`case_doc`) and return its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(case_doc(name, **sections), sort_keys=False))
+    return path
+
+
+def load_case_file(folder: Path, name: str, **sections: Any) -> Case:
+    """The one case (no matrix) of a case file written by :func:`write_case_file`."""
+    (case,) = load_cases([write_case_file(folder, name, **sections)])
+    return case
