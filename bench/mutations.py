@@ -78,6 +78,47 @@ MUTATIONS: tuple[Mutation, ...] = (
              "EP: received rows not regrouped by local expert before the expert GEMMs",
              "    out_local = experts(got[regroup], recv_counts.sum(dim=0).tolist())",
              "    out_local = experts(got, recv_counts.sum(dim=0).tolist())"),
+    # Paths only the issue-19 cases run on CPU: the static-shape path eagerly (shapes: static),
+    # expert-DP > 1, the packer's split-off, train.microbatches (each row runs the cases it reaches).
+    Mutation("static-cu-seqlens-cpu", "harness/workload/static.py",
+             "static metadata: cu_seqlens of a CP1 microbatch lose the boundaries between packed "
+             "sequences (the GPU row's fault, on the CPU static cases)",
+             "        cu = _cu(list(lengths) + [t - off], max_seqs)",
+             "        cu = _cu([sum(lengths), t - off], max_seqs)", select="static"),
+    Mutation("static-cp2-key-offsets", "harness/workload/static.py",
+             "static metadata of a CP2 rank: each sequence's key prefix one key short (an "
+             "off-by-one in the varlen calls' cu_seqlens)",
+             "            klen = (j + 1) * ch",
+             "            klen = (j + 1) * ch - 1", select="static"),
+    Mutation("static-rope-positions-cpu", "harness/workload/attention.py",
+             "static attention: RoPE takes the buffer row as position (the GPU row's fault, on "
+             "the CPU static cases)",
+             "        positions = meta[0]",
+             "        positions = torch.arange(t, device=x.device)", select="static"),
+    Mutation("static-moe-dispatch-cpu", "harness/workload/ep.py",
+             "static MoE (grouped dispatch): rows not sorted into expert order (the GPU row's "
+             "fault, on the CPU static cases)",
+             "    rows = x[order // k]",
+             "    rows = x[torch.arange(t * k, device=x.device) // k]", select="static"),
+    Mutation("expert-dp-reduction", "harness/workload/train.py",
+             "expert gradients not reduced over expert-DP (EP smaller than the DP x CP pool)",
+             "                all_reduce_grads(s.expert, s.groups.expert_dp)",
+             "                pass  # expert grads left unreduced over expert-DP", select="edp2"),
+    Mutation("grad-norm-expert-dp", "harness/workload/train.py",
+             "grad norm counts every expert once per expert-DP rank instead of once",
+             "                    s.dense, s.expert, pool_rank == 0, pool_rank < case.parallel.ep, s.groups.world, s.device",
+             "                    s.dense, s.expert, pool_rank == 0, True, s.groups.world, s.device",
+             select="edp2"),
+    Mutation("split-off-duplicates", "harness/workload/packing.py",
+             "dynamic-CP packer: a sequence split off to idle ranks is also left in its donor "
+             "group (trained twice)",
+             "            donor[1].remove(seq)",
+             "            pass  # the split-off sequence stays in its donor too", select="edp2"),
+    Mutation("packer-ignores-microbatches", "harness/workload/packing.py",
+             "fixed-CP packer ignores train.microbatches (derives its own count; issue 19's "
+             "6/4/4/6/6/4 vs 5/4/3/6/5/3)",
+             "    fixed = case.train.microbatches",
+             "    fixed = None", select="pp2-vpp2"),
     # The static-shape path both arms of a graph case share (graph_vs_eager cannot see these).
     Mutation("static-cu-seqlens", "harness/workload/static.py",
              "static metadata: cu_seqlens of a CP1 microbatch lose the boundaries between packed "

@@ -57,6 +57,7 @@ from harness.compare import (
     ResumePairParams,
     SlotRingPairParams,
     SlotRingPlanParams,
+    StaticBins,
 )
 from harness.errors import CaseError
 from harness.golden import snapshot_golden
@@ -233,9 +234,11 @@ def plan_case(case: Case) -> CasePlan:
     if spec.reference is not None:
         ref = arm(REFERENCE, "compare.reference")
         for i, cand in enumerate(_reference_candidates(case, pairs, arm)):
+            reason, bins = regrouping(derived[cand][1])
             params = ReferencePairParams(**dict(spec.reference),
-                                         groups_like_reference=derived[cand][1].layout.dp == 1,
-                                         aux_loss_coeff=case.model.aux_loss_coeff)
+                                         groups_like_reference=reason is None,
+                                         aux_loss_coeff=case.model.aux_loss_coeff,
+                                         regroup_reason=reason, static_bins=bins)
             pairs.append(Pair("reference" if i == 0 else f"reference-{cand}", "reference",
                               (cand, ref), params))
     if spec.golden is not None:
@@ -308,6 +311,25 @@ def emulated_pair(pair: Pair, world: int) -> Pair:
         not_applicable.update({c: f"{EMULATED_LOSSES}: {_NOT_COMPARABLE}"
                                for c in ("loss", "aux_loss", "grad_norm")})
     return replace(pair, emulated=world, not_applicable=tuple(sorted(not_applicable.items())))
+
+
+def regrouping(arm: Case) -> tuple[Optional[str], Optional[StaticBins]]:
+    """Why an arm case groups tokens into other microbatches than the single-rank reference
+    (None: it must pack the very same ones), and the bounds of its static-shape bins (which may
+    not hold a microbatch the single rank packs). DP gives each DP group a bin of its own (EP
+    over DP: expert all-to-alls across them); dynamic CP carves the pool per microbatch; PP,
+    VPP, CP and EP inside CP pack the single rank's bins."""
+    lay = arm.layout
+    if lay.dynamic:
+        return (f"dynamic CP {list(lay.cp_sizes)}: each microbatch carves the {lay.dp_cp} DP x CP "
+                "ranks into CP groups of their own sequences"), None
+    if lay.dp > 1:
+        ep = f", EP {lay.ep} over DP" if lay.ep > lay.max_cp else ""
+        return f"DP {lay.dp}{ep}: each microbatch packs one bin per DP group", None
+    if arm.static_shapes:
+        return None, StaticBins(cp=lay.max_cp, seq_length=lay.seq_length,
+                                max_seqs=arm.train.max_seqs_per_microbatch)
+    return None, None
 
 
 def plan_cases(cases: Sequence[Case]) -> list[CasePlan]:

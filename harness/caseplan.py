@@ -19,7 +19,7 @@ from typing import Any, Mapping, Optional
 
 from pydantic import ValidationError
 
-from harness.compare import Pair
+from harness.compare import PackingRule, Pair, packing_rule
 from harness.errors import ConfigError
 from harness.results import CASE_FILE, PathLike, ResultsError, read_json, write_json_record
 from harness.spec.places import emulated_labels, emulated_title
@@ -154,6 +154,11 @@ class CasePlan:
     def expected_ranks(self) -> dict[str, tuple[int, ...]]:
         """Arm -> the ranks that must record every step (the completeness check)."""
         return {a.name: a.ranks for a in self.arms}
+
+    @property
+    def packing_rules(self) -> dict[str, PackingRule]:
+        """Arm -> what its case asks its packer for (the ``<arm>.packing`` check)."""
+        return {a.name: packing_rule(a.case) for a in self.arms}
 
     @property
     def largest_arm(self) -> PlannedArm:

@@ -16,6 +16,8 @@ from harness.results import (
     ArmOutcome,
     FrameReplays,
     MemoryProbe,
+    PackedGroup,
+    PackedMicrobatch,
     ResultsError,
     StepRecord,
     StepWriter,
@@ -60,6 +62,31 @@ def test_replays_per_frame_round_trip_and_bad_entries_are_named(tmp_path: Path) 
         StepRecord.from_dict({**line, "replays": [{"cp": 1, "slot": 0, "replays": 1}]})
     with pytest.raises(ResultsError, match="field 'replays': Input should be a valid tuple"):
         StepRecord.from_dict({**line, "replays": {"cp_size": 1}})
+
+
+def test_packed_microbatches_round_trip_older_records_read_and_bad_entries_are_named(
+        tmp_path: Path) -> None:
+    w = StepWriter(tmp_path, 0)
+    packed = (PackedMicrobatch((PackedGroup(2, (0, 3), 90),)),
+              PackedMicrobatch((PackedGroup(1, (1,), 40), PackedGroup(1, (2,), 38))))
+    w.append(rec(1, microbatches=2, packed=packed))
+    w.append(rec(2))  # a record written before microbatches were recorded
+    lines = (tmp_path / "rank0.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["packed"][1] == {
+        "groups": [{"cp": 1, "sequences": [1], "tokens": 40},
+                   {"cp": 1, "sequences": [2], "tokens": 38}]}
+    old_line = {k: v for k, v in json.loads(lines[1]).items() if k != "packed"}
+    got, old = read_steps(tmp_path)[0]
+    assert got.packed == packed and StepRecord.from_dict(old_line).packed == ()
+    assert got.packed[1].tokens == 78 and got.packed[1].sequences == (1, 2)
+    assert got.packed[1].describe() == "CP1 [1] 40 + CP1 [2] 38"
+    assert StepRecord.from_dict(got.to_dict()) == got and old.packed == ()
+    line = rec(1).to_dict()
+    with pytest.raises(ResultsError, match=r"field 'packed\.0\.groups\.0\.seqs': unknown key"):
+        StepRecord.from_dict({**line, "packed": [{"groups": [{"cp": 1, "seqs": [0], "tokens": 1}]}]})
+    with pytest.raises(ResultsError, match=r"field 'packed\.0\.groups\.0\.sequences'"):
+        StepRecord.from_dict({**line, "packed": [{"groups": [{"cp": 1, "sequences": "0",
+                                                             "tokens": 1}]}]})
 
 
 def test_nonfinite_values_are_standard_json_and_round_trip(tmp_path: Path) -> None:

@@ -29,10 +29,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def layout(case: Case) -> str:
-    """``pp2 vpp2 dcp1/2 ep2 dp2``: the parallel layout of a case in one word list."""
+    """``pp2 vpp2 dcp1/2 ep2 dp2``: the parallel layout of a case in one word list (``static-attn``
+    / ``static-full`` added for static shapes)."""
     lay = case.layout
     cp = "dcp" + "/".join(str(c) for c in lay.cp_sizes) if lay.dynamic else f"cp{lay.max_cp}"
-    return f"pp{lay.pp} vpp{lay.vpp} {cp} ep{lay.ep} dp{lay.dp}"
+    scope = case.static_scope
+    shapes = f" static-{scope}" if scope is not None else ""
+    return f"pp{lay.pp} vpp{lay.vpp} {cp} ep{lay.ep} dp{lay.dp}{shapes}"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,6 +13,8 @@ Modules, one job each (this package is a leaf: no torch, no launch, no workload)
 * ``series``: per-step series of an arm's records (``step_series``, ``field_of``) and the
   tolerance rule two series are compared under (``compare_series``);
 * ``arm_checks``: the checks every arm gets (``arm_checks``, ``sanity_checks``);
+* ``packing``: what an arm packed against what its case asks for (``PackingRule``,
+  ``packing_rule``, ``packing_check``: ``<arm>.packing``);
 * ``pair``: ``Pair`` (arms, contract, the contract's typed settings);
 * ``registry``: contract name -> settings model and check function (``contract`` registers one,
   ``CONTRACTS``, ``PAIR_PARAMS``), ``ContractSkipped``;
@@ -31,11 +33,12 @@ from __future__ import annotations
 from . import contracts
 from .arm_checks import COMPLETENESS, LOSS_SANITY_CHECKS, RankSet, arm_checks, sanity_checks
 from .contracts.golden import GoldenMissing, GoldenPairParams
-from .contracts.reference import ReferencePairParams, regroup_step
+from .contracts.reference import ReferencePairParams, StaticBins, regroup_step
 from .contracts.resume import ResumePairParams
 from .contracts.slot_ring import SlotRingPairParams
 from .contracts.slot_ring_plan import SlotRingPlanParams
 from .evaluate import ArmData, ExpectedRanks, evaluate_case, evaluate_pair, pair_status
+from .packing import PackingRule, PackingRules, describe_packing, packing_check, packing_rule
 from .pair import Pair
 from .registry import ARM_CHECKS_CONTRACT, CONTRACTS, PAIR_PARAMS, ContractFn, ContractSkipped, contract
 from .series import (
@@ -62,9 +65,11 @@ from .verdicts import (
 __all__ = [
     "ARM_CHECKS_CONTRACT", "ARM_CHECKS_PAIR", "ArmData", "COMPLETENESS", "CONTRACTS", "CaseVerdict",
     "Check", "ContractFn", "ContractSkipped", "ExpectedRanks", "GoldenMissing", "GoldenPairParams",
-    "LOSS_SANITY_CHECKS", "MIB", "PAIR_PARAMS", "PAIR_STATUSES", "Pair", "PairVerdict", "RankSet",
-    "Record", "ReferencePairParams", "ResumePairParams", "SWEEP_MARK", "SlotRingPairParams",
-    "SlotRingPlanParams", "Steps", "arm_checks", "combine_status", "compare_series", "contract",
-    "contracts", "evaluate_case", "evaluate_pair", "field_of", "first_rank_records", "pair_status",
-    "read_verdict", "regroup_step", "sanity_checks", "step_series", "write_verdict",
+    "LOSS_SANITY_CHECKS", "MIB", "PAIR_PARAMS", "PAIR_STATUSES", "PackingRule", "PackingRules",
+    "Pair", "PairVerdict", "RankSet", "Record", "ReferencePairParams", "ResumePairParams",
+    "SWEEP_MARK", "SlotRingPairParams", "SlotRingPlanParams", "StaticBins", "Steps",
+    "arm_checks", "combine_status", "compare_series", "contract", "contracts", "describe_packing",
+    "evaluate_case", "evaluate_pair", "field_of", "first_rank_records", "packing_check",
+    "packing_rule", "pair_status", "read_verdict", "regroup_step", "sanity_checks", "step_series",
+    "write_verdict",
 ]

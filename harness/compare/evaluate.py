@@ -14,6 +14,7 @@ from harness.results import ArmOutcome
 from harness.spec.schema import SanitySpec
 
 from .arm_checks import COMPLETENESS, RankSet, arm_checks, sanity_checks
+from .packing import PackingRules, packing_check
 from .pair import Pair
 from .registry import ARM_CHECKS_CONTRACT, CONTRACTS, PAIR_PARAMS, ContractSkipped
 from .series import Steps
@@ -88,13 +89,15 @@ def evaluate_pair(
     expected_ranks: ExpectedRanks = None,
     sanity: Optional[SanitySpec] = None,
     sweep_dir: Optional[str] = None,
+    packing: PackingRules = None,
 ) -> PairVerdict:
     """Arm checks and sanity checks (``sanity``; None: the defaults, all on) of the pair's arms
     + the contract's checks -> one PairVerdict. ``expected_ranks``: one count (or rank list) for
     every arm, or arm -> count (an arm not named: the largest rank seen). A pair with an arm that
     was not run here, or whose contract does not apply (:class:`ContractSkipped`, e.g. no golden
     values for this platform), is ``skipped`` with the reason (``sweep_dir`` goes into the
-    commands it names) and no checks."""
+    commands it names) and no checks. ``packing``: arm -> its :class:`PackingRule`
+    (``CasePlan.packing_rules``); each arm named there also gets ``<arm>.packing``."""
     sanity = sanity if sanity is not None else SanitySpec()
     checks: list[Check] = []
     errors: list[str] = []
@@ -111,6 +114,8 @@ def evaluate_pair(
             errors.append(err)
         checks.extend(arm_checks(arm, steps, expected_steps, _ranks_of(expected_ranks, arm),
                                  pair.rank_name if pair.emulated is not None else None))
+        if packing is not None and arm in packing:
+            checks.append(packing_check(arm, steps, packing[arm]))
         checks.extend(sanity_checks(arm, steps, sanity))
     if pair.contract != ARM_CHECKS_CONTRACT:
         fn = CONTRACTS.get(pair.contract)
@@ -144,6 +149,7 @@ def evaluate_case(
     expected_ranks: ExpectedRanks = None,
     sanity: Optional[SanitySpec] = None,
     sweep_dir: Optional[str] = None,
+    packing: PackingRules = None,
 ) -> CaseVerdict:
     """Evaluate every pair of a case. ``arm_data``: arm name -> (outcome or None, rank -> step
     records). ``expected_steps`` (``case.train.steps``) and ``expected_ranks`` (arm -> the ranks
@@ -151,9 +157,12 @@ def evaluate_case(
     without them the largest step and rank seen are expected. ``sanity``: ``case.compare.sanity``
     (None: every sanity check on). ``sweep_dir``: named in the commands of skipped entries. Arms in
     no judged pair (or a case with no pairs) get one extra entry named ``checks`` with their arm
-    checks (an arm whose only pair's contract was skipped keeps its arm checks there)."""
+    checks (an arm whose only pair's contract was skipped keeps its arm checks there).
+    ``packing``: arm -> its packing rule (``CasePlan.packing_rules``), the ``<arm>.packing``
+    check of every entry the arm is in."""
     verdicts = [evaluate_pair(case_id, p, arm_data, expected_steps=expected_steps,
-                              expected_ranks=expected_ranks, sanity=sanity, sweep_dir=sweep_dir)
+                              expected_ranks=expected_ranks, sanity=sanity, sweep_dir=sweep_dir,
+                              packing=packing)
                 for p in pairs]
     in_pairs = {a for p, v in zip(pairs, verdicts) for a in p.arms
                 if v.status != "skipped" or _arms_skipped(p, arm_data) is not None}
@@ -166,5 +175,5 @@ def evaluate_case(
         else:
             verdicts.append(evaluate_pair(case_id, extra, arm_data, expected_steps=expected_steps,
                                           expected_ranks=expected_ranks, sanity=sanity,
-                                          sweep_dir=sweep_dir))
+                                          sweep_dir=sweep_dir, packing=packing))
     return CaseVerdict(case_id, tuple(verdicts), combine_status([v.status for v in verdicts]))

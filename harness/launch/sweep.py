@@ -136,7 +136,8 @@ def finalize_case(case_dir: Path) -> CaseVerdict:
     # Each arm records on its own ranks (the reference arm on one).
     verdict = evaluate_case(plan.case_id, plan.pairs, arm_data, expected_steps=plan.steps,
                             expected_ranks=plan.expected_ranks, sanity=plan.sanity,
-                            sweep_dir=str(case_dir.resolve().parent))
+                            sweep_dir=str(case_dir.resolve().parent),
+                            packing=plan.packing_rules)
     write_verdict(case_dir, verdict)
     return verdict
 

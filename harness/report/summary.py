@@ -23,6 +23,7 @@ def _md(text: str) -> str:
 # Contracts whose check details are worth a section of their own (memory, pools, graph parity).
 FIGURE_CONTRACTS = ("graph_vs_eager", "dcp_vs_fixed_cp", "graph_pools", "slot_ring",
                     "slot_ring_plan")
+GROUPING_CHECK = "microbatches"  # the reference contract's grouping check (its own section)
 
 
 def _line(text: str) -> str:
@@ -77,6 +78,17 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
                 out.append(case.mark(f"- {what} (median): {a} {ta * 1e3:.1f} ms, {b} "
                                      f"{tb * 1e3:.1f} ms, {a} / {b} = {ta / tb:.3f}"))
             out.append("")
+    groupings = [(c, p, check) for c, p in sweep.rows if p.contract == "reference"
+                 for check in p.checks if check.name == GROUPING_CHECK]
+    if groupings:
+        out += ["", "## Microbatch groupings (reference pairs)", ""] if out[-1] != "" else \
+            ["## Microbatch groupings (reference pairs)", ""]
+        out.append("Whether each layout packs the single rank's microbatches or, where it "
+                   "regroups tokens, why, from which step, and both groupings (sequence indices "
+                   "and real tokens per CP group).")
+        out.append("")
+        out += [f"- {case.case_id} / {p.pair}: {_line(check_line(c))}" for case, p, c in groupings]
+        out.append("")
     failures = [(c, p) for c, p in sweep.rows if p.status == "fail" and c.parked is None]
     errors = [(c, p) for c, p in sweep.rows if p.status == "error" and c.parked is None]
     if failures:

@@ -33,6 +33,7 @@ from harness.compare import (
     PairVerdict,
     combine_status,
     ExpectedRanks,
+    PackingRules,
     evaluate_case,
     pair_status,
 )
@@ -53,6 +54,7 @@ class CaseRules:
     expected_steps: Optional[int]
     expected_ranks: ExpectedRanks  # one count, or arm -> its ranks (a reference arm records on one)
     sanity: Any = None  # the case's compare.sanity (None: every sanity check on)
+    packing: PackingRules = None  # arm -> its packing rule (None: no packing check)
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,8 @@ RulesFn = Callable[[StoredCase], CaseRules]
 
 def rules_from_plan(plan: CasePlan) -> CaseRules:
     """The arms, pairs, steps, ranks and sanity settings of a stored plan."""
-    return CaseRules(plan.arm_names, plan.pairs, plan.steps, plan.expected_ranks, plan.sanity)
+    return CaseRules(plan.arm_names, plan.pairs, plan.steps, plan.expected_ranks, plan.sanity,
+                     plan.packing_rules)
 
 
 def stored_rules(stored: StoredCase) -> CaseRules:
@@ -244,7 +247,8 @@ def judge_case(case_id: str, case: Optional[Mapping[str, Any]], stored: Optional
                              + "; ".join(unreadable))
     data = {a: (arms[a].outcome, arms[a].steps) for a in r.arms if a in arms}
     derived = evaluate_case(case_id, r.pairs, data, expected_steps=r.expected_steps,
-                            expected_ranks=r.expected_ranks, sanity=r.sanity, sweep_dir=sweep_dir)
+                            expected_ranks=r.expected_ranks, sanity=r.sanity, sweep_dir=sweep_dir,
+                            packing=r.packing)
     return reconcile(stored, derived)
 
 

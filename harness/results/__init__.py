@@ -7,7 +7,8 @@ Modules, one job each (this package is a leaf: no torch, no launch, no workload)
   name the file (``ResultsError``);
 * ``paths``: the sweep folder's layout (file names, ``rank_file``, ``list_arm_dirs``);
 * ``records``: the typed step record (``StepRecord`` with ``MemoryProbe``, ``GraphStats``,
-  ``FrameReplays``), parsed through pydantic; ``field_of`` reads a field named by a string;
+  ``FrameReplays``, ``PackedMicrobatch`` / ``PackedGroup``: what a step's microbatches held),
+  parsed through pydantic; ``field_of`` reads a field named by a string;
 * ``steps``: the step store (``StepWriter`` appends durably per step, ``read_steps``);
 * ``outcome``: how an arm's run ended (``ArmOutcome``, ``write_outcome``, ``read_outcome``).
 
@@ -47,13 +48,22 @@ from .paths import (
     rank_file,
     rank_files,
 )
-from .records import FrameReplays, GraphStats, MemoryProbe, RunEnvironment, StepRecord, field_of
+from .records import (
+    FrameReplays,
+    GraphStats,
+    MemoryProbe,
+    PackedGroup,
+    PackedMicrobatch,
+    RunEnvironment,
+    StepRecord,
+    field_of,
+)
 from .steps import StepWriter, parse_step_line, read_rank_file, read_steps
 
 __all__ = [
     "ARM_STATUSES", "ArmOutcome", "CASE_FILE", "FrameReplays", "GraphStats", "INDEX_FILE",
-    "JUNIT_FILE", "LOG_FILE", "MemoryProbe", "OUTCOME_FILE", "PathLike", "ResultsError",
-    "RunEnvironment",
+    "JUNIT_FILE", "LOG_FILE", "MemoryProbe", "OUTCOME_FILE", "PackedGroup", "PackedMicrobatch",
+    "PathLike", "ResultsError", "RunEnvironment",
     "SUMMARY_FILE", "StepRecord", "StepWriter", "VERDICT_FILE", "arm_dir", "case_dir",
     "current_umask", "decode_float", "decode_nonfinite", "dumps", "encode_nonfinite", "field_of",
     "file_mode", "list_arm_dirs", "parse_step_line", "rank_file", "rank_files", "read_json",

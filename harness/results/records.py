@@ -1,6 +1,7 @@
 """Typed step records: what the workload writes once per rank and step and every reader reads.
 
-``StepRecord`` (with ``MemoryProbe``, ``GraphStats`` and ``FrameReplays`` nested in it) is the
+``StepRecord`` (with ``MemoryProbe``, ``GraphStats``, ``FrameReplays`` and ``PackedMicrobatch``
+nested in it) is the
 one shape of a line of ``rank<k>.jsonl``: the rank process builds it, ``StepWriter`` writes
 ``to_dict()`` and ``read_steps`` gives it back through :meth:`StepRecord.from_dict`, which
 validates with pydantic (a ``TypeAdapter`` of these frozen dataclasses): an unknown key, a value
@@ -119,6 +120,50 @@ class RunEnvironment:
 
 
 @dataclass(frozen=True)
+class PackedGroup:
+    """One CP group of a packed microbatch: its CP size, the global-batch indices of the
+    sequences it holds (ascending) and their real tokens."""
+
+    __pydantic_config__ = _FORBID
+
+    cp: Int
+    sequences: tuple[Int, ...]
+    tokens: Int
+
+
+@dataclass(frozen=True)
+class PackedMicrobatch:
+    """What one microbatch of a step packed: its CP groups in pool order (the whole DP x CP
+    pool's, the same on every rank of the arm)."""
+
+    __pydantic_config__ = _FORBID
+
+    groups: tuple[PackedGroup, ...]
+
+    @property
+    def tokens(self) -> int:
+        return sum(g.tokens for g in self.groups)
+
+    @property
+    def sequences(self) -> tuple[int, ...]:
+        return tuple(i for g in self.groups for i in g.sequences)
+
+    @property
+    def grouping(self) -> tuple[tuple[int, ...], ...]:
+        """The sequences of each group: what decides the per-group arithmetic."""
+        return tuple(g.sequences for g in self.groups)
+
+    def describe(self) -> str:
+        """``CP2 [0 3 5] 120`` per group, groups joined by `` + ``."""
+        return " + ".join(f"CP{g.cp} [{' '.join(map(str, g.sequences))}] {g.tokens}"
+                          for g in self.groups)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"groups": [{"cp": g.cp, "sequences": list(g.sequences), "tokens": g.tokens}
+                           for g in self.groups]}
+
+
+@dataclass(frozen=True)
 class StepRecord:
     """One rank's record of one completed step: what the workload writes and every reader reads.
 
@@ -128,6 +173,8 @@ class StepRecord:
     files are kept per platform). ``graphed`` says whether the step replayed CUDA
     graphs; ``memory_probe`` and ``graph_stats`` are set on the steps where they were measured;
     ``replays`` counts a graphed step's replays per (CP size, physical slot) frame.
+    ``packed`` is what the step's microbatches held (every CP group's sequences and tokens;
+    empty in records written before it was recorded): what the packing checks read.
     """
 
     __pydantic_config__ = _FORBID
@@ -155,6 +202,7 @@ class StepRecord:
     memory_probe: Optional[MemoryProbe] = None
     graph_stats: Optional[GraphStats] = None
     replays: tuple[FrameReplays, ...] = ()  # graphed steps: per (CP size, slot), in that order
+    packed: tuple[PackedMicrobatch, ...] = ()  # the step's microbatches, in schedule order
     # What the rank process ran with (versions, allocator and NCCL settings): on the first record
     # each rank process writes.
     environment: Optional[RunEnvironment] = None
@@ -170,6 +218,7 @@ class StepRecord:
         out = asdict(self)
         out["cp_sizes"] = list(self.cp_sizes)
         out["replays"] = [asdict(f) for f in self.replays]
+        out["packed"] = [mb.to_dict() for mb in self.packed]
         out["environment"] = None if self.environment is None else self.environment.to_dict()
         return out
 

@@ -72,8 +72,8 @@ def with_execution(case: Case, arm: str, graphed: bool,
 
 def as_reference(case: Case, arm: str = "reference", field: str = "compare.reference") -> Case:
     """The case's model, data and training on ONE rank: ``pp = vpp = ep = 1``, no CP or dynamic
-    CP, one node with one rank, eager, and the ordinary dynamic-shape path (no ``graphs:``): in a
-    graph case every other arm runs the static-shape path (fixed buffers, device-side metadata,
+    CP, one node with one rank, eager, and the ordinary dynamic-shape path (no ``graphs:``, no
+    ``shapes:``): in a static-shape case every other arm runs the static-shape path (fixed buffers, device-side metadata,
     varlen attention, static MoE), so a fault there that all of them share still differs from
     this arm. The step's global batch is the same, so the single rank packs every sequence of the
     step into bins of ``train.seq_length`` tokens as a fixed-CP layout without DP does: the same
@@ -87,7 +87,7 @@ def as_reference(case: Case, arm: str = "reference", field: str = "compare.refer
     train = case.train.model_copy(update={"max_seqlen_per_rank": None})
     res = case.resources.model_copy(update={"nodes": 1, "gpus_per_node": 1})
     derived = _derive(case, arm, parallel=par, train=train, resources=res, graphs=None,
-                      execution=Execution(graphed=False), emulate=None)
+                      shapes=None, execution=Execution(graphed=False), emulate=None)
     return _checked(case, derived, field, f"arm '{arm}' (the case on one rank)")
 
 

@@ -177,6 +177,7 @@ def _build(variant: Variant, parsed: ParsedYaml, file: str, name: Optional[str])
         data=spec.data,
         compare=spec.compare,
         graphs=spec.graphs,
+        shapes=spec.shapes,
         resources=spec.resources,
         expect=spec.expect,
         emulate=spec.emulate,

@@ -41,16 +41,18 @@ problem names the field to change. Rules (``world = resources.nodes * resources.
   this same preflight when it is derived.
 * ``compare.repeat`` with ``loss: exact`` needs ``train.deterministic: true``.
 * ``compare.reference`` needs a layout other than the single-rank one it is compared with (more
-  than one rank, or PP, CP or EP), or a ``graphs:`` section (its reference runs dynamic shapes);
+  than one rank, or PP, CP or EP), or static shapes (its reference runs dynamic shapes);
   ``compare.golden.dir`` is relative (to the case file's folder).
 * ``compare.resume``: the stop step ``at_step`` (default ``steps // 2``) lies in ``1..steps-1``;
   ``exact`` bounds need ``train.deterministic``; with graph arms it is after the graphs'
   warmup steps (so the resumed arm captures again).
 * ``compare.slot_ring``: a graph case with fixed CP and ``pp >= 2``; every count is one the
   schedule accepts and at most ``global_batch / dp``.
-* Graphs (``graphs:``): ``train.max_seqs_per_microbatch`` given (the cu_seqlens capacity; a fixed-CP
-  bin then holds at most that many sequences), ``warmup_steps < steps``, scope ``full`` only with
-  ``ep == 1``; ``compare.graph_vs_eager`` / ``compare.graph_pools`` need a ``graphs:`` section, and
+* Static shapes (``Case.static_scope``: a graph case, or ``shapes: {mode: static}``; not both
+  sections): ``train.max_seqs_per_microbatch`` given (the cu_seqlens capacity; a fixed-CP bin
+  then holds at most that many sequences), scope ``full`` only with ``ep == 1``.
+* Graphs (``graphs:``): dtype bf16, ``warmup_steps < steps``;
+  ``compare.graph_vs_eager`` / ``compare.graph_pools`` need a ``graphs:`` section, and
   ``graph_pools`` two or more dynamic CP sizes. ``train.memory_probe_step <= steps``.
   Whether CUDA is there is decided by the launcher (a case that cannot run here is skipped).
 * Emulated ranks (``emulate.ranks``): at least one, each listed once (it records into its own
@@ -286,9 +288,9 @@ def check_microbatch_fill(case: Case) -> list[Problem]:
 
 def reference_layout_problem(case: Case) -> Optional[str]:
     """Why ``case`` has no single-rank reference arm distinct from itself (None: it has one). A
-    graph case always has one: its reference runs the dynamic-shape eager path, which its static
-    arms do not share."""
-    if case.layout.single_rank and case.graphs is None:
+    static-shape case (a graph case, or ``shapes: {mode: static}``) always has one: its
+    reference runs the dynamic-shape eager path, which its static arms do not share."""
+    if case.layout.single_rank and not case.static_shapes:
         return ("the case already runs the single-rank reference layout (1 rank, no PP, CP or "
                 "EP): check it against compare.golden values or a compare.repeat instead")
     return None
@@ -328,9 +330,36 @@ def check_compare(case: Case) -> list[Problem]:
     return problems
 
 
+def check_shapes(case: Case) -> list[Problem]:
+    """The static-shape path (a graph case, or ``shapes: {mode: static}``): the metadata
+    capacity, scope ``full`` only with ``ep == 1``; ``shapes:`` and ``graphs:`` not both."""
+    t, p = case.train, case.parallel
+    problems: list[Problem] = []
+    if case.graphs is not None and case.shapes is not None:
+        problems.append(Problem(_at("shapes"), (
+            "a graph case runs static shapes with graphs.scope (graphs: implies them); drop the "
+            "shapes section, or drop graphs: to run static shapes without CUDA graphs")))
+    scope = case.static_scope
+    if scope is None:
+        return problems
+    what = "a graph case" if case.graphs is not None else "static shapes (shapes.mode: static)"
+    where = "graphs.scope" if case.graphs is not None else "shapes.scope"
+    if t.max_seqs_per_microbatch is None:
+        problems.append(Problem(_at("train.max_seqs_per_microbatch"), (
+            f"{what} needs the most sequences one CP group holds in a microbatch (the "
+            "capacity of its fixed-size cu_seqlens buffers), e.g. max_seqs_per_microbatch: 16")))
+    if scope is GraphScope.FULL and p.ep > 1:
+        problems.append(Problem(_at(where), (
+            f"scope full runs the static MoE (experts local, grouped GEMM over device-side "
+            f"offsets); with ep={p.ep} its all-to-all sizes depend on the routing (no "
+            "fixed-size all-to-all here); use scope: attn, or ep: 1")))
+    return problems
+
+
 def check_graphs(case: Case) -> list[Problem]:
-    """Graph cases (static shapes) and the contracts that need graph arms."""
-    g, t, c, p = case.graphs, case.train, case.compare, case.parallel
+    """Graph cases and the contracts that need graph arms (the static-shape rules they share
+    with ``shapes:`` are :func:`check_shapes`')."""
+    g, t, c = case.graphs, case.train, case.compare
     problems: list[Problem] = []
     if g is None:
         for name in ("graph_vs_eager", "graph_pools"):
@@ -339,10 +368,6 @@ def check_graphs(case: Case) -> list[Problem]:
                                         "compares CUDA-graph arms: add a `graphs:` section "
                                         "(e.g. graphs: {scope: attn, warmup_steps: 2})"))
         return problems
-    if t.max_seqs_per_microbatch is None:
-        problems.append(Problem(_at("train.max_seqs_per_microbatch"), (
-            "a graph case needs the most sequences one CP group holds in a microbatch (the "
-            "capacity of its fixed-size cu_seqlens buffers), e.g. max_seqs_per_microbatch: 16")))
     if t.dtype is not DType.BF16:
         problems.append(Problem(_at("train.dtype"), (
             f"graph cases run flash varlen attention and grouped expert GEMMs, which need "
@@ -352,11 +377,6 @@ def check_graphs(case: Case) -> list[Problem]:
         problems.append(Problem(_at("graphs.warmup_steps"), (
             f"{g.warmup_steps} eager warmup steps leave none of the {t.steps} train.steps for the "
             "graphs; use fewer warmup steps or more steps")))
-    if g.scope is GraphScope.FULL and p.ep > 1:
-        problems.append(Problem(_at("graphs.scope"), (
-            f"scope full graphs the MoE dispatch too, whose all-to-all sizes with ep={p.ep} depend "
-            "on the routing (no fixed-size all-to-all here); use scope: attn, or ep: 1 (grouped "
-            "GEMM over device-side expert offsets)")))
     if c.graph_pools is not None and len(case.layout.cp_sizes) < 2:
         problems.append(Problem(_at("compare.graph_pools"), (
             "compares one MemPool for every CP variant with one pool per CP size: needs "
@@ -465,6 +485,7 @@ CHECKS: tuple[Callable[[Case], list[Problem]], ...] = (
     check_microbatches,
     check_microbatch_fill,
     check_compare,
+    check_shapes,
     check_graphs,
     check_resume,
     check_slot_ring,

@@ -488,6 +488,24 @@ class GraphSpec(_Strict):
     capture_warmup_iters: int = Field(default=2, ge=1)
 
 
+class ShapeMode(Choice):
+    DYNAMIC = "dynamic"  # each rank's tokens as packed; per-sequence attention, host-sized MoE
+    STATIC = "static"  # fixed per-rank buffers and metadata: the path graph arms replay
+
+
+class ShapesSpec(_Strict):
+    """How the eager arms lay a microbatch out. ``static`` runs the static-shape path of the
+    graph cases (fixed per-rank token buffers, fixed-size sequence metadata, the static
+    attention, and with scope ``full`` the static MoE) without CUDA graphs, so it runs eagerly
+    on CPU too. A case with ``graphs:`` is static with the graphs' scope (``Case.static_scope``,
+    the one rule) and takes no ``shapes:`` section."""
+
+    mode: ShapeMode = ShapeMode.STATIC
+    # The static blocks (GraphScope): attn (the attention block; the MoE eagerly after it) or
+    # full (the whole layer with the static MoE; ep 1).
+    scope: GraphScope = GraphScope.ATTN
+
+
 class Execution(_Strict):
     """How an arm runs a case: set by arm derivation (``harness.spec.derive``), never by files."""
 
@@ -567,6 +585,7 @@ class CaseFile(_Strict):
     data: DataSpec = DataSpec()
     compare: CompareSpec = CompareSpec()
     graphs: Optional[GraphSpec] = None
+    shapes: Optional[ShapesSpec] = None
     resources: ResourcesSpec = ResourcesSpec()
     # A parked case: known broken, flaky or expected to fail (reports show it, the gate does not
     # count it).
@@ -591,6 +610,7 @@ class Case(_Strict):
     data: DataSpec
     compare: CompareSpec
     graphs: Optional[GraphSpec] = None
+    shapes: Optional[ShapesSpec] = None
     resources: ResourcesSpec
     expect: Optional[Expectation] = None
     # Emulated ranks (each alone on one device, loopback communication); None: a real run.
@@ -602,9 +622,21 @@ class Case(_Strict):
     execution: Execution = Execution()
 
     @property
+    def static_scope(self) -> Optional[GraphScope]:
+        """The blocks of the static-shape path, or None for dynamic shapes: a graph case runs
+        static shapes with ``graphs.scope`` (every arm but its reference), a case with
+        ``shapes: {mode: static}`` with ``shapes.scope``."""
+        if self.graphs is not None:
+            return self.graphs.scope
+        if self.shapes is not None and self.shapes.mode is ShapeMode.STATIC:
+            return self.shapes.scope
+        return None
+
+    @property
     def static_shapes(self) -> bool:
-        """Fixed per-rank token buffers and metadata (every arm of a graph case)."""
-        return self.graphs is not None
+        """Fixed per-rank token buffers and metadata (every arm of a graph case, or a case
+        with ``shapes: {mode: static}``)."""
+        return self.static_scope is not None
 
     @property
     def needs_cuda(self) -> bool:

@@ -9,7 +9,10 @@ the same microbatch count (as the pipeline schedule and EP all-to-alls need).
   real tokens (longest first, least-loaded bin), the bin count a multiple of DP (or
   ``train.microbatches * dp`` when given); microbatch ``j`` gives bin ``j * dp + i`` to DP group
   ``i``. Bins count real tokens, so the grouping does not depend on ``c`` (CP padding adds at most
-  ``2c - 1`` tokens per sequence on top).
+  ``2c - 1`` tokens per sequence on top). In static-shape mode a bin is bounded by its padded
+  tokens and ``train.max_seqs_per_microbatch`` sequences, but the least-loaded bin is still
+  chosen by real tokens: a static layout without DP packs exactly the single rank's microbatches
+  whenever those fit its buffers (what the ``reference`` contract relies on).
 * Dynamic CP (Megatron's rule): a sequence of ``L`` tokens needs
   ``max(min_cp, next_pow2(ceil(L / max_seqlen_per_rank)))`` ranks (the next allowed size if that one
   is not listed). Microbatches are filled longest first: a sequence opens a group of its size while
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from harness.errors import ConfigError
+from harness.results import PackedGroup, PackedMicrobatch
 from harness.spec.layout import sequence_multiple
 from harness.spec.schema import Case
 from harness.workload.data import Sequence, step_sequences
@@ -84,6 +88,12 @@ class StepPlan:
     @property
     def sequences(self) -> int:
         return sum(len(g.sequences) for mb in self.microbatches for g in mb.groups)
+
+    def packed(self) -> tuple[PackedMicrobatch, ...]:
+        """What each microbatch holds, as the step record keeps it (``StepRecord.packed``)."""
+        return tuple(PackedMicrobatch(tuple(PackedGroup(g.size, tuple(s.index for s in g.sequences),
+                                                        g.tokens) for g in mb.groups))
+                     for mb in self.microbatches)
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -156,7 +166,8 @@ def _pack_fixed(
     while not fixed and problem(nbins // dp) is not None:
         nbins += dp
     while True:
-        loads = [0] * nbins
+        loads = [0] * nbins  # what the bound counts (static shapes: padded tokens)
+        real = [0] * nbins  # what the choice balances: real tokens, as on one rank
         bins: list[list[Sequence]] = [[] for _ in range(nbins)]
         ok = True
         for s in order:
@@ -165,8 +176,9 @@ def _pack_fixed(
             if not fits:
                 ok = False
                 break
-            b = min(fits, key=lambda i: (loads[i], i))
+            b = min(fits, key=lambda i: (real[i], i))
             loads[b] += need
+            real[b] += s.length
             bins[b].append(s)
         if ok:
             break

@@ -83,10 +83,11 @@ def _setup(case: Case, ctx: RankContext, build: ChunkBuilder = build_chunks) -> 
     chunks = build(
         case.model, case.train.seed, par.pp, par.vpp, groups.pp_rank, par.ep, groups.ep.rank, device
     )
-    if case.graphs is not None:  # static shapes: every layer gets its graphable block
+    scope = case.static_scope
+    if scope is not None:  # static shapes: every layer gets its graphable block
         for chunk in chunks:
             for layer in chunk.layers:
-                layer.make_block(case.graphs.scope, _autocast(case))
+                layer.make_block(scope, _autocast(case))
     dense, expert = [], []
     for chunk in chunks:
         for name, p in chunk.named_parameters():
@@ -131,7 +132,8 @@ def _static_input(
 ) -> MicrobatchInput:
     """A static-shape microbatch: fixed token buffer, metadata tensors, the block runner (eager
     call, or graph replay once captured)."""
-    assert case.graphs is not None and case.train.max_seqs_per_microbatch is not None
+    scope = case.static_scope
+    assert scope is not None and case.train.max_seqs_per_microbatch is not None
     group = plan.microbatches[m].group_of(s.groups.pool_rank)
     b = static_batch(group, s.groups.pool_rank, case.train.seed, plan.step, case.model.vocab, table,
                      case.layout.tokens_per_rank, case.train.max_seqs_per_microbatch)
@@ -149,7 +151,7 @@ def _static_input(
         block.cp = cp
         return block(*inputs)
 
-    static = StaticContext(tuple(meta), valid, scalars, cp, group.size, m, case.graphs.scope, run,
+    static = StaticContext(tuple(meta), valid, scalars, cp, group.size, m, scope, run,
                            aux_sink=moe.aux_sink)
     return MicrobatchInput(ids, targets, valid, LayerContext(None, moe, static))
 
@@ -321,6 +323,7 @@ def train_arm(
                     memory_probe=_probe(s.device) if step == probe_step else None,
                     graph_stats=stats,
                     replays=slot.graphs.take_replays() if slot.graphs is not None else (),
+                    packed=plan.packed(),
                     resumed_from=start or None,
                     **_memory(s.device),
                 )

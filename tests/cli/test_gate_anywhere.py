@@ -79,7 +79,8 @@ def _dead_sweep(tmp_path: Path) -> tuple[Path, Path]:
         write_outcome(case_dir / arm.name, ArmOutcome(status="ok", returncode=0))
     data = {a: (read_outcome(case_dir / a), read_steps(case_dir / a)) for a in plan.arm_names}
     write_verdict(case_dir, evaluate_case(plan.case_id, plan.pairs, data, expected_steps=3,
-                                          expected_ranks=plan.expected_ranks, sanity=plan.sanity))
+                                          expected_ranks=plan.expected_ranks, sanity=plan.sanity,
+                                          packing=plan.packing_rules))
     return case_dir, source
 
 

@@ -34,7 +34,8 @@ def case_json() -> dict:
 
 def _sweep(root: Path, repeat_losses: list[float]) -> Path:
     (loaded,) = cases_from_text(CASE_YAML, "case.yaml")
-    case_dir = prepare_case_dir(plan_case(loaded.case), root)  # case.json + plan.json
+    plan = plan_case(loaded.case)
+    case_dir = prepare_case_dir(plan, root)  # case.json + plan.json
     for arm, losses in (("eager", [2.0, 1.5]), ("eager-repeat", repeat_losses)):
         writer = StepWriter(case_dir / arm, 0)
         for step, loss in enumerate(losses, 1):
@@ -43,7 +44,7 @@ def _sweep(root: Path, repeat_losses: list[float]) -> Path:
     data = {a: (read_outcome(case_dir / a), read_steps(case_dir / a))
             for a in ("eager", "eager-repeat")}
     write_verdict(case_dir, evaluate_case(CASE_ID, [PAIR], data, expected_steps=2,
-                                          expected_ranks=1))
+                                          expected_ranks=1, packing=plan.packing_rules))
     return root
 
 

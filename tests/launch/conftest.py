@@ -4,7 +4,7 @@ from typing import Callable
 import pytest
 
 from tests.launch.cases import write_case_file
-from tests.launch.faults import FAULT_ENV
+from tests.launch.faults import FAULT_ENV, PATCH_ENV
 from tests.launch.slurm_fakes import submitted_sweep
 
 
@@ -22,6 +22,7 @@ def write_case(tmp_path: Path) -> Callable[..., Path]:
 @pytest.fixture(autouse=True)
 def _no_inherited_fault(monkeypatch):
     monkeypatch.delenv(FAULT_ENV, raising=False)
+    monkeypatch.delenv(PATCH_ENV, raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
 

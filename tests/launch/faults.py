@@ -13,6 +13,12 @@ Production code has no fault hooks. A test wraps ``harness.workload.train_arm`` 
 
 A fault is ``KIND@STEP[:RANK]``: KIND ``crash`` (raise), ``hang`` (sleep forever) or ``exit``
 (``os._exit(FAULT_EXIT_CODE)`` without a traceback), at step STEP on every rank or only on RANK.
+
+Workload patches (:data:`PATCHES`, ``HARNESS_TEST_PATCH=name[,name]``, :func:`patch_env`) break the
+workload itself the same way, in the rank processes a test starts: ``packer-ignores-microbatches``
+(the packer derives its count as if ``train.microbatches`` were not set) and
+``grad-norm-2e-6`` (every arm of more than one rank reports its grad norm x (1 + 2e-6): a fault
+only the exact bounds see).
 """
 
 from __future__ import annotations
@@ -82,13 +88,68 @@ def with_fault(fault: Fault) -> Callable[..., None]:
     return train_arm
 
 
+PATCH_ENV = "HARNESS_TEST_PATCH"
+
+
+def _packer_ignores_microbatches() -> None:
+    import harness.workload.train as train
+
+    real = train.plan_step
+
+    def plan_step(case: Any, step: int) -> Any:
+        ignored = case.train.model_copy(update={"microbatches": None})
+        return real(case.model_copy(update={"train": ignored}), step)
+
+    train.plan_step = plan_step  # type: ignore[assignment]
+
+
+def _grad_norm_off(rel: float) -> Callable[[], None]:
+    def install() -> None:
+        import harness.workload.train as train
+
+        real = train.global_grad_norm
+
+        def global_grad_norm(*args: Any) -> float:
+            norm = real(*args)
+            world = args[4]  # (dense, expert, count_dense, count_expert, world, device)
+            return norm * (1 + rel) if world.size > 1 else norm
+
+        train.global_grad_norm = global_grad_norm  # type: ignore[assignment]
+
+    return install
+
+
+PATCHES: dict[str, Callable[[], None]] = {
+    "packer-ignores-microbatches": _packer_ignores_microbatches,
+    "grad-norm-2e-6": _grad_norm_off(2e-6),
+}
+
+
+def install_patches(names: str) -> None:
+    """Install the workload patches ``names`` (comma-separated) in this process."""
+    for name in filter(None, (n.strip() for n in names.split(","))):
+        if name not in PATCHES:
+            raise ValueError(f"{PATCH_ENV}: unknown patch {name!r} (known: {', '.join(PATCHES)})")
+        PATCHES[name]()
+
+
 def install_from_env(environ: Mapping[str, str] = os.environ) -> None:
-    """Install the fault ``HARNESS_TEST_FAULT`` names in this process (the fault site's hook)."""
+    """Install the fault ``HARNESS_TEST_FAULT`` names and the patches ``HARNESS_TEST_PATCH``
+    names in this process (the fault site's hook)."""
     fault = parse_fault(environ.get(FAULT_ENV))
     if fault is not None:
         import harness.workload
 
         harness.workload.train_arm = with_fault(fault)  # type: ignore[attr-defined]
+    install_patches(environ.get(PATCH_ENV, ""))
+
+
+def patch_env(*names: str, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The variables that make every Python process started with them run patched workload
+    code (:data:`PATCHES`)."""
+    path = environ.get("PYTHONPATH", "")
+    return {PATCH_ENV: ",".join(names),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(FAULT_SITE), path) if p)}
 
 
 def fault_env(spec: str, environ: Mapping[str, str] = os.environ) -> dict[str, str]:

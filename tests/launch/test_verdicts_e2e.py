@@ -64,3 +64,47 @@ def test_a_parked_dead_model_is_shown_and_not_counted(write_case, tmp_path, caps
     printed = capsys.readouterr().out
     assert "XFAIL dead-parked: fail as expected (xfail: lr 1e6 collapses the model)" in printed
     assert json.loads((out / "dead-parked" / "case.json").read_text())["expect"]["status"] == "xfail"
+
+
+def test_a_packer_that_ignores_train_microbatches_fails_the_verdict_naming_it(
+        write_case, tmp_path, capsys, monkeypatch):
+    """Issue 19's scenario through the CLI, with the rank processes' workload patched (the house
+    way: tests patch what they break): a PP2 x VPP2 case with ``train.microbatches: 6`` whose
+    packer derives its own count (6 on the PP layout, 5 on the single rank), plus a slight fault
+    (grad norm x (1 + 2e-6) on the multi-rank arm) that only the exact bounds see. The
+    verdict fails, naming the packing of the reference arm, the microbatches of the pair (steps
+    and both counts) and the grad norm; nothing loosens to the regrouped bounds."""
+    from tests.launch.faults import patch_env
+
+    case = write_case("pp-mbs", model={"layers": 4}, parallel={"pp": 2, "vpp": 2},
+                      train={"steps": 3, "global_batch": 12, "microbatches": 6, "seed": 4},
+                      resources={"gpus_per_node": 2}, compare={"reference": {}})
+    clean = tmp_path / "clean"
+    assert main(["run", str(case), "--out", str(clean)]) == 0
+    verdict = json.loads((clean / "pp-mbs" / "verdict.json").read_text())
+    checks = {c["name"]: c for c in verdict["pairs"][0]["checks"]}
+    assert checks["microbatches"]["passed"] and "it does on all 3 steps" in checks["microbatches"]["detail"]
+    assert checks["eager.packing"]["passed"] and checks["reference.packing"]["passed"]
+
+    for key, value in patch_env("packer-ignores-microbatches", "grad-norm-2e-6").items():
+        monkeypatch.setenv(key, value)
+    out = tmp_path / "out"
+    assert main(["run", str(case), "--out", str(out)]) == 1
+    capsys.readouterr()
+    assert gate(out) == 1
+    printed = capsys.readouterr().out
+    assert "FAIL  pp-mbs / reference:" in printed
+    verdict = json.loads((out / "pp-mbs" / "verdict.json").read_text())
+    checks = {c["name"]: c for c in verdict["pairs"][0]["checks"]}
+    failed = sorted(n for n, c in checks.items() if not c["passed"])
+    # The exact checks stay on every step (the other grouping moves loss and aux loss too).
+    assert failed == ["aux_loss", "grad_norm", "loss", "microbatches", "reference.packing"], failed
+    mb = checks["microbatches"]["detail"]
+    assert "eager must pack the single rank's microbatches" in mb and "at step(s) 1-3" in mb
+    assert "step 1: 6 vs 5" in mb
+    assert "5 microbatches where train.microbatches asks for 6" in checks["reference.packing"]["detail"]
+    assert "every step" in checks["grad_norm"]["detail"] and "grad_norm_regrouped" not in checks
+    assert not any(n.endswith("_regrouped") for n in checks)
+    summary = (out / "summary.md").read_text()
+    assert "## Microbatch groupings (reference pairs)" in summary
+    assert "- pp-mbs / reference: microbatches: FAILED" in summary

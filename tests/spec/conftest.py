@@ -73,4 +73,5 @@ def build_case(**sections: Any) -> Case:
         id=spec.name, name=spec.name, source="<test>", tags=tuple(spec.tags),
         model=resolve_model(spec.model), parallel=spec.parallel, train=spec.train,
         data=spec.data, compare=spec.compare, resources=spec.resources, graphs=spec.graphs,
+        shapes=spec.shapes,
     )

@@ -360,3 +360,45 @@ def test_graph_case_problems_name_their_field(sections, field, words) -> None:
     sections = {"graphs": {"scope": "attn", "warmup_steps": 2}, **sections}
     assert field in fields(**sections)
     assert words in messages(**sections)
+
+
+STATIC_TRAIN = {"steps": 2, "max_seqs_per_microbatch": 8}
+
+
+def test_static_shapes_without_graphs_run_eagerly_in_fp32_and_keep_a_reference() -> None:
+    for scope in ("attn", "full"):
+        case = build_case(shapes={"mode": "static", "scope": scope}, train=STATIC_TRAIN,
+                          compare={"reference": {}})
+        assert preflight(case) == [] and case.static_shapes and case.static_scope.value == scope
+        assert not case.needs_cuda  # no graphs: CPU ranks can run it
+    dynamic = build_case(shapes={"mode": "dynamic"}, train=STATIC_TRAIN)
+    assert not dynamic.static_shapes and dynamic.static_scope is None
+    # One rule: a graph case is static with its graphs' scope.
+    graph = build_case(graphs={"scope": "full"}, train=GRAPH_TRAIN)
+    assert graph.static_scope.value == "full" and graph.needs_cuda
+    # A single-rank dynamic case has no reference of its own; a static one does.
+    assert "compare.reference" in fields(compare={"reference": {}})
+
+
+@pytest.mark.parametrize(("sections", "field", "words"), [
+    ({"shapes": {"mode": "static"}, "train": {"steps": 2}}, "train.max_seqs_per_microbatch",
+     "static shapes (shapes.mode: static) needs"),
+    ({"shapes": {"mode": "static", "scope": "full"}, "train": STATIC_TRAIN, "parallel": {"ep": 2},
+      "resources": {"gpus_per_node": 2}, "model": {"experts": 4}}, "shapes.scope",
+     "scope full runs the static MoE"),
+    ({"shapes": {"mode": "static"}, "graphs": {"scope": "attn"}, "train": GRAPH_TRAIN}, "shapes",
+     "graphs: implies them"),
+])
+def test_static_shape_problems_name_their_field(sections, field, words) -> None:
+    assert field in fields(**sections)
+    assert words in messages(**sections)
+
+
+def test_the_reference_arm_of_a_static_case_runs_dynamic_shapes() -> None:
+    from harness.spec.derive import as_reference
+
+    case = build_case(shapes={"mode": "static", "scope": "full"}, train=STATIC_TRAIN,
+                      parallel={"cp": 2}, resources={"gpus_per_node": 2},
+                      compare={"reference": {}})
+    ref = as_reference(case)
+    assert ref.shapes is None and not ref.static_shapes and ref.layout.single_rank

@@ -46,9 +46,9 @@ def run_spawned(world: int, fn: Callable, args: tuple, tmp: Path) -> list[Any]:
 def job_case(case_json: dict, options: dict):
     """The case a job trains: ``fixed_cp: N`` derives the fixed-CP arm case
     (``harness.spec.derive.as_fixed_cp``); ``static: {scope, max_seqs}`` turns on static shapes
-    (a graph case's eager arm; no preflight: CPU tests run it in fp32)."""
+    (``shapes: {mode: static}``: a graph case's eager arm without the graphs)."""
     from harness.spec.derive import as_fixed_cp
-    from harness.spec.schema import Case, GraphSpec
+    from harness.spec.schema import Case, ShapesSpec
 
     case = Case.model_validate(case_json)
     if options.get("fixed_cp") is not None:
@@ -56,7 +56,7 @@ def job_case(case_json: dict, options: dict):
     static = options.get("static")
     if static is not None:
         train = case.train.model_copy(update={"max_seqs_per_microbatch": static["max_seqs"]})
-        case = case.model_copy(update={"graphs": GraphSpec(scope=static["scope"]), "train": train})
+        case = case.model_copy(update={"shapes": ShapesSpec(scope=static["scope"]), "train": train})
     return case
 
 

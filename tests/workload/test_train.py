@@ -13,8 +13,8 @@ CPU = RankContext(0, 1, 0, "cpu", "none")
 KEYS = {
     "step", "loss", "aux_loss", "grad_norm", "nan", "skipped", "tokens", "microbatches", "cp_sizes",
     "lr", "step_time_s", "device", "platform", "allocated_bytes", "reserved_bytes", "active_bytes",
-    "max_allocated_bytes", "graphed", "memory_probe", "graph_stats", "replays", "environment",
-    "resumed_from",
+    "max_allocated_bytes", "graphed", "memory_probe", "graph_stats", "replays", "packed",
+    "environment", "resumed_from",
 }
 
 
@@ -41,6 +41,11 @@ def test_records_have_the_documented_keys():
         assert r["device"] == "cpu" and r["allocated_bytes"] is None and r["max_allocated_bytes"] is None
         assert r["cp_sizes"] == [1] * r["microbatches"]
         assert not r["nan"] and not r["skipped"] and r["tokens"] > 0
+        # What the step packed: every sequence once, the step's tokens, one entry a microbatch.
+        assert len(r["packed"]) == r["microbatches"]
+        groups = [g for mb in r["packed"] for g in mb["groups"]]
+        assert sum(g["tokens"] for g in groups) == r["tokens"]
+        assert sorted(i for g in groups for i in g["sequences"]) == list(range(8))  # global batch
         assert 0.9 < r["aux_loss"] < 2.0  # ~1 for a balanced router
 
 

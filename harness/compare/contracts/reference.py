@@ -1,64 +1,207 @@
 """``reference``: a candidate layout against the single-rank ``reference`` arm
 (``compare.reference``), compared where the math says the two must agree.
 
-``k = regroup_step(...)`` is the first step at which the candidate groups tokens into other
-microbatches than the single rank (1 when it regroups: DP, EP over DP, dynamic CP; for a layout
-without DP the first step whose ``microbatches`` count differs; None: never)."""
+A regrouping is explained, never assumed. The planner (``harness.arms``) says per candidate
+whether it regroups tokens (DP, EP over DP, dynamic CP: ``regroup_reason``) or must pack the
+single rank's microbatches (PP, VPP, CP, EP inside CP, the fixed-CP arms). Each step record
+lists the step's microbatches (``StepRecord.packed``), so the contract sees the groupings:
+
+* a candidate that must pack the single rank's microbatches and packs others at any step fails
+  ``microbatches`` (the steps and both counts named), and the exact checks stay on every step;
+  only a static-shape candidate (``static_bins``) may pack others, at the steps where the single
+  rank's microbatches break its static bounds (padded tokens, ``max_seqs_per_microbatch``);
+* a regrouping candidate must hold the same sequences every step (``microbatches``), and the
+  detail says why it regroups, from which step, and shows both groupings.
+
+``k = regroup_step(...)`` is the first step with an explained other grouping (None: none);
+records without ``packed`` (older sweeps) fall back to comparing microbatch counts."""
 
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
+from harness.results import PackedMicrobatch
 from harness.spec.schema import LossBound, ReferenceContract
+from harness.textfmt import collapse_runs
 
+from ..packing import describe_packing, packed_series
 from ..pair import Pair
 from ..registry import contract
 from ..series import Steps, series_check_on, step_series
 from ..verdicts import Check
 
 
+class StaticBins(BaseModel):
+    """The bounds of a static-shape candidate's fixed-CP bins (``harness.workload.packing``):
+    ``seq_length`` padded tokens (sequences padded to a multiple of ``2 * cp``) and at most
+    ``max_seqs`` sequences. Its bins are the single rank's wherever those fit them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    cp: int = Field(ge=1)
+    seq_length: int = Field(ge=1)
+    max_seqs: Optional[int] = Field(default=None, ge=1)
+
+    def breaks(self, mb: PackedMicrobatch) -> Optional[str]:
+        """Why the single rank's microbatch ``mb`` may not fit one of these bins (None: it fits)."""
+        seqs = len(mb.sequences)
+        if self.max_seqs is not None and seqs > self.max_seqs:
+            return f"{seqs} sequences, above max_seqs_per_microbatch {self.max_seqs}"
+        pad = 2 * self.cp - 1 if self.cp > 1 else 0
+        if mb.tokens + pad * seqs > self.seq_length:
+            return (f"{mb.tokens} tokens + up to {pad * seqs} of CP{self.cp} padding, above "
+                    f"seq_length {self.seq_length}")
+        return None
+
+
 class ReferencePairParams(ReferenceContract):
     """A reference pair's settings: the case's ``compare.reference`` bounds plus what the planner
     (``harness.arms``) knows about the candidate: whether its layout groups tokens like the single
-    rank (``dp == 1``), which decides what the math lets the pair compare, and the aux-loss
-    coefficient."""
+    rank (``dp == 1``, no dynamic CP), and if not why (``regroup_reason``); the bounds of its
+    static-shape bins (``static_bins``); the aux-loss coefficient."""
 
     groups_like_reference: bool
     aux_loss_coeff: float = Field(ge=0)
+    regroup_reason: Optional[str] = None
+    static_bins: Optional[StaticBins] = None
 
 
-def regroup_step(same_grouping: bool, cand: Steps, ref: Steps) -> Optional[int]:
+def _grouping(packed: Sequence[PackedMicrobatch]) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    return tuple(mb.grouping for mb in packed)
+
+
+def _held(packed: Sequence[PackedMicrobatch]) -> tuple[tuple[int, ...], int]:
+    return tuple(sorted(i for mb in packed for i in mb.sequences)), sum(mb.tokens for mb in packed)
+
+
+def _counts(steps: Steps) -> dict[int, Optional[float]]:
+    return step_series(steps, "microbatches")
+
+
+def differing_steps(cand: Steps, ref: Steps) -> tuple[list[int], bool]:
+    """Steps at which the candidate packs other microbatches than the reference, and whether the
+    records carry the microbatches (False: older records, only the counts compared)."""
+    a, b = packed_series(cand), packed_series(ref)
+    common = sorted(set(a) & set(b))
+    if common and all(a[s] and b[s] for s in common):
+        return [s for s in common if _grouping(a[s]) != _grouping(b[s])], True
+    na, nb = _counts(cand), _counts(ref)
+    return [s for s in sorted(set(na) & set(nb)) if na[s] != nb[s]], False
+
+
+def regroup_step(same_grouping: bool, cand: Steps, ref: Steps,
+                 static_bins: Optional[StaticBins] = None) -> Optional[int]:
     """The first step at which the candidate groups tokens into other microbatches than the
-    reference: 1 for a regrouping layout, else the first step whose microbatch count differs
-    (None: never)."""
+    reference for a reason the plan gives: a regrouping layout's first differing step; a static
+    candidate's first differing step whose single-rank microbatches break its bins (None: no such
+    step; a layout that must pack the single rank's microbatches has none)."""
+    differ, composed = differing_steps(cand, ref)
     if not same_grouping:
-        return 1
-    a, b = step_series(cand, "microbatches"), step_series(ref, "microbatches")
-    return next((s for s in sorted(set(a) & set(b)) if a[s] != b[s]), None)
+        if not composed:  # older records: the grouping cannot be seen; from step 1, as then
+            return 1
+        return differ[0] if differ else None
+    explained = _explained(differ, static_bins, packed_series(ref))
+    return explained[0] if explained else None
+
+
+def _explained(differ: Sequence[int], bins: Optional[StaticBins],
+               ref: Mapping[int, Sequence[PackedMicrobatch]]) -> list[int]:
+    if bins is None:
+        return []
+    return [s for s in differ if any(bins.breaks(mb) for mb in ref.get(s, ()))]
+
+
+def _both(step: int, arms: tuple[str, str], a: Mapping[int, Sequence[PackedMicrobatch]],
+          b: Mapping[int, Sequence[PackedMicrobatch]]) -> str:
+    if not a.get(step) or not b.get(step):
+        return ""
+    return (f"; step {step}: {arms[0]} {describe_packing(a[step])}; {arms[1]} "
+            f"{describe_packing(b[step])}")
+
+
+def microbatches_check(p: ReferencePairParams, arms: tuple[str, str], data: Mapping[str, Steps]
+                       ) -> tuple[Check, Optional[int], str]:
+    """The ``microbatches`` check, the regrouping step ``k`` and why (the other checks' detail)."""
+    cand, ref = data[arms[0]], data[arms[1]]
+    differ, composed = differing_steps(cand, ref)
+    a, b = packed_series(cand), packed_series(ref)
+    na, nb = _counts(cand), _counts(ref)
+    common = sorted(set(na) & set(nb))
+    how = "" if composed else " (the records carry no microbatches, only counts compared)"
+
+    def counts(steps: Sequence[int]) -> str:
+        def n(v: Optional[float]) -> str:
+            return "?" if v is None else str(int(v))
+        return ", ".join(f"step {s}: {n(na.get(s))} vs {n(nb.get(s))}" for s in steps[:6]) + (
+            f" (+{len(steps) - 6} more)" if len(steps) > 6 else "")
+
+    if not p.groups_like_reference:
+        reason = p.regroup_reason or "DP, EP over DP or dynamic CP"
+        if not composed:  # older records: the grouping cannot be seen; from step 1, as then
+            differ = [s for s in common if s >= 1]
+        k = differ[0] if differ else None
+        lost = [s for s in sorted(set(a) & set(b)) if a[s] and b[s] and _held(a[s]) != _held(b[s])]
+        if k is None:
+            why = f"{arms[0]} may regroup tokens ({reason}) but groups them like the single rank on every step"
+        else:
+            why = (f"{arms[0]} regroups tokens into other microbatches ({reason}), from step {k}")
+        if lost:
+            check = Check("microbatches", float(len(lost)), 0.0, False,
+                          f"{why}; but at step(s) {collapse_runs(lost)} its microbatches do not "
+                          f"hold the single rank's sequences and tokens{_both(lost[0], arms, a, b)}")
+        else:
+            same = "the same sequences every step; " if composed else ""
+            shown = _both(k, arms, a, b) if k is not None else ""
+            check = Check("microbatches", 0.0, 0.0, True,
+                          f"{why}; {same}{len(differ)} of {len(common)} steps grouped otherwise"
+                          f"{how}{shown}")
+        return check, k, why
+    explained = _explained(differ, p.static_bins, b)
+    unexplained = [s for s in differ if s not in explained]
+    k = explained[0] if explained else None
+    must = (f"{arms[0]} must pack the single rank's microbatches (no DP, no dynamic CP"
+            + (": static bins hold them where they fit" if p.static_bins is not None else "") + ")")
+    if unexplained:
+        check = Check("microbatches", float(len(unexplained)), 0.0, False,
+                      f"{must} but packs others at step(s) {collapse_runs(unexplained)}{how}: "
+                      f"microbatches {arms[0]} vs {arms[1]}: {counts(unexplained)}"
+                      f"{_both(unexplained[0], arms, a, b)}")
+    elif explained:
+        assert p.static_bins is not None and k is not None
+        notes = "; ".join(f"step {s}: {next(w for w in map(p.static_bins.breaks, b[s]) if w)}"
+                          for s in explained[:3])
+        check = Check("microbatches", 0.0, 0.0, True,
+                      f"{must}; it packs others at step(s) {collapse_runs(explained)}, where the "
+                      f"single rank's microbatches exceed its static bins ({notes}){_both(k, arms, a, b)}")
+    else:
+        check = Check("microbatches", 0.0, 0.0, True,
+                      f"{must}: it does on all {len(common)} steps{how}")
+    if k is not None:
+        why = f"{arms[0]} packs other microbatches than the single rank from step {k} (static bins)"
+    elif differ:
+        why = f"{arms[0]} must pack the single rank's microbatches (it does not: see microbatches)"
+    else:
+        why = f"{arms[0]} groups tokens like the single rank on every step"
+    return check, k, why
 
 
 @contract("reference", ReferencePairParams)
 def reference(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     """A candidate layout against the single-rank ``reference`` arm (``compare.reference``).
 
-    With ``k`` = :func:`regroup_step`: loss on steps <= k, grad norm and aux loss on steps < k
-    under the exact bounds (the weights are identical until step k's update, and step k's LM loss
-    does not depend on the grouping); after that loss (steps > k) and grad norm (steps >= k)
-    under the ``regrouped_*`` bounds when the aux loss is on (its gradient depends on the
-    grouping), else still under the exact bounds; the aux loss from step k is not compared."""
+    ``microbatches`` (module docstring), then with ``k`` its explained regrouping step: loss on
+    steps <= k, grad norm and aux loss on steps < k under the exact bounds (the weights are
+    identical until step k's update, and step k's LM loss does not depend on the grouping);
+    after that loss (steps > k) and grad norm (steps >= k) under the ``regrouped_*`` bounds when
+    the aux loss is on (its gradient depends on the grouping), else still under the exact bounds;
+    the aux loss from step k is not compared. Without an explained regrouping every step is
+    compared under the exact bounds."""
     p: ReferencePairParams = pair.params
-    same, coeff = p.groups_like_reference, p.aux_loss_coeff
+    coeff = p.aux_loss_coeff
     arms = pair.two_arms()
-    k = regroup_step(same, data[arms[0]], data[arms[1]])
-    if k is None:
-        why = f"{arms[0]} groups tokens like the single rank on every step"
-    elif not same:
-        why = f"{arms[0]} regroups tokens into other microbatches (DP, EP over DP or dynamic CP)"
-    else:
-        why = f"{arms[0]} packs other microbatches than the single rank from step {k}"
+    grouping, k, why = microbatches_check(p, arms, data)
     last = math.inf if k is None else k
     drift = coeff > 0
 
@@ -68,13 +211,17 @@ def reference(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
             return Check.not_applicable(name, f"{why}: no step {what}")
         return series_check_on(name, key, data, arms, bound, keep, f"{why}; {what}")
 
-    checks = [check("loss", "loss", p.loss, lambda s: s <= last, "up to the regrouping")
+    upto, before = (("every step", "every step") if k is None else
+                    ("up to the regrouping", "before the regrouping"))
+    checks = [grouping,
+              check("loss", "loss", p.loss, lambda s: s <= last, upto)
               if drift else check("loss", "loss", p.loss, lambda s: True, "every step (aux loss off)"),
-              check("grad_norm", "grad_norm", p.grad_norm, lambda s: s < last, "before the regrouping")
+              check("grad_norm", "grad_norm", p.grad_norm, lambda s: s < last, before)
               if drift else check("grad_norm", "grad_norm", p.grad_norm, lambda s: True,
                                   "every step (aux loss off)"),
               check("aux_loss", "aux_loss", p.aux_loss, lambda s: s < last,
-                    "before the regrouping (the per-microbatch aux loss depends on the grouping)")]
+                    before + (" (the per-microbatch aux loss depends on the grouping)"
+                              if k is not None else ""))]
     if drift and k is not None:
         checks.append(check("loss_regrouped", "loss", p.regrouped_loss, lambda s: s > k,
                             "after the regrouping (the aux-loss gradient moved the weights)"))

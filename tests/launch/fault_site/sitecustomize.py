@@ -1,10 +1,10 @@
-"""Start-up hook of the processes a test starts with ``tests.launch.faults.fault_env``: installs
-the fault ``HARNESS_TEST_FAULT`` names (nothing without it). Only tests put this folder on
-PYTHONPATH."""
+"""Start-up hook of the processes a test starts with ``tests.launch.faults.fault_env`` or
+``patch_env``: installs the fault ``HARNESS_TEST_FAULT`` names and the workload patches
+``HARNESS_TEST_PATCH`` names (nothing without them). Only tests put this folder on PYTHONPATH."""
 
 import os
 
-if os.environ.get("HARNESS_TEST_FAULT"):
+if os.environ.get("HARNESS_TEST_FAULT") or os.environ.get("HARNESS_TEST_PATCH"):
     import sys
     from pathlib import Path
 
