@@ -3,6 +3,9 @@
 # Everything it prints also goes to $OUT/gpu_check.log; the artifacts beside it:
 #   noise.md             measured noise of the reference pairs (bench/noise.py) and noise x 10
 #   mutations.md         the GPU mutation rows (bench/mutations.py --gpu): each must exit 1
+#   perf_mutations.md    the step-time and memory rows (bench/perf_mutations.py): a 10 % slowdown
+#                        and a leak of one buffer per microbatch must each fail gpu1-qwen3-perf
+#                        against golden values recorded (--repeats 3) in the same run
 #   golden/<case>/golden_values_<platform>.json   golden values recorded from the focused run, for
 #                        the cases that run on one GPU (copy them into cases/focused/golden/)
 #   focused.tgz          the focused sweep (summary.md, junit.xml, verdicts, step records, logs)
@@ -16,6 +19,8 @@
 #                  (GOLDEN_CASES, platform from the records: h200 on an H200) and bench/noise.py
 #   MUTATIONS=0    skip the GPU mutation rows; MUTATION_JOBS rows at once (default 2), started
 #                  beside the focused run (the GPU holds both: one arm ~36 GiB reserved)
+#   PERF=0         skip the step-time and memory rows (run alone on the GPU after the focused run
+#                  and the mutation rows: their timing must not share the GPU; ~3 min on one H200)
 #   WORKLOAD=0     skip the workload run (cases/gpu through `dcp-harness run`, those that fit the
 #                  GPUs here: 2-GPU cases with >= 2 GPUs, the 4-GPU case with >= 4)
 #   EMULATED=1     (off by default: about 5 minutes of one H200) emulated ranks through the CLI:
@@ -24,7 +29,7 @@
 #                  cases/emulated/gb200-qwen3-30b-a3b-dcp-graphs-emulated-16l.yaml; the -32l file
 #                  is the 8-step run, ~8 min), one sweep per case, its gate, bench/emulated.py's
 #                  table (EMULATED_LIMIT_S: stop each case's run after that many seconds). Alone:
-#                  PYTEST=0 BENCHES= FOCUSED=0 MUTATIONS=0 WORKLOAD=0 EMULATED=1 bash bench/gpu_check.sh
+#                  PYTEST=0 BENCHES= FOCUSED=0 MUTATIONS=0 PERF=0 WORKLOAD=0 EMULATED=1 bash bench/gpu_check.sh
 set -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-logs}
@@ -85,6 +90,15 @@ if [ -n "$mut_pid" ]; then
   [ "$mut_rc" = 0 ] || status=1
   say "mutations table ($OUT/mutations.md)"
   tee -a "$LOG" < "$OUT/mutations.md"
+fi
+
+if [ "${PERF:-1}" != 0 ]; then  # after the background rows: timing rows need the GPU alone
+  perf_t0=$SECONDS
+  say "perf: $PY bench/perf_mutations.py --repeats ${PERF_REPEATS:-3} (alone on the GPU)"
+  $PY bench/perf_mutations.py --repeats "${PERF_REPEATS:-3}" 2>&1 | tee "$OUT/perf_mutations.md" | tee -a "$LOG"
+  perf_rc=${PIPESTATUS[0]}
+  took[perf]="$((SECONDS - perf_t0)) s, exit $perf_rc"
+  [ "$perf_rc" = 0 ] || status=1
 fi
 
 ngpu=$($PY -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)

@@ -14,6 +14,12 @@ they must satisfy, with its typed settings (``harness.compare``). Both follow fr
   ``dcp_vs_fixed_cp``) and ``reference`` (the case on one rank, eager, dynamic shapes); pairs
   ``reference`` (the first candidate) and ``reference-<arm>`` (the others)
 * ``golden``          -> one arm (default ``eager``) against the case's committed golden values
+* ``resume``          -> each arm (default the eager arm, and ``graph`` in a graph case) and
+  ``<arm>-resumed``, the same configuration stopped by the harness after ``at_step`` and started
+  again from its checkpoint; pairs ``resume`` (the first) and ``resume-<arm>``
+* ``slot_ring``       -> ``graph-mb<M>`` per microbatch count M (pair ``slot_ring``: the graph
+  pool's bytes, CUDA), and ``slot_ring-plan`` (no arm: the slot planner's figures for every count,
+  computed here, on any machine)
 
 Arms with the same name run once and are shared by the pairs that name them. In a dynamic-CP case
 the eager arm *is* the dynamic-CP arm, so ``eager`` is named ``dcp`` there. A case without pairs
@@ -41,11 +47,27 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from harness.caseplan import CasePlan, PlannedArm, case_hash
-from harness.compare import (ARM_CHECKS_CONTRACT, ARM_CHECKS_PAIR, LOSS_SANITY_CHECKS,
-                             GoldenPairParams, Pair, ReferencePairParams, StaticBins)
+from harness.compare import (
+    ARM_CHECKS_CONTRACT,
+    ARM_CHECKS_PAIR,
+    LOSS_SANITY_CHECKS,
+    GoldenPairParams,
+    Pair,
+    ReferencePairParams,
+    ResumePairParams,
+    SlotRingPairParams,
+    SlotRingPlanParams,
+    StaticBins,
+)
 from harness.errors import CaseError
 from harness.golden import snapshot_golden
-from harness.spec.derive import as_fixed_cp, as_reference, with_execution
+from harness.spec.derive import (
+    as_fixed_cp,
+    as_reference,
+    interrupted,
+    with_execution,
+    with_microbatches,
+)
 from harness.spec.schema import Case, Pools
 
 EAGER = "eager"
@@ -56,28 +78,37 @@ REFERENCE = "reference"
 FIXED_CP = "fixed-cp"
 GRAPH_FIXED_CP = "graph-fixed-cp"
 REPEAT_SUFFIX = "-repeat"
+RESUMED_SUFFIX = "-resumed"
+MICROBATCHES_INFIX = "-mb"
 
 
 @dataclass(frozen=True)
 class ArmSpec:
     """What one arm runs: its kind (``harness.caseplan.ARM_KINDS``), the CP size of a fixed-CP
-    kind, and whether it is the second run of a repeat pair."""
+    kind, whether it is the second run of a repeat pair, the microbatch count it is held at
+    (``compare.slot_ring``) and the step after which the harness stops and resumes it
+    (``compare.resume``)."""
 
     kind: str
     fixed_cp: Optional[int] = None
     repeat: bool = False
+    microbatches: Optional[int] = None
+    resumed_at: Optional[int] = None
 
     @property
     def base(self) -> str:
         """The configuration's name (the derived case's ``arm``)."""
         if self.kind in (FIXED_CP, GRAPH_FIXED_CP):
-            return f"{self.kind}{self.fixed_cp}"
-        return self.kind
+            name = f"{self.kind}{self.fixed_cp}"
+        else:
+            name = self.kind
+        return name + (f"{MICROBATCHES_INFIX}{self.microbatches}" if self.microbatches else "")
 
     @property
     def name(self) -> str:
         """The arm's name and results folder."""
-        return self.base + (REPEAT_SUFFIX if self.repeat else "")
+        return (self.base + (REPEAT_SUFFIX if self.repeat else "")
+                + (RESUMED_SUFFIX if self.resumed_at is not None else ""))
 
 
 def arm_catalog(case: Case) -> dict[str, ArmSpec]:
@@ -129,16 +160,22 @@ def derive_arm_case(case: Case, spec: ArmSpec) -> Case:
     otherwise)."""
     base = spec.base
     if spec.kind in (EAGER, DCP):
-        return with_execution(case, base, graphed=False)
-    if spec.kind == GRAPH:
-        return with_execution(case, base, graphed=True)
-    if spec.kind == SEPARATE_POOLS:
-        return with_execution(case, base, graphed=True, pools=Pools.SEPARATE)
-    if spec.kind == REFERENCE:
-        return as_reference(case, base)
-    assert spec.fixed_cp is not None
-    fixed = as_fixed_cp(case, spec.fixed_cp, base)
-    return with_execution(fixed, base, graphed=spec.kind == GRAPH_FIXED_CP)
+        derived = with_execution(case, base, graphed=False)
+    elif spec.kind == GRAPH:
+        derived = with_execution(case, base, graphed=True)
+    elif spec.kind == SEPARATE_POOLS:
+        derived = with_execution(case, base, graphed=True, pools=Pools.SEPARATE)
+    elif spec.kind == REFERENCE:
+        derived = as_reference(case, base)
+    else:
+        assert spec.fixed_cp is not None
+        fixed = as_fixed_cp(case, spec.fixed_cp, base)
+        derived = with_execution(fixed, base, graphed=spec.kind == GRAPH_FIXED_CP)
+    if spec.microbatches is not None:
+        derived = with_microbatches(derived, spec.microbatches, base)
+    if spec.resumed_at is not None:
+        derived = interrupted(derived, spec.resumed_at, base)
+    return derived
 
 
 def arm_case(case: Case, name: str) -> Case:
@@ -157,7 +194,8 @@ def golden_dir(case: Case) -> Path:
 
 def plan_case(case: Case) -> CasePlan:
     """The case's arms and pairs, each arm derived and preflighted once; pairs in a fixed order
-    (repeat, graph_vs_eager, dcp_vs_fixed_cp, graph_pools, reference, golden). Everything a
+    (repeat, graph_vs_eager, dcp_vs_fixed_cp, graph_pools, reference, golden, resume, slot_ring).
+    Everything a
     verdict needs is resolved here: the case file's path and the golden folder made absolute, the
     case's golden files copied (``harness.golden.snapshot_golden``; the only files it reads).
     Raises CaseError (naming the field) for an arm the case cannot have."""
@@ -211,6 +249,11 @@ def plan_case(case: Case) -> CasePlan:
                                   files=snapshot_golden(where, case.id))
         pairs.append(Pair("golden", "golden", (name,), params))
 
+    if spec.resume is not None:
+        pairs += _resume_pairs(case, arm, derived)
+    if spec.slot_ring is not None:
+        pairs += _slot_ring_pairs(case, derived)
+
     emulated = case.emulate is not None
     world = case.layout.world
     if emulated:
@@ -252,8 +295,12 @@ _LOCAL_LOSS = "the loss sanity checks do not apply (0 on a rank without the last
 def emulated_pair(pair: Pair, world: int) -> Pair:
     """``pair`` of a case whose ranks are emulated ranks of a ``world``-rank layout, as the plan
     judges it: each rank against the same rank of the other arm (``Pair.emulated``);
-    ``reference`` and ``golden`` skipped, the loss comparisons of ``dcp_vs_fixed_cp`` and every
+    ``reference``, ``golden`` and ``resume`` skipped, the loss comparisons of ``dcp_vs_fixed_cp`` and every
     arm's loss sanity checks not applicable, each with the reason."""
+    if pair.contract == "resume":
+        return replace(pair, emulated=world,
+                       skipped="not run for emulated ranks: the launcher does not stop and "
+                               "resume an emulated rank (run the case without emulate.ranks)")
     if pair.contract in _SKIPPED_PAIRS:
         return replace(pair, emulated=world,
                        skipped=f"not run for emulated ranks: {EMULATED_LOSSES}; "
@@ -309,6 +356,58 @@ def _reference_candidates(case: Case, pairs: list[Pair], arm: Callable[[str, str
         if name not in out:
             out.append(name)
     return tuple(out)
+
+
+def _resume_pairs(case: Case, arm: Callable[[str, str], str],
+                  derived: dict[str, tuple[ArmSpec, Case]]) -> list[Pair]:
+    """``compare.resume``: each arm (default the eager arm, and ``graph`` with ``graphs:``) and
+    its ``-resumed`` twin (``Execution.interrupt_after``), one pair each."""
+    spec = case.compare.resume
+    assert spec is not None
+    field = "compare.resume.arms"
+    wanted = spec.arms if spec.arms is not None else [EAGER] + ([GRAPH] if case.graphs else [])
+    after = spec.step(case.train.steps)
+    pairs: list[Pair] = []
+    for name in dict.fromkeys(arm(a, field) for a in wanted):
+        twin = replace(derived[name][0], resumed_at=after)
+        if twin.name not in derived:
+            derived[twin.name] = (twin, derive_arm_case(case, twin))
+        params = ResumePairParams(**dict(spec), after=after)
+        pairs.append(Pair("resume" if not pairs else f"resume-{name}", "resume",
+                          (twin.name, name), params))
+    return pairs
+
+
+def ring_figures(case: Case) -> list[dict[str, int]]:
+    """Per PP rank, what the slot planner gives a graph arm of ``case``: its physical slots and
+    its saved-arena and input-grad-arena counts (``slotmem.plan_pipeline``, as the capture plans
+    it: ``harness.graphplan``)."""
+    from harness.graphplan import case_graph_layout, rank_plans
+
+    out = []
+    for rank in range(case.layout.pp):
+        (plan,) = rank_plans(case_graph_layout(case, rank), separate=False)
+        out.append({"physical_slots": plan.physical_slots, "saved_arenas": plan.saved_colours,
+                    "grad_arenas": plan.grad_colours})
+    return out
+
+
+def _slot_ring_pairs(case: Case, derived: dict[str, tuple[ArmSpec, Case]]) -> list[Pair]:
+    """``compare.slot_ring``: ``graph-mb<M>`` per count (pair ``slot_ring``, the bytes on CUDA)
+    and ``slot_ring-plan`` (no arm: the planner's figures per count, from here)."""
+    spec = case.compare.slot_ring
+    assert spec is not None
+    names, planned = [], []
+    for m in spec.microbatches:
+        s = ArmSpec(GRAPH, microbatches=m)
+        if s.name not in derived:
+            derived[s.name] = (s, derive_arm_case(case, s))
+        names.append(s.name)
+        planned.append({"microbatches": m, "ranks": ring_figures(derived[s.name][1])})
+    return [Pair("slot_ring-plan", "slot_ring_plan", (),
+                 SlotRingPlanParams(**dict(spec), planned=planned)),
+            Pair("slot_ring", "slot_ring", tuple(names),
+                 SlotRingPairParams(**dict(spec), counts=list(spec.microbatches)))]
 
 
 def _arm_error(case: Case, field: str, message: str) -> CaseError:

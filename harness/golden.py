@@ -1,21 +1,31 @@
 """Golden values: one arm's per-step metrics, committed next to the case files, as Megatron-LM's
 functional tests keep them.
 
-A golden file is ``<golden dir>/<case id>/golden_values_<platform>.json`` (``compare.golden.dir``
-relative to the case file's folder; platform ``cpu``, or the GPU the run used, from its CUDA device
-name (``h200``, ``gb200``: :func:`platform_key`), or ``compare.golden.platform``) holding
-Megatron's layout, one entry per metric::
+A golden file is ``<golden dir>/<case id>/golden_values_<key>.json`` (``compare.golden.dir``
+relative to the case file's folder). The key is the platform (``cpu``, or the GPU the run used,
+from its CUDA device name: ``h200``, ``gb200``: :func:`platform_key`; or
+``compare.golden.platform``), or ``<environment>_<platform>`` when ``compare.golden.environment``
+is set (Megatron's ``golden_values_{environment}_{platform}.json``; :func:`golden_key`,
+:func:`environment_key`). The file holds Megatron's layout, one entry per metric::
 
     {"lm loss": {"start_step": 1, "end_step": 8, "step_interval": 1,
                  "values": {"1": 4.85, "2": 4.71, ...}},
-     "aux loss": {...}, "grad norm": {...},
-     "mem-allocated-bytes": {...}, "mem-max-allocated-bytes": {...}}   # memory: CUDA runs only
+     "aux loss": {...}, "grad norm": {...}, "iteration-time": {...},
+     "mem-allocated-bytes": {...}, "mem-max-allocated-bytes": {...},   # memory: CUDA runs only
+     "mem-reserved-bytes": {...}, "mem-graph-pool-bytes": {...}, "mem-device-used-bytes": {...}}
 
 Values are stored unrounded (Megatron rounds to 5 decimals; a deterministic fp32 run repeats
-bitwise, so rounding would only loosen the check). Memory is the largest figure over the arm's
-ranks at each step. A sweep keeps a copy of every golden file of its cases as they were when it ran
-(:func:`snapshot_golden`, :class:`GoldenCopy`), so judging reads no file outside the sweep. Pure
-Python: no torch.
+bitwise, so rounding would only loosen the check). Step time is the slowest rank's, memory the
+largest figure over the arm's ranks at each step (the graph pool on the capture step, the device
+used after ``empty_cache`` on the memory-probe step). Each entry may carry more than Megatron's
+four keys (Megatron's reader ignores them): ``environment`` (what the run ran with:
+``harness.results.RunEnvironment``), and, recorded from N repeats (``dcp-harness golden record
+--repeats N``), ``repeats``, the per-step ``min`` and ``max`` over the repeats (``values`` is the
+per-step median), ``cv`` (std/mean) and, for step time and memory, ``rtol``: the bound the
+verdict uses, Megatron's rule (the largest relative deviation from the mean over the repeats x
+1.5, at least 0.1 %). A sweep keeps a copy of every golden file of its cases as they were when it
+ran (:func:`snapshot_golden`, :class:`GoldenCopy`), so judging reads no file outside the sweep.
+Pure Python: no torch.
 """
 
 from __future__ import annotations
@@ -24,27 +34,92 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Container, Mapping, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.results import PathLike, ResultsError, StepRecord, field_of, read_json, write_json_atomic
+from harness.results import (
+    PathLike,
+    ResultsError,
+    RunEnvironment,
+    StepRecord,
+    field_of,
+    read_json,
+    write_json_atomic,
+)
+from harness.spec.schema import LossBound, Tolerance
+from harness.textfmt import collapse_runs
 
 Steps = Mapping[int, Sequence[StepRecord]]  # rank -> that rank's step records
 
-# Megatron metric name -> step-record field.
+LOSS, TIME, MEMORY = "loss", "time", "memory"  # metric kinds
+
+# Megatron-LM's compute_golden_statistics.py: a tolerance is the largest relative deviation seen
+# over N repeats x 1.5, at least 0.1 %; its MoE performance check refuses a baseline whose
+# std/mean is above 2 %.
+RTOL_FACTOR = 1.5
+RTOL_FLOOR = 1e-3
+MAX_CV = 0.02
+
+
+def _number(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _field(key: str) -> Callable[[StepRecord], Optional[float]]:
+    return lambda rec: _number(field_of(rec, key))
+
+
+def _nested(outer: str, key: str) -> Callable[[StepRecord], Optional[float]]:
+    def read(rec: StepRecord) -> Optional[float]:
+        inner = field_of(rec, outer)
+        return None if inner is None else _number(getattr(inner, key))
+    return read
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One golden metric: Megatron's name, its kind, how a record gives it, and how the ranks'
+    values of a step combine (``first``: the lowest rank's, for figures every rank shares;
+    ``max``: the largest, for time and memory)."""
+
+    name: str
+    kind: str
+    read: Callable[[StepRecord], Optional[float]]
+    combine: str
+    what: str
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("lm loss", LOSS, _field("loss"), "first", "LM loss"),
+    Metric("aux loss", LOSS, _field("aux_loss"), "first", "aux loss"),
+    Metric("grad norm", LOSS, _field("grad_norm"), "first", "grad norm"),
+    Metric("iteration-time", TIME, _field("step_time_s"), "max", "step time (s, slowest rank)"),
+    Metric("mem-allocated-bytes", MEMORY, _field("allocated_bytes"), "max", "allocated bytes"),
+    Metric("mem-max-allocated-bytes", MEMORY, _field("max_allocated_bytes"), "max",
+           "max allocated bytes"),
+    Metric("mem-reserved-bytes", MEMORY, _field("reserved_bytes"), "max", "reserved bytes"),
+    Metric("mem-graph-pool-bytes", MEMORY, _nested("graph_stats", "pool_reserved_bytes"), "max",
+           "graph pool reserved bytes (capture step)"),
+    Metric("mem-device-used-bytes", MEMORY, _nested("memory_probe", "device_used_bytes"), "max",
+           "device used after empty_cache (memory probe)"),
+)
+METRIC: Mapping[str, Metric] = MappingProxyType({m.name: m for m in METRICS})
+# Megatron metric name -> step-record field (the loss metrics) / what it is (memory metrics).
 LOSS_METRICS: Mapping[str, str] = MappingProxyType({
     "lm loss": "loss",
     "aux loss": "aux_loss",
     "grad norm": "grad_norm",
 })
-MEMORY_METRICS: Mapping[str, str] = MappingProxyType({
-    "mem-allocated-bytes": "allocated_bytes",
-    "mem-max-allocated-bytes": "max_allocated_bytes",
-})
+MEMORY_METRICS: Mapping[str, str] = MappingProxyType(
+    {m.name: m.what for m in METRICS if m.kind == MEMORY})
+TIME_METRIC = "iteration-time"
 
 
 class GoldenError(ValueError):
@@ -53,10 +128,14 @@ class GoldenError(ValueError):
 
 @dataclass(frozen=True)
 class Golden:
-    """A golden file read back: metric -> step -> value."""
+    """A golden file read back: metric -> step -> value, and what its entries say beyond the
+    values (``rtol``, ``repeats`` per metric; the recorded environment)."""
 
     path: Path
     metrics: Mapping[str, Mapping[int, float]]
+    rtols: Mapping[str, float] = field(default_factory=dict)
+    repeats: Mapping[str, int] = field(default_factory=dict)
+    environment: Optional[RunEnvironment] = None
 
     def series(self, metric: str) -> Mapping[int, float]:
         if metric not in self.metrics:
@@ -65,14 +144,26 @@ class Golden:
                               "`dcp-harness golden record`")
         return self.metrics[metric]
 
+    def rtol(self, metric: str) -> Optional[float]:
+        """The bound ``golden record --repeats`` derived for ``metric`` (None: recorded once)."""
+        return self.rtols.get(metric)
 
-def golden_file(golden_dir: PathLike, case_id: str, platform: str) -> Path:
-    return Path(golden_dir) / case_id / f"golden_values_{platform}.json"
+
+def golden_key(platform: str, environment: Optional[str] = None) -> str:
+    """The key of a golden file: the platform, or ``<environment>_<platform>`` (Megatron's
+    ``{environment}_{platform}``)."""
+    return f"{environment}_{platform}" if environment else platform
+
+
+def golden_file(golden_dir: PathLike, case_id: str, platform: str,
+                environment: Optional[str] = None) -> Path:
+    return Path(golden_dir) / case_id / f"golden_values_{golden_key(platform, environment)}.json"
 
 
 _GOLDEN_NAME = re.compile(r"^golden_values_([a-z0-9][a-z0-9._-]*)\.json$")
 # Words of a CUDA device name that say nothing about the chip ("NVIDIA GeForce RTX 4090").
 _VENDOR_WORDS = ("nvidia", "geforce", "tesla", "quadro")
+AUTO_ENVIRONMENT = "auto"
 
 
 def platform_key(device_name: str) -> str:
@@ -93,6 +184,18 @@ def platform_key(device_name: str) -> str:
     return key if key[0].isalnum() else "cuda"
 
 
+def _major_minor(version: str) -> str:
+    parts = re.findall(r"\d+", version)
+    return ".".join(parts[:2]) if parts else "unknown"
+
+
+def environment_key(env: RunEnvironment) -> str:
+    """The environment part of a golden key (``compare.golden.environment: auto``): the torch and
+    CUDA versions, major.minor: ``torch2.11-cu13.0``, ``torch2.13-cpu`` (a CPU build)."""
+    cuda = f"cu{_major_minor(env.cuda)}" if env.cuda else "cpu"
+    return f"torch{_major_minor(env.torch)}-{cuda}"
+
+
 def platform_of(steps: Steps) -> str:
     """The platform the arm's records were made on: their ``platform`` (``cpu``, ``h200`` ...,
     written by the rank from its device), else the type of their ``device`` (``cpu``/``cuda``,
@@ -106,33 +209,63 @@ def platform_of(steps: Steps) -> str:
     return "cpu"
 
 
-def _number(value: Any) -> Optional[float]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
+def environment_of(steps: Steps) -> Optional[RunEnvironment]:
+    """The environment the arm's lowest rank recorded first (None: records of older runs)."""
+    for rank in sorted(steps):
+        for rec in steps[rank]:
+            if rec.environment is not None:
+                return rec.environment
+    return None
 
 
-def _per_step(steps: Steps, key: str, combine: str) -> dict[int, float]:
-    """Step -> ``key``: the lowest rank's value (``first``) or the largest over ranks (``max``)."""
+def resolve_environment(name: Optional[str], steps: Steps) -> Optional[str]:
+    """The environment part of the golden key: ``name``, or for ``auto`` the records' own
+    (:func:`environment_key`); ValueError when ``auto`` finds no recorded environment."""
+    if name != AUTO_ENVIRONMENT:
+        return name
+    env = environment_of(steps)
+    if env is None:
+        raise ValueError("compare.golden.environment is auto but the arm's records name no "
+                         "environment (written by an older dcp-harness); re-run the arm")
+    return environment_key(env)
+
+
+def metric_series(steps: Steps, metric: str) -> dict[int, float]:
+    """Step -> ``metric`` of one arm: the lowest rank's value, or the largest over ranks (time,
+    memory); steps without a value left out."""
+    m = METRIC[metric]
     out: dict[int, float] = {}
     for rank in sorted(steps):
         for rec in steps[rank]:
-            step, value = rec.step, _number(field_of(rec, key))
+            step, value = rec.step, m.read(rec)
             if value is None:
                 continue
             if step not in out:
                 out[step] = value
-            elif combine == "max":
+            elif m.combine == "max":
                 out[step] = max(out[step], value)
     return dict(sorted(out.items()))
 
 
-def loss_series(steps: Steps, metric: str) -> dict[int, float]:
-    return _per_step(steps, LOSS_METRICS[metric], "first")
+loss_series = metric_series
+memory_series = metric_series
 
 
-def memory_series(steps: Steps, metric: str) -> dict[int, float]:
-    return _per_step(steps, MEMORY_METRICS[metric], "max")
+def steady_window(last_step: int, window: Optional[Sequence[int]] = None) -> tuple[int, int]:
+    """The steps the step time's median is taken over: ``window`` (first, last), else Megatron's
+    steady window (steps 5..20, or 30..45 for a run past step 25), cut to ``1..last_step``; when
+    that leaves fewer than two steps, every step after the first (warm-up) does."""
+    first, last = window if window is not None else ((5, 20) if last_step <= 25 else (30, 45))
+    first, last = max(1, first), min(last, last_step)
+    if window is None and last - first < 1:
+        first, last = min(2, last_step), last_step
+    return first, last
+
+
+def window_median(series: Mapping[int, float], window: tuple[int, int]) -> Optional[float]:
+    """The median of ``series`` over the steps of ``window`` (None: no step there)."""
+    values = [v for s, v in series.items() if window[0] <= s <= window[1]]
+    return statistics.median(values) if values else None
 
 
 def _entry(values: Mapping[int, float]) -> dict[str, Any]:
@@ -141,45 +274,203 @@ def _entry(values: Mapping[int, float]) -> dict[str, Any]:
             "values": {str(s): values[s] for s in steps}}
 
 
-def golden_values(steps: Steps) -> dict[str, Any]:
-    """The golden document of one arm's records (memory metrics only where they were recorded)."""
+@dataclass(frozen=True)
+class Spread:
+    """How one metric varied over repeats of the arm: the largest relative deviation from the
+    mean (``rel_dev``) and std/mean (``cv``), per step, or for step time of the per-run medians
+    over the steady window; ``where`` says at which step (or window); ``rtol`` is the bound it
+    gives (Megatron's rule: ``rel_dev`` x 1.5, at least 0.1 %)."""
+
+    metric: str
+    repeats: int
+    rel_dev: float
+    cv: float
+    where: str
+
+    @property
+    def rtol(self) -> float:
+        return max(RTOL_FACTOR * self.rel_dev, RTOL_FLOOR)
+
+
+def _deviation(values: Sequence[float]) -> tuple[float, float]:
+    """(largest |v - mean| / |mean|, std / |mean|) of repeated values (0, 0 for one value)."""
+    if len(values) < 2:
+        return 0.0, 0.0
+    mean = statistics.fmean(values)
+    if mean == 0:
+        return (0.0, 0.0) if all(v == 0 for v in values) else (math.inf, math.inf)
+    return (max(abs(v - mean) for v in values) / abs(mean),
+            statistics.stdev(values) / abs(mean))
+
+
+def measure_spread(metric: str, runs: Sequence[Mapping[int, float]],
+                   window: Optional[tuple[int, int]] = None) -> Spread:
+    """The spread of ``metric`` over the runs' series (each step -> value)."""
+    if metric == TIME_METRIC and window is not None:
+        medians = [window_median(r, window) for r in runs]
+        kept = [m for m in medians if m is not None]
+        rel, cv = _deviation(kept)
+        return Spread(metric, len(runs), rel, cv,
+                      f"median over steps {window[0]}..{window[1]}: "
+                      + ", ".join(f"{m:.4g}" for m in kept))
+    worst = (0.0, 0.0, "every step")
+    for step in sorted(set().union(*runs)):
+        rel, cv = _deviation([r[step] for r in runs if step in r])
+        if (rel, cv) > worst[:2]:
+            worst = (rel, cv, f"step {step}: " + ", ".join(f"{r[step]:.6g}" for r in runs if step in r))
+    return Spread(metric, len(runs), worst[0], worst[1], worst[2])
+
+
+def golden_values(runs: Union[Steps, Sequence[Steps]], *,
+                  window: Optional[Sequence[int]] = None) -> dict[str, Any]:
+    """The golden document of one arm's records, or of N repeats of it (metrics only where they
+    were recorded; memory: CUDA runs only). With N runs ``values`` is the per-step median and
+    each entry also holds ``repeats``, ``min``, ``max``, ``cv`` and, for step time and memory,
+    ``rtol`` (``window``: the step time's steady window, default :func:`steady_window`)."""
+    all_runs: list[Steps] = [runs] if isinstance(runs, Mapping) else list(runs)
+    if not all_runs:
+        raise GoldenError("no run to keep as golden values")
     doc: dict[str, Any] = {}
-    for metric in LOSS_METRICS:
-        values = loss_series(steps, metric)
-        if values:
-            doc[metric] = _entry(values)
-    for metric in MEMORY_METRICS:
-        values = memory_series(steps, metric)
-        if values:
-            doc[metric] = _entry(values)
+    env = environment_of(all_runs[0])
+    for m in METRICS:
+        series = [metric_series(r, m.name) for r in all_runs]
+        if not series[0]:
+            continue
+        steps = sorted(series[0])
+        for k, other in enumerate(series[1:], start=2):
+            if sorted(other) != steps:
+                raise GoldenError(f"repeat {k} of the arm recorded '{m.name}' on steps other than "
+                                  "the first run's; every repeat must finish every step")
+        entry = _entry({s: statistics.median([r[s] for r in series]) for s in steps})
+        if len(series) > 1:
+            spread = measure_spread(m.name, series, steady_window(steps[-1], window)
+                                    if m.kind == TIME else None)
+            entry.update(repeats=len(series), cv=spread.cv,
+                         min={str(s): min(r[s] for r in series) for s in steps},
+                         max={str(s): max(r[s] for r in series) for s in steps})
+            if m.kind != LOSS:
+                entry["rtol"] = spread.rtol
+        if env is not None:
+            entry["environment"] = env.to_dict()
+        doc[m.name] = entry
     if "lm loss" not in doc:
         raise GoldenError("the arm recorded no loss: nothing to keep as golden values")
     return doc
 
 
-def write_golden(path: PathLike, steps: Steps) -> Path:
+def covered(golden: Golden, metric: str, run: Mapping[int, float], arm: str, steps: int
+            ) -> Mapping[int, float]:
+    """The golden series of ``metric``, checked to cover the case's steps (``steps``, for a
+    metric of every step; the graph pool and the memory probe are one step's) and every step
+    the arm recorded it on; GoldenError otherwise. Steps the arm did not record (it crashed) are
+    left to its completeness check."""
+    want = golden.series(metric)
+    every_step = len(want) > 1 or len(run) > 1
+    if want and every_step and max(want) != steps:
+        raise GoldenError(f"{golden.path}: '{metric}' runs to step {max(want)}, the case to "
+                          f"train.steps {steps} (train.steps changed? re-record it)")
+    if set(run) - set(want):
+        raise GoldenError(f"{golden.path}: '{metric}' has no value for step(s) "
+                          f"{collapse_runs(sorted(set(run) - set(want)))} of arm '{arm}' (the case "
+                          "changed? re-record it)")
+    return want
+
+
+def _bound_allows(bound: LossBound, low: float, high: float, ref: float) -> bool:
+    """Whether two repeats giving ``low`` and ``high`` agree under the check's own ``bound``."""
+    if bound == "exact":
+        return low == high
+    tol = bound if isinstance(bound, Tolerance) else Tolerance.model_validate(bound)
+    return high - low <= (tol.max_abs or 0.0) + (tol.max_rel or 0.0) * abs(ref)
+
+
+def refusals(runs: Sequence[Steps], *, loss_bounds: Mapping[str, LossBound],
+             checked: Container[str], window: Optional[Sequence[int]] = None,
+             max_cv: float = MAX_CV) -> list[str]:
+    """Why N repeats of an arm are too unsteady to keep as golden values (empty: keep them), one
+    line per metric: a loss metric whose repeats disagree by more than the golden check's own
+    bound (``loss_bounds``: metric -> bound; such a golden file could not pass its own check),
+    or a step-time / memory metric the verdict checks (``checked``) whose std/mean over the
+    repeats is above ``max_cv`` (Megatron's 2 %: its bound would be wider than what it is meant
+    to catch)."""
+    out: list[str] = []
+    if len(runs) < 2:
+        return out
+    for m in METRICS:
+        series = [metric_series(r, m.name) for r in runs]
+        if not series[0]:
+            continue
+        if m.kind == LOSS:
+            bound = loss_bounds.get(m.name)
+            if bound is None:
+                continue
+            for step in sorted(series[0]):
+                vals = [r[step] for r in series if step in r]
+                if not _bound_allows(bound, min(vals), max(vals), statistics.median(vals)):
+                    shown = bound if bound == "exact" else f"{bound}"
+                    out.append(f"'{m.name}' differs between the {len(runs)} repeats at step {step} "
+                               f"({', '.join(f'{v:.9g}' for v in vals)}) by more than the golden "
+                               f"check allows ({shown}): the run does not repeat, so no golden "
+                               "value of it can pass; make it deterministic or loosen the bound")
+                    break
+        elif m.name in checked:
+            last = max(series[0])
+            spread = measure_spread(m.name, series, steady_window(last, window)
+                                    if m.kind == TIME else None)
+            if spread.cv > max_cv:
+                out.append(f"'{m.name}' varies too much between the {len(runs)} repeats: std/mean "
+                           f"{spread.cv:.2%} > {max_cv * 100:g}% ({spread.where}); a bound from this "
+                           "spread would hide what it should catch. Record on a quiet machine "
+                           "(nothing else on its GPUs/CPUs), or switch the check off for this "
+                           "platform (compare.golden.step_time / memory: null)")
+    return out
+
+
+def write_golden(path: PathLike, runs: Union[Steps, Sequence[Steps]], *,
+                 window: Optional[Sequence[int]] = None) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, golden_values(steps))
+    write_json_atomic(path, golden_values(runs, window=window))
     return path
 
 
-def _parse_entry(path: Path, metric: str, entry: Any) -> dict[int, float]:
-    if not isinstance(entry, Mapping) or not isinstance(entry.get("values"), Mapping):
-        raise GoldenError(f"{path}: metric '{metric}' needs a 'values' mapping of step -> value")
+def _parse_values(path: Path, metric: str, key: str, raw: Any) -> dict[int, float]:
+    if not isinstance(raw, Mapping):
+        raise GoldenError(f"{path}: metric '{metric}' needs a '{key}' mapping of step -> value")
     out: dict[int, float] = {}
-    for key, value in entry["values"].items():
+    for step_key, value in raw.items():
         try:
-            step = int(key)
+            step = int(step_key)
         except (TypeError, ValueError):
-            raise GoldenError(f"{path}: metric '{metric}': step {key!r} is not an integer") from None
+            raise GoldenError(f"{path}: metric '{metric}': step {step_key!r} is not an integer") from None
         number = _number(value)
         if number is None or not math.isfinite(number):
             raise GoldenError(f"{path}: metric '{metric}' step {step}: {value!r} is not a finite number")
         out[step] = number
+    return dict(sorted(out.items()))
+
+
+def _parse_entry(path: Path, metric: str, entry: Any) -> dict[int, float]:
+    if not isinstance(entry, Mapping):
+        raise GoldenError(f"{path}: metric '{metric}' needs a 'values' mapping of step -> value")
+    out = _parse_values(path, metric, "values", entry.get("values"))
     if not out:
         raise GoldenError(f"{path}: metric '{metric}' has no values")
-    return dict(sorted(out.items()))
+    for key in ("min", "max"):
+        if key in entry:
+            _parse_values(path, metric, key, entry[key])
+    return out
+
+
+def _positive(path: Path, metric: str, entry: Mapping[str, Any], key: str, integer: bool) -> Any:
+    value = entry.get(key)
+    if value is None:
+        return None
+    number = _number(value)
+    if number is None or not math.isfinite(number) or number < 0 or (integer and number != int(number)):
+        raise GoldenError(f"{path}: metric '{metric}': '{key}' must be a non-negative "
+                          f"{'integer' if integer else 'number'}, got {value!r}")
+    return int(number) if integer else number
 
 
 def golden_from_document(path: PathLike, doc: Any) -> Golden:
@@ -187,7 +478,23 @@ def golden_from_document(path: PathLike, doc: Any) -> Golden:
     path = Path(path)
     if not isinstance(doc, Mapping):
         raise GoldenError(f"{path}: expected a JSON object of metric -> entry")
-    return Golden(path, MappingProxyType({m: _parse_entry(path, m, e) for m, e in doc.items()}))
+    metrics = {m: _parse_entry(path, m, e) for m, e in doc.items()}
+    rtols, repeats = {}, {}
+    environment: Optional[RunEnvironment] = None
+    for metric, entry in doc.items():
+        rtol = _positive(path, metric, entry, "rtol", integer=False)
+        if rtol is not None:
+            rtols[metric] = rtol
+        count = _positive(path, metric, entry, "repeats", integer=True)
+        if count is not None:
+            repeats[metric] = count
+        if environment is None and entry.get("environment") is not None:
+            try:
+                environment = RunEnvironment.from_dict(entry["environment"])
+            except (ResultsError, TypeError, AttributeError) as exc:
+                raise GoldenError(f"{path}: metric '{metric}': bad 'environment' ({exc})") from None
+    return Golden(path, MappingProxyType(metrics), MappingProxyType(rtols),
+                  MappingProxyType(repeats), environment)
 
 
 def read_golden(path: PathLike) -> Golden:
@@ -223,8 +530,9 @@ class GoldenCopy(BaseModel):
 
 
 def snapshot_golden(golden_dir: PathLike, case_id: str) -> dict[str, GoldenCopy]:
-    """Platform -> a copy of ``<golden_dir>/<case_id>/golden_values_<platform>.json``, for every
-    platform that has a file there ({} when none does)."""
+    """Key (platform, or ``<environment>_<platform>``) -> a copy of
+    ``<golden_dir>/<case_id>/golden_values_<key>.json``, for every key that has a file there ({}
+    when none does)."""
     folder = Path(golden_dir) / case_id
     out: dict[str, GoldenCopy] = {}
     if not folder.is_dir():

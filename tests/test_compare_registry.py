@@ -23,7 +23,8 @@ def test_every_contract_module_registers_its_contract() -> None:
     by_module = {fn.__module__.rsplit(".", 1)[-1]: name for name, fn in CONTRACTS.items()}
     assert sorted(by_module) == files  # each module registered (at least) one contract
     assert set(CONTRACTS) == set(PAIR_PARAMS) == {
-        "repeat", "graph_vs_eager", "dcp_vs_fixed_cp", "graph_pools", "reference", "golden"}
+        "repeat", "graph_vs_eager", "dcp_vs_fixed_cp", "graph_pools", "reference", "golden",
+        "resume", "slot_ring", "slot_ring_plan"}
     assert all(issubclass(model, BaseModel) for model in PAIR_PARAMS.values())
 
 

@@ -13,9 +13,9 @@ ROOT = Path(harness.__file__).resolve().parent
 FLOORS = {
     "errors": 0, "textfmt": 0, "slotmem": 0,
     "spec": 1,
-    "results": 2,
-    "golden": 3, "sites": 3,
-    "compare": 4,
+    "results": 2, "graphplan": 2,
+    "golden": 3, "sites": 3, "environment": 3,
+    "compare": 4, "golden_diff": 4,
     "caseplan": 5,
     "arms": 6, "report": 6, "workload": 6,
     "launch": 7,

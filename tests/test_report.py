@@ -200,7 +200,8 @@ def test_summary_and_index(tmp_path: Path) -> None:
     assert "\n\n\n" not in summary  # one blank line between sections, also Failures -> Errors
     index = json.loads((tmp_path / "index.json").read_text())
     assert index["status"] == "fail" and index["exit_code"] == 1
-    assert index["counts"] == {"cases": 3, "entries": 4, "pass": 2, "fail": 1, "error": 1, "skipped": 0}
+    assert index["counts"] == {"cases": 3, "entries": 4, "pass": 2, "fail": 1, "error": 1, "skipped": 0,
+                               "parked": 0, "xpass": 0}
     case = {c["id"]: c for c in index["cases"]}
     assert case["b-nan"]["pairs"][0]["failed_checks"] == ["eager-repeat.no_nan_inf", "loss"]
     assert case["c-crash"]["arms"]["eager-repeat"]["status"] == "failed"

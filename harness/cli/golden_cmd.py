@@ -1,13 +1,28 @@
-"""`dcp-harness golden record DIR`: keep a sweep's trusted values as golden files.
+"""`dcp-harness golden record DIR` and `dcp-harness golden diff OLD NEW`: keep a sweep's trusted
+values as golden files, and review a refresh.
 
-For every case of the sweep folder whose plan has a ``golden`` pair, the golden arm's records are
-written (atomically) to ``<golden dir>/<case id>/golden_values_<platform>.json``
+``record``: for every case of the sweep folder whose plan has a ``golden`` pair, the golden arm's
+records are written (atomically) to ``<golden dir>/<case id>/golden_values_<key>.json``
 (``harness.golden``): the golden folder the plan resolved when the sweep ran (the case file's
 ``compare.golden.dir``, absolute), or ``--into DIR`` (``DIR/<case id>/...``, e.g. to copy them
-back from another machine). The platform is ``--platform``, else ``compare.golden.platform``,
-else the platform the arm ran on (its records: ``cpu``, ``h200``, ...). The arm must have
-finished ok with every step on every rank it records on; a case whose arm did not is reported
-and makes the command exit 2 (the other cases are still written).
+back from another machine). The key is the platform (``--platform``, else
+``compare.golden.platform``, else the platform the arm ran on: ``cpu``, ``h200``, ...), prefixed
+with ``compare.golden.environment`` (``auto``: the records' torch/CUDA versions) when set. The
+arm must have finished ok with every step on every rank it records on; a case whose arm did not
+is reported and makes the command exit 2 (the other cases are still written).
+
+``--repeats N`` (Megatron-LM's ``compute_golden_statistics.py``): the arm runs N - 1 more times
+through the local launcher, into ``<sweep>/golden-repeats/<case>/repeat<k>/<arm>`` (a re-run of
+the command resumes them), and the file keeps the per-step median with the spread (``min``,
+``max``, ``cv``) and, for step time and memory, the bound the verdict then uses (``rtol``: the
+largest relative deviation x 1.5, at least 0.1 %). It refuses to write a file (exit 2, naming
+the metric and why) when the repeats disagree by more than the golden check's own loss bounds,
+or when a step-time or memory metric the verdict checks varies by more than ``--max-cv``
+(std/mean, default 2 %, Megatron's MoE performance check).
+
+``diff``: per metric the signed mean and the largest relative difference of NEW against OLD
+(``harness.golden_diff``); two folders: every golden file either holds. Exit 0, or 1 with
+``--max-rel`` when a difference is larger.
 """
 
 from __future__ import annotations
@@ -15,14 +30,32 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
+from typing import Optional
 
+from harness.caseplan import CasePlan, PlannedArm
 from harness.cli.report_cmd import DEFAULT_SWEEP, _sweep_dir
 from harness.compare import GoldenPairParams
 from harness.errors import ConfigError
-from harness.golden import golden_file, platform_of, write_golden
-from harness.launch.sweep import arm_is_complete, load_plan
-from harness.results import CASE_FILE, read_steps
+from harness.golden import (
+    MAX_CV,
+    MEMORY,
+    METRICS,
+    TIME,
+    GoldenError,
+    golden_file,
+    platform_of,
+    read_golden,
+    refusals,
+    resolve_environment,
+    write_golden,
+)
+from harness.golden_diff import diff_golden, render_diff
+from harness.launch.sweep import arm_is_complete, load_plan, sweep_lock
+from harness.results import CASE_FILE, read_steps, write_outcome
 from harness.spec.schema import NAME_PATTERN
+
+REPEATS_DIR = "golden-repeats"
+MAX_REPEATS = 20
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,27 +64,89 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub.required = True
     r = sub.add_parser("record", help="write the golden files of a sweep's cases that declare "
                                       "compare.golden, from their golden arm's records",
-                       description="Write golden_values_<platform>.json of every case of the "
-                       "sweep that declares compare.golden, from its golden arm's records, into "
-                       "the case's golden folder (as resolved when the sweep ran) or --into DIR.")
+                       description="Write golden_values_<key>.json of every case of the sweep "
+                       "that declares compare.golden, from its golden arm's records (and N - 1 "
+                       "more runs of it with --repeats N), into the case's golden folder (as "
+                       "resolved when the sweep ran) or --into DIR.")
     r.add_argument("dir", nargs="?", type=Path, default=DEFAULT_SWEEP, metavar="DIR",
                    help=f"sweep folder (default: {DEFAULT_SWEEP})")
     r.add_argument("--platform", default=None,
                    help="platform name of the files (default: compare.golden.platform, else the "
                         "platform the arm ran on: cpu, h200, gb200, ...)")
+    r.add_argument("--environment", default=None, metavar="NAME",
+                   help="environment part of the key (golden_values_<NAME>_<platform>.json; "
+                        "default: compare.golden.environment, 'auto' = the records' versions)")
     r.add_argument("--case", action="append", default=None, metavar="ID",
                    help="only this case id (repeatable)")
     r.add_argument("--into", type=Path, default=None, metavar="DIR",
-                   help="write DIR/<case id>/golden_values_<platform>.json instead of into each "
+                   help="write DIR/<case id>/golden_values_<key>.json instead of into each "
                         "case's golden folder")
+    r.add_argument("--repeats", type=int, default=1, metavar="N",
+                   help="run the golden arm N times in all (the sweep's run and N-1 more, through "
+                        "the local launcher) and keep the spread and the bounds it gives "
+                        f"(1..{MAX_REPEATS}; default 1)")
+    r.add_argument("--max-cv", type=float, default=MAX_CV, metavar="X",
+                   help="refuse to record when a checked step-time or memory metric's std/mean "
+                        f"over the repeats is above X (default {MAX_CV:g}, Megatron's 2%%)")
     r.set_defaults(func=run_record)
+    d = sub.add_parser("diff", help="compare a new golden file with the committed one, per metric",
+                       description="Per metric the signed mean and the largest relative difference "
+                       "of NEW against OLD over their common steps (step time also over the "
+                       "steady window), the metrics and steps only one holds, and what changed in "
+                       "the recorded environment. OLD and NEW are two golden files, or two "
+                       "folders (every */golden_values_*.json either holds).")
+    d.add_argument("old", type=Path, metavar="OLD")
+    d.add_argument("new", type=Path, metavar="NEW")
+    d.add_argument("--max-rel", type=float, default=None, metavar="X",
+                   help="exit 1 when a relative difference is larger than X (e.g. 1e-5)")
+    d.set_defaults(func=run_diff)
+
+
+def _checked(params: GoldenPairParams, platform: str) -> set[str]:
+    """The step-time and memory metrics the verdict checks on ``platform``."""
+    out: set[str] = set()
+    for m in METRICS:
+        if m.kind == TIME and params.step_time is not None and (platform != "cpu"
+                                                                or params.step_time.on_cpu):
+            out.add(m.name)
+        elif m.kind == MEMORY and params.memory is not None:
+            out.add(m.name)
+    return out
+
+
+def _run_repeats(plan: CasePlan, arm: PlannedArm, case_dir: Path, repeats: int
+                 ) -> tuple[list[Path], Optional[str]]:
+    """The arm folders of repeats 2..N (run now through the local launcher unless complete),
+    or the reason one did not finish."""
+    from harness.launch.local import LocalLauncher
+
+    folders = []
+    for k in range(2, repeats + 1):
+        arm_dir = case_dir.parent / REPEATS_DIR / plan.case_id / f"repeat{k}" / arm.name
+        folders.append(arm_dir)
+        if arm_is_complete(arm, arm_dir):
+            print(f"      {plan.case_id}: repeat {k}/{repeats} of arm '{arm.name}' already complete "
+                  f"({arm_dir})")
+            continue
+        arm_dir.mkdir(parents=True, exist_ok=True)
+        print(f"      {plan.case_id}: repeat {k}/{repeats} of arm '{arm.name}' -> {arm_dir}", flush=True)
+        outcome = LocalLauncher().run_arm(plan, arm, arm_dir, case_dir / CASE_FILE)
+        write_outcome(arm_dir, outcome)
+        if not outcome.ok or not arm_is_complete(arm, arm_dir):
+            return folders, f"repeat {k} of arm '{arm.name}' {outcome.describe()} (log: {arm_dir / 'log.txt'})"
+    return folders, None
 
 
 def run_record(args: argparse.Namespace) -> int:
     sweep = _sweep_dir(args.dir)
-    if args.platform is not None and not re.match(NAME_PATTERN, args.platform):
-        raise ConfigError(f"--platform {args.platform!r}: use lower-case letters, digits, '.', '_' "
-                          "or '-' (e.g. h200)")
+    for flag, value in (("--platform", args.platform), ("--environment", args.environment)):
+        if value is not None and not re.match(NAME_PATTERN, value):
+            raise ConfigError(f"{flag} {value!r}: use lower-case letters, digits, '.', '_' or '-' "
+                              "(e.g. h200)")
+    if not 1 <= args.repeats <= MAX_REPEATS:
+        raise ConfigError(f"--repeats {args.repeats}: give 1..{MAX_REPEATS} runs")
+    if not 0 < args.max_cv < 1:
+        raise ConfigError(f"--max-cv {args.max_cv}: give a fraction in (0, 1), e.g. 0.02")
     case_dirs = sorted(p.parent for p in sweep.glob(f"*/{CASE_FILE}"))
     if args.case:
         unknown = sorted(set(args.case) - {d.name for d in case_dirs})
@@ -60,35 +155,112 @@ def run_record(args: argparse.Namespace) -> int:
         case_dirs = [d for d in case_dirs if d.name in args.case]
     if not case_dirs:
         raise ConfigError(f"{sweep} holds no case folders (no */{CASE_FILE})")
-    problems = written = 0
-    for case_dir in case_dirs:
-        plan = load_plan(case_dir)
-        pair = next((p for p in plan.pairs if p.contract == "golden"), None)
-        if pair is None:
-            print(f"skip  {plan.case_id}: declares no compare.golden")
-            continue
-        if pair.skipped is not None:  # e.g. emulated ranks: their losses are not the model's
-            print(f"skip  {plan.title}: its golden pair is not judged here ({pair.skipped})")
-            continue
-        params: GoldenPairParams = pair.params
-        arm = plan.arm(pair.arms[0])
-        arm_dir = case_dir / arm.name
-        if not arm_is_complete(arm, arm_dir):
-            print(f"ERROR {plan.case_id}: arm '{arm.name}' did not finish ok with all "
-                  f"{plan.steps} steps on every rank ({arm_dir}); not recorded")
-            problems += 1
-            continue
-        steps = read_steps(arm_dir)
-        platform = args.platform or params.platform or platform_of(steps)
-        folder = args.into if args.into is not None else Path(params.golden_dir)
-        if args.into is None and not folder.parent.is_dir():
-            print(f"ERROR {plan.case_id}: the golden folder {folder} (where the case file's "
-                  "compare.golden.dir pointed when the sweep ran) is not on this machine; pass "
-                  "--into DIR and copy the file there")
-            problems += 1
-            continue
-        path = write_golden(golden_file(folder, plan.case_id, platform), steps)
-        print(f"wrote {path} (arm {arm.name}, platform {platform}, {plan.steps} steps)")
-        written += 1
+    with sweep_lock(sweep, busy="wait for the sweep to end before recording its golden values"):
+        problems, written = 0, 0
+        for case_dir in case_dirs:
+            ok = _record_case(args, case_dir)
+            if ok is None:
+                continue
+            written += int(ok)
+            problems += int(not ok)
     print(f"{written} golden file(s) written, {problems} case(s) not recorded")
     return 2 if problems else 0
+
+
+def _record_case(args: argparse.Namespace, case_dir: Path) -> Optional[bool]:
+    """Record one case: True written, False not (reported), None no golden pair."""
+    plan = load_plan(case_dir)
+    pair = next((p for p in plan.pairs if p.contract == "golden"), None)
+    if pair is None:
+        print(f"skip  {plan.case_id}: declares no compare.golden")
+        return None
+    if pair.skipped is not None:  # e.g. emulated ranks: their losses are not the model's
+        print(f"skip  {plan.title}: its golden pair is not judged here ({pair.skipped})")
+        return None
+    params: GoldenPairParams = pair.params
+    arm = plan.arm(pair.arms[0])
+    arm_dir = case_dir / arm.name
+    if not arm_is_complete(arm, arm_dir):
+        print(f"ERROR {plan.case_id}: arm '{arm.name}' did not finish ok with all "
+              f"{plan.steps} steps on every rank ({arm_dir}); not recorded")
+        return False
+    folder = args.into if args.into is not None else Path(params.golden_dir)
+    if args.into is None and not folder.parent.is_dir():
+        print(f"ERROR {plan.case_id}: the golden folder {folder} (where the case file's "
+              "compare.golden.dir pointed when the sweep ran) is not on this machine; pass "
+              "--into DIR and copy the file there")
+        return False
+    repeat_dirs, failed = _run_repeats(plan, arm, case_dir, args.repeats)
+    if failed is not None:
+        print(f"ERROR {plan.case_id}: {failed}; not recorded")
+        return False
+    runs = [read_steps(arm_dir)] + [read_steps(d) for d in repeat_dirs]
+    platform = args.platform or params.platform or platform_of(runs[0])
+    try:
+        environment = resolve_environment(args.environment or params.environment, runs[0])
+    except ValueError as exc:
+        print(f"ERROR {plan.case_id}: {exc}; not recorded")
+        return False
+    window = params.step_time.window if params.step_time is not None else None
+    why = refusals(runs, loss_bounds={"lm loss": params.loss, "aux loss": params.aux_loss,
+                                      "grad norm": params.grad_norm},
+                   checked=_checked(params, platform_of(runs[0])), window=window,
+                   max_cv=args.max_cv)
+    if why:
+        for line in why:
+            print(f"REFUSED {plan.case_id}: {line}")
+        print(f"ERROR {plan.case_id}: the {len(runs)} repeats are too unsteady to keep as golden "
+              "values; not recorded")
+        return False
+    try:
+        path = write_golden(golden_file(folder, plan.case_id, platform, environment), runs,
+                            window=window)
+    except GoldenError as exc:
+        print(f"ERROR {plan.case_id}: {exc}; not recorded")
+        return False
+    bounds = _bounds_line(path) if len(runs) > 1 else ""
+    print(f"wrote {path} (arm {arm.name}, platform {platform}"
+          f"{f', environment {environment}' if environment else ''}, {plan.steps} steps, "
+          f"{len(runs)} run(s){bounds})")
+    return True
+
+
+def _bounds_line(path: Path) -> str:
+    golden = read_golden(path)
+    parts = [f"{m} rtol {golden.rtol(m):.3g}" for m in golden.metrics if golden.rtol(m) is not None]
+    return ("; " + ", ".join(parts)) if parts else ""
+
+
+def _pairs(old: Path, new: Path) -> list[tuple[Path, Path]]:
+    """(old file, new file) to compare: the two files, or every golden file of two folders."""
+    if old.is_dir() and new.is_dir():
+        names = sorted({p.relative_to(old) for p in old.glob("*/golden_values_*.json")}
+                       | {p.relative_to(new) for p in new.glob("*/golden_values_*.json")})
+        if not names:
+            raise ConfigError(f"neither {old} nor {new} holds */golden_values_*.json files")
+        return [(old / n, new / n) for n in names]
+    if old.is_dir() or new.is_dir():
+        raise ConfigError(f"give two golden files or two folders, not a file and a folder "
+                          f"({old}, {new})")
+    return [(old, new)]
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    if args.max_rel is not None and not args.max_rel >= 0:
+        raise ConfigError(f"--max-rel {args.max_rel}: give a relative difference >= 0")
+    worst = 0.0
+    for old_path, new_path in _pairs(args.old, args.new):
+        if not old_path.is_file() or not new_path.is_file():
+            print(f"golden diff: {old_path if not old_path.is_file() else new_path} is missing "
+                  f"({'added' if not old_path.is_file() else 'removed'} in NEW)\n")
+            continue
+        try:
+            diff = diff_golden(read_golden(old_path), read_golden(new_path))
+        except GoldenError as exc:
+            raise ConfigError(str(exc)) from None
+        print(render_diff(diff))
+        worst = max(worst, diff.largest())
+    if args.max_rel is not None and worst > args.max_rel:
+        print(f"golden diff: largest relative difference {worst:.3g} > --max-rel {args.max_rel:g}")
+        return 1
+    return 0

@@ -19,8 +19,10 @@ Modules, one job each (this package is a leaf: no torch, no launch, no workload)
 * ``registry``: contract name -> settings model and check function (``contract`` registers one,
   ``CONTRACTS``, ``PAIR_PARAMS``), ``ContractSkipped``;
 * ``contracts/``: one module per contract (``repeat``, ``graph_vs_eager``, ``dcp_vs_fixed_cp``,
-  ``graph_pools``, ``reference``, ``golden``), each registering itself; a new contract is one
-  new module there;
+  ``graph_pools``, ``reference``, ``golden``, ``resume``, ``slot_ring``, ``slot_ring_plan``),
+  each registering itself; a new contract is one new module there;
+* ``golden_perf``: the golden contract's two-sided step-time and memory checks;
+* ``ring``: the slot ring's fill rule (``compare.slot_ring``);
 * ``evaluate``: ``evaluate_pair``, ``evaluate_case``, ``pair_status``.
 
 Every name other code uses is importable from ``harness.compare`` itself.
@@ -32,6 +34,9 @@ from . import contracts
 from .arm_checks import COMPLETENESS, LOSS_SANITY_CHECKS, RankSet, arm_checks, sanity_checks
 from .contracts.golden import GoldenMissing, GoldenPairParams
 from .contracts.reference import ReferencePairParams, StaticBins, regroup_step
+from .contracts.resume import ResumePairParams
+from .contracts.slot_ring import SlotRingPairParams
+from .contracts.slot_ring_plan import SlotRingPlanParams
 from .evaluate import ArmData, ExpectedRanks, evaluate_case, evaluate_pair, pair_status
 from .packing import PackingRule, PackingRules, describe_packing, packing_check, packing_rule
 from .pair import Pair
@@ -47,6 +52,7 @@ from .series import (
 )
 from .verdicts import (
     ARM_CHECKS_PAIR,
+    SWEEP_MARK,
     PAIR_STATUSES,
     CaseVerdict,
     Check,
@@ -60,7 +66,8 @@ __all__ = [
     "ARM_CHECKS_CONTRACT", "ARM_CHECKS_PAIR", "ArmData", "COMPLETENESS", "CONTRACTS", "CaseVerdict",
     "Check", "ContractFn", "ContractSkipped", "ExpectedRanks", "GoldenMissing", "GoldenPairParams",
     "LOSS_SANITY_CHECKS", "MIB", "PAIR_PARAMS", "PAIR_STATUSES", "PackingRule", "PackingRules",
-    "Pair", "PairVerdict", "RankSet", "Record", "ReferencePairParams", "StaticBins", "Steps",
+    "Pair", "PairVerdict", "RankSet", "Record", "ReferencePairParams", "ResumePairParams",
+    "SWEEP_MARK", "SlotRingPairParams", "SlotRingPlanParams", "StaticBins", "Steps",
     "arm_checks", "combine_status", "compare_series", "contract", "contracts", "describe_packing",
     "evaluate_case", "evaluate_pair", "field_of", "first_rank_records", "packing_check",
     "packing_rule", "pair_status", "read_verdict", "regroup_step", "sanity_checks", "step_series",

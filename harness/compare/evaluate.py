@@ -7,6 +7,7 @@ statuses combine are in ``verdicts``' docstring.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping, Optional, Sequence, Union
 
 from harness.results import ArmOutcome
@@ -17,7 +18,7 @@ from .packing import PackingRules, packing_check
 from .pair import Pair
 from .registry import ARM_CHECKS_CONTRACT, CONTRACTS, PAIR_PARAMS, ContractSkipped
 from .series import Steps
-from .verdicts import ARM_CHECKS_PAIR, CaseVerdict, Check, PairVerdict, combine_status
+from .verdicts import ARM_CHECKS_PAIR, SWEEP_MARK, CaseVerdict, Check, PairVerdict, combine_status
 
 ArmData = Mapping[str, tuple[Optional[ArmOutcome], Steps]]  # arm -> (outcome, rank -> records)
 
@@ -45,6 +46,13 @@ def _status(checks: Sequence[Check], errors: Sequence[str]) -> str:
 
 
 pair_status = _status  # the rule, public: the report re-derives stored statuses with it
+
+
+def _name_sweep(check: Check, sweep_dir: Optional[str]) -> Check:
+    """``check`` with the sweep folder put where its detail names it (``SWEEP_MARK``)."""
+    if sweep_dir is None or SWEEP_MARK not in check.detail:
+        return check
+    return replace(check, detail=check.detail.replace(SWEEP_MARK, sweep_dir))
 
 
 # One count (ranks 0..n-1) or the ranks themselves, for every arm, or arm -> either.
@@ -117,7 +125,8 @@ def evaluate_pair(
             errors.append(f"pair '{pair.name}' has no typed {pair.contract} settings")
         elif all(arm in arm_data for arm in pair.arms):
             try:
-                checks.extend(fn(pair, {a: arm_data[a][1] for a in pair.arms}))
+                checks.extend(_name_sweep(c, sweep_dir)
+                              for c in fn(pair, {a: arm_data[a][1] for a in pair.arms}))
             except ContractSkipped as skip:
                 if skip.required:
                     errors.append(skip.reason(sweep_dir))

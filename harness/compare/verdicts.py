@@ -29,11 +29,17 @@ PAIR_STATUSES = ("pass", "fail", "error", "skipped")
 ARM_CHECKS_PAIR = "checks"  # verdict entry holding arm checks of arms in no pair
 
 
+# A check's detail may name the sweep folder as this mark (a command to run on it);
+# ``evaluate`` fills in the sweep's path where it knows it.
+SWEEP_MARK = "<sweep>"
+
+
 @dataclass(frozen=True)
 class Check:
-    """One check: passed when ``value <= bound``. ``applicable=False`` marks a check that does
-    not apply to this run (e.g. memory deltas on CPU): it is recorded, counted as passed, and
-    never fails a verdict."""
+    """One check: passed when ``value <= bound`` (and, for a two-sided check, ``lower <= value``:
+    e.g. a step time much faster than its golden value, which asks for a refresh).
+    ``applicable=False`` marks a check that does not apply to this run (e.g. memory deltas on
+    CPU): it is recorded, counted as passed, and never fails a verdict."""
 
     name: str
     value: Optional[float]
@@ -41,9 +47,10 @@ class Check:
     passed: bool
     detail: str = ""
     applicable: bool = True
+    lower: Optional[float] = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.name,
             "value": self.value,
             "bound": self.bound,
@@ -51,6 +58,9 @@ class Check:
             "applicable": self.applicable,
             "detail": self.detail,
         }
+        if self.lower is not None:
+            out["lower"] = self.lower
+        return out
 
     @classmethod
     def not_applicable(cls, name: str, why: str, bound: Optional[float] = None) -> "Check":
@@ -66,6 +76,7 @@ class Check:
             passed=bool(data["passed"]),
             detail=str(data.get("detail", "")),
             applicable=bool(data.get("applicable", True)),
+            lower=decode_float(data.get("lower")),
         )
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import math
 import os
 import shlex
@@ -40,8 +41,8 @@ from harness.launch.emulated import run_emulated_arm, visible_gpus
 from harness.launch.failures import classify_exit, tail_text
 from harness.launch.placement import runs_on_cuda, skip_reason
 from harness.launch.ports import is_addr_in_use, pick_free_port
-from harness.launch.rank_main import (LAUNCHER_PID_ENV, read_plan_beside, remove_empty_stacks,
-                                      stacks_path)
+from harness.launch.rank_main import (LAUNCHER_PID_ENV, arm_legs, read_plan_beside,
+                                      remove_empty_stacks, stacks_path)
 from harness.results import LOG_FILE, ArmOutcome, read_steps, write_outcome
 
 TAIL_LINES = 60
@@ -377,15 +378,38 @@ class LocalLauncher:
         assert runs_on_cuda(plan, gpus) == (not extra)  # one rule for every arm of the case
         with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
             log.write(f"[launcher] case {plan.case_id} arm {arm.name}: {where}\n")
-        cmd = RankCommand(
-            argv=(self.python, "-u", "-m", "harness.launch.rank_main", "--case", str(case_json),
-                  "--arm", arm.name, "--out", str(arm_dir)),
-            world_size=world, arm_dir=arm_dir, timeout_s=self.timeout_s(plan),
-            env=extra,
-            repro=repro,
-        )
-        return run_ranks(cmd, stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s,
-                         port_retries=self.port_retries)
+        argv = (self.python, "-u", "-m", "harness.launch.rank_main", "--case", str(case_json),
+                "--arm", arm.name, "--out", str(arm_dir))
+        outcomes: list[ArmOutcome] = []
+        for stop in arm_legs(arm):  # an interrupted arm: stop after step K, then resume
+            if stop is not None:
+                with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
+                    log.write(f"[launcher] case {plan.case_id} arm {arm.name}: stopping its ranks "
+                              f"after step {stop} (compare.resume), then starting them again from "
+                              "that checkpoint\n")
+            left = self.timeout_s(plan) - sum(o.wall_s for o in outcomes)
+            cmd = RankCommand(argv=argv + (("--stop-after", str(stop)) if stop is not None else ()),
+                              world_size=world, arm_dir=arm_dir, timeout_s=max(left, 1.0),
+                              env=extra, repro=repro)
+            outcomes.append(run_ranks(cmd, stack_wait_s=self.stack_wait_s,
+                                      kill_grace_s=self.kill_grace_s, port_retries=self.port_retries))
+            if not outcomes[-1].ok:
+                break
+        return _joined(outcomes, arm_legs(arm))
+
+
+def _joined(outcomes: Sequence[ArmOutcome], legs: Sequence[Optional[int]]) -> ArmOutcome:
+    """One outcome of an arm run in legs: the last leg's, with the legs' wall time and restarts
+    summed; an interrupted arm's detail says where it was stopped (and which leg failed)."""
+    last = outcomes[-1]
+    if len(legs) == 1:
+        return last
+    stop = legs[0]
+    where = (f"stopped by the harness after step {stop} and resumed from its checkpoint"
+             if len(outcomes) == len(legs) else f"its first leg (to step {stop}) did not finish")
+    detail = f"{where}; {last.detail}" if last.detail else where
+    return dataclasses.replace(last, wall_s=round(sum(o.wall_s for o in outcomes), 3),
+                               restarts=sum(o.restarts for o in outcomes), detail=detail)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

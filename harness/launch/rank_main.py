@@ -38,7 +38,7 @@ from typing import IO, TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
     from harness.caseplan import CasePlan, PlannedArm
-    from harness.results import StepRecord, StepWriter
+    from harness.results import RunEnvironment, StepRecord, StepWriter
     from harness.spec.schema import Case
 
 # Set by the local launcher: its pid. A rank whose launcher is gone stops itself (no orphans).
@@ -179,13 +179,19 @@ def device_platform(device: object) -> str:
 
 
 def _step_callback(writer: StepWriter, rank: int, arm_name: str, steps: int,
-                   platform: Optional[str] = None) -> Callable[["StepRecord"], None]:
+                   platform: Optional[str] = None, environment: Optional[RunEnvironment] = None
+                   ) -> Callable[["StepRecord"], None]:
+    pending = [environment]  # the environment goes on the first record this process writes
+
     def on_step(record: StepRecord) -> None:
         if platform is not None and record.platform is None:
             record = dataclasses.replace(record, platform=platform)
+        if pending[0] is not None and record.environment is None:
+            record = dataclasses.replace(record, environment=pending[0])
         # A step re-run after resuming from an older checkpoint is already recorded: the store
         # keeps the first record and append() returns False.
         if writer.append(record):
+            pending[0] = None
             print(step_line(arm_name, rank, steps, record), flush=True)
             if record.graph_stats is not None:
                 print(f"[{arm_name} r{rank}] {record.graph_stats.summary}", flush=True)
@@ -252,16 +258,25 @@ def _open_writer(arm_dir: Path, rank: int, resume: bool) -> tuple[StepWriter, in
 
 
 def run_rank(arm: PlannedArm, arm_dir: Path, resume: bool = True,
-             emulate_rank: Optional[int] = None) -> None:
+             emulate_rank: Optional[int] = None, stop_after: Optional[int] = None) -> None:
     """Train the planned arm ``arm`` (``harness.caseplan.PlannedArm``) as this process's rank,
-    writing ``arm_dir``; every record names the device's platform (golden files are per platform).
+    writing ``arm_dir``; every record names the device's platform (golden files are per platform)
+    and the first one this process writes its environment (``harness.environment``).
     ``emulate_rank``: run that rank of an emulated arm alone (:func:`run_emulated_rank`).
 
     ``resume=False`` refuses an arm folder that already holds steps or a checkpoint of this rank.
+    ``stop_after=K`` trains up to step K, checkpoints it and returns (the first leg of an
+    interrupted arm, ``Execution.interrupt_after``; the launcher starts the second).
     """
     if emulate_rank is not None or arm.emulated:
+        if stop_after is not None:
+            from harness.errors import ConfigError
+
+            raise ConfigError(f"arm '{arm.name}' is emulated: an emulated rank is not stopped "
+                              "and resumed (compare.resume does not apply to emulated ranks)")
         run_emulated_rank(arm, arm_dir, emulate_rank, resume)
         return
+    from harness.environment import current_environment
     from harness.workload import init_distributed, train_arm
 
     run_case = arm.case  # the derived case this arm trains (its own layout and execution)
@@ -284,9 +299,11 @@ def run_rank(arm: PlannedArm, arm_dir: Path, resume: bool = True,
         )
         started = time.monotonic()
         train_arm(run_case, ctx,
-                  _step_callback(writer, rank, arm.name, steps, device_platform(ctx.device)),
-                  checkpoint_dir=checkpoint_dir)
-        print(f"[{arm.name} r{rank}] done: {writer.completed_steps()}/{steps} steps recorded in "
+                  _step_callback(writer, rank, arm.name, steps, device_platform(ctx.device),
+                                 current_environment(ctx.torch_device)),
+                  checkpoint_dir=checkpoint_dir, stop_after=stop_after)
+        what = f"stopped after step {stop_after} as planned" if stop_after is not None else "done"
+        print(f"[{arm.name} r{rank}] {what}: {writer.completed_steps()}/{steps} steps recorded in "
               f"{time.monotonic() - started:.1f}s", flush=True)
         _destroy_process_group()
     finally:
@@ -315,6 +332,7 @@ def run_emulated_rank(arm: PlannedArm, arm_dir: Path, rank: Optional[int],
     last completed step (from the arm's checkpoints when ``train.checkpoint_every`` saves)."""
     import torch
 
+    from harness.environment import current_environment
     from harness.sites import SiteTable, write_sites
     from harness.spec.places import rank_place
     from harness.workload.emulate import WeightCache, emulate_rank
@@ -336,7 +354,8 @@ def run_emulated_rank(arm: PlannedArm, arm_dir: Path, rank: Optional[int],
               f"{done}/{steps} steps already recorded", flush=True)
         started = time.monotonic()
         result = emulate_rank(
-            run_case, rank, _step_callback(writer, rank, arm.name, steps, device_platform(device)),
+            run_case, rank, _step_callback(writer, rank, arm.name, steps, device_platform(device),
+                                           current_environment(device)),
             device=device, weights=WeightCache(threads=min(16, os.cpu_count() or 1)),
             sites=device != "cpu", checkpoint_dir=arm_dir / CHECKPOINT_DIR)
         probe = run_case.train.memory_probe_step or steps
@@ -348,6 +367,14 @@ def run_emulated_rank(arm: PlannedArm, arm_dir: Path, rank: Optional[int],
         faulthandler.unregister(signal.SIGUSR1)
         stack_file.close()
         remove_empty_stacks(arm_dir, (rank,))
+
+
+def arm_legs(arm: PlannedArm) -> tuple[Optional[int], ...]:
+    """How the launchers run a planned arm: one leg (``(None,)``), or, for an arm the harness
+    interrupts (``Execution.interrupt_after = K``: the ``-resumed`` arms of ``compare.resume``),
+    a leg that stops after step K (its processes exit) and one that resumes from K's checkpoint."""
+    k = arm.case.execution.interrupt_after
+    return (None,) if k is None else (k, None)
 
 
 def read_plan_beside(case_json: Path) -> CasePlan:
@@ -383,6 +410,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--emulate-rank", dest="emulate_rank", type=int, default=None, metavar="R",
                    help="an emulated arm: run its rank R alone (no rendezvous; loopback "
                         "communication)")
+    p.add_argument("--stop-after", type=int, default=None, metavar="STEP",
+                   help="train up to STEP, checkpoint it and exit (the first leg of an arm the "
+                        "launcher interrupts and resumes: compare.resume)")
     return p
 
 
@@ -398,7 +428,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     faulthandler.enable(file=sys.stderr, all_threads=True)  # segfaults/aborts print stacks too
-    run_rank(arm, args.out, resume=args.resume, emulate_rank=args.emulate_rank)
+    run_rank(arm, args.out, resume=args.resume, emulate_rank=args.emulate_rank,
+             stop_after=args.stop_after)
     return 0
 
 

@@ -289,7 +289,6 @@ def run_case_arms(plan: CasePlan, case_dir: Path, ident: TaskIdentity, retry_rou
                                     "time": time.time()})
         arm_ident = TaskIdentity(ident.job_id, ident.rank, ident.local_rank, world,
                                  ident.master_addr, restarts)
-        os.environ.update(distributed_env(arm_ident, arm_port(ident.job_id, arm.name, restarts)))
         repro = repro_line(case_dir, arm.name)
         started = time.monotonic()
         out, err = sys.stdout, sys.stderr
@@ -298,7 +297,12 @@ def run_case_arms(plan: CasePlan, case_dir: Path, ident: TaskIdentity, retry_rou
         sys.stdout, sys.stderr = tee_out, tee_err
         try:
             with _ArmWatchdog(60.0 * time_min, arm_dir, ident, started, repro):
-                rank_main.run_rank(arm, arm_dir, resume=True)
+                # An interrupted arm (compare.resume) runs in two legs: the first stops after its
+                # step and tears its process group down, the second resumes from the checkpoint.
+                for leg, stop in enumerate(rank_main.arm_legs(arm)):
+                    name = arm.name if leg == 0 else f"{arm.name}/leg{leg}"
+                    os.environ.update(distributed_env(arm_ident, arm_port(ident.job_id, name, restarts)))
+                    rank_main.run_rank(arm, arm_dir, resume=True, stop_after=stop)
         except Exception as exc:
             tb = traceback.format_exc()
             print(tb, file=sys.stderr, flush=True)

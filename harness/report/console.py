@@ -34,7 +34,7 @@ _REQUIRED: tuple[tuple[str, Cell], ...] = (
     ("case", lambda c, p: c.title),  # with "(emulated rank r of N, ...)" for emulated ranks
     ("pair", lambda c, p: p.pair),
     ("checks", lambda c, p: checks_cell(p)),
-    ("verdict", lambda c, p: p.status.upper()),
+    ("verdict", lambda c, p: c.entry_label(p.status)),
 )
 _FIGURES: tuple[tuple[str, Cell], ...] = (
     ("final loss", final_loss_cell),
@@ -42,6 +42,11 @@ _FIGURES: tuple[tuple[str, Cell], ...] = (
     ("step s", lambda c, p: step_time_cell(c, p, unit=False)),
     ("peak GiB", lambda c, p: peak_mem_cell(c, p, unit=False)),
 )
+
+
+def _style(case: CaseView, p: Any) -> str:
+    """A parked case's entries are not counted by the gate: shown in magenta, not red."""
+    return "magenta" if case.parked is not None and case.parked.counted is None else _STYLE[p.status]
 
 
 def make_console(file: Optional[TextIO] = None) -> Console:
@@ -70,7 +75,8 @@ def console_table(sweep: Any, console: Optional[Console] = None) -> Table:
     width = console.width if console is not None else LOG_WIDTH
     counts = view.counts()
     title = (f"sweep {view.name}: {counts['cases']} case(s); {counts['pass']} pass, "
-             f"{counts['fail']} fail, {counts['error']} error, {counts['skipped']} skipped")
+             f"{counts['fail']} fail, {counts['error']} error, {counts['skipped']} skipped"
+             + (f", {counts['parked']} parked" if counts["parked"] else ""))
     rows = list(view.rows)
     show_why = any(p.status != "pass" for _, p in rows)
 
@@ -97,7 +103,7 @@ def console_table(sweep: Any, console: Optional[Console] = None) -> Table:
             table.add_column("why", overflow="fold", ratio=1)
         for case, p in rows:
             cells = [cell(case, p) for _, cell in columns]
-            cells[3] = f"[{_STYLE[p.status]}]{cells[3]}[/]"
+            cells[3] = f"[{_style(case, p)}]{cells[3]}[/]"
             table.add_row(*cells, *([_why(p)] if show_why else []))
     if console is not None:
         console.print(table)
@@ -110,7 +116,7 @@ def _entry_list(title: str, rows: list) -> Table:
     table.add_column("entry", overflow="fold")
     for case, p in rows:
         why = _why(p)
-        table.add_row(f"[{_STYLE[p.status]}]{p.status.upper()}[/] {case.title} / {p.pair} "
+        table.add_row(f"[{_style(case, p)}]{case.entry_label(p.status)}[/] {case.title} / {p.pair} "
                       f"({checks_cell(p)})" + (f": {why}" if why else ""))
     return table
 

@@ -39,19 +39,11 @@ def gate_result(sweep: SweepView) -> GateResult:
         return GateResult(EXIT_ERROR, f"gate: {where} holds no case folders (case.json or "
                                       "verdict.json); nothing was run, so nothing can pass")
     code = exit_code(sweep)
-    c = sweep.counts()
-    head = (f"gate: {sweep.status.upper()} (exit {code}): {c['cases']} case(s), {c['entries']} "
-            f"verdict entries: {c['pass']} pass, {c['fail']} fail, {c['error']} error, "
-            f"{c['skipped']} skipped")
-    if sweep.status == "skipped":
-        head += "; nothing ran here, so nothing passed (run it where the cases can run)"
-    emulated = [c.title for c in sweep.cases if c.emulated]
-    if emulated:
-        head += (f"; {len(emulated)} case(s) of emulated ranks (each rank alone on one device, "
-                 f"loopback communication; not a multi-GPU run): {'; '.join(emulated)}")
-    lines = [head]
+    lines = [headline(sweep, code)]
     skipped: dict[tuple[str, str], list[str]] = {}  # (case, reason) -> its skipped entries
     for case, p in sweep.rows:  # a case of emulated ranks is named with them (case.title)
+        if case.parked is not None:
+            continue  # one line per parked case, below
         if p.status == "fail":
             names = ", ".join(x.name for x in p.failed_checks) or "(no check named)"
             lines.append(f"  FAIL  {case.title} / {p.pair}: {names}")
@@ -61,7 +53,27 @@ def gate_result(sweep: SweepView) -> GateResult:
             skipped.setdefault((case.title, p.error or "skipped"), []).append(p.pair)
     # One line per case and reason (a case skipped here has every entry skipped for one reason).
     lines += [f"  SKIP  {cid} / {', '.join(pairs)}: {why}" for (cid, why), pairs in skipped.items()]
+    lines += [c.parked.line(c.title) for c in sweep.parked if c.parked is not None]
+    lines += list(sweep.warnings())
     return GateResult(code, "\n".join(lines))
+
+
+def headline(sweep: SweepView, code: int) -> str:
+    """``gate: PASS (exit 0): N case(s), M verdict entries: ... pass, ... fail, ...``."""
+    c = sweep.counts()
+    head = (f"gate: {sweep.status.upper()} (exit {code}): {c['cases']} case(s), {c['entries']} "
+            f"verdict entries: {c['pass']} pass, {c['fail']} fail, {c['error']} error, "
+            f"{c['skipped']} skipped")
+    if c["parked"]:
+        head += (f", {c['parked']} parked (not counted"
+                 + (f"; {c['xpass']} case(s) XPASS" if c["xpass"] else "") + ")")
+    if sweep.status == "skipped":
+        head += "; nothing ran here, so nothing passed (run it where the cases can run)"
+    emulated = [c.title for c in sweep.cases if c.emulated]
+    if emulated:
+        head += (f"; {len(emulated)} case(s) of emulated ranks (each rank alone on one device, "
+                 f"loopback communication; not a multi-GPU run): {'; '.join(emulated)}")
+    return head
 
 
 def gate(sweep_dir: PathLike, out: Optional[TextIO] = None, rules: Optional[RulesFn] = None) -> int:

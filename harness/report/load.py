@@ -6,6 +6,7 @@ import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
@@ -35,6 +36,7 @@ from harness.caseplan import PLAN_FILE, CasePlan, plan_from_files
 from harness.sites import SiteTable, read_sites
 from harness.spec.places import emulated_note, emulated_title, short_label
 
+from .parked import Parked, parked_of
 from .verify import ArmFiles, RulesFn, Steps, judge_case, stored_rules
 
 
@@ -90,10 +92,21 @@ class CaseView:
     emulated_ranks: tuple[int, ...] = ()
     world: int = 0
     labels: tuple[str, ...] = ()
+    parked: Optional[Parked] = None  # a parked case (expect:): shown, not counted by the gate
 
     @property
     def tags(self) -> tuple[str, ...]:
         return tuple((self.case or {}).get("tags", ()) or ())
+
+    @property
+    def gate_status(self) -> Optional[str]:
+        """The status the gate counts for this case (None: a parked case it does not count)."""
+        return self.verdict.status if self.parked is None else self.parked.counted
+
+    def entry_label(self, status: str) -> str:
+        """How an entry's status is shown: ``FAIL``, or for a parked case ``XFAIL``, ``XPASS``,
+        ``FAIL (broken)``."""
+        return status.upper() if self.parked is None else self.parked.label(status)
 
     @property
     def emulated(self) -> bool:
@@ -128,15 +141,30 @@ class SweepView:
 
     @property
     def status(self) -> str:
+        """What the gate judges: every case's status, parked cases left out (a strict XPASS is a
+        fail); a sweep of parked cases only passes."""
         if not self.cases:
             return "error"
-        return combine_status([c.verdict.status for c in self.cases])
+        return combine_status([s for s in (c.gate_status for c in self.cases) if s is not None])
+
+    @property
+    def parked(self) -> tuple[CaseView, ...]:
+        return tuple(c for c in self.cases if c.parked is not None)
 
     def counts(self) -> dict[str, int]:
-        statuses = [p.status for _, p in self.rows]
-        return {"cases": len(self.cases), "entries": len(statuses),
+        """Entries by status; a parked case's entries count as ``parked`` (``xpass`` too for an
+        XPASS case), not under their status."""
+        statuses = [p.status for c, p in self.rows if c.parked is None]
+        parked = [(c, p) for c, p in self.rows if c.parked is not None]
+        return {"cases": len(self.cases), "entries": len(self.rows),
                 "pass": statuses.count("pass"), "fail": statuses.count("fail"),
-                "error": statuses.count("error"), "skipped": statuses.count("skipped")}
+                "error": statuses.count("error"), "skipped": statuses.count("skipped"),
+                "parked": len(parked),
+                "xpass": sum(1 for c in self.parked if c.parked and c.parked.outcome == "XPASS")}
+
+    def warnings(self) -> tuple[str, ...]:
+        """One line per parked case whose ``expect.until`` has passed."""
+        return tuple(w for c in self.parked if c.parked and (w := c.parked.warning(c.case_id)))
 
 
 # --------------------------------------------------------------------------- figures
@@ -231,7 +259,7 @@ def emulated_of(case: Optional[Mapping[str, Any]], plan: Optional[CasePlan]
     return ranks, world, tuple(short_label(r, world) for r in ranks)
 
 
-def load_case(path: Path, rules: RulesFn = stored_rules) -> CaseView:
+def load_case(path: Path, rules: RulesFn = stored_rules, today: Optional[date] = None) -> CaseView:
     case: Optional[Mapping[str, Any]] = None
     plan: Optional[CasePlan] = None
     problems: list[str] = []
@@ -260,20 +288,24 @@ def load_case(path: Path, rules: RulesFn = stored_rules) -> CaseView:
     files = {name: ArmFiles(a.outcome, a.steps, a.problem) for name, a in arms.items()}
     verdict = judge_case(case_id, case, stored, files, rules, problems, plan=plan,
                          sweep_dir=str(path.resolve().parent))
+    parked = parked_of(case, verdict.status, today or date.today())
     return CaseView(case_id, path, case, verdict, stored is not None, arms, stored, plan,
-                    *emulated_of(case, plan))
+                    *emulated_of(case, plan), parked=parked)
 
 
 def is_case_dir(path: Path) -> bool:
     return path.is_dir() and ((path / CASE_FILE).is_file() or (path / VERDICT_FILE).is_file())
 
 
-def load_sweep(sweep_dir: PathLike, rules: Optional[RulesFn] = None) -> SweepView:
+def load_sweep(sweep_dir: PathLike, rules: Optional[RulesFn] = None,
+               today: Optional[date] = None) -> SweepView:
     """Every case folder (one holding case.json or verdict.json) of a sweep, sorted by name,
-    each judged from its records (``rules``: the cases' arms and pairs, see ``verify.py``)."""
+    each judged from its records (``rules``: the cases' arms and pairs, see ``verify.py``);
+    ``today`` (default: the date now) is what parked cases' ``expect.until`` is compared with."""
     root = Path(sweep_dir)
     if not root.is_dir():
         return SweepView(root, False, ())
     how = rules or stored_rules
-    cases = tuple(load_case(child, how) for child in sorted(root.iterdir()) if is_case_dir(child))
+    cases = tuple(load_case(child, how, today) for child in sorted(root.iterdir())
+                  if is_case_dir(child))
     return SweepView(root, True, cases)

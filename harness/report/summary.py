@@ -7,6 +7,7 @@ from .load import SweepView
 from .text import (
     check_line,
     checks_cell,
+    failed_names,
     final_loss_cell,
     loss_delta_cell,
     peak_mem_cell,
@@ -20,7 +21,8 @@ def _md(text: str) -> str:
 
 
 # Contracts whose check details are worth a section of their own (memory, pools, graph parity).
-FIGURE_CONTRACTS = ("graph_vs_eager", "dcp_vs_fixed_cp", "graph_pools")
+FIGURE_CONTRACTS = ("graph_vs_eager", "dcp_vs_fixed_cp", "graph_pools", "slot_ring",
+                    "slot_ring_plan")
 GROUPING_CHECK = "microbatches"  # the reference contract's grouping check (its own section)
 
 
@@ -31,13 +33,19 @@ def _line(text: str) -> str:
 def render_summary(sweep: SweepView, exit_code: int) -> str:
     counts = sweep.counts()
     out = [f"# dcp-harness sweep `{sweep.name}`", ""]
+    parked = (f", {counts['parked']} parked (not counted by the gate"
+              + (f"; {counts['xpass']} case(s) XPASS" if counts["xpass"] else "") + ")"
+              if counts["parked"] else "")
     out.append(
         f"**{sweep.status.upper()}** (gate exit {exit_code}): {counts['cases']} case(s), "
         f"{counts['entries']} verdict entr{'y' if counts['entries'] == 1 else 'ies'}: "
         f"{counts['pass']} pass, {counts['fail']} fail, {counts['error']} error, "
-        f"{counts['skipped']} skipped."
+        f"{counts['skipped']} skipped{parked}."
     )
     out.append("")
+    out += [f"> **warning**: {w.strip()[len('WARN  '):]}" for w in sweep.warnings()]
+    if sweep.warnings():
+        out.append("")
     if not sweep.cases:
         out.append("No case folders found (a case folder holds case.json or verdict.json).")
         return "\n".join(out) + "\n"
@@ -50,7 +58,7 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
     for case, p in sweep.rows:
         pair = f"{p.pair} ({' vs '.join(p.arms)})" if p.arms else p.pair
         out.append("| " + " | ".join(_md(x) for x in (
-            case.title, pair, checks_cell(p), p.status.upper(), final_loss_cell(case, p),
+            case.title, pair, checks_cell(p), case.entry_label(p.status), final_loss_cell(case, p),
             loss_delta_cell(case, p), peak_mem_cell(case, p), step_time_cell(case, p),
         )) + " |")
     out += emulated_sections(sweep)
@@ -81,8 +89,8 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
         out.append("")
         out += [f"- {case.case_id} / {p.pair}: {_line(check_line(c))}" for case, p, c in groupings]
         out.append("")
-    failures = [(c, p) for c, p in sweep.rows if p.status == "fail"]
-    errors = [(c, p) for c, p in sweep.rows if p.status == "error"]
+    failures = [(c, p) for c, p in sweep.rows if p.status == "fail" and c.parked is None]
+    errors = [(c, p) for c, p in sweep.rows if p.status == "error" and c.parked is None]
     if failures:
         out += ["## Failures", ""] if out[-1] == "" else ["", "## Failures", ""]
         for case, p in failures:
@@ -100,6 +108,18 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
                 arm = case.arms.get(name)
                 if arm and arm.outcome and arm.outcome.repro:
                     out.append(case.mark(f"- repro {name}: `{arm.outcome.repro}`"))
+            out.append("")
+    if sweep.parked:
+        out += ["## Parked (not counted by the gate)", ""] if out[-1] == "" else [
+            "", "## Parked (not counted by the gate)", ""]
+        for case in sweep.parked:
+            assert case.parked is not None
+            out.append(f"### {case.case_id}: {case.parked.outcome}")
+            out.append(f"- {_line(case.parked.line(case.case_id).strip())}")
+            for p in case.verdict.pairs:
+                if p.status in ("fail", "error"):
+                    what = ", ".join(failed_names(p)) if p.status == "fail" else (p.error or "")
+                    out.append(f"- {p.pair}: {p.status.upper()}: {_line(what)}")
             out.append("")
     skipped = [(c, p) for c, p in sweep.rows if p.status == "skipped"]
     if skipped:

@@ -79,10 +79,12 @@ def loss_delta_cell(case: CaseView, p: PairVerdict) -> str:
 def check_line(c: Check) -> str:
     value = fmt_num(c.value, 4)
     bound = fmt_num(c.bound, 4)
+    if c.lower is not None:
+        bound = f"{fmt_num(c.lower, 4)}..{bound}"
     state = "passed" if c.passed else "FAILED"
     if not c.applicable:
         state = "n/a"
-    return f"{c.name}: {state} (value {value}, bound {bound}): {c.detail}"
+    return f"{c.name}: {state} (value {value}, bound{'s' if c.lower is not None else ''} {bound}): {c.detail}"
 
 
 def failed_names(p: PairVerdict) -> list[str]:

@@ -123,9 +123,11 @@ def _check_difference(stored: Check, derived: Check) -> Optional[str]:
         said = "passed" if stored.passed else "failed"
         shows = "passes" if derived.passed else "fails"
         return f"check {stored.name} says {said}, the records say it {shows} ({derived.detail})"
-    if not _same_number(stored.value, derived.value) or not _same_number(stored.bound, derived.bound):
-        return (f"check {stored.name} says value {stored.value!r} (bound {stored.bound!r}), the "
-                f"records give {derived.value!r} (bound {derived.bound!r})")
+    if (not _same_number(stored.value, derived.value) or not _same_number(stored.bound, derived.bound)
+            or not _same_number(stored.lower, derived.lower)):
+        return (f"check {stored.name} says value {stored.value!r} (bound {stored.bound!r}, lower "
+                f"{stored.lower!r}), the records give {derived.value!r} (bound {derived.bound!r}, "
+                f"lower {derived.lower!r})")
     return None
 
 

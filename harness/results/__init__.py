@@ -54,6 +54,7 @@ from .records import (
     MemoryProbe,
     PackedGroup,
     PackedMicrobatch,
+    RunEnvironment,
     StepRecord,
     field_of,
 )
@@ -62,7 +63,7 @@ from .steps import StepWriter, parse_step_line, read_rank_file, read_steps
 __all__ = [
     "ARM_STATUSES", "ArmOutcome", "CASE_FILE", "FrameReplays", "GraphStats", "INDEX_FILE",
     "JUNIT_FILE", "LOG_FILE", "MemoryProbe", "OUTCOME_FILE", "PackedGroup", "PackedMicrobatch",
-    "PathLike", "ResultsError",
+    "PathLike", "ResultsError", "RunEnvironment",
     "SUMMARY_FILE", "StepRecord", "StepWriter", "VERDICT_FILE", "arm_dir", "case_dir",
     "current_umask", "decode_float", "decode_nonfinite", "dumps", "encode_nonfinite", "field_of",
     "file_mode", "list_arm_dirs", "parse_step_line", "rank_file", "rank_files", "read_json",

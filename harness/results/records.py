@@ -83,6 +83,42 @@ class FrameReplays:
     replays: Int
 
 
+def _pairs(value: Any) -> Any:
+    """A mapping of settings (as written to JSON) reads as sorted (name, value) pairs."""
+    return tuple(sorted(value.items())) if isinstance(value, Mapping) else value
+
+
+@dataclass(frozen=True)
+class RunEnvironment:
+    """What a rank process ran with that changes numerics, speed or memory: the torch, CUDA and
+    NCCL versions, the device, and the allocator / NCCL / determinism settings of its
+    environment that were set (``harness.environment.SETTINGS``; unset ones are left out).
+    Recorded on the first step record each rank process writes (again after a resume)."""
+
+    __pydantic_config__ = _FORBID
+
+    torch: Str
+    cuda: Optional[Str] = None  # torch.version.cuda of a CUDA build, None on a CPU build
+    nccl: Optional[Str] = None  # the NCCL torch was built with, where it has one
+    device_name: Optional[Str] = None  # the CUDA device's name, None on CPU
+    # (variable, value), sorted by variable; written to JSON as an object
+    settings: Annotated[tuple[tuple[Str, Str], ...], BeforeValidator(_pairs)] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"torch": self.torch, "cuda": self.cuda, "nccl": self.nccl,
+                "device_name": self.device_name, "settings": dict(self.settings)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RunEnvironment":
+        """An environment from its JSON object; a ResultsError naming a bad field."""
+        try:
+            return _environment_adapter().validate_python(data)
+        except ValidationError as exc:
+            problems = all_problems(exc, root=RunEnvironment)
+            raise ResultsError("bad environment: " + "; also ".join(
+                f"field '{p.field}': {p.message}" for p in problems)) from None
+
+
 @dataclass(frozen=True)
 class PackedGroup:
     """One CP group of a packed microbatch: its CP size, the global-batch indices of the
@@ -167,6 +203,12 @@ class StepRecord:
     graph_stats: Optional[GraphStats] = None
     replays: tuple[FrameReplays, ...] = ()  # graphed steps: per (CP size, slot), in that order
     packed: tuple[PackedMicrobatch, ...] = ()  # the step's microbatches, in schedule order
+    # What the rank process ran with (versions, allocator and NCCL settings): on the first record
+    # each rank process writes.
+    environment: Optional[RunEnvironment] = None
+    # The step this rank process resumed after (it loaded that step's checkpoint); None: it
+    # started from step 1. Set on every record the process writes.
+    resumed_from: Optional[Step] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 1:
@@ -177,6 +219,7 @@ class StepRecord:
         out["cp_sizes"] = list(self.cp_sizes)
         out["replays"] = [asdict(f) for f in self.replays]
         out["packed"] = [mb.to_dict() for mb in self.packed]
+        out["environment"] = None if self.environment is None else self.environment.to_dict()
         return out
 
     @classmethod
@@ -203,6 +246,11 @@ def field_of(record: StepRecord, key: str) -> Any:
 @functools.cache
 def _adapter() -> TypeAdapter[StepRecord]:
     return TypeAdapter(StepRecord)
+
+
+@functools.cache
+def _environment_adapter() -> TypeAdapter[RunEnvironment]:
+    return TypeAdapter(RunEnvironment)
 
 
 def _problems_text(exc: ValidationError) -> str:

@@ -8,7 +8,9 @@ size divides the DP x CP ranks of a stage" is written once, in ``harness.spec.la
 * :func:`with_execution` -- eager, or slot-shared CUDA graphs in one MemPool or in one pool per
   CP size (``graph``, ``graph-separate-pools``, ``graph-fixed-cp<N>``);
 * :func:`as_reference` -- the case's model, data and training on one rank, eager, with dynamic
-  shapes (``reference``).
+  shapes (``reference``);
+* :func:`with_microbatches` -- an arm at a given microbatch count (``graph-mb<M>``);
+* :func:`interrupted` -- an arm the harness stops after a step and resumes (``<arm>-resumed``).
 
 A derived arm case keeps the parent's id and shape; its ``compare`` section is empty (pairs belong
 to the parent) and its ``arm`` field names the arm. One derivation is of a whole case, before its
@@ -89,6 +91,22 @@ def as_reference(case: Case, arm: str = "reference", field: str = "compare.refer
     return _checked(case, derived, field, f"arm '{arm}' (the case on one rank)")
 
 
+def with_microbatches(case: Case, microbatches: int, arm: str,
+                      field: str = "compare.slot_ring.microbatches") -> Case:
+    """An arm case run at ``microbatches`` per step (``train.microbatches``; the ``graph-mb<M>``
+    arms of ``compare.slot_ring``)."""
+    train = case.train.model_copy(update={"microbatches": microbatches})
+    derived = _derive(case, arm, train=train, execution=case.execution)
+    return _checked(case, derived, field, f"arm '{arm}' (the case at {microbatches} microbatches "
+                                          "per step)")
+
+
+def interrupted(case: Case, after: int, arm: str, field: str = "compare.resume.at_step") -> Case:
+    """An arm case the harness stops after step ``after`` and starts again from that step's
+    checkpoint (``Execution.interrupt_after``; the ``-resumed`` arms of ``compare.resume``)."""
+    execution = case.execution.model_copy(update={"interrupt_after": after})
+    derived = _derive(case, arm, execution=execution)
+    return _checked(case, derived, field, f"arm '{arm}' (stopped after step {after} and resumed)")
 def as_emulated(case: Case, ranks: Sequence[int], given: Optional[str] = None) -> Case:
     """``case`` with ``ranks`` emulated: each runs alone on one device as rank r of the case's
     world (``emulate.ranks``; replaces the case's own ``emulate``). ``given`` names where the

@@ -179,6 +179,7 @@ def _build(variant: Variant, parsed: ParsedYaml, file: str, name: Optional[str])
         graphs=spec.graphs,
         shapes=spec.shapes,
         resources=spec.resources,
+        expect=spec.expect,
         emulate=spec.emulate,
         matrix_values=variant.matrix_values,
     )

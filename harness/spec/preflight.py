@@ -43,6 +43,11 @@ problem names the field to change. Rules (``world = resources.nodes * resources.
 * ``compare.reference`` needs a layout other than the single-rank one it is compared with (more
   than one rank, or PP, CP or EP), or static shapes (its reference runs dynamic shapes);
   ``compare.golden.dir`` is relative (to the case file's folder).
+* ``compare.resume``: the stop step ``at_step`` (default ``steps // 2``) lies in ``1..steps-1``;
+  ``exact`` bounds need ``train.deterministic``; with graph arms it is after the graphs'
+  warmup steps (so the resumed arm captures again).
+* ``compare.slot_ring``: a graph case with fixed CP and ``pp >= 2``; every count is one the
+  schedule accepts and at most ``global_batch / dp``.
 * Static shapes (``Case.static_scope``: a graph case, or ``shapes: {mode: static}``; not both
   sections): ``train.max_seqs_per_microbatch`` given (the cu_seqlens capacity; a fixed-CP bin
   then holds at most that many sequences), scope ``full`` only with ``ep == 1``.
@@ -379,6 +384,59 @@ def check_graphs(case: Case) -> list[Problem]:
     return problems
 
 
+def check_resume(case: Case) -> list[Problem]:
+    """``compare.resume``: a stop step inside the run, bitwise only when deterministic, and for
+    graph arms a stop after the capture (so the resumed arm captures its graphs again)."""
+    spec, t = case.compare.resume, case.train
+    if spec is None:
+        return []
+    problems: list[Problem] = []
+    at = spec.step(t.steps)
+    if not 1 <= at < t.steps:
+        problems.append(Problem(_at("compare.resume.at_step"), (
+            f"the arm is stopped after step {at} and must resume before the last of the "
+            f"{t.steps} train.steps: use 1 <= at_step < {t.steps} (or more steps)")))
+    if not t.deterministic and "exact" in (spec.loss, spec.aux_loss, spec.grad_norm):
+        problems.append(Problem(_at("compare.resume.loss"), (
+            "an exact resume check needs train.deterministic: true (or give a tolerance)")))
+    graph_arms = [a for a in (spec.arms or []) if a.startswith("graph")]
+    if case.graphs is not None and (spec.arms is None or graph_arms) and at <= case.graphs.warmup_steps:
+        problems.append(Problem(_at("compare.resume.at_step"), (
+            f"the graph arm captures after its {case.graphs.warmup_steps} eager warmup steps; "
+            f"stopping it after step {at} resumes before any capture, so the recapture on "
+            f"resume is not tested: use at_step > {case.graphs.warmup_steps}")))
+    return problems
+
+
+def check_slot_ring(case: Case) -> list[Problem]:
+    """``compare.slot_ring``: graph arms of a fixed-CP PP case, one per schedulable count."""
+    spec = case.compare.slot_ring
+    if spec is None:
+        return []
+    lay = case.layout
+    field = _at("compare.slot_ring")
+    if case.graphs is None:
+        return [Problem(field, "runs one CUDA-graph arm per microbatch count: add a `graphs:` "
+                               "section (e.g. graphs: {scope: attn, warmup_steps: 2})")]
+    if lay.dynamic:
+        return [Problem(field, "needs a fixed microbatch count per step, so fixed CP "
+                               "(parallel.cp, not parallel.dynamic_cp): a dynamic-CP graph arm "
+                               "plans every count the packer can reach")]
+    if lay.pp < 2:
+        return [Problem(field, "the slot ring matters for pipelined schedules: needs "
+                               "parallel.pp >= 2 (and vpp >= 1)")]
+    problems: list[Problem] = []
+    most = case.train.global_batch // lay.dp if lay.exact and lay.dp else case.train.global_batch
+    for m in spec.microbatches:
+        why = lay.microbatch_count_problem(m)
+        if why is None and m > most:
+            why = (f"more microbatches than sequences per DP rank (global_batch "
+                   f"{case.train.global_batch} / dp {lay.dp} = {most})")
+        if why is not None:
+            problems.append(Problem(_at("compare.slot_ring.microbatches"), f"count {m}: {why}"))
+    return problems
+
+
 def check_memory_probe(case: Case) -> list[Problem]:
     step = case.train.memory_probe_step
     if step is not None and step > case.train.steps:
@@ -429,6 +487,8 @@ CHECKS: tuple[Callable[[Case], list[Problem]], ...] = (
     check_compare,
     check_shapes,
     check_graphs,
+    check_resume,
+    check_slot_ring,
     check_memory_probe,
     check_emulate,
 )

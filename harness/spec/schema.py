@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import types
+from datetime import date
 from enum import Enum
 from typing import Any, Literal, Optional, Union, get_args, get_origin
 
@@ -333,12 +334,52 @@ class ReferenceContract(_Strict):
     regrouped_grad_norm: LossBound = Tolerance(max_rel=2e-4)
 
 
+class StepTimeSpec(_Strict):
+    """Step time against the golden values (``compare.golden.step_time``), as Megatron-LM checks
+    ``iteration-time``: the median over a steady window of steps of the arm's step time (the
+    slowest rank's time of each step) against the golden file's median over the same window,
+    two-sided: slower by more than ``worse`` fails (a regression), faster by more than ``better``
+    fails too and asks for a refresh of the golden values (the command is in the check), as
+    Megatron's inference tests do with throughput. A bound left out is the golden file's
+    ``rtol`` (derived from ``dcp-harness golden record --repeats N``), else the default
+    (docs/internals.md, "Step time and memory bounds")."""
+
+    # First and last step of the steady window; None: Megatron's (steps 5..20, or 30..45 when
+    # the golden values run past step 25), cut to the case's steps.
+    window: Optional[tuple[int, int]] = None
+    worse: Optional[float] = Field(default=None, gt=0)
+    better: Optional[float] = Field(default=None, gt=0)
+    # Check step time on CPU ranks too. Off by default: the focused CPU cases share two cores
+    # with everything else on the machine, and their step time moves by more between repeats than
+    # any slowdown worth catching (docs/internals.md, "Step time and memory bounds").
+    on_cpu: bool = False
+
+    @field_validator("window")
+    @classmethod
+    def _ordered_window(cls, v: Optional[tuple[int, int]]) -> Optional[tuple[int, int]]:
+        if v is not None and not 1 <= v[0] <= v[1]:
+            raise ValueError(f"window must be [first, last] with 1 <= first <= last, got {list(v)}")
+        return v
+
+
+class MemorySpec(_Strict):
+    """Memory against the golden values (``compare.golden.memory``; CUDA runs only): allocated,
+    max allocated and reserved bytes per step (largest over ranks), the graph pool of the capture
+    step, and the whole device used after ``empty_cache`` at the memory probe, each two-sided
+    like the step time (more than ``worse`` fails; less than ``better`` fails and asks for a
+    refresh). A bound left out is the golden file's ``rtol``, else the default."""
+
+    worse: Optional[float] = Field(default=None, gt=0)
+    better: Optional[float] = Field(default=None, gt=0)
+
+
 class GoldenContract(_Strict):
-    """One arm's per-step LM loss, aux loss and grad norm (and, where CUDA recorded them, memory)
-    against committed golden values, as Megatron-LM's functional tests keep them:
-    ``<dir>/<case id>/golden_values_<platform>.json`` (``dcp-harness golden record``), one file
-    per platform (``cpu``, ``h200``, ``gb200``, ...: numerics differ between GPU generations).
-    A platform without a file is skipped with the reason and the record command (an error with
+    """One arm's per-step LM loss, aux loss and grad norm, its step time and (where CUDA recorded
+    them) its memory against committed golden values, as Megatron-LM's functional tests keep them:
+    ``<dir>/<case id>/golden_values_<key>.json`` (``dcp-harness golden record``), one file per
+    platform (``cpu``, ``h200``, ``gb200``, ...: numerics differ between GPU generations), the key
+    ``<environment>_<platform>`` when ``environment`` is set (Megatron's ``{environment}_{platform}``).
+    A key without a file is skipped with the reason and the record command (an error with
     ``required: true``); a missing metric or step, or an unreadable file, is an error, never a
     pass. The sweep keeps a copy of the files as they were when it ran."""
 
@@ -348,13 +389,63 @@ class GoldenContract(_Strict):
     # Platform of the golden file; None: the platform the arm ran on (its records' ``platform``:
     # ``cpu``, or the GPU from its CUDA device name, e.g. ``h200``).
     platform: Optional[str] = Field(default=None, pattern=NAME_PATTERN)
+    # Environment part of the key (``golden_values_<environment>_<platform>.json``): a name of
+    # your own (``dev``, ``lts``) or ``auto``: the one the arm's records give (torch and CUDA
+    # versions, ``harness.golden.environment_key``, e.g. ``torch2.11-cu13.0``); None: no
+    # environment in the key (``golden_values_<platform>.json``).
+    environment: Optional[str] = Field(default=None, pattern=NAME_PATTERN)
     # True: a platform without a golden file is an error (exit 2) instead of a skipped entry.
     required: bool = False
     loss: LossBound = Tolerance(max_rel=1e-5)
     aux_loss: LossBound = Tolerance(max_rel=1e-5)
     grad_norm: LossBound = Tolerance(max_rel=1e-4)
-    # Peak allocated / allocated bytes per step (CUDA only; not applicable on CPU).
-    memory: Optional[Tolerance] = Tolerance(max_rel=0.05)
+    # Step time (median over a steady window) and memory, two-sided; null switches one off.
+    step_time: Optional[StepTimeSpec] = StepTimeSpec()
+    memory: Optional[MemorySpec] = MemorySpec()
+
+
+class ResumeContract(_Strict):
+    """Resume consistency, as Megatron-LM's ``ckpt-resume`` tests: each arm (``arms``; default the
+    eager arm, and ``graph`` in a graph case, whose graphs are captured again after the resume) is
+    run a second time as ``<arm>-resumed``, stopped by the harness after step ``at_step``
+    (its processes exit after saving their checkpoint) and started again from that checkpoint;
+    from the step after it on, its LM loss, aux loss and grad norm must match the uninterrupted
+    arm's (``exact`` = bitwise, which needs ``train.deterministic``)."""
+
+    arms: Optional[list[str]] = None
+    # Step after which the arm is stopped; None: half the steps (train.steps // 2, at least 1).
+    at_step: Optional[int] = Field(default=None, ge=1, le=limit("train.steps"))
+    loss: LossBound = "exact"
+    # Bounds of the aux loss and grad norm; None: the loss bound.
+    aux_loss: Optional[LossBound] = None
+    grad_norm: Optional[LossBound] = None
+
+    def step(self, steps: int) -> int:
+        """The step after which the arm is stopped (``at_step``, else half of ``steps``)."""
+        return self.at_step if self.at_step is not None else max(1, steps // 2)
+
+
+class SlotRingContract(_Strict):
+    """Graph memory flat in the microbatch count (a graph case with fixed CP and PP/VPP): one graph
+    arm ``graph-mb<M>`` per count in ``microbatches`` (``train.microbatches = M``). Once a count
+    outnumbers the slot ring (microbatches share physical slots), a larger count must not grow
+    the plan's physical slots, saved-arena or input-grad-arena counts (checked from the slot
+    planner, on any machine: entry ``slot_ring-plan``), nor the graph pool's and arenas' bytes of
+    any rank (CUDA: entry ``slot_ring``) by more than ``max_growth`` (relative)."""
+
+    microbatches: list[int] = Field(min_length=2)
+    max_growth: float = Field(default=0.01, ge=0)
+
+    @field_validator("microbatches")
+    @classmethod
+    def _sorted_counts(cls, v: list[int]) -> list[int]:
+        if any(m < 1 for m in v):
+            raise ValueError("microbatch counts must be >= 1")
+        if len(set(v)) != len(v):
+            raise ValueError(f"microbatches has repeated counts: {v}")
+        if any(m > limit("train.microbatches") for m in v):
+            raise ValueError(f"a count is above {limit('train.microbatches')} (train.microbatches' bound)")
+        return sorted(v)
 
 
 class SanitySpec(_Strict):
@@ -377,6 +468,8 @@ class CompareSpec(_Strict):
     graph_pools: Optional[GraphPoolsContract] = None
     reference: Optional[ReferenceContract] = None
     golden: Optional[GoldenContract] = None
+    resume: Optional[ResumeContract] = None
+    slot_ring: Optional[SlotRingContract] = None
     # Run sanity checks of every arm; None: all on with their defaults.
     sanity: Optional[SanitySpec] = None
 
@@ -419,6 +512,9 @@ class Execution(_Strict):
     graphed: bool = False
     # shared: every CP variant in one MemPool (slot-shared); separate: one pool per CP size.
     pools: Pools = Pools.SHARED
+    # The harness stops the arm after this step (its processes exit after checkpointing it) and
+    # starts it again from that checkpoint (a ``-resumed`` arm of ``compare.resume``).
+    interrupt_after: Optional[int] = Field(default=None, ge=1)
 
 
 # --------------------------------------------------------------------------- resources
@@ -432,6 +528,33 @@ class ResourcesSpec(_Strict):
     # reason, on a machine without enough of them. any: CPU processes (gloo) stand in for GPUs.
     # A case with `graphs:` needs CUDA whatever this says.
     device: DeviceKind = DeviceKind.ANY
+
+
+# --------------------------------------------------------------------------- parked cases
+class ParkedStatus(Choice):
+    BROKEN = "broken"  # known to fail (crash, hang, wrong result) until a fix lands
+    FLAKY = "flaky"  # passes and fails from run to run
+    XFAIL = "xfail"  # expected to fail (Megatron's TEST_EVALUATION: xpass); a pass is an XPASS
+
+
+class Expectation(_Strict):
+    """A parked case (``expect:``): it still runs and every report shows its verdict with the
+    status and reason, but the gate does not count it. An ``xfail`` case that passes is reported
+    as XPASS; with ``strict: true`` an XPASS fails the gate (pytest's strict xfail: the known
+    problem is gone, so unpark the case). ``until`` past today is a warning naming the case."""
+
+    status: ParkedStatus
+    reason: str = Field(min_length=1)
+    # Date (YYYY-MM-DD) by which the problem should be fixed; past it, reports warn.
+    until: Optional[date] = None
+    strict: bool = False
+
+    @field_validator("reason")
+    @classmethod
+    def _says_why(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("give the reason the case is parked (an issue link, what fails)")
+        return v.strip()
 
 
 # --------------------------------------------------------------------------- emulated ranks
@@ -464,6 +587,10 @@ class CaseFile(_Strict):
     graphs: Optional[GraphSpec] = None
     shapes: Optional[ShapesSpec] = None
     resources: ResourcesSpec = ResourcesSpec()
+    # A parked case: known broken, flaky or expected to fail (reports show it, the gate does not
+    # count it).
+    expect: Optional[Expectation] = None
+    # Emulated ranks of the case's layout (``EmulateSpec``); None: a real run.
     emulate: Optional[EmulateSpec] = None
     # Dotted field path -> list of values; the cartesian product gives one case each.
     matrix: Optional[dict[str, list]] = None
@@ -485,6 +612,7 @@ class Case(_Strict):
     graphs: Optional[GraphSpec] = None
     shapes: Optional[ShapesSpec] = None
     resources: ResourcesSpec
+    expect: Optional[Expectation] = None
     # Emulated ranks (each alone on one device, loopback communication); None: a real run.
     emulate: Optional[EmulateSpec] = None
     # The matrix values that produced this case (dotted path -> value), for ids and reports.

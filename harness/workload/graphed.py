@@ -19,50 +19,17 @@ step's counts to its record.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import torch
 
 from harness.results import FrameReplays, GraphStats
-from harness.slotmem import SlotPlan, allowed_microbatch_counts, plan_pipeline
 from harness.spec.schema import GraphScope
 from harness.workload.comm import GroupHandle
+from harness.graphplan import GraphLayout, rank_plans
 from harness.workload.model import GraphableBlock, ModelChunk
 from harness.workload.moe import moe_scalars
 from harness.workload.static import static_layout
-
-
-@dataclass(frozen=True)
-class GraphLayout:
-    """What the plan of one rank is built from (pure; testable without a GPU)."""
-
-    pp: int
-    vpp: int
-    group: int
-    pp_rank: int
-    layers_per_chunk: tuple[int, ...]
-    cp_sizes: tuple[int, ...]
-    microbatch_counts: tuple[int, ...]
-
-
-def reachable_microbatch_counts(pp: int, vpp: int, group: int, most: int) -> tuple[int, ...]:
-    """Every count in ``1..most`` the interleaved schedule runs (the packer only makes those)."""
-    counts = tuple(allowed_microbatch_counts(pp, vpp, group, range(1, most + 1)))
-    if not counts:
-        raise ValueError(f"no microbatch count in 1..{most} is schedulable (pp={pp}, vpp={vpp}, group={group})")
-    return counts
-
-
-def rank_plans(layout: GraphLayout, separate: bool) -> list[SlotPlan]:
-    """This rank's slot plan(s): one over every CP size, or one per CP size (separate pools)."""
-    sizes = [(c,) for c in layout.cp_sizes] if separate else [layout.cp_sizes]
-    out = []
-    for cps in sizes:
-        plan = plan_pipeline(layout.pp, layout.vpp, layout.microbatch_counts, cps,
-                             layers_per_chunk=list(layout.layers_per_chunk), group=layout.group)
-        out.append(plan.ranks[layout.pp_rank])
-    return out
 
 
 class LayerGraphs:

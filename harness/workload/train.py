@@ -21,7 +21,8 @@ from harness.workload.attention import AttentionContext, attention_plan
 from harness.workload.batch import local_batch, static_batch
 from harness.workload.comm import all_reduce_
 from harness.workload.data import Table, successor_table
-from harness.workload.graphed import GraphLayout, LayerGraphs, capture, reachable_microbatch_counts
+from harness.workload.graphed import LayerGraphs, capture
+from harness.graphplan import case_graph_layout
 from harness.workload.model import (
     GraphableBlock,
     LayerContext,
@@ -159,12 +160,8 @@ def _capture(case: Case, s: _Setup) -> LayerGraphs:
     """Capture this rank's blocks (every rank at the same step: warmup runs CP collectives)."""
     assert case.graphs is not None and case.train.max_seqs_per_microbatch is not None
     lay = s.layout
-    most = case.train.global_batch if lay.dynamic else case.train.global_batch // lay.dp
-    # A fixed microbatch count (fixed CP) is the only one; else every count the packer can make.
-    counts = ((case.train.microbatches,) if case.train.microbatches is not None and not lay.dynamic
-              else reachable_microbatch_counts(lay.pp, lay.vpp, lay.group, most))
-    layout = GraphLayout(lay.pp, lay.vpp, lay.group, s.groups.pp_rank,
-                         tuple(len(c.layers) for c in s.chunks), lay.cp_sizes, counts)
+    layout = case_graph_layout(case, s.groups.pp_rank)
+    assert layout.layers_per_chunk == tuple(len(c.layers) for c in s.chunks)
     handles = {c: s.groups.cp_group(c) for c in lay.cp_sizes}
     return capture(
         s.chunks, layout, handles, lambda c: s.groups.pool_rank % c,
@@ -235,16 +232,23 @@ def train_arm(
     checkpoint_dir: Optional[Path] = None,
     *,
     chunk_builder: ChunkBuilder = build_chunks,
+    stop_after: Optional[int] = None,
 ) -> None:
     """Train ``case.train.steps`` steps of an arm case (``harness.arms``: its layout, static
     shapes, eager or graphed), calling ``on_step(record)`` after each (docs/internals.md).
     ``chunk_builder`` makes this rank's initialised chunks (default :func:`build_chunks`; the arms
-    of one emulated rank share one initialisation, ``emulate.WeightCache``)."""
+    of one emulated rank share one initialisation, ``emulate.WeightCache``). ``stop_after=K``
+    (Megatron's ``--exit-interval``) ends the run after step K with a checkpoint of step K,
+    whatever ``train.checkpoint_every`` says (nothing to do when the arm is already past K), so
+    a later call resumes from exactly there."""
     train = case.train
     graphed = case.execution.graphed
     if graphed and ctx.torch_device.type != "cuda":
         raise ConfigError(f"arm '{case.arm}' replays CUDA graphs and needs a CUDA GPU per rank "
                           f"(this rank runs on {ctx.device})")
+    if stop_after is not None and (checkpoint_dir is None or not 1 <= stop_after < train.steps):
+        raise ValueError(f"stop_after={stop_after} needs a checkpoint folder and a step in "
+                         f"1..{train.steps - 1}")
     with _determinism(train.deterministic, train.seed):
         s = _setup(case, ctx, chunk_builder)
         params = s.dense + s.expert
@@ -253,13 +257,14 @@ def train_arm(
         if start > 0:
             assert checkpoint_dir is not None
             _restore(s, opt, ckpt.load(checkpoint_dir, ctx.rank, start), case, ctx.rank)
+        last = train.steps if stop_after is None else min(stop_after, train.steps)
         table = successor_table(train.seed, case.model.vocab).tolist()  # read once, not per sequence
         autocast = _autocast(case)
         pool_rank = s.groups.pool_rank
         slot = _GraphSlot()
         probe_step = train.memory_probe_step or train.steps
         try:
-            for step in range(start + 1, train.steps + 1):
+            for step in range(start + 1, last + 1):
                 stats: Optional[GraphStats] = None
                 if graphed and slot.graphs is None and step > case.graphs.warmup_steps:  # type: ignore[union-attr]
                     slot.graphs = _capture(case, s)
@@ -319,6 +324,7 @@ def train_arm(
                     graph_stats=stats,
                     replays=slot.graphs.take_replays() if slot.graphs is not None else (),
                     packed=plan.packed(),
+                    resumed_from=start or None,
                     **_memory(s.device),
                 )
                 # Record first, then checkpoint: a rank stopped in between re-runs this step on
@@ -326,7 +332,7 @@ def train_arm(
                 # other order could resume after a step that was never recorded.
                 on_step(record)
                 every = train.checkpoint_every
-                if checkpoint_dir is not None and every and step % every == 0:
+                if checkpoint_dir is not None and ((every and step % every == 0) or step == stop_after):
                     ckpt.save(checkpoint_dir, ctx.rank, step, _state(s, opt, case, step, ctx.rank))
         finally:
             if slot.graphs is not None:

@@ -157,3 +157,25 @@ def test_a_task_beyond_an_arms_ranks_sits_it_out_until_rank_0_finishes(tmp_path)
     assert 0.25 < time.monotonic() - start < 5
     with pytest.raises(TimeoutError, match="did not finish"):
         _sit_out(tmp_path / "never", limit_s=0.2, poll_s=0.05)
+
+
+def test_an_interrupted_arm_runs_in_two_legs_on_their_own_ports(tmp_path, monkeypatch):
+    import harness.launch.rank_main as rank_main
+
+    case = load_case_file(tmp_path, "job", train={"steps": 2, "lr": 3.0e-3}, data=UNIFORM,
+                          compare={"resume": {}}, resources={"time_min": 5})
+    plan = plan_case(case)
+    case_dir = prepare_case_dir(plan, tmp_path / "sweep")
+    calls = []
+
+    def fake_rank(arm, arm_dir, resume=True, stop_after=None):
+        import os
+        calls.append((arm.name, stop_after, os.environ["MASTER_PORT"]))
+
+    monkeypatch.setattr(rank_main, "run_rank", fake_rank)
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(key, "unset-after-the-test")
+    run_case_arms(plan, case_dir, TaskIdentity("9", 0, 0, 1, "127.0.0.1", restarts=0))
+    assert [(a, s) for a, s, _ in calls] == [("eager-resumed", 1), ("eager-resumed", None),
+                                             ("eager", None)]
+    assert calls[0][2] != calls[1][2]  # a fresh rendezvous for the second leg

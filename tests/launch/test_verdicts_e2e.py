@@ -54,6 +54,18 @@ def test_reference_pair_and_golden_values_on_a_cp2_case(write_case, tmp_path, ca
     assert main(["run", str(case), "--out", str(out)]) == 1
 
 
+def test_a_parked_dead_model_is_shown_and_not_counted(write_case, tmp_path, capsys):
+    dead = write_case("dead-parked", train={"steps": 3, "lr": 1.0e+6},
+                      expect={"status": "xfail", "reason": "lr 1e6 collapses the model"})
+    out = tmp_path / "out"
+    assert main(["run", str(dead), "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert gate(out) == 0
+    printed = capsys.readouterr().out
+    assert "XFAIL dead-parked: fail as expected (xfail: lr 1e6 collapses the model)" in printed
+    assert json.loads((out / "dead-parked" / "case.json").read_text())["expect"]["status"] == "xfail"
+
+
 def test_a_packer_that_ignores_train_microbatches_fails_the_verdict_naming_it(
         write_case, tmp_path, capsys, monkeypatch):
     """Issue 19's scenario through the CLI, with the rank processes' workload patched (the house

@@ -14,6 +14,7 @@ KEYS = {
     "step", "loss", "aux_loss", "grad_norm", "nan", "skipped", "tokens", "microbatches", "cp_sizes",
     "lr", "step_time_s", "device", "platform", "allocated_bytes", "reserved_bytes", "active_bytes",
     "max_allocated_bytes", "graphed", "memory_probe", "graph_stats", "replays", "packed",
+    "environment", "resumed_from",
 }
 
 
@@ -164,3 +165,21 @@ def test_cuda_run_reports_memory_and_matches_cpu():
         assert g["device"] == "cuda:0"
         assert all(isinstance(g[k], int) and g[k] > 0 for k in ("allocated_bytes", "reserved_bytes", "max_allocated_bytes"))
         assert g["loss"] == pytest.approx(c["loss"], rel=1e-4)
+
+
+def test_stop_after_checkpoints_that_step_even_with_checkpoint_every_zero(tmp_path: Path):
+    case = make_case(train={"steps": 5, "checkpoint_every": 0})
+    whole = run(case)
+    first = []
+    train_arm(case, CPU, lambda r: first.append(r.to_dict()), checkpoint_dir=tmp_path, stop_after=3)
+    assert [r["step"] for r in first] == [1, 2, 3] and all(r["resumed_from"] is None for r in first)
+    assert sorted(p.name for p in (tmp_path / "rank0").iterdir()) == ["step00000003.pt"]
+    rest = run(case, checkpoint_dir=tmp_path)
+    assert [(r["step"], r["resumed_from"]) for r in rest] == [(4, 3), (5, 3)]
+    key = lambda rs: [(r["loss"], r["grad_norm"]) for r in rs]
+    assert key(first + rest) == key(whole)  # bitwise after the stop
+    again = []
+    train_arm(case, CPU, lambda r: again.append(r), checkpoint_dir=tmp_path, stop_after=3)
+    assert again == []  # past the stop already: nothing to do
+    with pytest.raises(ValueError, match="stop_after=5 needs a checkpoint folder and a step in 1..4"):
+        train_arm(case, CPU, lambda r: None, checkpoint_dir=tmp_path, stop_after=5)

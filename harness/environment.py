@@ -1,0 +1,91 @@
+"""What a rank ran with: versions and the environment settings that change behaviour.
+
+Step time, memory and even numerics move with the torch, CUDA and NCCL versions and with a few
+environment variables (the caching allocator's configuration, NCCL's algorithms and buffer
+registration, cuBLAS's workspace, TE's determinism switch). Every rank process records them once,
+on its first step record (``harness.results.RunEnvironment``); golden files keep them, and a
+golden key can include them (Megatron-LM keeps ``golden_values_{environment}_{platform}.json``:
+``harness.golden.environment_key``). Importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Optional
+
+from harness.results import RunEnvironment
+
+# Variables recorded when set, because they change speed, memory or numerics.
+SETTINGS = (
+    "PYTORCH_CUDA_ALLOC_CONF",  # caching allocator: expandable segments, split sizes, GC
+    "PYTORCH_ALLOC_CONF",  # its newer name (torch >= 2.9 reads both)
+    "PYTORCH_NO_CUDA_MEMORY_CACHING",
+    "CUBLAS_WORKSPACE_CONFIG",  # deterministic cuBLAS workspaces
+    "NCCL_GRAPH_REGISTER",  # NCCL buffer registration under CUDA graphs
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "NCCL_NVLS_ENABLE",
+    "NCCL_CUMEM_ENABLE",
+    "NCCL_P2P_DISABLE",
+    "NCCL_IB_DISABLE",
+    "NCCL_BUFFSIZE",
+    "TORCH_NCCL_AVOID_RECORD_STREAMS",
+    "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK",
+    "NVTE_ALLOW_NONDETERMINISTIC_ALGO",
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+    "CUDA_LAUNCH_BLOCKING",
+    "OMP_NUM_THREADS",  # CPU ranks: threads per process
+)
+
+
+def settings_of(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The :data:`SETTINGS` that are set in ``environ``, as sorted (name, value) pairs."""
+    return tuple(sorted((k, environ[k]) for k in SETTINGS if k in environ))
+
+
+def current_environment(device: Any, environ: Optional[Mapping[str, str]] = None) -> RunEnvironment:
+    """This process's environment on ``device`` (a torch device or its name)."""
+    import torch
+
+    dev = torch.device(device)
+    nccl: Optional[str] = None
+    if torch.cuda.is_available() and hasattr(torch.cuda, "nccl"):
+        try:
+            version = torch.cuda.nccl.version()
+            nccl = ".".join(str(x) for x in version) if isinstance(version, tuple) else str(version)
+        except (RuntimeError, AttributeError):  # a build without NCCL
+            nccl = None
+    return RunEnvironment(
+        torch=str(torch.__version__),
+        cuda=torch.version.cuda,
+        nccl=nccl,
+        device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
+        settings=settings_of(os.environ if environ is None else environ),
+    )
+
+
+def describe(env: RunEnvironment) -> str:
+    """One line: ``torch 2.11.0+cu130, CUDA 13.0, NCCL 2.27.3, NVIDIA H200; PYTORCH_CUDA_ALLOC_CONF=...``."""
+    parts = [f"torch {env.torch}", f"CUDA {env.cuda}" if env.cuda else "no CUDA"]
+    if env.nccl:
+        parts.append(f"NCCL {env.nccl}")
+    if env.device_name:
+        parts.append(env.device_name)
+    text = ", ".join(parts)
+    if env.settings:
+        text += "; " + " ".join(f"{k}={v}" for k, v in env.settings)
+    return text
+
+
+def differences(old: RunEnvironment, new: RunEnvironment) -> list[str]:
+    """What changed between two environments, one phrase each (empty: the same)."""
+    out = []
+    for name, a, b in (("torch", old.torch, new.torch), ("CUDA", old.cuda, new.cuda),
+                       ("NCCL", old.nccl, new.nccl), ("device", old.device_name, new.device_name)):
+        if a != b:
+            out.append(f"{name} {a or '-'} -> {b or '-'}")
+    was, now = dict(old.settings), dict(new.settings)
+    for key in sorted(set(was) | set(now)):
+        if was.get(key) != now.get(key):
+            out.append(f"{key} {was.get(key, '(unset)')} -> {now.get(key, '(unset)')}")
+    return out

@@ -1,0 +1,73 @@
+"""`dcp-harness golden record --repeats N` and `golden diff` through the CLI on real CPU runs."""
+
+import json
+
+from harness.cli import main
+from harness.golden import golden_file
+
+
+def test_repeats_record_the_spread_and_the_bounds(write_case, tmp_path, capsys):
+    case = write_case("rep", compare={"golden": {}})
+    out = tmp_path / "out"
+    assert main(["run", str(case), "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["golden", "record", str(out), "--repeats", "3"]) == 0
+    printed = capsys.readouterr().out
+    path = golden_file(case.parent / "golden", "rep", "cpu")
+    assert f"wrote {path} (arm eager, platform cpu, 3 steps, 3 run(s); iteration-time rtol" in printed
+    assert "repeat 3/3 of arm 'eager' ->" in printed
+    for k in (2, 3):
+        assert (out / "golden-repeats" / "rep" / f"repeat{k}" / "eager" / "rank0.jsonl").is_file()
+    doc = json.loads(path.read_text())
+    # deterministic fp32 on CPU: the repeats agree bitwise, so min == max == the value
+    assert doc["lm loss"]["repeats"] == 3 and doc["lm loss"]["min"] == doc["lm loss"]["values"]
+    assert doc["lm loss"]["max"] == doc["lm loss"]["values"] and doc["lm loss"]["cv"] == 0
+    assert doc["iteration-time"]["rtol"] >= 1e-3 and "rtol" not in doc["lm loss"]
+    env = doc["lm loss"]["environment"]
+    assert env["torch"].startswith("2.") and env["cuda"] is None and env["device_name"] is None
+    # The sweep's reports ignore the repeats folder, and it judges against the new file.
+    assert main(["run", str(case), "--out", str(out)]) == 0
+    assert "golden-repeats" not in (out / "summary.md").read_text()
+    # A second record resumes the complete repeats instead of running them again.
+    capsys.readouterr()
+    assert main(["golden", "record", str(out), "--repeats", "3"]) == 0
+    assert "repeat 2/3 of arm 'eager' already complete" in capsys.readouterr().out
+
+
+def test_a_too_noisy_checked_metric_is_refused_naming_it(write_case, tmp_path, capsys):
+    case = write_case("noisy", compare={"golden": {"step_time": {"on_cpu": True}}})
+    out = tmp_path / "out"
+    assert main(["run", str(case), "--out", str(out)]) == 0
+    capsys.readouterr()
+    # No two CPU runs take the same time to a millionth.
+    assert main(["golden", "record", str(out), "--repeats", "2", "--max-cv", "1e-6"]) == 2
+    printed = capsys.readouterr().out
+    assert "REFUSED noisy: 'iteration-time' varies too much between the 2 repeats: std/mean" in printed
+    assert "> 0.0001% (median over steps 2..3: " in printed
+    assert "not recorded" in printed
+    assert not golden_file(case.parent / "golden", "noisy", "cpu").exists()
+
+
+def test_golden_diff_reviews_a_refresh(write_case, tmp_path, capsys):
+    case = write_case("dif", compare={"golden": {}})
+    out = tmp_path / "out"
+    assert main(["run", str(case), "--out", str(out)]) == 0
+    assert main(["golden", "record", str(out), "--into", str(tmp_path / "old")]) == 0
+    path = golden_file(tmp_path / "old", "dif", "cpu")
+    new = tmp_path / "new" / "dif"
+    new.mkdir(parents=True)
+    doc = json.loads(path.read_text())
+    doc["lm loss"]["values"]["2"] *= 1 + 2e-6
+    (new / path.name).write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["golden", "diff", str(path), str(new / path.name)]) == 0
+    text = capsys.readouterr().out
+    assert "| lm loss | 3 | +6.67e-07 | +2e-06 (step 2) |" in text
+    assert "environment: the same in both files" in text
+    # Two folders: every golden file either holds; --max-rel makes a difference an exit 1.
+    assert main(["golden", "diff", str(tmp_path / "old"), str(tmp_path / "new"), "--max-rel", "1e-6"]) == 1
+    assert "largest relative difference 2e-06 > --max-rel 1e-06" in capsys.readouterr().out
+    assert main(["golden", "diff", str(path), str(tmp_path / "missing.json")]) == 0
+    assert "missing (removed in NEW)" in capsys.readouterr().out
+    assert main(["golden", "diff", str(tmp_path / "old"), str(path)]) == 2
+    assert "give two golden files or two folders" in capsys.readouterr().err
