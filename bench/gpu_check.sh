@@ -6,8 +6,9 @@
 #   perf_mutations.md    the step-time and memory rows (bench/perf_mutations.py): a 10 % slowdown
 #                        and a leak of one buffer per microbatch must each fail gpu1-qwen3-perf
 #                        against golden values recorded (--repeats 3) in the same run
-#   golden/<case>/golden_values_<platform>.json   golden values recorded from the focused run, for
-#                        the cases that run on one GPU (copy them into cases/focused/golden/)
+#   golden.tgz           golden/<case>/golden_values_<platform>.json: golden values recorded from
+#                        the focused run, for the cases that run on one GPU (unpack them into
+#                        cases/focused/; one archive keeps the files that come back few)
 #   focused.tgz          the focused sweep (summary.md, junit.xml, verdicts, step records, logs)
 #   workload_results.tgz the multi-GPU workload run (2+ GPUs)
 #   emulated.md          (EMULATED=1) TE #3353's validation table beside the emulated ranks'
@@ -17,8 +18,9 @@
 #   BENCHES        benchmark scripts, space separated (default below; add yours here)
 #   FOCUSED=0      skip `python3 -m harness run cases/focused`, its gate, the golden record
 #                  (GOLDEN_CASES, platform from the records: h200 on an H200) and bench/noise.py
-#   MUTATIONS=0    skip the GPU mutation rows; MUTATION_JOBS rows at once (default 2), started
-#                  beside the focused run (the GPU holds both: one arm ~36 GiB reserved)
+#   MUTATIONS=0    skip the GPU mutation rows; MUTATION_JOBS rows at once (default 3), after the
+#                  focused run (never beside it: its step times and whole-device memory become
+#                  golden values, and a neighbour on the GPU would move both)
 #   PERF=0         skip the step-time and memory rows (run alone on the GPU after the focused run
 #                  and the mutation rows: their timing must not share the GPU; ~3 min on one H200)
 #   WORKLOAD=0     skip the workload run (cases/gpu through `dcp-harness run`, those that fit the
@@ -61,13 +63,6 @@ for bench in ${BENCHES-$DEFAULT_BENCHES}; do
   section "$(basename "$bench" .py)" $PY "$bench" || status=1
 done
 
-mut_pid=""
-if [ "${MUTATIONS:-1}" != 0 ]; then
-  say "mutations (in the background): $PY bench/mutations.py --gpu --jobs ${MUTATION_JOBS:-2}"
-  mut_t0=$SECONDS
-  $PY bench/mutations.py --gpu --jobs "${MUTATION_JOBS:-2}" > "$OUT/mutations.md" 2>&1 &
-  mut_pid=$!
-fi
 if [ "${FOCUSED:-1}" != 0 ]; then
   sweep=$(mktemp -d)/focused
   section run $PY -m harness run cases/focused --out "$sweep"
@@ -77,14 +72,18 @@ if [ "${FOCUSED:-1}" != 0 ]; then
   [ "$gate_rc" = 0 ] || status=1
   golden_args=()
   for c in $GOLDEN_CASES; do golden_args+=(--case "$c"); done
-  section golden $PY -m harness golden record "$sweep" --into "$OUT/golden" "${golden_args[@]}" || status=1
+  gdir=$(mktemp -d)/golden
+  section golden $PY -m harness golden record "$sweep" --into "$gdir" "${golden_args[@]}" || status=1
+  tar -czf "$OUT/golden.tgz" -C "$(dirname "$gdir")" golden 2>/dev/null || true
   section noise $PY bench/noise.py "$sweep" --out "$OUT/noise.md"
   find "$sweep" -name checkpoint -type d -prune -exec rm -rf {} + 2>/dev/null
   tar -czf "$OUT/focused.tgz" -C "$(dirname "$sweep")" focused 2>/dev/null || true
   took[focused]="run exit $run_rc, gate exit $gate_rc"
 fi
-if [ -n "$mut_pid" ]; then
-  wait "$mut_pid"
+if [ "${MUTATIONS:-1}" != 0 ]; then  # after the focused run: its step times become golden values
+  mut_t0=$SECONDS
+  say "mutations: $PY bench/mutations.py --gpu --jobs ${MUTATION_JOBS:-3}"
+  $PY bench/mutations.py --gpu --jobs "${MUTATION_JOBS:-3}" > "$OUT/mutations.md" 2>&1
   mut_rc=$?
   took[mutations]="$((SECONDS - mut_t0)) s, exit $mut_rc"
   [ "$mut_rc" = 0 ] || status=1

@@ -2,11 +2,11 @@
 
 For every case of a sweep folder with a ``reference`` pair (each layout against the same model and
 data on one rank; in a graph case the static-shape arms against the ordinary dynamic-shape path),
-per metric: the worst relative difference over the steps the pair compares under each bound (the
-steps up to the regrouping under ``loss`` / ``grad_norm`` / ``aux_loss``, the later ones under
-``regrouped_*``; ``harness.compare.regroup_step``), the step it is at, the case's bound, and noise
-x 10 rounded up to one significant digit: what ``docs/internals.md`` ("Measured noise") sets
-bounds from. Reads the sweep only (plan, step records)::
+per check of the per-step metrics: the worst relative difference over the steps the check compares
+(its value in the verdict: the steps up to a regrouping under ``loss`` / ``grad_norm`` /
+``aux_loss``, the later ones under ``*_regrouped``, as the contract decided), the case's bound, and
+noise x 10 rounded up to one significant digit: what ``docs/internals.md`` ("Measured noise") sets
+bounds from; a check that did not apply shows why. Reads the sweep's verdicts only::
 
     python bench/noise.py results/latest            # a Markdown table
     python bench/noise.py SWEEP -k gpu1             # cases whose id contains gpu1
@@ -23,25 +23,11 @@ from typing import Optional
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.compare import regroup_step, step_series  # noqa: E402
 from harness.report import load_sweep  # noqa: E402
 
-METRICS = (("loss", "loss", "loss", "loss_regrouped", "regrouped_loss"),
-           ("grad_norm", "grad_norm", "grad_norm", "grad_norm_regrouped", "regrouped_grad_norm"),
-           ("aux_loss", "aux_loss", "aux_loss", None, None))
-
-
-def worst_rel(cand: dict, ref: dict, steps: list[int]) -> tuple[Optional[float], Optional[int]]:
-    """(worst |a - b| / |b|, its step) over ``steps`` where both have a value."""
-    worst, at = None, None
-    for s in steps:
-        a, b = cand.get(s), ref.get(s)
-        if a is None or b is None:
-            continue
-        rel = 0.0 if a == b else (abs(a - b) / abs(b) if b else math.inf)
-        if worst is None or rel > worst:
-            worst, at = rel, s
-    return worst, at
+# The reference contract's checks of the per-step metrics; a check's value is its worst relative
+# difference over the steps it compares (the contract decides which: before or after a regrouping).
+CHECKS = ("loss", "grad_norm", "aux_loss", "loss_regrouped", "grad_norm_regrouped")
 
 
 def suggest(noise: Optional[float]) -> str:
@@ -56,43 +42,30 @@ def suggest(noise: Optional[float]) -> str:
     return f"{lead}e{exp:+03d}" if lead < 10 else f"1e{exp + 1:+03d}"
 
 
-def _bound(params, name: str) -> str:
-    bound = getattr(params, name, None)
-    if bound is None:
-        return "-"
-    if isinstance(bound, str):
-        return bound
-    return f"rel {bound.max_rel:g}" if bound.max_rel is not None else f"abs {bound.max_abs:g}"
-
-
 def rows(sweep: Path, select: Optional[str]) -> list[list[str]]:
+    """One row per reference-pair check of the per-step metrics, read from the verdict (what the
+    gate judged), so the steps compared are the contract's own; a check that did not apply is
+    shown with its reason and suggests nothing."""
     out = []
     for case in load_sweep(sweep).cases:
-        if case.plan is None or (select and select not in case.case_id):
+        if select and select not in case.case_id:
             continue
-        for pair in case.plan.pairs:
-            if pair.contract != "reference" or not all(a in case.arms for a in pair.arms):
+        for pair in case.verdict.pairs:
+            if pair.contract != "reference" or pair.status == "skipped":
                 continue
-            cand, ref = (case.arms[a].steps for a in pair.arms)
-            if not cand or not ref:  # not run here (skipped, e.g. no GPU)
-                continue
-            k = regroup_step(pair.params.groups_like_reference, cand, ref)
-            drift = pair.params.aux_loss_coeff > 0
-            for metric, key, exact, regrouped, regrouped_bound in METRICS:
-                a, b = step_series(cand, key), step_series(ref, key)
-                steps = sorted(set(a) & set(b))
-                last = math.inf if k is None or not drift else k
-                cut = (lambda s: s <= last) if metric == "loss" else (lambda s: s < last)
-                spans = [(exact, exact, [s for s in steps if cut(s)])]
-                if regrouped and drift and k is not None:
-                    after = (lambda s: s > k) if metric == "loss" else (lambda s: s >= k)
-                    spans.append((regrouped, regrouped_bound, [s for s in steps if after(s)]))
-                for check, bound_name, span in spans:
-                    noise, at = worst_rel(a, b, span)
-                    out.append([case.case_id, f"{pair.name} ({' vs '.join(pair.arms)})", check,
-                                f"{len(span)}", "-" if noise is None else f"{noise:.2e}",
-                                "-" if at is None else str(at), _bound(pair.params, bound_name),
-                                suggest(noise)])
+            label = f"{pair.pair} ({' vs '.join(pair.arms)})"
+            for check in pair.checks:
+                if check.name not in CHECKS:
+                    continue
+                if not check.applicable:
+                    why = check.detail.removeprefix("not applicable: ")
+                    out.append([case.case_id, label, check.name, "n/a", "-", "-",
+                                why.split(" (")[0][:80]])
+                    continue
+                bound = "-" if check.bound is None else f"{check.bound:g}"
+                value = "-" if check.value is None else f"{check.value:.2e}"
+                out.append([case.case_id, label, check.name, value, bound,
+                            suggest(check.value), "pass" if check.passed else "FAIL"])
     return out
 
 
@@ -106,8 +79,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not table:
         print(f"no reference pair with results in {args.sweep}", file=sys.stderr)
         return 2
-    lines = ["| case | pair | check | steps | worst rel | at step | bound | noise x 10 |",
-             "|---|---|---|---|---|---|---|---|"] + ["| " + " | ".join(row) + " |" for row in table]
+    lines = ["| case | pair | check | worst rel | bound | noise x 10 | verdict |",
+             "|---|---|---|---|---|---|---|"] + ["| " + " | ".join(row) + " |" for row in table]
     print("\n".join(lines))
     if args.out is not None:
         args.out.write_text("\n".join(lines) + "\n")
