@@ -3,6 +3,7 @@
 # Everything it prints also goes to $OUT/gpu_check.log; the artifacts beside it:
 #   noise.md             measured noise of the reference pairs (bench/noise.py) and noise x 10
 #   mutations.md         the GPU mutation rows (bench/mutations.py --gpu): each must exit 1
+#   mutation_verdicts.tgz  each row's verdict.json (the checks' values, to read against new bounds)
 #   perf_mutations.md    the step-time and memory rows (bench/perf_mutations.py): a 10 % slowdown
 #                        and a leak of one buffer per microbatch must each fail gpu1-qwen3-perf
 #                        against golden values recorded (--repeats 3) in the same run
@@ -25,11 +26,11 @@
 #                  and the mutation rows: their timing must not share the GPU; ~3 min on one H200)
 #   WORKLOAD=0     skip the workload run (cases/gpu through `dcp-harness run`, those that fit the
 #                  GPUs here: 2-GPU cases with >= 2 GPUs, the 4-GPU case with >= 4)
-#   EMULATED=1     (off by default: about 5 minutes of one H200) emulated ranks through the CLI:
+#   EMULATED=1     (off by default: minutes of one H200) emulated ranks through the CLI:
 #                  `python3 -m harness run` of EMULATED_CASES (default: the focused emulated case,
-#                  ranks 0 and 3 of 4, and the headline's 5-minute variant, ranks 0 and 7 of 8,
-#                  cases/emulated/gb200-qwen3-30b-a3b-dcp-graphs-emulated-16l.yaml; the -32l file
-#                  is the 8-step run, ~8 min), one sweep per case, its gate, bench/emulated.py's
+#                  ranks 0 and 3 of 4, and the headline layout at 1 layer a chunk, ranks 0 and 7
+#                  of 8, 8 steps: cases/emulated/gb200-qwen3-30b-a3b-dcp-graphs-emulated-16l.yaml;
+#                  the -32l file has 2 layers a chunk), one sweep per case, its gate, bench/emulated.py's
 #                  table (EMULATED_LIMIT_S: stop each case's run after that many seconds). Alone:
 #                  PYTEST=0 BENCHES= FOCUSED=0 MUTATIONS=0 PERF=0 WORKLOAD=0 EMULATED=1 bash bench/gpu_check.sh
 set -o pipefail
@@ -83,9 +84,11 @@ fi
 if [ "${MUTATIONS:-1}" != 0 ]; then  # after the focused run: its step times become golden values
   mut_t0=$SECONDS
   say "mutations: $PY bench/mutations.py --gpu --jobs ${MUTATION_JOBS:-3}"
-  $PY bench/mutations.py --gpu --jobs "${MUTATION_JOBS:-3}" > "$OUT/mutations.md" 2>&1
+  vdir=$(mktemp -d)/mutation_verdicts
+  $PY bench/mutations.py --gpu --jobs "${MUTATION_JOBS:-3}" --verdicts "$vdir" > "$OUT/mutations.md" 2>&1
   mut_rc=$?
   took[mutations]="$((SECONDS - mut_t0)) s, exit $mut_rc"
+  tar -czf "$OUT/mutation_verdicts.tgz" -C "$(dirname "$vdir")" mutation_verdicts 2>/dev/null || true
   [ "$mut_rc" = 0 ] || status=1
   say "mutations table ($OUT/mutations.md)"
   tee -a "$LOG" < "$OUT/mutations.md"

@@ -198,7 +198,16 @@ def _cli(root: Path, *args: str, timeout_s: float) -> subprocess.CompletedProces
                           capture_output=True, timeout=timeout_s)
 
 
-def run_one(name: str, mutation: Optional[Mutation], keep: bool, timeout_s: float) -> dict:
+def keep_verdicts(sweep: Path, dest: Path) -> None:
+    """Each case's ``verdict.json`` of ``sweep`` into ``dest/<case>/`` (the checks' values, for
+    reading a row against other bounds after the copy is gone)."""
+    for verdict in sweep.glob("*/verdict.json"):
+        (dest / verdict.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(verdict, dest / verdict.parent.name / "verdict.json")
+
+
+def run_one(name: str, mutation: Optional[Mutation], keep: bool, timeout_s: float,
+            verdicts: Optional[Path] = None) -> dict:
     root = Path(tempfile.mkdtemp(prefix=f"dcp-mutation-{name}-"))
     try:
         copy_repo(root)
@@ -215,6 +224,8 @@ def run_one(name: str, mutation: Optional[Mutation], keep: bool, timeout_s: floa
         gate = _cli(root, "gate", str(out), timeout_s=120)
         failed = [line.strip() for line in gate.stdout.splitlines()
                   if line.strip().startswith(("FAIL ", "ERROR "))]
+        if verdicts is not None:
+            keep_verdicts(out, verdicts / name)
         return {"name": name, "run": ran.returncode, "gate": gate.returncode,
                 "wall_s": time.monotonic() - t0, "failed": failed,
                 "tail": (ran.stdout + ran.stderr)[-2000:] if ran.returncode not in (0, 1) else ""}
@@ -243,6 +254,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--gpu", action="store_true",
                     help="the GPU rows (faults in the static path of the graph cases; needs CUDA) "
                          "instead of the CPU rows")
+    ap.add_argument("--verdicts", type=Path, default=None, metavar="DIR",
+                    help="keep each row's verdicts in DIR/<row>/<case>/verdict.json")
     ap.add_argument("--jobs", type=int, default=1, metavar="N",
                     help="rows run at once (each in its own copy; GPU rows share the GPU)")
     args = ap.parse_args(argv)
@@ -266,7 +279,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print("|---|---|---|---|---|---|---|---|")
     bad = 0
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # each row: its own copy, processes
-        futures = [pool.submit(run_one, name, m, args.keep, args.timeout_s) for name, m in rows]
+        futures = [pool.submit(run_one, name, m, args.keep, args.timeout_s, args.verdicts) for name, m in rows]
         for (name, m), future in zip(rows, futures):
             r = future.result()
             where = m.file if m else "cases (copy of tiny-moe-eager)"

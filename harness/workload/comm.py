@@ -37,6 +37,10 @@ class Communicator(Protocol):
     """What the workload asks of its communication layer (see the module docstring)."""
 
     name: str
+    # True: this process is the only rank that takes part (the loopback layer: peers are
+    # emulated, their contributions to a sum are nothing); a figure that each rank counts once
+    # over all ranks (the global grad norm's replicated parameters) is then counted whole here.
+    alone: bool
 
     def new_group(self, ranks: tuple[int, ...], purpose: str) -> Optional[object]:
         """The group object of ``ranks`` (called by every rank for every group, in one global
@@ -136,6 +140,7 @@ class Distributed:
     """:class:`Communicator` over ``torch.distributed`` (the default process group's backend)."""
 
     name = "distributed"
+    alone = False
 
     def new_group(self, ranks: tuple[int, ...], purpose: str) -> Optional[object]:
         if not dist.is_initialized():

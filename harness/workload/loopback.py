@@ -123,6 +123,7 @@ class Loopback:
     ``seed`` keys the pipeline receive bank (the case's ``train.seed``)."""
 
     name = BACKEND
+    alone = True  # peers contribute nothing to a sum: counted-once figures are counted here
 
     def __init__(self, seed: int) -> None:
         self.seed = int(seed)

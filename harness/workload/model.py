@@ -13,6 +13,8 @@ every layout of a case starts from bit-identical weights.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -208,26 +210,67 @@ def _normal_(p: torch.Tensor, std: float, *key: int) -> None:
         p.copy_(torch.randn(p.shape, generator=keyed_generator(_WEIGHT_SALT, *key), dtype=torch.float32) * std)
 
 
-def init_chunk(chunk: ModelChunk, m: ResolvedModel, seed: int, first_expert: int = 0) -> None:
-    """Deterministic, layout-independent initialisation of every parameter of ``chunk``."""
+def _ones_(p: torch.Tensor) -> None:
+    with torch.no_grad():
+        p.fill_(1.0)
+
+
+def init_threads() -> int:
+    """Threads for the keyed initialisation: the cores this process may use, at most 8."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(8, cores))
+
+
+def init_chunk(chunk: ModelChunk, m: ResolvedModel, seed: int, first_expert: int = 0,
+               threads: int = 1) -> None:
+    """Deterministic, layout-independent initialisation of every parameter of ``chunk``: each
+    weight from its own keyed generator, the RMSNorm weights 1. Every parameter is written (a
+    chunk built on the meta device and ``to_empty`` holds garbage until then): one left out is a
+    ``RuntimeError`` naming it. ``threads`` > 1 runs the independent draws in that many threads
+    (torch releases the GIL in them): the same bits in any order."""
+    jobs: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
+    done: set[int] = set()
+
+    def normal(p: torch.Tensor, std: float, *key: int, whole: Optional[nn.Parameter] = None) -> None:
+        jobs.append((_normal_, (p, std, *key)))
+        done.add(id(whole if whole is not None else p))
+
     if chunk.embed is not None:
-        _normal_(chunk.embed.weight, 1.0, seed, -1, 0)
+        normal(chunk.embed.weight, 1.0, seed, -1, 0)
     if chunk.head is not None:
-        _normal_(chunk.head.weight, INIT_STD, seed, -2, 0)
+        normal(chunk.head.weight, INIT_STD, seed, -2, 0)
     out_std = INIT_STD / (2.0 * m.layers) ** 0.5
     for layer_id, layer in zip(chunk.layer_ids, chunk.layers):
         a = layer.attn
-        _normal_(a.q_proj.weight, INIT_STD, seed, layer_id, 1)
-        _normal_(a.k_proj.weight, INIT_STD, seed, layer_id, 2)
-        _normal_(a.v_proj.weight, INIT_STD, seed, layer_id, 3)
-        _normal_(a.o_proj.weight, out_std, seed, layer_id, 4)
-        _normal_(layer.moe.router.weight, INIT_STD, seed, layer_id, 5)
+        normal(a.q_proj.weight, INIT_STD, seed, layer_id, 1)
+        normal(a.k_proj.weight, INIT_STD, seed, layer_id, 2)
+        normal(a.v_proj.weight, INIT_STD, seed, layer_id, 3)
+        normal(a.o_proj.weight, out_std, seed, layer_id, 4)
+        normal(layer.moe.router.weight, INIT_STD, seed, layer_id, 5)
         ex = layer.moe.experts
         for j in range(ex.gate.shape[0]):
             e = first_expert + j
-            _normal_(ex.gate[j], INIT_STD, seed, layer_id, 100 + 3 * e)
-            _normal_(ex.up[j], INIT_STD, seed, layer_id, 101 + 3 * e)
-            _normal_(ex.down[j], out_std, seed, layer_id, 102 + 3 * e)
+            normal(ex.gate[j], INIT_STD, seed, layer_id, 100 + 3 * e, whole=ex.gate)
+            normal(ex.up[j], INIT_STD, seed, layer_id, 101 + 3 * e, whole=ex.up)
+            normal(ex.down[j], out_std, seed, layer_id, 102 + 3 * e, whole=ex.down)
+    for module in chunk.modules():
+        if isinstance(module, RMSNorm):
+            jobs.append((_ones_, (module.weight,)))
+            done.add(id(module.weight))
+    left = [name for name, p in chunk.named_parameters() if id(p) not in done]
+    if left:
+        raise RuntimeError(f"init_chunk leaves parameter(s) {left} uninitialised: give each one "
+                           "its keyed draw (or a constant) in harness.workload.model.init_chunk")
+    if threads > 1 and len(jobs) > 1:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            for f in [pool.submit(fn, *args) for fn, args in jobs]:
+                f.result()
+    else:
+        for fn, args in jobs:
+            fn(*args)
 
 
 def build_chunks(
@@ -250,9 +293,13 @@ def build_chunks(
 
 def build_chunk(m: ResolvedModel, seed: int, lay: ChunkLayout, index: int, ep_size: int = 1,
                 ep_rank: int = 0) -> ModelChunk:
-    """Chunk ``index`` of a PP rank (``chunk_layouts``), initialised, on the CPU."""
-    chunk = ModelChunk(m, lay.layers, lay.first, lay.last, ep_size, ep_rank, index)
-    init_chunk(chunk, m, seed, first_expert=ep_rank * (m.experts // ep_size))
+    """Chunk ``index`` of a PP rank (``chunk_layouts``), initialised, on the CPU. Built on the meta
+    device and then given CPU storage, so no default initialisation runs only to be overwritten
+    (about 40 % of the build of a billion-parameter chunk); ``init_chunk`` writes every weight."""
+    with torch.device("meta"):
+        chunk = ModelChunk(m, lay.layers, lay.first, lay.last, ep_size, ep_rank, index)
+    chunk.to_empty(device="cpu")
+    init_chunk(chunk, m, seed, first_expert=ep_rank * (m.experts // ep_size), threads=init_threads())
     return chunk
 
 

@@ -290,8 +290,12 @@ def train_arm(
                 )
                 all_reduce_grads(s.dense, s.groups.pool)
                 all_reduce_grads(s.expert, s.groups.expert_dp)
+                # Each replica counted once over the world; an emulated rank (alone) counts all it
+                # holds, else a rank holding only replicas counted elsewhere would report 0.
+                alone = s.groups.world.comm.alone
                 norm = global_grad_norm(
-                    s.dense, s.expert, pool_rank == 0, pool_rank < case.parallel.ep, s.groups.world, s.device
+                    s.dense, s.expert, alone or pool_rank == 0, alone or pool_rank < case.parallel.ep,
+                    s.groups.world, s.device,
                 )
                 sums = torch.tensor([totals.loss_sum, totals.aux_sum], dtype=torch.float64, device=s.device)
                 all_reduce_(sums, s.groups.world)

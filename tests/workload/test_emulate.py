@@ -130,3 +130,30 @@ def test_emulate_rank_reports_its_place_and_runs_without_a_process_group():
     assert [r.step for r in records] == [1, 2] and not any(r.nan or r.skipped for r in records)
     assert all(r.replays == () for r in records)  # an eager arm replays nothing
     assert not dist.is_initialized()
+
+
+def test_an_emulated_rank_counts_every_gradient_it_holds_in_its_grad_norm():
+    # PP2 without EP: rank 3 is pool rank 1 of stage 1 and holds only replicas that pool rank 0
+    # counts in the real run; alone, it must count them itself (else its grad norm reads 0).
+    import harness.workload.train as train
+
+    case = make_case(world=4, parallel={"pp": 2, "dynamic_cp": [1, 2]}, train=TRAIN)
+    seen: list[float] = []
+    norm = train.global_grad_norm
+
+    def spy(dense, expert, count_dense, count_expert, world, device):
+        assert count_dense and count_expert
+        own = math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in [*dense, *expert]))
+        got = norm(dense, expert, count_dense, count_expert, world, device)
+        seen.append(own)
+        assert got == pytest.approx(own, rel=1e-12)
+        return got
+
+    records: list = []
+    train.global_grad_norm = spy
+    try:
+        emulate_rank(case, 3, records.append, device="cpu", weights=WeightCache(threads=1))
+    finally:
+        train.global_grad_norm = norm
+    assert len(seen) == 2 and all(s > 0 for s in seen)
+    assert [r.grad_norm for r in records] == pytest.approx(seen, rel=1e-12)

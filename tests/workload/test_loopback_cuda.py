@@ -98,7 +98,9 @@ def test_loopback_calls_capture_and_replay_as_eager():
     dev = _cuda()
     comm, args = Loopback(seed=5), _inputs(dev)
     x, rows, counts, buf = args
-    eager = [t.clone() for t in _calls(comm, *args)]
+    # detached: a result that keeps its autograd graph alive keeps the leaves' AccumulateGrad
+    # nodes of the default stream, and the captured backward would then wait on that stream
+    eager = [t.detach().clone() for t in _calls(comm, *args)]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -107,7 +109,7 @@ def test_loopback_calls_capture_and_replay_as_eager():
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        static = _calls(comm, *args)
+        static = [t.detach() for t in _calls(comm, *args)]
     buf.zero_()
     graph.replay()
     torch.cuda.synchronize(dev)
