@@ -66,7 +66,8 @@ done
 
 if [ "${FOCUSED:-1}" != 0 ]; then
   sweep=$(mktemp -d)/focused
-  section run $PY -m harness run cases/focused --out "$sweep"
+  # FOCUSED_LIMIT_S: stop the run after that many seconds (what finished is still gated and recorded)
+  section run timeout "${FOCUSED_LIMIT_S:-0}" $PY -m harness run cases/focused --out "$sweep"
   run_rc=$?
   section gate $PY -m harness gate "$sweep"
   gate_rc=$?
