@@ -325,26 +325,19 @@ def patched(clock: BlockClock, keep: dict, init_cache: dict) -> Iterator[None]:
         keep["graphs"] = orig_capture(case, s)
         return keep["graphs"]
 
-    def init_chunk(chunk, m, seed, first_expert=0):  # type: ignore[no-untyped-def]
+    def init_chunk(chunk, m, seed, first_expert=0, threads=1):  # type: ignore[no-untyped-def]
         key = (tuple(chunk.layer_ids), chunk.first, chunk.last, seed, first_expert, repr(m))
         if key not in init_cache:
-            orig_init(chunk, m, seed, first_expert)
+            orig_init(chunk, m, seed, first_expert, threads=threads)
             init_cache[key] = {k: v.detach().clone() for k, v in chunk.state_dict().items()}
         else:
             chunk.load_state_dict(init_cache[key])
 
-    # init_chunk overwrites every Linear / Embedding weight: their default initialisation is never
-    # used, so it is skipped here (seconds of CPU time per arm).
-    resets = {cls: cls.reset_parameters for cls in (torch.nn.Linear, torch.nn.Embedding)}
     train._static_input, train._capture, model.init_chunk = static_input, capture, init_chunk
-    for cls in resets:
-        cls.reset_parameters = lambda self: None  # type: ignore[method-assign]
     try:
         yield
     finally:
         train._static_input, train._capture, model.init_chunk = orig_static, orig_capture, orig_init
-        for cls, fn in resets.items():
-            cls.reset_parameters = fn  # type: ignore[method-assign]
 
 
 def _profile_table(prof: Any, limit: int = 25) -> tuple[str, float]:
