@@ -106,8 +106,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              "                pass  # expert grads left unreduced over expert-DP", select="edp2"),
     Mutation("grad-norm-expert-dp", "harness/workload/train.py",
              "grad norm counts every expert once per expert-DP rank instead of once",
-             "                    s.dense, s.expert, pool_rank == 0, pool_rank < case.parallel.ep, s.groups.world, s.device",
-             "                    s.dense, s.expert, pool_rank == 0, True, s.groups.world, s.device",
+             "                    s.dense, s.expert, alone or pool_rank == 0, alone or pool_rank < case.parallel.ep,",
+             "                    s.dense, s.expert, alone or pool_rank == 0, True,",
              select="edp2"),
     Mutation("split-off-duplicates", "harness/workload/packing.py",
              "dynamic-CP packer: a sequence split off to idle ranks is also left in its donor "

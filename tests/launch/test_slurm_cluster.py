@@ -184,7 +184,8 @@ def test_multi_rank_case_with_one_rank_reference_and_a_gpu_case_on_a_cpu_profile
         gpu_verdict = json.loads((out / cid / "verdict.json").read_text())
         assert gpu_verdict["status"] == "skipped"
         assert all(why in p["error"] for p in gpu_verdict["pairs"])
-    assert (out / "junit.xml").read_text().count(f'<skipped message="{why}') == 2 * 3  # 3 pairs
+    # 4 pairs each: graph_vs_eager, reference, golden, resume
+    assert (out / "junit.xml").read_text().count(f'<skipped message="{why}') == 2 * 4
     assert why in (out / "summary.md").read_text()
 
     here = gate(out)
@@ -291,8 +292,8 @@ def test_requeued_job_resumes_after_last_step(tmp_path):
 
 def test_emulated_ranks_run_in_one_task_of_a_real_slurm_job(tmp_path, capsys):
     """The focused 4-rank CPU case with ranks 0 and 3 emulated (`submit --emulate-ranks`): one
-    job of one task (not four), each (arm, rank) a process of its own on the CPU, the reference
-    and golden pairs skipped with the reason, every report line naming the emulated ranks."""
+    job of one task (not four), each (arm, rank) a process of its own on the CPU, the reference,
+    golden and resume pairs skipped with the reason, every report line naming the emulated ranks."""
     out = tmp_path / "sweep"
     case = REPO / "cases" / "focused" / "tiny-dcp12-pp2-vpp2-ep2.yaml"
     code = cli("submit", case, "--profile", "local", "--emulate-ranks", "0,3", "--out", out,
@@ -312,7 +313,9 @@ def test_emulated_ranks_run_in_one_task_of_a_real_slurm_job(tmp_path, capsys):
     verdict = json.loads((case_dir / "verdict.json").read_text())
     statuses = {p["pair"]: p["status"] for p in verdict["pairs"]}
     assert statuses == {"dcp_vs_fixed_cp": "pass", "reference": "skipped",
-                        "reference-fixed-cp2": "skipped", "golden": "skipped"}
+                        "reference-fixed-cp2": "skipped", "golden": "skipped", "resume": "skipped"}
+    resume = next(p for p in verdict["pairs"] if p["pair"] == "resume")
+    assert "the launcher does not stop and resume an emulated rank" in resume["error"]
     summary = (out / "summary.md").read_text()
     assert all("(emulated rank 0 of 4, emulated rank 3 of 4)" in ln
                for ln in summary.splitlines() if ln.startswith("| tiny-dcp12-pp2-vpp2-ep2"))
