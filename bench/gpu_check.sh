@@ -73,9 +73,13 @@ if [ "${FOCUSED:-1}" != 0 ]; then
   gate_rc=$?
   [ "$gate_rc" = 0 ] || status=1
   golden_args=()
-  for c in $GOLDEN_CASES; do golden_args+=(--case "$c"); done
+  for c in $GOLDEN_CASES; do  # those the run reached (FOCUSED_LIMIT_S may have cut it)
+    if [ -d "$sweep/$c" ]; then golden_args+=(--case "$c"); else say "golden: $c not in the sweep, not recorded"; fi
+  done
   gdir=$(mktemp -d)/golden
-  section golden $PY -m harness golden record "$sweep" --into "$gdir" "${golden_args[@]}" || status=1
+  if [ "${#golden_args[@]}" -gt 0 ]; then
+    section golden $PY -m harness golden record "$sweep" --into "$gdir" "${golden_args[@]}" || status=1
+  fi
   tar -czf "$OUT/golden.tgz" -C "$(dirname "$gdir")" golden 2>/dev/null || true
   section noise $PY bench/noise.py "$sweep" --out "$OUT/noise.md"
   find "$sweep" -name checkpoint -type d -prune -exec rm -rf {} + 2>/dev/null

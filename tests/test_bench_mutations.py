@@ -27,7 +27,10 @@ def _rows():
     return rows
 
 
-@pytest.mark.parametrize("name,mutation", _rows(), ids=[n for n, _ in _rows()])
+ROWS = _rows()
+
+
+@pytest.mark.parametrize("name,mutation", ROWS, ids=[n for n, _ in ROWS])
 def test_every_seeded_fault_finds_its_line_once(name, mutation):
     lines = (ROOT / mutation.file).read_text().split("\n")
     assert lines.count(mutation.old) == 1, f"{name}: {mutation.file} has the line {lines.count(mutation.old)} times"

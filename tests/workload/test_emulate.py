@@ -132,7 +132,7 @@ def test_emulate_rank_reports_its_place_and_runs_without_a_process_group():
     assert not dist.is_initialized()
 
 
-def test_an_emulated_rank_counts_every_gradient_it_holds_in_its_grad_norm():
+def test_an_emulated_rank_counts_every_gradient_it_holds_in_its_grad_norm(monkeypatch):
     # PP2 without EP: rank 3 is pool rank 1 of stage 1 and holds only replicas that pool rank 0
     # counts in the real run; alone, it must count them itself (else its grad norm reads 0).
     import harness.workload.train as train
@@ -149,11 +149,8 @@ def test_an_emulated_rank_counts_every_gradient_it_holds_in_its_grad_norm():
         assert got == pytest.approx(own, rel=1e-12)
         return got
 
+    monkeypatch.setattr(train, "global_grad_norm", spy)
     records: list = []
-    train.global_grad_norm = spy
-    try:
-        emulate_rank(case, 3, records.append, device="cpu", weights=WeightCache(threads=1))
-    finally:
-        train.global_grad_norm = norm
+    emulate_rank(case, 3, records.append, device="cpu", weights=WeightCache(threads=1))
     assert len(seen) == 2 and all(s > 0 for s in seen)
     assert [r.grad_norm for r in records] == pytest.approx(seen, rel=1e-12)
