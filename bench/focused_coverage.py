@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from mutations import copy_pythonpath  # noqa: E402
 PACKAGES = ("harness/workload", "harness/launch")
 MISSING = ("harness/workload/static.py", "harness/workload/packing.py", "harness/workload/optim.py",
            "harness/workload/ep.py", "harness/workload/moe.py", "harness/workload/attention.py",
@@ -43,7 +45,7 @@ data_file = {data}
 def run(tree: Path, out: Path, data: Path, cases: str) -> tuple[float, int, int]:
     rc = data.parent / "coverage.rc"
     rc.write_text(RC.format(data=data))
-    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1",
+    env = {**os.environ, "PYTHONPATH": copy_pythonpath(tree), "OMP_NUM_THREADS": "1",
            "COVERAGE_RCFILE": str(rc)}
     t0 = time.monotonic()
     ran = subprocess.run([sys.executable, "-m", "coverage", "run", "--rcfile", str(rc), "-m",

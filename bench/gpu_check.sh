@@ -19,6 +19,10 @@
 #   BENCHES        benchmark scripts, space separated (default below; add yours here)
 #   FOCUSED=0      skip `python3 -m harness run cases/focused`, its gate, the golden record
 #                  (GOLDEN_CASES, platform from the records: h200 on an H200) and bench/noise.py
+#   FOCUSED_SWEEP  the focused sweep folder (ends in /focused; resumed when it exists), FOCUSED_FROM
+#                  an earlier call's focused.tgz to unpack there first, FOCUSED_K a -k selection:
+#                  one sweep over several 10-minute device calls, e.g. FOCUSED_SWEEP=/tmp/h/focused
+#                  FOCUSED_K="gpu1" first, then FOCUSED_FROM=<that focused.tgz, carried> for the rest
 #   MUTATIONS=0    skip the GPU mutation rows; MUTATION_JOBS rows at once (default 3), after the
 #                  focused run (never beside it: its step times and whole-device memory become
 #                  golden values, and a neighbour on the GPU would move both)
@@ -42,7 +46,7 @@ PY=${PYTHON:-python3}
 LOG="$OUT/gpu_check.log"
 : > "$LOG"
 DEFAULT_BENCHES="bench/graph_memory.py bench/graph_arms.py"
-GOLDEN_CASES=${GOLDEN_CASES:-"tiny-moe-eager tiny-moe-lognormal gpu1-qwen3-graphs.scope-attn gpu1-qwen3-graphs.scope-full"}
+GOLDEN_CASES=${GOLDEN_CASES-"tiny-moe-eager tiny-moe-lognormal gpu1-qwen3-graphs.scope-attn gpu1-qwen3-graphs.scope-full"}
 status=0
 declare -A took
 say() { echo "== $* ($(date -u +%H:%M:%S))" | tee -a "$LOG"; }
@@ -65,9 +69,20 @@ for bench in ${BENCHES-$DEFAULT_BENCHES}; do
 done
 
 if [ "${FOCUSED:-1}" != 0 ]; then
-  sweep=$(mktemp -d)/focused
+  # FOCUSED_SWEEP: the sweep folder (named focused; default a fresh temporary one); run resumes it
+  # when it exists, so one sweep can span device calls: FOCUSED_FROM=a focused.tgz of an earlier
+  # call is unpacked beside it first. FOCUSED_K: `-k` of the run (default every case).
+  sweep=${FOCUSED_SWEEP:-$(mktemp -d)/focused}
+  [ "$(basename "$sweep")" = focused ] || { say "FOCUSED_SWEEP must end in /focused"; exit 2; }
+  mkdir -p "$(dirname "$sweep")"
+  if [ -n "${FOCUSED_FROM:-}" ]; then
+    tar -xzf "$FOCUSED_FROM" -C "$(dirname "$sweep")" || { say "cannot unpack $FOCUSED_FROM"; exit 2; }
+    say "resuming the sweep of $FOCUSED_FROM in $sweep"
+  fi
+  sel=()
+  [ -n "${FOCUSED_K:-}" ] && sel=(-k "$FOCUSED_K")
   # FOCUSED_LIMIT_S: stop the run after that many seconds (what finished is still gated and recorded)
-  section run timeout "${FOCUSED_LIMIT_S:-0}" $PY -m harness run cases/focused --out "$sweep"
+  section run timeout "${FOCUSED_LIMIT_S:-0}" $PY -m harness run cases/focused "${sel[@]}" --out "$sweep"
   run_rc=$?
   section gate $PY -m harness gate "$sweep"
   gate_rc=$?

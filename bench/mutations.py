@@ -12,8 +12,9 @@ case share (the static cu_seqlens / masking, the RoPE positions of the static me
 MoE dispatch), each run against the one-GPU graph case it reaches
 (``cases/focused -k gpu1-qwen3-graphs.scope-...``). ``graph_vs_eager`` stays bitwise equal under
 them (both arms share the fault); the case's own verdict must still fail, through its reference
-arm (the dynamic-shape path on one rank) and, once recorded, its golden values. Prints a Markdown
-table::
+arm (the dynamic-shape path on one rank) and its golden values. The copy's graph case runs without
+its resume pair (both of its arms share the fault too) and, with ``--jobs`` > 1, without the golden
+step time and memory (rows sharing a GPU move both): ``trim_gpu_case``. Prints a Markdown table::
 
     python bench/mutations.py                 # the CPU rows (a few minutes each on 2 cores)
     python bench/mutations.py --only ep-dispatch --keep
@@ -126,11 +127,17 @@ MUTATIONS: tuple[Mutation, ...] = (
              "        cu = _cu(list(lengths) + [t - off], max_seqs)",
              "        cu = _cu([sum(lengths), t - off], max_seqs)",
              select="gpu1-qwen3-graphs.scope-attn", gpu=True),
-    Mutation("static-rope-positions", "harness/workload/attention.py",
-             "static attention: RoPE takes the buffer row as position instead of the metadata's "
-             "position in the sequence (positions run on across packed sequences)",
-             "        positions = meta[0]",
-             "        positions = torch.arange(t, device=x.device)",
+    # (Not a GPU row: static-rope-positions-cpu's fault, RoPE positions that run on across packed
+    # sequences. At CP1, the GPU case's, each sequence attends only to itself and RoPE depends
+    # only on q - k, so it is equivalent up to rounding: 7.6e-6 vs the reference on an H200,
+    # inside the pair's noise of 6.3e-6 x 10 (bench/RESULTS.md, 2026-12-02). At CP2, where the
+    # CPU row runs it, a rank's rows are not its positions and the gathered keys are rotated
+    # wrongly: a real fault there.)
+    Mutation("static-rope-key-offset", "harness/workload/attention.py",
+             "static attention: keys rotated one position ahead of the queries (an off-by-one in "
+             "the RoPE positions of the keys: every relative distance is off by one)",
+             "        k = rope(k, positions, self.theta)",
+             "        k = rope(k, positions + 1, self.theta)",
              select="gpu1-qwen3-graphs.scope-attn", gpu=True),
     Mutation("static-moe-dispatch", "harness/workload/ep.py",
              "static MoE (grouped GEMM): token rows are not sorted into expert order before the "
@@ -192,8 +199,38 @@ def dead_model_case(root: Path) -> str:
     return "cases/dead"
 
 
+def copy_pythonpath(root: Path) -> str:
+    """PYTHONPATH for a process of the copy ``root``: the copy first (its ``harness`` wins over
+    this checkout's), then what was already there (e.g. the site folder of wheels installed with
+    ``--target`` on a GPU machine without pydantic)."""
+    rest = os.environ.get("PYTHONPATH", "")
+    return os.pathsep.join([str(root)] + ([rest] if rest else []))
+
+
+GPU_CASE = "cases/focused/gpu1-qwen3-graphs.yaml"
+
+
+def trim_gpu_case(root: Path, shared_gpu: bool) -> None:
+    """The copy's graph case, cut to the pairs a static-path fault can reach: without its resume
+    pair (graph vs graph-resumed: both arms share the fault, and the resumed arm's checkpoint of
+    the billion-parameter model is most of a row's time), and, when rows share the GPU
+    (``--jobs`` > 1), without the golden step time and memory (a neighbour on the GPU moves both:
+    a row failing there says nothing)."""
+    path = root / GPU_CASE
+    lines = path.read_text().split("\n")
+    resume = [i for i, line in enumerate(lines) if line.startswith("  resume: ")]
+    golden = [i for i, line in enumerate(lines) if line.startswith("  golden: {}")]
+    if len(resume) != 1 or len(golden) != 1:
+        raise SystemExit(f"{GPU_CASE}: expected one '  resume: ' and one '  golden: {{}}' line of "
+                         f"compare, found {len(resume)} and {len(golden)}")
+    if shared_gpu:
+        lines[golden[0]] = "  golden: {step_time: null, memory: null}"
+    del lines[resume[0]]
+    path.write_text("\n".join(lines))
+
+
 def _cli(root: Path, *args: str, timeout_s: float) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    env = {**os.environ, "PYTHONPATH": copy_pythonpath(root)}
     return subprocess.run([sys.executable, "-c", CLI, *args], cwd=root, env=env, text=True,
                           capture_output=True, timeout=timeout_s)
 
@@ -207,13 +244,15 @@ def keep_verdicts(sweep: Path, dest: Path) -> None:
 
 
 def run_one(name: str, mutation: Optional[Mutation], keep: bool, timeout_s: float,
-            verdicts: Optional[Path] = None) -> dict:
+            verdicts: Optional[Path] = None, shared_gpu: bool = False) -> dict:
     root = Path(tempfile.mkdtemp(prefix=f"dcp-mutation-{name}-"))
     try:
         copy_repo(root)
         cases = ["cases/focused"]
         if mutation is not None:
             apply(root, mutation)
+            if mutation.gpu:
+                trim_gpu_case(root, shared_gpu)
             if mutation.select is not None:
                 cases += ["-k", mutation.select]
         else:
@@ -279,7 +318,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     print("|---|---|---|---|---|---|---|---|")
     bad = 0
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # each row: its own copy, processes
-        futures = [pool.submit(run_one, name, m, args.keep, args.timeout_s, args.verdicts) for name, m in rows]
+        futures = [pool.submit(run_one, name, m, args.keep, args.timeout_s, args.verdicts,
+                               args.jobs > 1) for name, m in rows]
         for (name, m), future in zip(rows, futures):
             r = future.result()
             where = m.file if m else "cases (copy of tiny-moe-eager)"

@@ -17,6 +17,7 @@ Prints a Markdown table (row, patch, gate exit, failed checks, wall s) and the t
 
     python bench/perf_mutations.py                   # on a CUDA machine, ~3 min on one H200
     python bench/perf_mutations.py --repeats 5 --keep
+    python bench/perf_mutations.py --golden-out OUT  # keep the golden file recorded from the repeats
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary copies")
     ap.add_argument("--timeout-s", type=float, default=600.0, help="limit of one focused run")
     ap.add_argument("--case", default=CASE, help=f"the focused case (default {CASE})")
+    ap.add_argument("--golden-out", type=Path, default=None, metavar="DIR",
+                    help="also copy the golden file(s) recorded from the repeats into DIR "
+                         "(<case>/golden_values_<platform>.json, to commit under cases/focused/golden)")
     ap.add_argument("--allow-cpu", action="store_true",
                     help="run without CUDA, with a CPU case (--case tiny-moe-eager): plumbing only, "
                          "CPU runs record no memory and do not check step time, so both rows are "
@@ -122,6 +126,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         if rec.returncode != 0:
             print(rec.stderr[-2000:])
             return 1
+        if args.golden_out is not None:
+            shutil.copytree(gold, args.golden_out, dirs_exist_ok=True)
+            print(f"golden values copied to {args.golden_out}", flush=True)
         print("| row | file | description | run exit | gate exit | failed entries | wall s |")
         print("|---|---|---|---|---|---|---|")
         rows: list[tuple[str, Optional[PerfRow]]] = [("clean-vs-golden", None)] + [

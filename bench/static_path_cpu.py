@@ -64,7 +64,7 @@ print(json.dumps(worst))
 
 
 def probe(root: Path, scope: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": mutations.copy_pythonpath(root), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-c", PROBE, scope], cwd=root, env=env,
                           capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:

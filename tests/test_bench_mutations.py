@@ -35,3 +35,29 @@ def test_every_seeded_fault_finds_its_line_once(name, mutation):
     lines = (ROOT / mutation.file).read_text().split("\n")
     assert lines.count(mutation.old) == 1, f"{name}: {mutation.file} has the line {lines.count(mutation.old)} times"
     assert mutation.new != mutation.old
+
+
+@pytest.mark.parametrize("shared_gpu", [False, True], ids=["alone", "shared-gpu"])
+def test_gpu_rows_trim_the_graph_case_to_pairs_a_static_fault_can_reach(tmp_path, shared_gpu):
+    from harness.arms import plan_case
+    from harness.spec.loader import load_cases
+
+    mutations = _load("mutations")
+    dest = tmp_path / mutations.GPU_CASE
+    dest.parent.mkdir(parents=True)
+    dest.write_text((ROOT / mutations.GPU_CASE).read_text())
+    mutations.trim_gpu_case(tmp_path, shared_gpu)
+    for case in load_cases([dest]):
+        pairs = {p.name: p for p in plan_case(case).pairs}
+        assert "resume" not in pairs and {"graph_vs_eager", "reference", "golden"} <= set(pairs)
+        golden = case.compare.golden
+        assert (golden.step_time is None and golden.memory is None) == shared_gpu
+
+
+def test_trim_gpu_case_refuses_a_case_it_cannot_find_its_lines_in(tmp_path):
+    mutations = _load("mutations")
+    dest = tmp_path / mutations.GPU_CASE
+    dest.parent.mkdir(parents=True)
+    dest.write_text((ROOT / mutations.GPU_CASE).read_text().replace("  resume: ", "  # resume: "))
+    with pytest.raises(SystemExit, match="expected one '  resume: '"):
+        mutations.trim_gpu_case(tmp_path, False)
