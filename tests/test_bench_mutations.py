@@ -61,3 +61,11 @@ def test_trim_gpu_case_refuses_a_case_it_cannot_find_its_lines_in(tmp_path):
     dest.write_text((ROOT / mutations.GPU_CASE).read_text().replace("  resume: ", "  # resume: "))
     with pytest.raises(SystemExit, match="expected one '  resume: '"):
         mutations.trim_gpu_case(tmp_path, False)
+
+
+def test_a_copy_runs_its_own_harness_first_and_keeps_the_pythonpath_it_was_given(monkeypatch, tmp_path):
+    mutations = _load("mutations")
+    monkeypatch.setenv("PYTHONPATH", "/site-of-wheels")
+    assert mutations.copy_pythonpath(tmp_path).split(":") == [str(tmp_path), "/site-of-wheels"]
+    monkeypatch.delenv("PYTHONPATH")
+    assert mutations.copy_pythonpath(tmp_path) == str(tmp_path)
