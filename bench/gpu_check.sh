@@ -6,9 +6,11 @@
 #   mutation_verdicts.tgz  each row's verdict.json (the checks' values, to read against new bounds)
 #   perf_mutations.md    the step-time and memory rows (bench/perf_mutations.py): a 10 % slowdown
 #                        and a leak of one buffer per microbatch must each fail gpu1-qwen3-perf
-#                        against golden values recorded (--repeats 3) in the same run
-#   golden.tgz           golden/<case>/golden_values_<platform>.json: golden values recorded from
-#                        the focused run, for the cases that run on one GPU (unpack them into
+#                        against golden values recorded (--repeats 3) in the same run (that file
+#                        goes into golden.tgz too, --golden-out)
+#   golden.tgz           golden/<case>/golden_values_<platform>.json, built once at the end: golden
+#                        values recorded from the focused run, for the cases that run on one GPU,
+#                        and gpu1-qwen3-perf's from the perf rows' repeats (unpack them into
 #                        cases/focused/; one archive keeps the files that come back few)
 #   focused.tgz          the focused sweep (summary.md, junit.xml, verdicts, step records, logs)
 #   workload_results.tgz the multi-GPU workload run (2+ GPUs)
@@ -48,6 +50,7 @@ LOG="$OUT/gpu_check.log"
 DEFAULT_BENCHES="bench/graph_memory.py bench/graph_arms.py"
 GOLDEN_CASES=${GOLDEN_CASES-"tiny-moe-eager tiny-moe-lognormal gpu1-qwen3-graphs.scope-attn gpu1-qwen3-graphs.scope-full"}
 status=0
+gdir=$(mktemp -d)/golden  # golden values recorded here (FOCUSED and PERF), into golden.tgz at the end
 declare -A took
 say() { echo "== $* ($(date -u +%H:%M:%S))" | tee -a "$LOG"; }
 section() {  # section NAME CMD...: run CMD, its output into the log, its time into the table
@@ -88,14 +91,13 @@ if [ "${FOCUSED:-1}" != 0 ]; then
   gate_rc=$?
   [ "$gate_rc" = 0 ] || status=1
   golden_args=()
-  for c in $GOLDEN_CASES; do  # those the run reached (FOCUSED_LIMIT_S may have cut it)
-    if [ -d "$sweep/$c" ]; then golden_args+=(--case "$c"); else say "golden: $c not in the sweep, not recorded"; fi
+  for c in $GOLDEN_CASES; do  # those the run finished (FOCUSED_LIMIT_S may have cut it)
+    if [ -f "$sweep/$c/verdict.json" ]; then golden_args+=(--case "$c"); else say "golden: $c not finished in the sweep, not recorded"; fi
   done
-  gdir=$(mktemp -d)/golden
   if [ "${#golden_args[@]}" -gt 0 ]; then
     section golden $PY -m harness golden record "$sweep" --into "$gdir" "${golden_args[@]}" || status=1
   fi
-  tar -czf "$OUT/golden.tgz" -C "$(dirname "$gdir")" golden 2>/dev/null || true
+  rm -f "$OUT/noise.md"  # a failed noise run leaves no stale table
   section noise $PY bench/noise.py "$sweep" --out "$OUT/noise.md"
   find "$sweep" -name checkpoint -type d -prune -exec rm -rf {} + 2>/dev/null
   tar -czf "$OUT/focused.tgz" -C "$(dirname "$sweep")" focused 2>/dev/null || true
@@ -114,13 +116,17 @@ if [ "${MUTATIONS:-1}" != 0 ]; then  # after the focused run: its step times bec
   tee -a "$LOG" < "$OUT/mutations.md"
 fi
 
-if [ "${PERF:-1}" != 0 ]; then  # after the background rows: timing rows need the GPU alone
+if [ "${PERF:-1}" != 0 ]; then  # after the focused run and the mutation rows: timing rows need the GPU alone
   perf_t0=$SECONDS
-  say "perf: $PY bench/perf_mutations.py --repeats ${PERF_REPEATS:-3} (alone on the GPU)"
-  $PY bench/perf_mutations.py --repeats "${PERF_REPEATS:-3}" 2>&1 | tee "$OUT/perf_mutations.md" | tee -a "$LOG"
+  say "perf: $PY bench/perf_mutations.py --repeats ${PERF_REPEATS:-3} --golden-out $gdir (alone on the GPU)"
+  $PY bench/perf_mutations.py --repeats "${PERF_REPEATS:-3}" --golden-out "$gdir" 2>&1 | tee "$OUT/perf_mutations.md" | tee -a "$LOG"
   perf_rc=${PIPESTATUS[0]}
   took[perf]="$((SECONDS - perf_t0)) s, exit $perf_rc"
   [ "$perf_rc" = 0 ] || status=1
+fi
+rm -f "$OUT/golden.tgz"
+if [ -d "$gdir" ]; then  # once, after FOCUSED and PERF: the golden values both recorded
+  tar -czf "$OUT/golden.tgz" -C "$(dirname "$gdir")" golden 2>/dev/null || true
 fi
 
 ngpu=$($PY -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)

@@ -243,6 +243,12 @@ def keep_verdicts(sweep: Path, dest: Path) -> None:
         shutil.copy2(verdict, dest / verdict.parent.name / "verdict.json")
 
 
+def failed_lines(gate_stdout: str) -> list[str]:
+    """The gate's ``FAIL ...`` and ``ERROR ...`` lines (stripped), in their order."""
+    return [line.strip() for line in gate_stdout.splitlines()
+            if line.strip().startswith(("FAIL ", "ERROR "))]
+
+
 def run_one(name: str, mutation: Optional[Mutation], keep: bool, timeout_s: float,
             verdicts: Optional[Path] = None, shared_gpu: bool = False) -> dict:
     root = Path(tempfile.mkdtemp(prefix=f"dcp-mutation-{name}-"))
@@ -261,8 +267,7 @@ def run_one(name: str, mutation: Optional[Mutation], keep: bool, timeout_s: floa
         t0 = time.monotonic()
         ran = _cli(root, "run", *cases, "--out", str(out), timeout_s=timeout_s)
         gate = _cli(root, "gate", str(out), timeout_s=120)
-        failed = [line.strip() for line in gate.stdout.splitlines()
-                  if line.strip().startswith(("FAIL ", "ERROR "))]
+        failed = failed_lines(gate.stdout)
         if verdicts is not None:
             keep_verdicts(out, verdicts / name)
         return {"name": name, "run": ran.returncode, "gate": gate.returncode,

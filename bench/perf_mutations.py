@@ -8,7 +8,9 @@ production code), one after another:
 
 1. ``run cases/focused -k CASE`` (clean) and ``golden record --repeats N --into GOLD``: N runs of
    the golden arm in all; the file keeps the per-step median, the spread and the bounds it gives
-   (``rtol``); a refusal (too noisy) stops the script with the reason;
+   (``rtol``); a refusal (too noisy) stops the script with the reason. The clean copy has no
+   ``cases/focused/golden/CASE/`` (``without_golden``): the committed golden values, recorded on
+   another GPU perhaps, do not judge this run (its golden entry is skipped, with its reason);
 2. the clean case again, judged against that golden file: must gate 0 (no false alarm);
 3. per fault, a fresh copy with the one-line patch and the golden file: must gate 1, through the
    check the fault is meant to trip (``golden / step_time``, ``golden / mem_*``).
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mutations import Mutation, _cli, apply, copy_repo  # noqa: E402
+from mutations import Mutation, _cli, apply, copy_repo, failed_lines  # noqa: E402
 
 CASE = "gpu1-qwen3-perf"
 
@@ -61,11 +63,6 @@ ROWS: tuple[PerfRow, ...] = (
 )
 
 
-def _failed(gate_stdout: str) -> list[str]:
-    return [line.strip() for line in gate_stdout.splitlines()
-            if line.strip().startswith(("FAIL ", "ERROR "))]
-
-
 def _golden_checks(line: str) -> list[str]:
     """The check names of a gate line ``FAIL case / golden: a, b``."""
     head, _, names = line.partition(": ")
@@ -77,6 +74,13 @@ def _sweep(root: Path, out: Path, case: str, timeout_s: float) -> tuple[int, int
     ran = _cli(root, "run", "cases/focused", "-k", case, "--out", str(out), timeout_s=timeout_s)
     gate = _cli(root, "gate", str(out), timeout_s=120)
     return ran.returncode, gate.returncode, gate.stdout + ran.stderr[-1500:], time.monotonic() - t0
+
+
+def without_golden(root: Path, case: str) -> None:
+    """Remove the committed golden values of ``case`` from the copy ``root``
+    (``cases/focused/golden/<case>/``): the clean run is then judged without them (its golden
+    entry skipped, with its reason), not against values recorded on another GPU."""
+    shutil.rmtree(root / "cases/focused/golden" / case, ignore_errors=True)
 
 
 def _with_golden(root: Path, gold: Path, case: str) -> None:
@@ -111,6 +115,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         clean = work / "clean"
         copy_repo(clean)
+        without_golden(clean, args.case)
         rc, gc, text, wall = _sweep(clean, clean / "results/clean", args.case, args.timeout_s)
         print(f"clean run of {args.case}: run exit {rc}, gate exit {gc} ({wall:.0f} s)", flush=True)
         if rc not in (0,) or gc != 0:
@@ -140,7 +145,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 apply(root, row.mutation)
             _with_golden(root, gold, args.case)
             rc, gc, text, wall = _sweep(root, root / "results" / name, args.case, args.timeout_s)
-            failed = _failed(text)
+            failed = failed_lines(text)
             if row is None:
                 ok = gc == 0
                 what, where = "the clean case against the golden values just recorded", "-"

@@ -365,7 +365,7 @@ def _resume_pairs(case: Case, arm: Callable[[str, str], str],
     spec = case.compare.resume
     assert spec is not None
     field = "compare.resume.arms"
-    wanted = spec.arms if spec.arms is not None else [EAGER] + ([GRAPH] if case.graphs else [])
+    wanted = spec.arm_names(case.graphs is not None)
     after = spec.step(case.train.steps)
     pairs: list[Pair] = []
     for name in dict.fromkeys(arm(a, field) for a in wanted):

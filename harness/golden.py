@@ -429,8 +429,9 @@ def refusals(runs: Sequence[Steps], *, loss_bounds: Mapping[str, LossBound],
 def write_golden(path: PathLike, runs: Union[Steps, Sequence[Steps]], *,
                  window: Optional[Sequence[int]] = None) -> Path:
     path = Path(path)
+    doc = golden_values(runs, window=window)  # first: a refused document leaves no folder behind
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, golden_values(runs, window=window))
+    write_json_atomic(path, doc)
     return path
 
 

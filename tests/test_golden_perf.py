@@ -113,6 +113,17 @@ def test_memory_is_two_sided_per_step(tmp_path: Path) -> None:
     assert off.status == "pass" and "compare.golden.memory is null" in by_name(off)["mem_reserved_bytes"].detail
 
 
+def test_a_step_under_the_lower_bound_fails_though_another_is_further_off_within_its_bound(
+        tmp_path: Path) -> None:
+    write_golden(golden_file(tmp_path, "c1", "h200"), gpu_run())
+    # allocated -5 % at step 1, +10 % at step 12: the upper bound (20 %) holds, the lower (1 %) not.
+    g = 0.15 * 4 * GIB / 11
+    entry = judge(tmp_path, gpu_run(mem=0.95 * 4 * GIB - g, grow=g), memory={"worse": 0.2})
+    check = by_name(entry)["mem_allocated_bytes"]
+    assert not check.passed and "worst step 1:" in check.detail
+    assert check.value == pytest.approx(-0.05)
+
+
 def test_bounds_come_from_the_case_then_the_golden_rtol_then_the_default(tmp_path: Path) -> None:
     runs = [gpu_run(time_s=t) for t in (0.200, 0.202, 0.198)]  # +-1 % -> rtol 1.5 %
     write_golden(golden_file(tmp_path, "c1", "h200"), runs)

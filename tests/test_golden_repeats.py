@@ -159,3 +159,12 @@ def test_golden_diff_gives_signed_mean_and_largest_difference(tmp_path: Path) ->
     assert "| lm loss | 12 | +2.5e-07 | +3e-06 (step 3) |" in text
     assert "environment changed: torch 2.11.0+cu130 -> 2.13.0+cu130" in text
     assert d.largest() == pytest.approx(0.05)
+
+
+def test_a_refused_golden_document_leaves_no_folder_behind(tmp_path) -> None:
+    from harness.golden import GoldenError, write_golden
+
+    target = tmp_path / "golden" / "c1" / "golden_values_cpu.json"
+    with pytest.raises(GoldenError):
+        write_golden(target, [])
+    assert not (tmp_path / "golden").exists()

@@ -132,3 +132,10 @@ def test_an_until_in_the_past_warns_naming_the_case(tmp_path: Path) -> None:
 def test_only_parked_cases_pass_the_gate(tmp_path: Path) -> None:
     park(failing(tmp_path), status="broken")
     assert gate_result(load_sweep(tmp_path, today=TODAY)).code == 0
+
+
+def test_strict_is_for_xfail_only() -> None:
+    assert Expectation.model_validate({"status": "xfail", "reason": "x", "strict": True}).strict
+    for status in ("broken", "flaky"):
+        with pytest.raises(ValidationError, match="strict applies to status xfail only"):
+            Expectation.model_validate({"status": status, "reason": "x", "strict": True})

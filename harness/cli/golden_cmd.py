@@ -147,6 +147,9 @@ def run_record(args: argparse.Namespace) -> int:
         raise ConfigError(f"--repeats {args.repeats}: give 1..{MAX_REPEATS} runs")
     if not 0 < args.max_cv < 1:
         raise ConfigError(f"--max-cv {args.max_cv}: give a fraction in (0, 1), e.g. 0.02")
+    if args.into is not None and args.into.exists() and not args.into.is_dir():
+        raise ConfigError(f"--into {args.into}: exists and is not a folder; give a folder "
+                          "(golden files go to DIR/<case>/golden_values_<platform>.json)")
     case_dirs = sorted(p.parent for p in sweep.glob(f"*/{CASE_FILE}"))
     if args.case:
         unknown = sorted(set(args.case) - {d.name for d in case_dirs})
@@ -215,7 +218,7 @@ def _record_case(args: argparse.Namespace, case_dir: Path) -> Optional[bool]:
     try:
         path = write_golden(golden_file(folder, plan.case_id, platform, environment), runs,
                             window=window)
-    except GoldenError as exc:
+    except (GoldenError, OSError) as exc:
         print(f"ERROR {plan.case_id}: {exc}; not recorded")
         return False
     bounds = _bounds_line(path) if len(runs) > 1 else ""

@@ -8,10 +8,14 @@ the gate's: 0 all pass, 1 a check failed, 2 errors (crash, timeout) without fail
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator
 
 from harness.arms import plan_case
 from harness.cli.selection import add_emulate_argument, selected_cases
@@ -76,7 +80,39 @@ def point_latest(root: Path, target: Path) -> Path:
     return link
 
 
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While inside, SIGTERM (``timeout``, ``scancel``, ``kill``) raises KeyboardInterrupt, so it
+    takes Ctrl-C's path: the launcher stops its rank process groups (their own sessions, which a
+    signal to the harness does not reach), the sweep stays resumable, and ``main`` says
+    ``interrupted`` and exits 130. A further SIGTERM while that cleanup runs is ignored (SIGKILL
+    still ends it). The previous handler is restored on the way out. Only the main thread can
+    install handlers; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = False
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        nonlocal fired
+        if fired:
+            return
+        fired = True
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(args: argparse.Namespace) -> int:
+    with sigterm_as_interrupt():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.timeout_min is not None and not args.timeout_min > 0:
         raise ConfigError(f"--timeout-min must be a positive number of minutes, got {args.timeout_min}")
     cases = selected_cases(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks)

@@ -150,7 +150,13 @@ def memory_checks(p: GoldenContract, arm: str, steps: Steps, golden: Golden,
                for s in run}
         high = max(rel, key=lambda s: rel[s])
         low = min(rel, key=lambda s: rel[s])
-        step = high if rel[high] > worse or abs(rel[high]) >= abs(rel[low]) else low
+        # The step that breaks a bound (the upper one first), else the one furthest from zero.
+        if rel[high] > worse:
+            step = high
+        elif rel[low] < -better:
+            step = low
+        else:
+            step = high if abs(rel[high]) >= abs(rel[low]) else low
         text = (f"{m.what}: worst step {step}: {run[step]:.6g} ({arm}) vs {want[step]:.6g} "
                 f"(golden), {rel[step]:+.2%}; range over {len(rel)} step(s) {rel[low]:+.2%}.."
                 f"{rel[high]:+.2%}; bounds -{better:.2%}..+{worse:.2%} ({source})")

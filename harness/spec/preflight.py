@@ -396,11 +396,12 @@ def check_resume(case: Case) -> list[Problem]:
         problems.append(Problem(_at("compare.resume.at_step"), (
             f"the arm is stopped after step {at} and must resume before the last of the "
             f"{t.steps} train.steps: use 1 <= at_step < {t.steps} (or more steps)")))
-    if not t.deterministic and "exact" in (spec.loss, spec.aux_loss, spec.grad_norm):
-        problems.append(Problem(_at("compare.resume.loss"), (
+    exact = [f for f in ("loss", "aux_loss", "grad_norm") if getattr(spec, f) == "exact"]
+    if not t.deterministic and exact:
+        problems.append(Problem(_at(f"compare.resume.{exact[0]}"), (
             "an exact resume check needs train.deterministic: true (or give a tolerance)")))
-    graph_arms = [a for a in (spec.arms or []) if a.startswith("graph")]
-    if case.graphs is not None and (spec.arms is None or graph_arms) and at <= case.graphs.warmup_steps:
+    graph_arms = [a for a in spec.arm_names(case.graphs is not None) if a.startswith("graph")]
+    if case.graphs is not None and graph_arms and at <= case.graphs.warmup_steps:
         problems.append(Problem(_at("compare.resume.at_step"), (
             f"the graph arm captures after its {case.graphs.warmup_steps} eager warmup steps; "
             f"stopping it after step {at} resumes before any capture, so the recapture on "
@@ -435,6 +436,18 @@ def check_slot_ring(case: Case) -> list[Problem]:
         if why is not None:
             problems.append(Problem(_at("compare.slot_ring.microbatches"), f"count {m}: {why}"))
     return problems
+
+
+def check_golden_window(case: Case) -> list[Problem]:
+    """``compare.golden.step_time.window``: a window the run reaches, whole (a window cut to the
+    steps would judge other steps than the case says)."""
+    golden = case.compare.golden
+    window = golden.step_time.window if golden is not None and golden.step_time is not None else None
+    if window is not None and window[1] > case.train.steps:
+        return [Problem(_at("compare.golden.step_time.window"), (
+            f"steps {window[0]}..{window[1]} run past the last of the {case.train.steps} "
+            f"train.steps: end the window at step {case.train.steps} at most (or run more steps)"))]
+    return []
 
 
 def check_memory_probe(case: Case) -> list[Problem]:
@@ -489,6 +502,7 @@ CHECKS: tuple[Callable[[Case], list[Problem]], ...] = (
     check_graphs,
     check_resume,
     check_slot_ring,
+    check_golden_window,
     check_memory_probe,
     check_emulate,
 )

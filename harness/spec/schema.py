@@ -412,7 +412,7 @@ class ResumeContract(_Strict):
     from the step after it on, its LM loss, aux loss and grad norm must match the uninterrupted
     arm's (``exact`` = bitwise, which needs ``train.deterministic``)."""
 
-    arms: Optional[list[str]] = None
+    arms: Optional[list[str]] = Field(default=None, min_length=1)
     # Step after which the arm is stopped; None: half the steps (train.steps // 2, at least 1).
     at_step: Optional[int] = Field(default=None, ge=1, le=limit("train.steps"))
     loss: LossBound = "exact"
@@ -423,6 +423,10 @@ class ResumeContract(_Strict):
     def step(self, steps: int) -> int:
         """The step after which the arm is stopped (``at_step``, else half of ``steps``)."""
         return self.at_step if self.at_step is not None else max(1, steps // 2)
+
+    def arm_names(self, graph_case: bool) -> list[str]:
+        """The arms resumed: ``arms``, else the eager arm and, in a graph case, ``graph``."""
+        return list(self.arms) if self.arms is not None else ["eager"] + (["graph"] if graph_case else [])
 
 
 class SlotRingContract(_Strict):
@@ -555,6 +559,13 @@ class Expectation(_Strict):
         if not v.strip():
             raise ValueError("give the reason the case is parked (an issue link, what fails)")
         return v.strip()
+
+    @model_validator(mode="after")
+    def _strict_only_for_xfail(self) -> "Expectation":
+        if self.strict and self.status is not ParkedStatus.XFAIL:
+            raise ValueError(f"strict applies to status xfail only (an XPASS fails the gate); "
+                             f"a {self.status.value} case is not judged, drop strict")
+        return self
 
 
 # --------------------------------------------------------------------------- emulated ranks

@@ -71,3 +71,13 @@ def test_golden_diff_reviews_a_refresh(write_case, tmp_path, capsys):
     assert "missing (removed in NEW)" in capsys.readouterr().out
     assert main(["golden", "diff", str(tmp_path / "old"), str(path)]) == 2
     assert "give two golden files or two folders" in capsys.readouterr().err
+
+
+def test_record_into_a_file_is_refused_before_anything_runs(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    into = tmp_path / "not-a-folder"
+    into.write_text("x")
+    assert main(["golden", "record", str(sweep), "--into", str(into)]) == 2
+    assert f"--into {into}: exists and is not a folder" in capsys.readouterr().err
+    assert into.read_text() == "x"

@@ -402,3 +402,47 @@ def test_the_reference_arm_of_a_static_case_runs_dynamic_shapes() -> None:
                       compare={"reference": {}})
     ref = as_reference(case)
     assert ref.shapes is None and not ref.static_shapes and ref.layout.single_rank
+
+
+TRAIN12 = {"steps": 12, "deterministic": True}
+
+
+def test_resume_exact_without_determinism_names_the_exact_field() -> None:
+    train = {"steps": 12, "deterministic": False}
+    assert fields(train=train, compare={"resume": {}}) == ["compare.resume.loss"]
+    bound = {"max_rel": 1e-3}
+    assert fields(train=train, compare={"resume": {"loss": bound, "grad_norm": "exact"}}) == [
+        "compare.resume.grad_norm"]
+    assert fields(train=train, compare={"resume": {"loss": bound, "aux_loss": bound,
+                                                    "grad_norm": bound}}) == []
+
+
+def test_resume_of_a_graph_arm_must_stop_after_the_capture() -> None:
+    graphs = {"scope": "attn", "warmup_steps": 2}
+    train = {**TRAIN12, "max_seqs_per_microbatch": 8, "dtype": "bf16"}
+    resources = {"device": "cuda"}
+    early = fields(train=train, graphs=graphs, resources=resources, compare={"resume": {"at_step": 2}})
+    assert early == ["compare.resume.at_step"]
+    assert "after its 2 eager warmup steps" in messages(
+        train=train, graphs=graphs, resources=resources, compare={"resume": {"at_step": 2}})
+    # Only the eager arm resumed: no capture to re-test, so stopping early is fine.
+    assert fields(train=train, graphs=graphs, resources=resources,
+                  compare={"resume": {"at_step": 2, "arms": ["eager"]}}) == []
+    assert fields(train=train, graphs=graphs, resources=resources, compare={"resume": {"at_step": 3}}) == []
+
+
+def test_resume_needs_at_least_one_arm() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="at least 1 item"):
+        build_case(train=TRAIN12, compare={"resume": {"arms": []}})
+
+
+@pytest.mark.parametrize("window, ok", [([5, 12], True), ([2, 3], True), ([5, 13], False),
+                                        ([20, 30], False)])
+def test_golden_step_time_window_lies_within_the_steps(window: Any, ok: bool) -> None:
+    found = fields(train=TRAIN12, compare={"golden": {"step_time": {"window": window}}})
+    assert found == ([] if ok else ["compare.golden.step_time.window"])
+    if not ok:
+        assert "run past the last of the 12 train.steps" in messages(
+            train=TRAIN12, compare={"golden": {"step_time": {"window": window}}})
