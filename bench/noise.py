@@ -23,11 +23,8 @@ from typing import Optional
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from harness.compare.contracts.reference import SERIES_CHECKS as CHECKS  # noqa: E402
 from harness.report import load_sweep  # noqa: E402
-
-# The reference contract's checks of the per-step metrics; a check's value is its worst relative
-# difference over the steps it compares (the contract decides which: before or after a regrouping).
-CHECKS = ("loss", "grad_norm", "aux_loss", "loss_regrouped", "grad_norm_regrouped")
 
 
 def suggest(noise: Optional[float]) -> str:

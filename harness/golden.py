@@ -111,14 +111,6 @@ METRICS: tuple[Metric, ...] = (
            "device used after empty_cache (memory probe)"),
 )
 METRIC: Mapping[str, Metric] = MappingProxyType({m.name: m for m in METRICS})
-# Megatron metric name -> step-record field (the loss metrics) / what it is (memory metrics).
-LOSS_METRICS: Mapping[str, str] = MappingProxyType({
-    "lm loss": "loss",
-    "aux loss": "aux_loss",
-    "grad norm": "grad_norm",
-})
-MEMORY_METRICS: Mapping[str, str] = MappingProxyType(
-    {m.name: m.what for m in METRICS if m.kind == MEMORY})
 TIME_METRIC = "iteration-time"
 
 
@@ -245,10 +237,6 @@ def metric_series(steps: Steps, metric: str) -> dict[int, float]:
             elif m.combine == "max":
                 out[step] = max(out[step], value)
     return dict(sorted(out.items()))
-
-
-loss_series = metric_series
-memory_series = metric_series
 
 
 def steady_window(last_step: int, window: Optional[Sequence[int]] = None) -> tuple[int, int]:

@@ -52,6 +52,11 @@ class GoldenDiff:
         """The largest |relative difference| over every metric (0 when none differs)."""
         return max((abs(m.largest_rel) for m in self.metrics), default=0.0)
 
+    def coverage_changed(self) -> bool:
+        """A metric, or a step of one, that only one of the two files holds."""
+        return bool(self.only_old or self.only_new
+                    or any(m.only_old or m.only_new for m in self.metrics))
+
 
 def _rel(new: float, old: float) -> float:
     if new == old:

@@ -124,3 +124,20 @@ def test_preflight_names_what_a_slot_ring_case_needs(tmp_path: Path, change, fie
     with pytest.raises(CaseError) as err:
         load_cases([path])
     assert f"field '{field}'" in str(err.value) and message in str(err.value)
+
+
+def test_the_worst_growth_over_ranks_names_its_rank_and_count() -> None:
+    from harness.compare.ring import not_wrapped, worst_growth, wrapped_counts
+
+    assert wrapped_counts({2: 2, 4: 4, 6: 4, 8: 4}) == (6, [6, 8])
+    assert wrapped_counts({2: 2, 4: 4}) == (None, [])
+    per_rank = {0: {6: 4.0, 8: 5.0, 12: 4.0}, 1: {6: 4.0, 8: 4.0, 12: 7.0},
+                2: {6: 4.0, 8: 6.0, 12: 4.0}}
+    assert worst_growth(per_rank, 6, relative=False) == (3.0, 12, 1)
+    assert worst_growth({0: {6: 100.0, 8: 100.0}, 1: {6: 100.0, 8: 150.0}}, 6,
+                        relative=True) == (pytest.approx(0.5), 8, 1)
+    # Nothing grows: the first rank is named, at the first count past the start.
+    assert worst_growth({0: {6: 4.0, 8: 4.0}, 1: {6: 4.0, 8: 3.0}}, 6, relative=False) == (0.0, 8, 0)
+    assert not_wrapped("4 slots at 4") == (
+        "fewer than two counts outnumber the slot ring (4 slots at 4); add larger counts to "
+        "compare.slot_ring.microbatches")

@@ -22,13 +22,14 @@ or when a step-time or memory metric the verdict checks varies by more than ``--
 
 ``diff``: per metric the signed mean and the largest relative difference of NEW against OLD
 (``harness.golden_diff``); two folders: every golden file either holds. Exit 0, or 1 with
-``--max-rel`` when a difference is larger.
+``--max-rel`` when a difference is larger, or a file, metric or step is on one side only.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import shutil
 from pathlib import Path
 from typing import Optional
 
@@ -50,11 +51,12 @@ from harness.golden import (
     write_golden,
 )
 from harness.golden_diff import diff_golden, render_diff
-from harness.launch.sweep import arm_is_complete, load_plan, sweep_lock
-from harness.results import CASE_FILE, read_steps, write_outcome
+from harness.launch.sweep import arm_is_complete, load_plan, run_arm_into, sweep_lock
+from harness.results import CASE_FILE, read_steps
 from harness.spec.schema import NAME_PATTERN
 
 REPEATS_DIR = "golden-repeats"
+CASE_HASH_FILE = "case.hash"  # the plan's case_hash the repeats ran
 MAX_REPEATS = 20
 
 
@@ -98,7 +100,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("old", type=Path, metavar="OLD")
     d.add_argument("new", type=Path, metavar="NEW")
     d.add_argument("--max-rel", type=float, default=None, metavar="X",
-                   help="exit 1 when a relative difference is larger than X (e.g. 1e-5)")
+                   help="exit 1 when a relative difference is larger than X (e.g. 1e-5), or a "
+                        "file, metric or step is on one side only")
     d.set_defaults(func=run_diff)
 
 
@@ -117,21 +120,31 @@ def _checked(params: GoldenPairParams, platform: str) -> set[str]:
 def _run_repeats(plan: CasePlan, arm: PlannedArm, case_dir: Path, repeats: int
                  ) -> tuple[list[Path], Optional[str]]:
     """The arm folders of repeats 2..N (run now through the local launcher unless complete),
-    or the reason one did not finish."""
+    or the reason one did not finish. Repeats of another definition of the case (their
+    ``case.hash`` is not the plan's ``case_hash``) are removed and run again."""
     from harness.launch.local import LocalLauncher
 
+    root = case_dir.parent / REPEATS_DIR / plan.case_id
+    hash_file = root / CASE_HASH_FILE
+    stored = hash_file.read_text().strip() if hash_file.is_file() else None
+    if repeats > 1 and stored != plan.case_hash:
+        if root.is_dir() and any(root.glob("repeat*")):
+            was = f"case hash {stored[:12]}" if stored else "no case hash stored"
+            print(f"      {plan.case_id}: the repeats in {root} ran another definition of the case "
+                  f"({was}, now {plan.case_hash[:12]}); running them again", flush=True)
+            shutil.rmtree(root)
+        root.mkdir(parents=True, exist_ok=True)
+        hash_file.write_text(plan.case_hash + "\n")
     folders = []
     for k in range(2, repeats + 1):
-        arm_dir = case_dir.parent / REPEATS_DIR / plan.case_id / f"repeat{k}" / arm.name
+        arm_dir = root / f"repeat{k}" / arm.name
         folders.append(arm_dir)
         if arm_is_complete(arm, arm_dir):
             print(f"      {plan.case_id}: repeat {k}/{repeats} of arm '{arm.name}' already complete "
                   f"({arm_dir})")
             continue
-        arm_dir.mkdir(parents=True, exist_ok=True)
         print(f"      {plan.case_id}: repeat {k}/{repeats} of arm '{arm.name}' -> {arm_dir}", flush=True)
-        outcome = LocalLauncher().run_arm(plan, arm, arm_dir, case_dir / CASE_FILE)
-        write_outcome(arm_dir, outcome)
+        outcome = run_arm_into(LocalLauncher(), plan, arm, arm_dir, case_dir / CASE_FILE)
         if not outcome.ok or not arm_is_complete(arm, arm_dir):
             return folders, f"repeat {k} of arm '{arm.name}' {outcome.describe()} (log: {arm_dir / 'log.txt'})"
     return folders, None
@@ -193,17 +206,18 @@ def _record_case(args: argparse.Namespace, case_dir: Path) -> Optional[bool]:
               "compare.golden.dir pointed when the sweep ran) is not on this machine; pass "
               "--into DIR and copy the file there")
         return False
+    first = read_steps(arm_dir)
+    platform = args.platform or params.platform or platform_of(first)
+    try:  # needs only the sweep's run: checked before any repeat runs
+        environment = resolve_environment(args.environment or params.environment, first)
+    except ValueError as exc:
+        print(f"ERROR {plan.case_id}: {exc}; not recorded")
+        return False
     repeat_dirs, failed = _run_repeats(plan, arm, case_dir, args.repeats)
     if failed is not None:
         print(f"ERROR {plan.case_id}: {failed}; not recorded")
         return False
-    runs = [read_steps(arm_dir)] + [read_steps(d) for d in repeat_dirs]
-    platform = args.platform or params.platform or platform_of(runs[0])
-    try:
-        environment = resolve_environment(args.environment or params.environment, runs[0])
-    except ValueError as exc:
-        print(f"ERROR {plan.case_id}: {exc}; not recorded")
-        return False
+    runs = [first] + [read_steps(d) for d in repeat_dirs]
     window = params.step_time.window if params.step_time is not None else None
     why = refusals(runs, loss_bounds={"lm loss": params.loss, "aux loss": params.aux_loss,
                                       "grad norm": params.grad_norm},
@@ -245,17 +259,20 @@ def _pairs(old: Path, new: Path) -> list[tuple[Path, Path]]:
     if old.is_dir() or new.is_dir():
         raise ConfigError(f"give two golden files or two folders, not a file and a folder "
                           f"({old}, {new})")
+    if not old.is_file() and not new.is_file():
+        raise ConfigError(f"neither {old} nor {new} exists: give the paths of two golden files")
     return [(old, new)]
 
 
 def run_diff(args: argparse.Namespace) -> int:
     if args.max_rel is not None and not args.max_rel >= 0:
         raise ConfigError(f"--max-rel {args.max_rel}: give a relative difference >= 0")
-    worst = 0.0
+    worst, unmatched = 0.0, 0
     for old_path, new_path in _pairs(args.old, args.new):
         if not old_path.is_file() or not new_path.is_file():
             print(f"golden diff: {old_path if not old_path.is_file() else new_path} is missing "
                   f"({'added' if not old_path.is_file() else 'removed'} in NEW)\n")
+            unmatched += 1
             continue
         try:
             diff = diff_golden(read_golden(old_path), read_golden(new_path))
@@ -263,7 +280,12 @@ def run_diff(args: argparse.Namespace) -> int:
             raise ConfigError(str(exc)) from None
         print(render_diff(diff))
         worst = max(worst, diff.largest())
+        unmatched += int(diff.coverage_changed())
     if args.max_rel is not None and worst > args.max_rel:
         print(f"golden diff: largest relative difference {worst:.3g} > --max-rel {args.max_rel:g}")
+        return 1
+    if args.max_rel is not None and unmatched:
+        print(f"golden diff: {unmatched} file(s) added, removed or holding other metrics or steps "
+              "than the other side: a difference under --max-rel")
         return 1
     return 0

@@ -32,3 +32,29 @@ def growth(figures: Mapping[int, float], start: int, relative: bool) -> tuple[fl
         if where is None or delta > worst:
             worst, where = delta, m
     return worst, where
+
+
+def wrapped_counts(slots: Mapping[int, int]) -> tuple[Optional[int], list[int]]:
+    """The first count whose ring wraps (``wrapping_from``) and every count from it on, sorted
+    (empty when none wraps)."""
+    start = wrapping_from(slots)
+    return start, [m for m in sorted(slots) if start is not None and m >= start]
+
+
+def not_wrapped(shown: str) -> str:
+    """Why a flatness check does not apply: fewer than two counts wrap the ring (``shown``: the
+    figures per count)."""
+    return (f"fewer than two counts outnumber the slot ring ({shown}); add larger counts to "
+            "compare.slot_ring.microbatches")
+
+
+def worst_growth(per_rank: Mapping[int, Mapping[int, float]], start: int, relative: bool,
+                 ) -> tuple[float, Optional[int], Optional[int]]:
+    """The largest ``growth`` over ranks (rank -> count -> value, in rank order): its value,
+    the count where it is and the rank (the first rank on a tie)."""
+    worst, where, rank = 0.0, None, None
+    for r, figures in per_rank.items():
+        g, m = growth(figures, start, relative)
+        if where is None or g > worst:
+            worst, where, rank = g, m, r
+    return worst, where, rank

@@ -18,7 +18,7 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
 from harness.caseplan import UNHASHED_FIELDS, CasePlan, PlannedArm, read_plan, write_plan
 from harness.compare import ARM_CHECKS_PAIR, CaseVerdict, PairVerdict, evaluate_case, write_verdict
@@ -182,6 +182,21 @@ def _run_one(launcher: ArmLauncher, plan: CasePlan, arm: PlannedArm, arm_dir: Pa
                           log_tail=traceback.format_exc())
 
 
+def run_arm_into(launcher: ArmLauncher, plan: CasePlan, arm: PlannedArm, arm_dir: Path,
+                 case_json: Path, on_start: Optional[Callable[[], None]] = None) -> ArmOutcome:
+    """Run one arm into ``arm_dir`` with the sweep's rules, and its outcome: the folder is made,
+    ``on_start`` called, a stale outcome removed, a launcher that raises recorded as an ``infra``
+    outcome (never raised), the outcome written, and the checkpoints removed once the arm is
+    complete. The local sweep and ``golden record --repeats`` both run arms through it."""
+    arm_dir.mkdir(parents=True, exist_ok=True)
+    if on_start is not None:
+        on_start()
+    outcome = _run_one(launcher, plan, arm, arm_dir, case_json)
+    write_outcome(arm_dir, outcome)
+    remove_checkpoints_if_complete(arm, arm_dir)  # finished for good: no resume
+    return outcome
+
+
 def _finalize_or_error(case_id: str, case_dir: Path) -> CaseVerdict:
     try:
         return finalize_case(case_dir)
@@ -225,11 +240,9 @@ def _run_cases(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
                     shown.arm_skipped(title, arm.name, "already complete")
                     continue
                 (case_dir / VERDICT_FILE).unlink(missing_ok=True)
-                arm_dir.mkdir(parents=True, exist_ok=True)
-                shown.arm_started(title, arm.name, arm_dir, plan.steps)
-                outcome = _run_one(launcher, plan, arm, arm_dir, case_dir / CASE_FILE)
-                write_outcome(arm_dir, outcome)
-                remove_checkpoints_if_complete(arm, arm_dir)  # finished for good: no resume
+                outcome = run_arm_into(
+                    launcher, plan, arm, arm_dir, case_dir / CASE_FILE,
+                    on_start=lambda: shown.arm_started(title, arm.name, arm_dir, plan.steps))
                 ran += 1
                 shown.arm_finished(title, arm.name, outcome)
             verdict = _finalize_or_error(plan.case_id, case_dir)

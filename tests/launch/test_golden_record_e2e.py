@@ -81,3 +81,23 @@ def test_record_into_a_file_is_refused_before_anything_runs(tmp_path, capsys):
     assert main(["golden", "record", str(sweep), "--into", str(into)]) == 2
     assert f"--into {into}: exists and is not a folder" in capsys.readouterr().err
     assert into.read_text() == "x"
+
+
+def test_golden_diff_counts_what_one_side_lacks_under_max_rel(write_case, tmp_path, capsys):
+    case = write_case("cov", compare={"golden": {}})
+    out = tmp_path / "out"
+    assert main(["run", str(case), "--out", str(out)]) == 0
+    assert main(["golden", "record", str(out), "--into", str(tmp_path / "old")]) == 0
+    path = golden_file(tmp_path / "old", "cov", "cpu")
+    doc = json.loads(path.read_text())
+    del doc["aux loss"]
+    fewer = tmp_path / "fewer.json"
+    fewer.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["golden", "diff", str(path), str(fewer)]) == 0  # a review, no bound: exit 0
+    assert main(["golden", "diff", str(path), str(fewer), "--max-rel", "0"]) == 1
+    assert "1 file(s) added, removed or holding other metrics" in capsys.readouterr().out
+    assert main(["golden", "diff", str(path), str(tmp_path / "gone.json"), "--max-rel", "0"]) == 1
+    assert main(["golden", "diff", str(path), str(path), "--max-rel", "0"]) == 0
+    assert main(["golden", "diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 2
+    assert "neither" in capsys.readouterr().err

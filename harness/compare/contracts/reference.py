@@ -33,6 +33,10 @@ from ..registry import contract
 from ..series import Steps, series_check_on, step_series
 from ..verdicts import Check
 
+# The checks of the per-step metrics (each one's value: the worst relative difference over the
+# steps it compares); bench/noise.py reads these from the verdicts.
+SERIES_CHECKS = ("loss", "grad_norm", "aux_loss", "loss_regrouped", "grad_norm_regrouped")
+
 
 class StaticBins(BaseModel):
     """The bounds of a static-shape candidate's fixed-CP bins (``harness.workload.packing``):

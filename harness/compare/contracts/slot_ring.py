@@ -13,7 +13,7 @@ from harness.spec.schema import SlotRingContract
 
 from ..pair import Pair
 from ..registry import contract
-from ..ring import growth, wrapping_from
+from ..ring import not_wrapped, worst_growth, wrapped_counts
 from ..series import MIB, Steps, graph_stats
 from ..verdicts import Check
 
@@ -36,12 +36,10 @@ def slot_ring(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
                       f"arm(s) {', '.join(missing)} recorded no capture (graph stats)"),)
     ranks = sorted(set.intersection(*(set(s) for s in stats.values())))
     slots = {m: stats[m][ranks[0]].physical_slots for m in stats}
-    start = wrapping_from(slots)
-    wrapping = [m for m in sorted(stats) if start is not None and m >= start]
+    start, wrapping = wrapped_counts(slots)
     shown = ", ".join(f"{slots[m]} slots at {m}" for m in sorted(stats))
     if len(wrapping) < 2:
-        why = (f"fewer than two counts outnumber the slot ring ({shown}); add larger counts to "
-               "compare.slot_ring.microbatches")
+        why = not_wrapped(shown)
         return tuple(Check.not_applicable(n, why) for n in
                      ("physical_slots_flat", "graph_pool_flat", "arena_bytes_flat"))
     out = []
@@ -49,16 +47,11 @@ def slot_ring(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
             ("physical_slots_flat", "physical_slots", False, 0.0),
             ("graph_pool_flat", "pool_reserved_bytes", True, p.max_growth),
             ("arena_bytes_flat", "arena_bytes", True, p.max_growth)):
-        worst, where, rank = 0.0, None, None
-        parts = []
-        for r in ranks:
-            figs = {m: float(getattr(stats[m][r], key)) for m in wrapping}
-            g, m = growth(figs, start, relative)
-            parts.append(f"r{r} " + ", ".join(
-                (f"{figs[c] / MIB:.1f} MiB" if relative else f"{figs[c]:.0f}") + f" at {c}"
-                for c in wrapping))
-            if where is None or g > worst:
-                worst, where, rank = g, m, r
+        figs = {r: {m: float(getattr(stats[m][r], key)) for m in wrapping} for r in ranks}
+        parts = [f"r{r} " + ", ".join(
+            (f"{figs[r][c] / MIB:.1f} MiB" if relative else f"{figs[r][c]:.0f}") + f" at {c}"
+            for c in wrapping) for r in ranks]
+        worst, where, rank = worst_growth(figs, start, relative)
         change = f"{worst:+.2%}" if relative else f"{worst:+.0f}"
         detail = (f"{key} from {start} microbatches on (the ring wraps there; {shown}): "
                   + "; ".join(parts) + f"; largest growth {change} (rank {rank}, at {where})")

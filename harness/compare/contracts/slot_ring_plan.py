@@ -15,7 +15,7 @@ from harness.spec.schema import SlotRingContract
 
 from ..pair import Pair
 from ..registry import contract
-from ..ring import growth, wrapping_from
+from ..ring import not_wrapped, worst_growth, wrapped_counts
 from ..series import Steps
 from ..verdicts import Check
 
@@ -55,24 +55,18 @@ def slot_ring_plan(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     if sorted(by_count) != sorted(p.microbatches):
         raise ValueError(f"the plan holds slot plans for counts {sorted(by_count)}, the case asks "
                          f"for {sorted(p.microbatches)}")
-    start = wrapping_from({m: c.ranks[0].physical_slots for m, c in by_count.items()})
-    wrapping = [m for m in sorted(by_count) if start is not None and m >= start]
+    start, wrapping = wrapped_counts({m: c.ranks[0].physical_slots for m, c in by_count.items()})
     checks = []
     for key, what in FIGURES:
         shown = "; ".join(f"r{r}: " + ", ".join(f"{getattr(by_count[m].ranks[r], key)} at {m}"
                                                 for m in sorted(by_count))
                           for r in range(len(by_count[min(by_count)].ranks)))
         if len(wrapping) < 2:
-            checks.append(Check.not_applicable(
-                f"{key}_flat", f"fewer than two counts outnumber the slot ring ({shown}); add "
-                               "larger counts to compare.slot_ring.microbatches"))
+            checks.append(Check.not_applicable(f"{key}_flat", not_wrapped(shown)))
             continue
-        worst, where, rank = 0.0, None, None
-        for r in range(len(by_count[start].ranks)):
-            g, m = growth({c: float(getattr(by_count[c].ranks[r], key)) for c in wrapping},
-                          start, relative=False)
-            if where is None or g > worst:
-                worst, where, rank = g, m, r
+        worst, where, rank = worst_growth(
+            {r: {c: float(getattr(by_count[c].ranks[r], key)) for c in wrapping}
+             for r in range(len(by_count[start].ranks))}, start, relative=False)
         detail = (f"{what} per count ({shown}); the ring wraps from {start} microbatches on, and "
                   + (f"rank {rank} has {worst:+.0f} at {where} against {start}" if worst > 0
                      else f"no larger count adds any ({', '.join(map(str, wrapping))})"))
