@@ -133,6 +133,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     # inside the pair's noise of 6.3e-6 x 10 (bench/RESULTS.md, 2026-12-02). At CP2, where the
     # CPU row runs it, a rank's rows are not its positions and the gathered keys are rotated
     # wrongly: a real fault there.)
+    # Measured on an H200 (bench/RESULTS.md, 2026-12-03): caught by the golden values (loss
+    # 5.3e-5 against 1e-5, aux 1.9e-5, grad norm 1.05e-4 against 1e-4); the reference pair sees
+    # 5.0e-5 against its 7e-5 (the fault is 8x its noise, the bound 11x): golden catches it.
     Mutation("static-rope-key-offset", "harness/workload/attention.py",
              "static attention: keys rotated one position ahead of the queries (an off-by-one in "
              "the RoPE positions of the keys: every relative distance is off by one)",

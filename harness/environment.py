@@ -11,6 +11,7 @@ golden key can include them (Megatron-LM keeps ``golden_values_{environment}_{pl
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any, Mapping, Optional
 
 from harness.results import RunEnvironment
@@ -61,7 +62,23 @@ def current_environment(device: Any, environ: Optional[Mapping[str, str]] = None
         nccl=nccl,
         device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
         settings=settings_of(os.environ if environ is None else environ),
+        device_id=device_id(dev),
     )
+
+
+def device_id(device: Any) -> Optional[str]:
+    """The physical device a rank runs on: ``GPU-<uuid>`` of a CUDA device (as ``nvidia-smi -L``
+    prints it), the host's name for the CPU; None where torch cannot tell."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return socket.gethostname() or None
+    uuid = getattr(torch.cuda.get_device_properties(dev), "uuid", None)
+    if uuid is None:
+        return None
+    text = str(uuid)
+    return text if text.startswith("GPU-") else f"GPU-{text}"
 
 
 def describe(env: RunEnvironment) -> str:
@@ -78,7 +95,9 @@ def describe(env: RunEnvironment) -> str:
 
 
 def differences(old: RunEnvironment, new: RunEnvironment) -> list[str]:
-    """What changed between two environments, one phrase each (empty: the same)."""
+    """What changed between two environments, one phrase each (empty: the same). The physical
+    device (``device_id``) is not a change of environment: another GPU of the same kind runs the
+    same software; the golden step-time check reads it on its own."""
     out = []
     for name, a, b in (("torch", old.torch, new.torch), ("CUDA", old.cuda, new.cuda),
                        ("NCCL", old.nccl, new.nccl), ("device", old.device_name, new.device_name)):

@@ -3,6 +3,8 @@ first one each process writes) and in golden files."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from harness.environment import SETTINGS, current_environment, describe, differences, settings_of
@@ -23,6 +25,15 @@ def test_this_process_on_cpu() -> None:
     assert env.torch == torch.__version__ and env.cuda == torch.version.cuda
     assert env.device_name is None and env.settings == (("OMP_NUM_THREADS", "1"),)
     assert describe(env).startswith(f"torch {torch.__version__}, ")
+    assert env.device_id == socket.gethostname()  # a CPU rank's device is its host
+
+
+def test_the_device_is_not_a_change_of_environment_and_round_trips() -> None:
+    a = RunEnvironment("2.11.0", "13.0", "2.27.3", "NVIDIA H200", device_id="GPU-a")
+    b = RunEnvironment("2.11.0", "13.0", "2.27.3", "NVIDIA H200", device_id="GPU-b")
+    assert differences(a, b) == [] and "GPU-" not in describe(a)
+    assert RunEnvironment.from_dict(a.to_dict()) == a and a.to_dict()["device_id"] == "GPU-a"
+    assert "device_id" not in RunEnvironment("2.13.0+cpu").to_dict()  # older readers' layout
 
 
 def test_what_changed_between_two_environments() -> None:
@@ -63,3 +74,18 @@ def test_the_rank_writes_it_on_its_first_record_only(tmp_path) -> None:
     on_step(StepRecord(step=3, loss=1.8))
     recs = read_steps(tmp_path)[0]
     assert [r.environment for r in recs] == [None, env, None]
+
+
+@pytest.mark.cuda
+def test_a_cuda_rank_names_its_gpu_as_nvidia_smi_does() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    import shutil
+    import subprocess
+
+    env = current_environment("cuda:0")
+    assert env.device_id is not None and env.device_id.startswith("GPU-"), env.device_id
+    if shutil.which("nvidia-smi") and "CUDA_VISIBLE_DEVICES" not in __import__("os").environ:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout
+        assert f"UUID: {env.device_id})" in listed, (env.device_id, listed)

@@ -93,7 +93,10 @@ class RunEnvironment:
     """What a rank process ran with that changes numerics, speed or memory: the torch, CUDA and
     NCCL versions, the device, and the allocator / NCCL / determinism settings of its
     environment that were set (``harness.environment.SETTINGS``; unset ones are left out).
-    Recorded on the first step record each rank process writes (again after a resume)."""
+    ``device_id`` names the physical device, not a version: the CUDA GPU's UUID (``GPU-...``), or
+    for a CPU rank the host's name; a golden step-time bound measured by repeats holds on the
+    devices the repeats ran on (``harness.compare.golden_perf``). Recorded on the first step
+    record each rank process writes (again after a resume)."""
 
     __pydantic_config__ = _FORBID
 
@@ -103,10 +106,14 @@ class RunEnvironment:
     device_name: Optional[Str] = None  # the CUDA device's name, None on CPU
     # (variable, value), sorted by variable; written to JSON as an object
     settings: Annotated[tuple[tuple[Str, Str], ...], BeforeValidator(_pairs)] = ()
+    device_id: Optional[Str] = None  # the GPU's UUID, or the CPU rank's host name
 
     def to_dict(self) -> dict[str, Any]:
-        return {"torch": self.torch, "cuda": self.cuda, "nccl": self.nccl,
-                "device_name": self.device_name, "settings": dict(self.settings)}
+        out = {"torch": self.torch, "cuda": self.cuda, "nccl": self.nccl,
+               "device_name": self.device_name, "settings": dict(self.settings)}
+        if self.device_id is not None:
+            out["device_id"] = self.device_id
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RunEnvironment":
