@@ -161,12 +161,13 @@ def test_a_repeats_rtol_holds_on_the_devices_the_repeats_ran_on(tmp_path: Path) 
     and the detail names both sides and the command that gives a tight bound."""
     runs = [on_device("GPU-a", time_s=t) for t in (0.200, 0.210, 0.190)]
     write_golden(golden_file(tmp_path, "c1", "h200"), runs)
-    moved = judge(tmp_path, on_device("GPU-b", time_s=0.22))  # +10 % on another GPU
+    moved = judge(tmp_path, on_device("GPU-b", time_s=0.22), sweep_dir="/sw")  # +10 %, another GPU
     check = by_name(moved)["step_time"]
     assert moved.status == "pass" and check.bound == STEP_TIME_DEFAULT
     assert check.lower == -STEP_TIME_DEFAULT
-    assert "not the golden file's rtol 0.075 of 3 repeats: the repeats ran on GPU-a, this run on GPU-b" in check.detail
-    assert "`dcp-harness golden record SWEEP --repeats 3` on this machine" in check.detail
+    assert ("not the rtol 0.075 of 3 repeats in the golden file: the repeats ran on GPU-a, this "
+            "run on GPU-b") in check.detail
+    assert "(`dcp-harness golden record /sw --case c1 --platform h200 --repeats 3` on this machine" in check.detail
     # The same +10 % on the repeats' own GPU is a regression.
     assert judge(tmp_path, on_device("GPU-a", time_s=0.22)).status == "fail"
     # A slowdown beyond the default fails on any GPU.
@@ -187,6 +188,7 @@ def test_a_repeats_rtol_holds_on_the_devices_the_repeats_ran_on(tmp_path: Path) 
     path.write_text(json.dumps(doc))
     floor = by_name(judge(tmp_path, on_device("GPU-a", time_s=0.208)))["step_time"]
     assert floor.passed and floor.bound == STEP_TIME_RTOL_FLOOR
+    assert "rtol 0.0167 of 3 repeats in the golden file, raised to step time's floor 0.05" in floor.detail
     # Memory keeps the file's rtol on any device (it repeated to the byte between sessions).
     mem = by_name(judge(tmp_path, on_device("GPU-b")))["mem_allocated_bytes"]
     assert mem.bound == pytest.approx(1e-3)

@@ -120,7 +120,7 @@ def step_time_check(p: GoldenContract, arm: str, steps: Steps, golden: Golden,
     if mine is None:
         return Check.not_applicable("step_time", f"arm '{arm}' recorded no step of the window "
                                                  f"{window[0]}..{window[1]}")
-    rtol, note = time_rtol(golden, run_devices(steps))
+    rtol, note = time_rtol(golden, run_devices(steps), refresh)
     worse, better, source = _bounds(spec.worse, spec.better, rtol,
                                     STEP_TIME_DEFAULT, golden.repeats.get(TIME_METRIC, 1),
                                     "compare.golden.step_time", note)
@@ -131,33 +131,35 @@ def step_time_check(p: GoldenContract, arm: str, steps: Steps, golden: Golden,
     return _judged("step_time", value, worse, better, text, refresh, _environment_note(golden, steps))
 
 
-def time_rtol(golden: Golden, devices: Sequence[str]) -> tuple[Optional[float], str]:
+def time_rtol(golden: Golden, devices: Sequence[str], refresh: str) -> tuple[Optional[float], str]:
     """The golden file's step-time ``rtol`` where it holds, and what the bound's source says.
 
     Repeats measure the noise of the devices they ran on; between sessions on other devices of
     the same kind step time moved far more (``STEP_TIME_DEFAULT``). So the recorded ``rtol``
     holds for a run whose devices (``devices``: every rank's ``device_id``) are all among the
     repeats'; elsewhere the bound is at least the default, and the note says why and how to get
-    a tight bound there. (None, "") where the file has no rtol (recorded once)."""
+    a tight bound there (``refresh``: the record command). (None, "") where the file has no
+    rtol (recorded once)."""
     recorded_rtol = golden.rtol(TIME_METRIC)
     if recorded_rtol is None:
         return None, ""
-    rtol = max(recorded_rtol, rtol_floor(TIME_METRIC))  # a file of an older dcp-harness too
     repeats = golden.repeats.get(TIME_METRIC, 1)
+    said = f"rtol {recorded_rtol:.3g} of {repeats} repeats in the golden file"
+    rtol = max(recorded_rtol, rtol_floor(TIME_METRIC))  # a file of an older dcp-harness too
+    if rtol > recorded_rtol:
+        said += f", raised to step time's floor {rtol:.3g}"
     recorded = golden.devices_of(TIME_METRIC)
     if devices and recorded and set(devices) <= set(recorded):
-        return rtol, (f"rtol {rtol:.3g} of {repeats} repeats in the golden file, on the "
-                      f"device(s) this run used")
+        return rtol, f"{said}, on the device(s) this run used"
     if rtol >= STEP_TIME_DEFAULT:
-        return rtol, f"rtol {rtol:.3g} of {repeats} repeats in the golden file"
+        return rtol, said
     where = (f"the repeats ran on {', '.join(recorded)}" if recorded
              else "the golden file does not name the devices its repeats ran on")
     mine = ", ".join(devices) if devices else "devices the records do not name"
     return STEP_TIME_DEFAULT, (
-        f"the default {STEP_TIME_DEFAULT:g}, not the golden file's rtol {rtol:.3g} of {repeats} "
-        f"repeats: {where}, this run on {mine}, and step time moves more between devices than "
-        f"between repeats on one (`dcp-harness golden record SWEEP --repeats 3` on this machine "
-        f"gives a bound for it)")
+        f"the default {STEP_TIME_DEFAULT:g}, not the {said}: {where}, this run on {mine}, and "
+        f"step time moves more between devices than between repeats on one ({refresh} on this "
+        f"machine gives a bound for it)")
 
 
 def memory_checks(p: GoldenContract, arm: str, steps: Steps, golden: Golden,
