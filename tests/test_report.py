@@ -16,7 +16,7 @@ from harness.compare import Pair, evaluate_case, write_verdict
 from harness.errors import ConfigError
 from harness.report import console_table, gate, gate_result, load_sweep, write_reports
 from harness.results import ArmOutcome, StepWriter, write_json_atomic, write_outcome
-from tests.records import record
+from tests.records import probe, record
 
 LOSS = [2.5, 2.31, 2.2, 2.1]
 REPEAT = Pair("repeat", "repeat", ("eager", "eager-repeat"), {"arm": "eager", "loss": "exact"})
@@ -228,7 +228,7 @@ def test_plots_written_when_matplotlib_is_present(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "index.json").read_text())["cases"][0]["plot"] == "plots/a-pass.png"
 
 
-def test_plot_has_one_legend_per_axis_and_whole_step_ticks(tmp_path: Path) -> None:
+def test_plot_legends_cover_no_data_and_steps_are_whole(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     from harness.report.plots import case_figure
 
@@ -237,12 +237,40 @@ def test_plot_has_one_legend_per_axis_and_whole_step_ticks(tmp_path: Path) -> No
     fig = case_figure(case)
     fig.canvas.draw()
     ax_loss, ax_gn, twin = fig.axes  # loss, grad norm, and the loss axis' |a - b| twin
-    legend = [t.get_text() for t in ax_loss.get_legend().get_texts()]
-    assert legend == ["eager", "eager-repeat", "|eager - eager-repeat|"]
-    assert twin.get_legend() is None  # nothing covers the arms' legend
+    (legend,) = fig.legends  # one legend of the arms and the |a - b| line, below the curves
+    assert [t.get_text() for t in legend.get_texts()] == ["eager", "eager-repeat",
+                                                          "|eager - eager-repeat|"]
+    assert all(ax.get_legend() is None for ax in (ax_loss, ax_gn, twin))
+    renderer = fig.canvas.get_renderer()
+    box = legend.get_window_extent(renderer)
+    assert not any(box.overlaps(ax.get_window_extent(renderer)) for ax in fig.axes)
     for ax in (ax_loss, ax_gn):
         ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
         assert ticks and all(float(t).is_integer() for t in ticks), ticks  # two steps: no 1.5
+
+
+def test_the_memory_bars_legend_sits_above_the_bars() -> None:
+    pytest.importorskip("matplotlib")
+    from types import SimpleNamespace
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from harness.report.plots import _memory_bars
+
+    fig = Figure()
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    gib = 2.0 ** 30
+    probes = {arm: {r: probe(used * gib, total=140 * gib) for r in (0, 1)}
+              for arm, used in (("eager", 17.0), ("graph", 23.0), ("graph-resumed", 23.0),
+                                ("reference", 20.0), ("graph-separate-pools", 25.0))}
+    _memory_bars(probes, ax, SimpleNamespace(emulated=False, world=2))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    box = ax.get_legend().get_window_extent(renderer)
+    assert len(ax.patches) == 10
+    assert not any(box.overlaps(bar.get_window_extent(renderer)) for bar in ax.patches)
 
 
 def test_reports_of_empty_and_missing_sweeps(tmp_path: Path) -> None:

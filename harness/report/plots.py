@@ -35,8 +35,8 @@ def matplotlib_available() -> bool:
 
 def case_figure(case: CaseView):  # type: ignore[no-untyped-def]
     """One case's curves as a matplotlib Figure (Agg canvas); None when no arm recorded a loss.
-    One legend per axis (the |a - b| line joins the arms' legend instead of covering it), step
-    ticks on whole steps."""
+    The arms' legend (with the |a - b| line's) below the curves, the memory bars' above the bars,
+    none on the data; step ticks on whole steps."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -52,7 +52,13 @@ def case_figure(case: CaseView):  # type: ignore[no-untyped-def]
     if not any(loss for loss, _ in series.values()):
         return None
     probes = _probes(case)
-    fig = Figure(figsize=(12 if probes else 8, 3.2), dpi=100)
+    # The arms' legend (and the |a - b| line's) goes below the curves, never on them.
+    entries = len(series) + (0 if case.emulated else 1)
+    ncol = min(entries, 4)
+    rows = -(-entries // ncol)
+    legend_in = 0.22 * rows + 0.1
+    height = 3.2 + legend_in
+    fig = Figure(figsize=(12 if probes else 8, height), dpi=100)
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 3 if probes else 2)
     ax_loss, ax_gn = axes[0], axes[1]
@@ -72,14 +78,14 @@ def case_figure(case: CaseView):  # type: ignore[no-untyped-def]
     if twin is not None:
         more, names = twin.get_legend_handles_labels()
         handles, labels = handles + more, labels + names
-    ax_loss.legend(handles, labels, fontsize="small")
+    fig.legend(handles, labels, fontsize="small", loc="lower center", ncol=ncol, frameon=False)
     if probes:
         _memory_bars(probes, axes[2], case)
     title = case.mark(f"{case.case_id} [{case.verdict.status}]")
     if case.emulated:
         title += "\neach rank alone on one device, loopback communication: not a multi-GPU run"
     fig.suptitle(title, fontsize="small" if case.emulated else "medium")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, legend_in / height, 1, 1))
     return fig
 
 
@@ -135,7 +141,11 @@ def _memory_bars(probes: dict[str, dict[int, MemoryProbe]], ax,  # type: ignore[
     small = {"fontsize": "x-small"} if case.emulated else {}
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(ranks))], names, **small)
     ax.set_title("device used after empty_cache (GiB)", fontsize="small")
-    ax.legend(fontsize="small")
+    # The legend sits above the bars, in room made for it, never on them.
+    rows = -(-len(arms) // 2)
+    top = max((p.device_used_bytes for ps in probes.values() for p in ps.values()), default=0)
+    ax.set_ylim(0, max(top / 2**30, 1e-3) * (1.1 + 0.2 * rows))
+    ax.legend(fontsize="small", loc="upper center", ncol=min(len(arms), 2))
 
 
 def write_plots(sweep: SweepView) -> tuple[Path, ...]:
