@@ -23,9 +23,11 @@ four keys (Megatron's reader ignores them): ``environment`` (what the run ran wi
 --repeats N``), ``repeats``, the per-step ``min`` and ``max`` over the repeats (``values`` is the
 per-step median), ``cv`` (std/mean) and, for step time and memory, ``rtol``: the bound the
 verdict uses, Megatron's rule (the largest relative deviation from the mean over the repeats x
-1.5, at least 0.1 %, for step time at least Megatron's 5 %: :func:`rtol_floor`); step time's entry also names the ``devices`` the repeats ran on (their
-``RunEnvironment.device_id``): its ``rtol`` measured those devices' noise, and holds there only. A sweep keeps a copy of every golden file of its cases as they were when it
-ran (:func:`snapshot_golden`, :class:`GoldenCopy`), so judging reads no file outside the sweep.
+1.5, at least 0.1 %, for step time at least Megatron's 5 %: :func:`rtol_floor`); step time's
+entry also names the ``devices`` the repeats ran on (their ``RunEnvironment.device_id``): its
+``rtol`` measured those devices' noise, and holds there only. A sweep keeps a copy of every golden
+file of its cases as they were when it ran (:func:`snapshot_golden`, :class:`GoldenCopy`), so
+judging reads no file outside the sweep.
 Pure Python: no torch.
 """
 

@@ -167,11 +167,13 @@ def test_a_repeats_rtol_holds_on_the_devices_the_repeats_ran_on(tmp_path: Path) 
     assert check.lower == -STEP_TIME_DEFAULT
     assert ("not the rtol 0.075 of 3 repeats in the golden file: the repeats ran on GPU-a, this "
             "run on GPU-b") in check.detail
-    assert "(`dcp-harness golden record /sw --case c1 --platform h200 --repeats 3` on this machine" in check.detail
+    assert ("(`dcp-harness golden record /sw --case c1 --platform h200 --repeats 3` on this "
+            "machine") in check.detail
     # The same +10 % on the repeats' own GPU is a regression.
     assert judge(tmp_path, on_device("GPU-a", time_s=0.22)).status == "fail"
     # A slowdown beyond the default fails on any GPU.
-    assert judge(tmp_path, on_device("GPU-b", time_s=0.2 * (1.01 + STEP_TIME_DEFAULT))).status == "fail"
+    beyond = 0.2 * (1.01 + STEP_TIME_DEFAULT)
+    assert judge(tmp_path, on_device("GPU-b", time_s=beyond)).status == "fail"
     # Records that name no device (an older run) cannot claim the repeats' machine either.
     assert by_name(judge(tmp_path, gpu_run(time_s=0.22)))["step_time"].bound == STEP_TIME_DEFAULT
     # A golden file that does not name its repeats' devices (an older one): the default, said so.
@@ -188,7 +190,8 @@ def test_a_repeats_rtol_holds_on_the_devices_the_repeats_ran_on(tmp_path: Path) 
     path.write_text(json.dumps(doc))
     floor = by_name(judge(tmp_path, on_device("GPU-a", time_s=0.208)))["step_time"]
     assert floor.passed and floor.bound == STEP_TIME_RTOL_FLOOR
-    assert "rtol 0.0167 of 3 repeats in the golden file, raised to step time's floor 0.05" in floor.detail
+    assert ("rtol 0.0167 of 3 repeats in the golden file, raised to step time's floor 0.05"
+            in floor.detail)
     # Memory keeps the file's rtol on any device (it repeated to the byte between sessions).
     mem = by_name(judge(tmp_path, on_device("GPU-b")))["mem_allocated_bytes"]
     assert mem.bound == pytest.approx(1e-3)
@@ -200,14 +203,16 @@ def test_a_multi_rank_run_needs_every_rank_on_the_repeats_devices(tmp_path: Path
         data = gpu_run(**kw)
         for rank, dev in enumerate(devs):
             recs = data[rank]
-            recs[0] = dataclasses.replace(recs[0], environment=dataclasses.replace(env, device_id=dev))
+            mine = dataclasses.replace(env, device_id=dev)
+            recs[0] = dataclasses.replace(recs[0], environment=mine)
         return data
     write_golden(golden_file(tmp_path, "c1", "h200"), [two(("GPU-a", "GPU-b"), time_s=t)
                                                        for t in (0.200, 0.202, 0.198)])
     assert json.loads(golden_file(tmp_path, "c1", "h200").read_text())["iteration-time"][
         "devices"] == ["GPU-a", "GPU-b"]
     # +-1 % over the repeats: Megatron's 5 % floor
-    assert by_name(judge(tmp_path, two(("GPU-b", "GPU-a"))))["step_time"].bound == STEP_TIME_RTOL_FLOOR
+    same = by_name(judge(tmp_path, two(("GPU-b", "GPU-a"))))["step_time"]
+    assert same.bound == STEP_TIME_RTOL_FLOOR
     assert by_name(judge(tmp_path, two(("GPU-a", "GPU-c"))))["step_time"].bound == STEP_TIME_DEFAULT
 
 
@@ -257,7 +262,8 @@ def test_the_lower_bound_round_trips_and_an_edited_one_is_caught(tmp_path: Path)
                          -0.9 if c.name == "step_time" else c.lower) for c in entry.checks)
     edited = type(entry)(entry.case_id, entry.pair, entry.contract, entry.arms, checks, entry.status)
     diff = pair_differences(edited, entry)
-    assert diff and f"check step_time says value 0.0 (bound {STEP_TIME_DEFAULT:g}, lower -0.9)" in diff[0]
+    said = f"check step_time says value 0.0 (bound {STEP_TIME_DEFAULT:g}, lower -0.9)"
+    assert diff and said in diff[0]
     # A one-sided check (no lower bound) writes no 'lower' key: old verdict files stay the same.
     assert "lower" not in by_name(entry)["loss"].to_dict()
 

@@ -99,6 +99,14 @@ def test_a_bad_extra_is_an_error_naming_the_file(tmp_path: Path) -> None:
     doc["lm loss"]["environment"] = {"torch": "2.11", "settings": {"A": 1}}
     with pytest.raises(GoldenError, match="bad 'environment'"):
         golden_from_document(tmp_path / "x.json", doc)
+    del doc["lm loss"]["environment"]
+    for bad in ("GPU-a", ["GPU-a", ""], [3]):
+        doc["iteration-time"]["devices"] = bad
+        with pytest.raises(GoldenError, match=r"x.json: metric 'iteration-time': 'devices' must be "
+                                              r"a list of device ids"):
+            golden_from_document(tmp_path / "x.json", doc)
+    doc["iteration-time"]["devices"] = ["GPU-a"]
+    assert golden_from_document(tmp_path / "x.json", doc).devices_of("iteration-time") == ("GPU-a",)
 
 
 def test_refused_when_a_loss_differs_beyond_the_golden_check(tmp_path: Path) -> None:

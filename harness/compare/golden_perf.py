@@ -69,11 +69,14 @@ def _bounds(worse: Optional[float], better: Optional[float], rtol: Optional[floa
         if given is not None:
             parts.append(f"{side} from {setting}.{side}")
     if rtol is not None and (worse is None or better is None):
-        parts.append(f"rtol {rtol:.3g} of {repeats} repeats in the golden file" if not rtol_note
-                     else rtol_note)
+        parts.append(rtol_note or _from_repeats(rtol, repeats))
     elif worse is None or better is None:
         parts.append(f"the default {default:g}")
     return w, b, "; ".join(parts)
+
+
+def _from_repeats(rtol: float, repeats: int) -> str:
+    return f"rtol {rtol:.3g} of {repeats} repeats in the golden file"
 
 
 def _environment_note(golden: Golden, steps: Steps) -> str:
@@ -144,7 +147,7 @@ def time_rtol(golden: Golden, devices: Sequence[str], refresh: str) -> tuple[Opt
     if recorded_rtol is None:
         return None, ""
     repeats = golden.repeats.get(TIME_METRIC, 1)
-    said = f"rtol {recorded_rtol:.3g} of {repeats} repeats in the golden file"
+    said = _from_repeats(recorded_rtol, repeats)
     rtol = max(recorded_rtol, rtol_floor(TIME_METRIC))  # a file of an older dcp-harness too
     if rtol > recorded_rtol:
         said += f", raised to step time's floor {rtol:.3g}"
