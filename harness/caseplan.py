@@ -21,7 +21,15 @@ from pydantic import ValidationError
 
 from harness.compare import PackingRule, Pair, packing_rule
 from harness.errors import ConfigError
-from harness.results import CASE_FILE, PathLike, ResultsError, read_json, write_json_record
+from harness.results import (
+    CASE_FILE,
+    ManifestArm,
+    ManifestCase,
+    PathLike,
+    ResultsError,
+    read_json,
+    write_json_record,
+)
 from harness.spec.places import emulated_labels, emulated_title
 from harness.spec.schema import Case, SanitySpec
 
@@ -192,6 +200,12 @@ class CasePlan:
                 return arm
         raise ConfigError(f"case '{self.case_id}' has no arm '{name}' (its arms: "
                           f"{', '.join(self.arm_names)})")
+
+    def manifest_entry(self) -> ManifestCase:
+        """What the sweep's manifest lists of this case: its id, hash, arms with ranks, pairs."""
+        return ManifestCase(id=self.case_id, case_hash=self.case_hash,
+                            arms=tuple(ManifestArm(name=a.name, ranks=a.ranks) for a in self.arms),
+                            pairs=tuple(p.name for p in self.pairs))
 
     def to_dict(self) -> dict[str, Any]:
         """``plan.json`` (the case itself is ``case.json``; ``case_hash`` ties the two)."""

@@ -17,10 +17,11 @@ FLOORS = {
     "golden": 3, "sites": 3, "environment": 3,
     "compare": 4, "golden_diff": 4,
     "caseplan": 5,
-    "arms": 6, "report": 6, "workload": 6,
-    "launch": 7,
-    "cli": 8,
-    "__main__": 9,
+    "arms": 6, "judge": 6, "workload": 6,
+    "report": 7,
+    "launch": 8,
+    "cli": 9,
+    "__main__": 10,
 }
 
 

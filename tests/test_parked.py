@@ -17,15 +17,14 @@ from harness.report.gate import gate
 from harness.results import read_json, write_json_atomic
 from harness.spec.schema import Expectation
 
+from tests.sweeps import edit_case
 from tests.test_report import failing, passing
 
 TODAY = date(2026, 12, 1)
 
 
 def park(case_dir: Path, **expect) -> Path:
-    data = read_json(case_dir / "case.json")
-    data["expect"] = {"reason": "hangs at step 3: issue 99", **expect}
-    write_json_atomic(case_dir / "case.json", data)
+    edit_case(case_dir, expect={"reason": "hangs at step 3: issue 99", **expect})
     return case_dir
 
 
@@ -52,7 +51,7 @@ def test_a_parked_failure_does_not_fail_the_gate_but_is_shown(tmp_path: Path) ->
     assert "FAIL  b-nan" not in result.message
     files = write_reports(tmp_path, plots=False)
     summary = files.summary.read_text()
-    assert "| b-nan | repeat (eager vs eager-repeat) | 12/14 (2 n/a) | FAIL (broken) |" in summary
+    assert "| b-nan | repeat (eager vs eager-repeat) | 14/16 (4 n/a) | FAIL (broken) |" in summary
     assert "## Parked (not counted by the gate)" in summary and "### b-nan: BROKEN" in summary
     assert "- repeat: FAIL: eager-repeat.no_nan_inf" in summary
     assert "## Failures" not in summary  # a parked case's failures are under Parked

@@ -17,6 +17,8 @@ from harness.errors import ConfigError
 from harness.report import console_table, gate, gate_result, load_sweep, write_reports
 from harness.results import ArmOutcome, StepWriter, write_json_atomic, write_outcome
 from tests.records import probe, record
+from tests.sweeps import hand_case
+from harness.launch.sweep import finalize_case
 
 LOSS = [2.5, 2.31, 2.2, 2.1]
 REPEAT = Pair("repeat", "repeat", ("eager", "eager-repeat"), {"arm": "eager", "loss": "exact"})
@@ -40,17 +42,11 @@ def write_arm(case_dir: Path, arm: str, losses: list[float], outcome: Optional[A
 
 def make_case(sweep: Path, case_id: str, pairs: list[Pair], arms: dict[str, tuple],
               finished: bool = True) -> Path:
-    d = sweep / case_id
-    write_json_atomic(d / "case.json", {
-        "id": case_id, "tags": ["focused"], "train": {"steps": 4},
-        "resources": {"nodes": 1, "gpus_per_node": 2},
-        "compare": {p.contract: p.to_dict()["params"] for p in pairs}})
+    d = hand_case(sweep, case_id, pairs, list(dict.fromkeys([*arms, *(a for p in pairs for a in p.arms)])))
     for arm, spec in arms.items():
         write_arm(d, arm, *spec)
     if finished:
-        from harness.results import read_outcome, read_steps
-        data = {a: (read_outcome(d / a), read_steps(d / a)) for a in arms}
-        write_verdict(d, evaluate_case(case_id, pairs, data, expected_steps=4, expected_ranks=2))
+        finalize_case(d)  # the judge a sweep uses
     return d
 
 
@@ -194,7 +190,7 @@ def test_summary_and_index(tmp_path: Path) -> None:
     assert "**FAIL** (gate exit 1)" in summary
     row = next(line for line in summary.splitlines() if line.startswith("| a-pass | dcp_vs_fixed_cp"))
     assert "| PASS |" in row and "2.1 / 2.1001" in row and "rel 4.8e-05, step 4" in row
-    assert "(4 n/a)" in row and "0.300 / 0.300 s" in row
+    assert "(6 n/a)" in row and "0.300 / 0.300 s" in row  # memory deltas and packing on CPU
     assert "## Failures" in summary and "eager-repeat.no_nan_inf: FAILED" in summary
     assert "## Errors" in summary and "`dcp-harness run cases/focused/c.yaml -k c-crash`" in summary
     assert "\n\n\n" not in summary  # one blank line between sections, also Failures -> Errors
@@ -208,7 +204,9 @@ def test_summary_and_index(tmp_path: Path) -> None:
     assert case["c-crash"]["arms"]["eager-repeat"]["ranks"] == {
         "0": "c-crash/eager-repeat/rank0.jsonl", "1": "c-crash/eager-repeat/rank1.jsonl"}
     assert case["a-pass"]["verdict_json"] == "a-pass/verdict.json"
-    assert case["a-pass"]["pairs"][1]["not_applicable"] == ["device_delta_pct", "active_delta_pct", "reserved_delta_pct", "graph_pool_bytes"]
+    assert case["a-pass"]["pairs"][1]["not_applicable"] == [
+        "dcp.packing", "fixed-cp2.packing", "device_delta_pct", "active_delta_pct", "reserved_delta_pct",
+        "graph_pool_bytes"]
 
 
 def test_memory_figures_in_summary(tmp_path: Path) -> None:

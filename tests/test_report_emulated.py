@@ -16,7 +16,7 @@ import pytest
 
 from harness.arms import plan_case
 from harness.compare import Pair, evaluate_pair
-from harness.launch.rules import case_rules
+from harness.launch.rules import check_stored_plan
 from harness.launch.sweep import finalize_case, prepare_case_dir
 from harness.report import gate, load_sweep, write_reports
 from harness.report.emulated import emulated_tables, rank_figures
@@ -85,7 +85,7 @@ def emulated_sweep(tmp_path: Path, **graph_arm) -> Path:
 
 def test_a_sweep_of_emulated_ranks_is_judged_rank_by_rank(tmp_path: Path) -> None:
     sweep = emulated_sweep(tmp_path)
-    view = load_sweep(sweep, case_rules)
+    view = load_sweep(sweep, check_stored_plan)
     (case,) = view.cases
     pairs = {p.pair: p for p in case.verdict.pairs}
     assert case.verdict.status == "pass", [(p.pair, p.status, p.error) for p in case.verdict.pairs]
@@ -113,18 +113,18 @@ def test_a_sweep_of_emulated_ranks_is_judged_rank_by_rank(tmp_path: Path) -> Non
 def test_a_rank_that_differs_fails_graph_vs_eager_and_is_named(tmp_path: Path) -> None:
     sweep = emulated_sweep(tmp_path, loss_of=lambda rank, step: 2.0 + rank - 0.1 * step
                            + (1e-9 if rank == 3 and step == 4 else 0.0))
-    (case,) = load_sweep(sweep, case_rules).cases
+    (case,) = load_sweep(sweep, check_stored_plan).cases
     gve = next(p for p in case.verdict.pairs if p.pair == "graph_vs_eager")
     loss = next(c for c in gve.checks if c.name == "loss")
     assert gve.status == "fail" and not loss.passed
     assert "emulated rank 3 of 4: exact: 1 of 4 steps out of bound; worst step 4" in loss.detail
     assert "emulated rank 0 of 4: exact: bitwise equal" in loss.detail
-    assert gate(sweep, rules=case_rules) == 1
+    assert gate(sweep, check_plan=check_stored_plan) == 1
 
 
 def test_a_variant_never_replayed_fails_the_replay_check(tmp_path: Path) -> None:
     sweep = emulated_sweep(tmp_path, replays=((1, 0, 6), (1, 1, 6)))
-    (case,) = load_sweep(sweep, case_rules).cases
+    (case,) = load_sweep(sweep, check_stored_plan).cases
     gve = next(p for p in case.verdict.pairs if p.pair == "graph_vs_eager")
     check = next(c for c in gve.checks if c.name == "variants_replayed")
     assert not check.passed and check.value == 1.0
@@ -146,7 +146,7 @@ def test_plan_decisions_are_applied_when_a_pair_is_evaluated() -> None:
 
 def test_the_emulated_table_holds_the_figures_of_each_rank(tmp_path: Path) -> None:
     sweep = emulated_sweep(tmp_path)
-    (case,) = load_sweep(sweep, case_rules).cases
+    (case,) = load_sweep(sweep, check_stored_plan).cases
     f = rank_figures(case, 3)
     assert f.label == "emulated rank 3 of 4 (PP stage 0 of 1, pool rank 3)"
     assert f.bitwise == (4, 4) and f.replayed_cp == (1, 2) and f.graphed_steps == 3
@@ -157,7 +157,7 @@ def test_the_emulated_table_holds_the_figures_of_each_rank(tmp_path: Path) -> No
     assert f.step_s == (0.2, 0.3)
     (top, *_) = f.site_diff
     assert top.site.startswith("free beside") and top.delta == int(0.75 * GIB)
-    text = emulated_tables(load_sweep(sweep, case_rules))
+    text = emulated_tables(load_sweep(sweep, check_stored_plan))
     assert "| capture line | 2 dynamic-CP variants over 8 slot-aliased physical TE pool slots |" in text
     assert "| reserved delta (MiB) | +758..+1296 MiB (left for follow-up profiling) | +768 | +768 |" in text
     assert "emulated rank 3 of 4 (PP stage 0 of 1, pool rank 3): allocator snapshot diff" in text
@@ -169,7 +169,7 @@ def _lines_about_the_case(text: str) -> list[str]:
 
 def test_every_report_line_about_an_emulated_case_says_so(tmp_path: Path, capsys) -> None:
     sweep = emulated_sweep(tmp_path)
-    files = write_reports(sweep, rules=case_rules)
+    files = write_reports(sweep, check_plan=check_stored_plan)
     summary = files.summary.read_text()
     rows = [ln for ln in summary.splitlines() if ln.startswith("| c ")]
     assert rows and all("(emulated rank 0 of 4, emulated rank 3 of 4)" in ln for ln in rows)
@@ -191,7 +191,7 @@ def test_every_report_line_about_an_emulated_case_says_so(tmp_path: Path, capsys
     assert all(a["emulated"] == entry["emulated"]["labels"] and a["figures"]["final_loss"] is None
                and a["sites"] == {"0": f"c/{n}/sites.rank0.json", "3": f"c/{n}/sites.rank3.json"}
                for n, a in entry["arms"].items())
-    gate(sweep, rules=case_rules)
+    gate(sweep, check_plan=check_stored_plan)
     out = capsys.readouterr().out
     assert "1 case(s) of emulated ranks" in out and "not a multi-GPU run" in out
     assert all("emulated rank" in ln for ln in out.splitlines() if ln.startswith("  "))

@@ -11,7 +11,9 @@ from harness.compare import Pair, evaluate_case, write_verdict
 from harness.report import gate, write_reports
 from harness.results import (ArmOutcome, GraphStats, StepWriter, read_outcome, read_steps,
                              write_json_atomic, write_outcome)
+from harness.launch.sweep import finalize_case
 from tests.records import graph_stats, probe, record
+from tests.sweeps import hand_case
 
 GIB = 2 ** 30
 OK = ArmOutcome(status="ok", returncode=0, wall_s=2.0)
@@ -32,16 +34,12 @@ def write_arm(d: Path, arm: str, used: float, graph: GraphStats | None) -> None:
 
 
 def graph_case(sweep: Path, shared_pool: float) -> Path:
-    d = sweep / "g"
-    write_json_atomic(d / "case.json", {"id": "g", "train": {"steps": 3},
-                                        "resources": {"nodes": 1, "gpus_per_node": 2},
-                                        "compare": {"dcp_vs_fixed_cp": DCP.to_dict()["params"],
-                                                    "graph_pools": POOLS.to_dict()["params"]}})
+    d = hand_case(sweep, "g", [DCP, POOLS], ["graph", "graph-separate-pools", "graph-fixed-cp2"],
+                  steps=3)
     write_arm(d, "graph", 20 * GIB, graph_stats(shared_pool, shared_pool, 1))
     write_arm(d, "graph-separate-pools", 21 * GIB, graph_stats(3.4 * GIB, 2 * GIB, 2))
     write_arm(d, "graph-fixed-cp2", 20.5 * GIB, graph_stats(1.9 * GIB, 1.9 * GIB, 1))
-    data = {a: (read_outcome(d / a), read_steps(d / a)) for a in ("graph", "graph-separate-pools", "graph-fixed-cp2")}
-    write_verdict(d, evaluate_case("g", [DCP, POOLS], data, expected_steps=3, expected_ranks=2))
+    finalize_case(d)
     return d
 
 
@@ -65,15 +63,12 @@ def test_pool_ratio_over_bound_fails_the_gate(tmp_path: Path) -> None:
 
 
 def test_skipped_arms_skip_their_pairs_and_a_sweep_of_skips_is_not_a_pass(tmp_path: Path, capsys) -> None:
-    d = tmp_path / "gpu-only"
-    write_json_atomic(d / "case.json", {"id": "gpu-only", "train": {"steps": 3},
-                                        "resources": {"nodes": 1, "gpus_per_node": 1},
-                                        "compare": {"graph_vs_eager": {"loss": "exact"}}})
+    pair = Pair("graph_vs_eager", "graph_vs_eager", ("graph", "eager"), {"loss": "exact"})
+    d = hand_case(tmp_path, "gpu-only", [pair], ["graph", "eager"], steps=3, ranks=1)
     why = "needs CUDA (a graph case); this machine has no CUDA GPU"
     for arm in ("graph", "eager"):
         (d / arm).mkdir(parents=True)
         write_outcome(d / arm, ArmOutcome(status="skipped", detail=why))
-    pair = Pair("graph_vs_eager", "graph_vs_eager", ("graph", "eager"), {"loss": "exact"})
     data = {a: (read_outcome(d / a), read_steps(d / a)) for a in ("graph", "eager")}
     verdict = evaluate_case("gpu-only", [pair], data, expected_steps=3, expected_ranks=1)
     assert verdict.status == "skipped" and verdict.pairs[0].error == why  # the reason, once

@@ -6,10 +6,12 @@ import argparse
 from pathlib import Path
 
 from harness.cli.run_cmd import LATEST, RESULTS_ROOT
+from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
-from harness.launch.rules import case_rules
-from harness.launch.sweep import sweep_lock
+from harness.launch.rules import check_stored_plan
 from harness.report import console_table, gate, make_console, write_reports
+from harness.report.load import is_case_dir
+from harness.results import MANIFEST_FILE, sweep_lock
 
 DEFAULT_SWEEP = RESULTS_ROOT / LATEST  # where `dcp-harness run` points its newest sweep
 
@@ -25,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("dir", nargs="?", type=Path, default=DEFAULT_SWEEP, metavar="DIR",
                    help=f"sweep folder (default: {DEFAULT_SWEEP})")
+    add_allow_skip_argument(p)
     p.set_defaults(func=run_report)
 
     g = subparsers.add_parser(
@@ -34,10 +37,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "are evaluated again from the step records and compared with verdict.json. Exit 0 when "
         "every check passed; 1 when a check failed on recorded values (a regression); 2 for an "
         "error without regressions: a crashed, hung or killed arm, unreadable or inconsistent "
-        "results, or nothing run.",
+        "results, a case or arm the sweep's manifest lists and the folder lacks, a skip of a "
+        "kind not accepted (--allow-skip), a sweep still being written, or nothing run.",
     )
     g.add_argument("dir", nargs="?", type=Path, default=DEFAULT_SWEEP, metavar="DIR",
                    help=f"sweep folder (default: {DEFAULT_SWEEP})")
+    add_allow_skip_argument(g)
+    g.add_argument("--as-is", action="store_true", dest="as_is",
+                   help="judge a sweep that a `dcp-harness run` is still writing as it stands now "
+                        "(its unfinished cases are errors); without it such a sweep is an error")
     g.set_defaults(func=run_gate)
 
 
@@ -51,13 +59,21 @@ def _sweep_dir(path: Path) -> Path:
     return path.resolve()
 
 
+def _is_sweep(path: Path) -> bool:
+    return (path / MANIFEST_FILE).is_file() or any(is_case_dir(c) for c in path.iterdir())
+
+
 def run_report(args: argparse.Namespace) -> int:
     sweep = _sweep_dir(args.dir)
+    if not _is_sweep(sweep):
+        raise ConfigError(f"{sweep} is not a sweep folder (no {MANIFEST_FILE}, no case folders); "
+                          f"pass the --out folder of `dcp-harness run` (default {DEFAULT_SWEEP})")
+    skips = allowed_skips(args)
     # A running `dcp-harness run` writes the reports itself when it ends; one written now would
     # describe half a sweep (and be overwritten). The gate only reads: it may judge it meanwhile.
     with sweep_lock(sweep, busy=f"it writes its reports when it ends; `dcp-harness gate {sweep}` "
                                 "judges it as it stands now"):
-        files = write_reports(sweep, rules=case_rules)
+        files = write_reports(sweep, check_plan=check_stored_plan, allowed_skips=skips)
     console_table(files, make_console())
     print(f"wrote {files.summary}, {files.junit}, {files.index}"
           + (f" and {len(files.plots)} plot(s)" if files.plots else ""))
@@ -67,4 +83,5 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_gate(args: argparse.Namespace) -> int:
-    return gate(_sweep_dir(args.dir), rules=case_rules)
+    return gate(_sweep_dir(args.dir), check_plan=check_stored_plan,
+                allowed_skips=allowed_skips(args), as_is=args.as_is)

@@ -19,12 +19,12 @@ from typing import Iterator
 
 from harness.arms import plan_case
 from harness.cli.selection import add_emulate_argument, selected_cases
+from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
-from harness.launch.local import LocalLauncher
+from harness.launch.local import LocalLauncher, cuda_device_count
 from harness.launch.progress import make_progress
-from harness.launch.rules import case_rules
-from harness.launch.sweep import check_resumable, run_sweep
-from harness.report import console_table, gate, make_console
+from harness.launch.sweep import check_resumable, run_sweep, sweep_start
+from harness.report import console_table, gate_result, make_console
 
 RESULTS_ROOT = Path("results")
 LATEST = "latest"
@@ -48,6 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_emulate_argument(p)
     p.add_argument("--timeout-min", type=float, default=None, metavar="M",
                    help="per-arm time limit in minutes (default: each case's resources.time_min)")
+    add_allow_skip_argument(p)
     p.set_defaults(func=run)
 
 
@@ -115,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.timeout_min is not None and not args.timeout_min > 0:
         raise ConfigError(f"--timeout-min must be a positive number of minutes, got {args.timeout_min}")
+    allowed = allowed_skips(args)
     cases = selected_cases(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks)
     plans = [plan_case(case) for case in cases]  # an arm the case cannot have: a config error here
     now = datetime.now(timezone.utc)
@@ -125,14 +127,18 @@ def _run(args: argparse.Namespace) -> int:
     if args.out is None:
         check_latest(RESULTS_ROOT)
 
+    start = sweep_start("run", cases, cuda_device_count(), paths=args.paths, k=args.k,
+                        tags=args.tags, emulate_ranks=args.emulate_ranks)
     result = run_sweep(plans, out, LocalLauncher(timeout_min=args.timeout_min),
-                       progress=make_progress(sys.stderr))
+                       progress=make_progress(sys.stderr), start=start, allowed_skips=allowed)
     if args.out is None:
         point_latest(RESULTS_ROOT, out)
-    files = result.summary  # the sweep's reports, judged by the case's own arms and pairs
+    files = result.summary  # the sweep's reports, from the verdicts it judged once
     console_table(files, make_console())
     shown = "summary.md, junit.xml, index.json" + (", plots/" if files.plots else "")
     print(f"results: {out}  ({shown})")
     for note in files.notes:
         print(note)
-    return gate(out, rules=case_rules)
+    verdict = gate_result(files.sweep)  # the same verdicts: nothing is judged twice
+    print(verdict.message)
+    return verdict.code

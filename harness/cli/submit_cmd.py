@@ -26,7 +26,8 @@ from harness.cli.selection import add_emulate_argument, selected_cases
 from harness.errors import ConfigError
 from harness.launch.placement import profile_skip_reason
 from harness.launch.profiles import find_profile, load_profile
-from harness.launch.rules import case_rules
+from harness.cli.skips import add_allow_skip_argument, allowed_skips
+from harness.launch.rules import check_stored_plan
 from harness.launch.slurm import (describe_plan, plan_jobs, record_skipped, render_sbatch,
                                   round_folder, slurm_dir, submit_groups)
 from harness.launch.slurm_collect import collect
@@ -34,9 +35,15 @@ from harness.launch.slurm_poll import SchedulerPoller, SchedulerUnavailable
 from harness.launch.slurm_retry import retry_infra
 from harness.launch.slurm_status import counts, sweep_status
 from harness.launch.slurm_wait import wait_for_sweep
-from harness.launch.sweep import check_resumable, finalize_case, prepare_case_dir
+from harness.launch.sweep import (
+    check_resumable,
+    finalize_case,
+    prepare_case_dir,
+    record_manifest,
+    sweep_start,
+)
 from harness.report import EXIT_ERROR, console_table, gate, load_sweep, make_console, write_reports
-from harness.results import ArmOutcome, write_outcome
+from harness.results import MANIFEST_FILE, ArmOutcome, write_outcome
 
 _STATE_STYLE = {"pending": "yellow", "running": "cyan", "done": "green", "failed": "red",
                 "error": "magenta", "skipped": "dim"}
@@ -63,6 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-parallel", type=int, default=None, metavar="N",
                    help="jobs of one array running at once (default: the profile's array_parallelism)")
     _add_wait_args(p)
+    add_allow_skip_argument(p)
     p.set_defaults(func=run_submit)
 
     s = subparsers.add_parser(
@@ -89,6 +97,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--max-parallel", type=int, default=None, metavar="N",
                    help="array concurrency of --retry-infra submissions")
     _add_wait_args(c)
+    add_allow_skip_argument(c)
     c.set_defaults(func=run_collect)
 
 
@@ -159,6 +168,23 @@ def _skip_at_submit(plan: CasePlan, reason: str, out: Path) -> None:
     finalize_case(case_dir)
 
 
+def _created_paths(out: Path, plans) -> list[Path]:
+    """What a submission into ``out`` creates: the folder itself when it is new, else the case
+    folders and the manifest it adds (removed again when sbatch refuses the first job)."""
+    if not out.exists():
+        return [out]
+    made = [out / p.case_id for p in plans] + [out / MANIFEST_FILE, slurm_dir(out)]
+    return [path for path in made if not path.exists()]
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
 def run_submit(args: argparse.Namespace) -> int:
     check_wait_args(args)
     cases = selected_cases(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks)
@@ -184,8 +210,14 @@ def run_submit(args: argparse.Namespace) -> int:
                           "(slurm/devcluster/start.sh), or use --dry-run")
     if (slurm_dir(out) / "jobs.json").is_file():
         raise ConfigError(f"{out} already holds a submitted sweep; follow it with `dcp-harness "
-                          f"status {out}` / `collect {out}`, or pass a fresh --out")
+                          f"status {out}` / `dcp-harness collect {out}`, re-run its infrastructure "
+                          f"failures with `dcp-harness collect {out} --retry-infra N`, or pass a "
+                          "fresh --out")
     check_resumable(cases, out)
+    gpus = max((p.gpus_per_node if p.gpus else 0 for p in profiles.values()), default=0)
+    created = _created_paths(out, plans)
+    record_manifest(plans, out, sweep_start("submit", cases, gpus, paths=args.paths, k=args.k,
+                                            tags=args.tags, emulate_ranks=args.emulate_ranks))
     for plan in plans:
         prepare_case_dir(plan, out)
     if skips:
@@ -193,7 +225,12 @@ def run_submit(args: argparse.Namespace) -> int:
         for plan in plans:
             if plan.case_id in skips:
                 _skip_at_submit(plan, skips[plan.case_id], out)
-    refs = submit_groups(groups, profiles, out, files)
+    try:
+        refs = submit_groups(groups, profiles, out, files)
+    except ConfigError:
+        if not (slurm_dir(out) / "jobs.json").is_file():  # nothing queued: leave nothing behind
+            _remove(created)
+        raise
     for ref in refs:
         print(f"  {ref.case_id}: job {ref.job_id}")
     if refs:
@@ -201,7 +238,7 @@ def run_submit(args: argparse.Namespace) -> int:
               f"follow: dcp-harness status {out}    then: dcp-harness collect {out} && "
               f"dcp-harness gate {out}")
     else:
-        write_reports(out, rules=case_rules)
+        write_reports(out, check_plan=check_stored_plan, allowed_skips=allowed_skips(args))
         print(f"submitted nothing: no case can run on the profile's nodes; reports in {out}")
     if args.wait or args.retry_infra:
         return _wait_collect_gate(out, args)
@@ -285,7 +322,7 @@ def _wait_collect_gate(sweep: Path, args: argparse.Namespace) -> int:
         except SchedulerUnavailable as exc:  # an infrastructure error, not the user's input
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_ERROR
-        result = collect(sweep)
+        result = collect(sweep, allowed_skips=allowed_skips(args))
         _print_collect(result)
         if result.still_active:
             print(f"gave up waiting after {args.timeout_min} min", file=sys.stderr)
@@ -296,7 +333,7 @@ def _wait_collect_gate(sweep: Path, args: argparse.Namespace) -> int:
         print(f"retrying {len(new)} case(s) after infrastructure failures: "
               + ", ".join(f"{r.case_id} (job {r.job_id})" for r in new), flush=True)
         last.clear()
-    return gate(sweep, rules=case_rules)
+    return gate(sweep, check_plan=check_stored_plan, allowed_skips=allowed_skips(args))
 
 
 def run_collect(args: argparse.Namespace) -> int:
@@ -304,9 +341,10 @@ def run_collect(args: argparse.Namespace) -> int:
     sweep = _sweep(args.dir)
     if args.wait or args.retry_infra:
         return _wait_collect_gate(sweep, args)
-    result = collect(sweep)
+    result = collect(sweep, allowed_skips=allowed_skips(args))
     _print_collect(result)
-    console_table(load_sweep(sweep, case_rules), make_console())
+    console_table(load_sweep(sweep, check_stored_plan, allowed_skips=allowed_skips(args)),
+                  make_console())
     print(f"wrote {sweep / 'summary.md'}, {sweep / 'junit.xml'}, {sweep / 'index.json'}\n"
           f"next: dcp-harness gate {sweep}")
     return 0

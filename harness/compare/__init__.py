@@ -52,6 +52,8 @@ from .series import (
 )
 from .verdicts import (
     ARM_CHECKS_PAIR,
+    DEFAULT_ALLOWED_SKIPS,
+    SKIP_KINDS,
     SWEEP_MARK,
     PAIR_STATUSES,
     CaseVerdict,
@@ -63,7 +65,7 @@ from .verdicts import (
 )
 
 __all__ = [
-    "ARM_CHECKS_CONTRACT", "ARM_CHECKS_PAIR", "ArmData", "COMPLETENESS", "CONTRACTS", "CaseVerdict",
+    "ARM_CHECKS_CONTRACT", "ARM_CHECKS_PAIR", "ArmData", "DEFAULT_ALLOWED_SKIPS", "SKIP_KINDS", "COMPLETENESS", "CONTRACTS", "CaseVerdict",
     "Check", "ContractFn", "ContractSkipped", "ExpectedRanks", "GoldenMissing", "GoldenPairParams",
     "LOSS_SANITY_CHECKS", "MIB", "PAIR_PARAMS", "PAIR_STATUSES", "PackingRule", "PackingRules",
     "Pair", "PairVerdict", "RankSet", "Record", "ReferencePairParams", "ResumePairParams",

@@ -101,12 +101,13 @@ def evaluate_pair(
     sanity = sanity if sanity is not None else SanitySpec()
     checks: list[Check] = []
     errors: list[str] = []
-    if pair.skipped is not None:  # decided when the plan was made (e.g. emulated ranks)
+    if pair.skipped is not None:  # decided when the plan was made: emulated ranks
         return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), (), "skipped",
-                           pair.skipped)
+                           pair.skipped, skip="emulated")
     why = _arms_skipped(pair, arm_data)
-    if why is not None:
-        return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), (), "skipped", why)
+    if why is not None:  # the launcher (or submit) could not give an arm the GPUs it needs
+        return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), (), "skipped", why,
+                           skip="needs-gpu")
     for arm in pair.arms:
         outcome, steps = arm_data.get(arm, (None, {}))
         err = _arm_error(arm, outcome, arm in arm_data)
@@ -132,7 +133,7 @@ def evaluate_pair(
                     errors.append(skip.reason(sweep_dir))
                 else:
                     return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), (),
-                                       "skipped", skip.reason(sweep_dir))
+                                       "skipped", skip.reason(sweep_dir), skip=skip.kind)
             except (ValueError, KeyError, TypeError) as exc:
                 errors.append(f"contract '{pair.contract}' could not be evaluated: {exc}")
     checks = _not_applicable(checks, pair.not_applicable_checks)

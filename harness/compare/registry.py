@@ -60,9 +60,11 @@ def contract(name: str, params: type[BaseModel]) -> Callable[[ContractFn], Contr
 
 class ContractSkipped(Exception):
     """A contract that does not apply to this run: its entry is ``skipped`` with the reason, or
-    an error with that reason when the case requires the contract (``required``)."""
+    an error with that reason when the case requires the contract (``required``). ``kind`` is
+    the skip kind the gate counts and a CI accepts by name (``verdicts.SKIP_KINDS``)."""
 
     required: bool = False
+    kind: str = "not-applicable"
 
     def reason(self, sweep_dir: Optional[str]) -> str:
         """The reason, naming ``sweep_dir`` in the commands it gives (None: a placeholder)."""

@@ -28,6 +28,17 @@ from harness.results import (
 PAIR_STATUSES = ("pass", "fail", "error", "skipped")
 ARM_CHECKS_PAIR = "checks"  # verdict entry holding arm checks of arms in no pair
 
+# Why an entry was skipped: every skipped entry names one of these kinds, which the gate counts
+# and a CI accepts by name (``dcp-harness gate --allow-skip KIND ...``).
+SKIP_KINDS: Mapping[str, str] = {
+    "needs-gpu": "an arm needs CUDA GPUs this machine (or the Slurm profile's nodes) does not have",
+    "emulated": "the pair does not apply to emulated ranks (their losses are local figures)",
+    "golden-platform": "no golden values recorded yet for the platform the arm ran on",
+    "not-applicable": "the contract does not apply to this run",
+}
+# What `gate` accepts when not told otherwise: what the machine or the case's design decides.
+DEFAULT_ALLOWED_SKIPS = ("needs-gpu", "emulated", "golden-platform", "not-applicable")
+
 
 # A check's detail may name the sweep folder as this mark (a command to run on it);
 # ``evaluate`` fills in the sweep's path where it knows it.
@@ -89,10 +100,16 @@ class PairVerdict:
     checks: tuple[Check, ...]
     status: str
     error: Optional[str] = None
+    skip: Optional[str] = None  # a skipped entry's kind (SKIP_KINDS)
 
     def __post_init__(self) -> None:
         if self.status not in PAIR_STATUSES:
             raise ValueError(f"PairVerdict.status must be one of {PAIR_STATUSES}, got {self.status!r}")
+        if (self.status == "skipped") != (self.skip is not None):
+            raise ValueError(f"PairVerdict '{self.pair}': a skipped entry names its skip kind and "
+                             f"only a skipped one does (status {self.status!r}, skip {self.skip!r})")
+        if self.skip is not None and self.skip not in SKIP_KINDS:
+            raise ValueError(f"PairVerdict.skip must be one of {sorted(SKIP_KINDS)}, got {self.skip!r}")
 
     @property
     def failed_checks(self) -> tuple[Check, ...]:
@@ -110,6 +127,7 @@ class PairVerdict:
             "arms": list(self.arms),
             "status": self.status,
             "error": self.error,
+            **({"skip": self.skip} if self.skip is not None else {}),
             "checks": [c.to_dict() for c in self.checks],
         }
 
@@ -123,6 +141,7 @@ class PairVerdict:
             checks=tuple(Check.from_dict(c) for c in data.get("checks", [])),
             status=str(data["status"]),
             error=data.get("error"),
+            skip=data.get("skip"),
         )
 
 

@@ -1,10 +1,10 @@
-"""The harness's own rule for judging a stored case (for the gate, reports and ``collect``).
+"""What the gate checks of a stored plan before it judges by it (for ``gate``, ``report`` and
+``collect``; a sweep that has just judged its cases itself does not ask again).
 
-``harness.report`` is a leaf: it judges a case by the plan stored beside it (``plan.json``, tied to
+``harness.report`` judges a case by the plan stored beside it (``plan.json``, tied to
 ``case.json`` by a content hash) and cannot ask ``harness.arms``. The CLI and ``collect`` pass
-:func:`case_rules` in, which trusts that plan only after three checks:
+:func:`check_stored_plan` in, which trusts that plan only after two checks:
 
-* there is a plan (a sweep written by this dcp-harness);
 * it is the plan the harness makes for the stored case (``plan_case``: the same arms with the same
   derived cases and ranks, the same pairs with the same settings), so a ``plan.json`` edited to
   drop a pair or switch a check off is an error, not a pass;
@@ -24,7 +24,6 @@ from harness.arms import plan_case
 from harness.caseplan import CasePlan, PlanError, case_hash
 from harness.compare import Pair
 from harness.errors import ConfigError
-from harness.report import CaseRules, StoredCase, rules_from_plan
 from harness.spec.derive import as_emulated
 
 # Settings of a golden pair resolved from this machine's files (compared by the hash check and
@@ -92,19 +91,12 @@ def check_source(plan: CasePlan) -> None:
                         "re-run the sweep to judge the case as it is now")
 
 
-def case_rules(stored: StoredCase) -> CaseRules:
-    """The stored plan's arms, pairs, steps, ranks and sanity settings, after the checks of the
-    module doc (a ``report.RulesFn``). Raises PlanError (an error entry naming the reason) when
-    one fails."""
-    plan = stored.plan
-    if plan is None:
-        raise PlanError("no plan.json: this case folder was written by an older dcp-harness or "
-                        "its plan was removed, so its arms and pairs are unknown; re-run the sweep "
-                        "with the same --out")
+def check_stored_plan(plan: CasePlan) -> None:
+    """Trust a stored plan only after the checks of the module doc (a ``report.PlanCheck``).
+    Raises PlanError (an error entry naming the reason) when one fails."""
     expected = plan_case(plan.case.model_copy(update={"source": plan.source}))
     problems = plan_differences(plan, expected)
     if problems:
         raise PlanError("plan.json is not the plan of the stored case: " + "; ".join(problems)
                         + " (edited after the run?); re-run the case")
     check_source(plan)
-    return rules_from_plan(plan)

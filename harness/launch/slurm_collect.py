@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from harness.launch.failures import classify_failure, tail_text
-from harness.launch.rules import case_rules
+from harness.compare import DEFAULT_ALLOWED_SKIPS
+from harness.launch.rules import check_stored_plan
 from harness.launch.slurm import JobRef, latest_jobs
 from harness.launch.rank_main import remove_empty_stacks
 from harness.launch.slurm_job import arm_needs_run, read_events, repro_line
@@ -101,7 +102,8 @@ class CollectResult:
     problems: tuple[str, ...] = field(default_factory=tuple)
 
 
-def collect(sweep_dir: Path, runner: Runner = run_command, reports: bool = True) -> CollectResult:
+def collect(sweep_dir: Path, runner: Runner = run_command, reports: bool = True,
+            allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS) -> CollectResult:
     """Give every ended case its missing outcomes and a verdict, remove the checkpoints of its
     complete arms, write the reports. Cases whose job is still queued or running are left alone
     (listed in ``still_active``)."""
@@ -129,6 +131,6 @@ def collect(sweep_dir: Path, runner: Runner = run_command, reports: bool = True)
         except Exception as exc:  # unreadable results: the report counts the case as an error
             problems.append(f"{cid}: could not evaluate: {type(exc).__name__}: {exc}")
     if reports:
-        write_reports(sweep_dir, rules=case_rules)
+        write_reports(sweep_dir, check_plan=check_stored_plan, allowed_skips=allowed_skips)
     statuses = statuses_in_view(sweep_dir, refs, view)
     return CollectResult(tuple(statuses), tuple(finalized), tuple(active), tuple(problems))

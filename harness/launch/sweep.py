@@ -11,19 +11,25 @@ the sweep; only Ctrl-C does.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import shutil
+import socket
 import traceback
-from contextlib import contextmanager
+from datetime import datetime, timezone
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 from harness.caseplan import UNHASHED_FIELDS, CasePlan, PlannedArm, read_plan, write_plan
-from harness.compare import ARM_CHECKS_PAIR, CaseVerdict, PairVerdict, evaluate_case, write_verdict
+from harness.compare import (
+    ARM_CHECKS_PAIR,
+    DEFAULT_ALLOWED_SKIPS,
+    CaseVerdict,
+    PairVerdict,
+    write_verdict,
+)
 from harness.errors import ConfigError
-from harness.launch.rules import case_rules
+from harness.judge import judge, read_arms
+from harness.launch.rules import check_stored_plan
 from harness.launch.progress import NullProgress, SweepProgress
 from harness.launch.rank_main import CHECKPOINT_DIR
 from harness.results import (
@@ -32,15 +38,16 @@ from harness.results import (
     VERDICT_FILE,
     ArmOutcome,
     ResultsError,
+    SweepStart,
+    add_to_manifest,
     read_json,
     read_outcome,
     read_steps,
+    sweep_lock,
     write_json_atomic,
     write_outcome,
 )
 from harness.spec.schema import Case
-
-LOCK_FILE = ".run.lock"
 
 
 class ArmLauncher(Protocol):
@@ -85,10 +92,27 @@ def check_resumable(cases: Sequence[Case], out_dir: Path) -> None:
             )
 
 
+def sweep_start(command: str, cases: Sequence[Case], gpus: int, *, paths: Sequence[str] = (),
+                k: Optional[str] = None, tags: Optional[Sequence[str]] = None,
+                emulate_ranks: Optional[str] = None) -> SweepStart:
+    """The manifest's record of one ``run`` or ``submit``: what it selected, where it ran."""
+    return SweepStart(command=command, started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                      paths=tuple(str(p) for p in paths), k=k,
+                      tags=tuple(tags) if tags is not None else None, emulate_ranks=emulate_ranks,
+                      host=socket.gethostname(), gpus=gpus, cases=tuple(c.id for c in cases))
+
+
+def record_manifest(plans: Sequence[CasePlan], out_dir: Path,
+                    start: Optional[SweepStart] = None) -> None:
+    """List ``plans`` (and the invocation ``start``) in the sweep's manifest, before any of them
+    runs: the gate then knows what the sweep is to hold (``harness.results.manifest``)."""
+    add_to_manifest(out_dir, [p.manifest_entry() for p in plans], start)
+
+
 def prepare_case_dir(plan: CasePlan, out_dir: Path) -> Path:
     """Create ``<out_dir>/<case id>/`` with ``case.json`` (kept when it is there: a resumed
     sweep) and ``plan.json`` (written every time, so a resumed sweep judges by the golden values
-    as they are now); the case folder."""
+    as they are now), listed in the manifest; the case folder."""
     check_resumable([plan.case], out_dir)
     case_dir = Path(out_dir) / plan.case_id
     case_dir.mkdir(parents=True, exist_ok=True)
@@ -96,6 +120,7 @@ def prepare_case_dir(plan: CasePlan, out_dir: Path) -> Path:
     if not path.is_file():
         write_json_atomic(path, plan.case.model_dump(mode="json"))
     write_plan(case_dir, plan)
+    record_manifest([plan], out_dir)
     return case_dir
 
 
@@ -124,54 +149,16 @@ def remove_checkpoints_if_complete(arm: PlannedArm, arm_dir: Path) -> bool:
 
 
 def finalize_case(case_dir: Path) -> CaseVerdict:
-    """Evaluate a case from its folder alone (its plan, outcomes and step records) and write
-    ``verdict.json``. The gate re-judges it with the same plan and rule."""
+    """Judge a case from its folder alone (its plan, outcomes and step records:
+    ``harness.judge``) and write ``verdict.json``. The gate checks it with the same judge."""
     case_dir = Path(case_dir)
     plan = load_plan(case_dir)
-    arm_data = {}
-    for name in plan.arm_names:
-        arm_dir = case_dir / name
-        if arm_dir.is_dir():
-            arm_data[name] = (read_outcome(arm_dir), read_steps(arm_dir))
-    # Each arm records on its own ranks (the reference arm on one).
-    verdict = evaluate_case(plan.case_id, plan.pairs, arm_data, expected_steps=plan.steps,
-                            expected_ranks=plan.expected_ranks, sanity=plan.sanity,
-                            sweep_dir=str(case_dir.resolve().parent),
-                            packing=plan.packing_rules)
+    verdict = judge(plan, read_arms(case_dir, plan), sweep_dir=str(case_dir.resolve().parent))
     write_verdict(case_dir, verdict)
     return verdict
 
 
 # --------------------------------------------------------------------------- the sweep
-@contextmanager
-def sweep_lock(out_dir: Path, busy: str = "wait for it to end or pass another --out"
-               ) -> Iterator[None]:
-    """Hold ``<out_dir>/.run.lock`` while a sweep (or ``dcp-harness report``) writes there: a
-    second ``dcp-harness run`` into the same folder (resuming while the first still runs) would run
-    the same arms twice into the same files, and a report written meanwhile would describe a sweep
-    half done. ConfigError ending in ``busy`` when another process holds it (released when that one
-    exits)."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / LOCK_FILE, "a+", encoding="utf-8") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.seek(0)
-            holder = fh.read().strip() or "another process"
-            raise ConfigError(f"{out_dir} is being written by another sweep ({holder}); "
-                              f"{busy}") from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"pid {os.getpid()}\n")
-        fh.flush()
-        try:
-            yield
-        finally:
-            fh.truncate(0)
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _run_one(launcher: ArmLauncher, plan: CasePlan, arm: PlannedArm, arm_dir: Path,
              case_json: Path) -> ArmOutcome:
     (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome for an arm in flight
@@ -209,16 +196,20 @@ def _finalize_or_error(case_id: str, case_dir: Path) -> CaseVerdict:
 
 
 def run_sweep(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
-              progress: Optional[SweepProgress] = None) -> SweepResult:
-    """Run every planned arm of every case into ``out_dir`` (resuming), judge each case, write
-    reports."""
+              progress: Optional[SweepProgress] = None, start: Optional[SweepStart] = None,
+              allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS) -> SweepResult:
+    """List every case in the sweep's manifest, then run every planned arm of every case into
+    ``out_dir`` (resuming), judge each case once, write reports from those verdicts (cases of
+    earlier runs into the same folder are judged from their files)."""
     from harness.report import write_reports
 
     out_dir = Path(out_dir)
     check_resumable([p.case for p in plans], out_dir)
     with sweep_lock(out_dir):
+        record_manifest(plans, out_dir, start)
         verdicts, ran, skipped = _run_cases(plans, out_dir, launcher, progress or NullProgress())
-        summary = write_reports(out_dir, rules=case_rules)  # judged as the gate judges
+        summary = write_reports(out_dir, check_plan=check_stored_plan, allowed_skips=allowed_skips,
+                                judged={v.case_id: v for v in verdicts})
     return SweepResult(out_dir=out_dir, verdicts=tuple(verdicts), arms_run=ran,
                        arms_skipped=skipped, summary=summary)
 

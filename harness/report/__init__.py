@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional, Sequence
+
+from harness.compare import DEFAULT_ALLOWED_SKIPS, CaseVerdict
 
 from harness.errors import ConfigError
 from harness.results import (
@@ -27,15 +29,14 @@ from .console import console_table, make_console
 from .gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, GateResult, exit_code, gate, gate_result
 from .index import build_index
 from .junit import render_junit
-from .load import ArmView, CaseView, SweepView, load_sweep
+from .load import ArmView, CaseView, PlanCheck, SweepView, load_sweep
 from .plots import NO_MATPLOTLIB, matplotlib_available, write_plots
 from .summary import render_summary
-from .verify import CaseRules, RulesFn, StoredCase, rules_from_files, rules_from_plan, stored_rules
 
 __all__ = [
-    "ArmView", "CaseRules", "CaseView", "EXIT_ERROR", "EXIT_FAIL", "EXIT_PASS", "GateResult",
-    "ReportFiles", "RulesFn", "StoredCase", "SweepView", "console_table", "gate", "gate_result", "load_sweep",
-    "make_console", "rules_from_files", "rules_from_plan", "stored_rules", "write_reports",
+    "ArmView", "CaseView", "EXIT_ERROR", "EXIT_FAIL", "EXIT_PASS", "GateResult", "PlanCheck",
+    "ReportFiles", "SweepView", "console_table", "gate", "gate_result", "load_sweep",
+    "make_console", "write_reports",
 ]
 
 
@@ -51,11 +52,14 @@ class ReportFiles:
 
 
 def write_reports(sweep_dir: PathLike, *, plots: bool = True,
-                  rules: Optional[RulesFn] = None) -> ReportFiles:
+                  check_plan: Optional[PlanCheck] = None,
+                  judged: Optional[Mapping[str, CaseVerdict]] = None,
+                  allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS) -> ReportFiles:
     """Write summary.md, junit.xml, index.json (and plots/<case>.png with matplotlib) into the
-    sweep folder, atomically, from what the records prove (``rules``: see ``verify.py``).
-    Raises ConfigError when the folder does not exist."""
-    sweep = load_sweep(sweep_dir, rules)
+    sweep folder, atomically, from what the records prove (``load_sweep``: ``judged`` are the
+    verdicts this process made already, the other cases are judged here). Raises ConfigError
+    when the folder does not exist."""
+    sweep = load_sweep(sweep_dir, check_plan, judged=judged, allowed_skips=allowed_skips)
     if not sweep.exists:
         raise ConfigError(f"no sweep folder at {sweep_dir}: give the --out folder of a "
                           "`dcp-harness run`")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import TextIO, Optional
+from typing import Optional, Sequence, TextIO
 
-from harness.results import PathLike
+from harness.compare import DEFAULT_ALLOWED_SKIPS
+from harness.results import PathLike, lock_holder
 
-from .load import SweepView, load_sweep
-from .verify import RulesFn
+from .load import PlanCheck, SweepView, load_sweep
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
@@ -40,7 +40,8 @@ def gate_result(sweep: SweepView) -> GateResult:
                                       "verdict.json); nothing was run, so nothing can pass")
     code = exit_code(sweep)
     lines = [headline(sweep, code)]
-    skipped: dict[tuple[str, str], list[str]] = {}  # (case, reason) -> its skipped entries
+    lines += [f"  ERROR {problem}" for problem in sweep.problems]
+    skipped: dict[tuple[str, str], list[str]] = {}  # (case, [kind] reason) -> its skipped entries
     for case, p in sweep.rows:  # a case of emulated ranks is named with them (case.title)
         if case.parked is not None:
             continue  # one line per parked case, below
@@ -50,7 +51,7 @@ def gate_result(sweep: SweepView) -> GateResult:
         elif p.status == "error":
             lines.append(f"  ERROR {case.title} / {p.pair}: {p.error}")
         elif p.status == "skipped":
-            skipped.setdefault((case.title, p.error or "skipped"), []).append(p.pair)
+            skipped.setdefault((case.title, f"[{p.skip}] {p.error or 'skipped'}"), []).append(p.pair)
     # One line per case and reason (a case skipped here has every entry skipped for one reason).
     lines += [f"  SKIP  {cid} / {', '.join(pairs)}: {why}" for (cid, why), pairs in skipped.items()]
     lines += [c.parked.line(c.title) for c in sweep.parked if c.parked is not None]
@@ -64,6 +65,10 @@ def headline(sweep: SweepView, code: int) -> str:
     head = (f"gate: {sweep.status.upper()} (exit {code}): {c['cases']} case(s), {c['entries']} "
             f"verdict entries: {c['pass']} pass, {c['fail']} fail, {c['error']} error, "
             f"{c['skipped']} skipped")
+    kinds = sweep.skip_counts()
+    if kinds:
+        head += (" (" + ", ".join(f"{k} {n}" for k, n in kinds.items()) + "; accepted: "
+                 + ", ".join(sweep.allowed_skips) + ")")
     if c["parked"]:
         head += (f", {c['parked']} parked (not counted"
                  + (f"; {c['xpass']} case(s) XPASS" if c["xpass"] else "") + ")")
@@ -76,10 +81,15 @@ def headline(sweep: SweepView, code: int) -> str:
     return head
 
 
-def gate(sweep_dir: PathLike, out: Optional[TextIO] = None, rules: Optional[RulesFn] = None) -> int:
-    """Judge a sweep from its folder alone (each verdict checked against the step records,
-    ``rules``: see ``verify.py``) and print one summary line (plus one per failed or errored
-    entry) to ``out`` (default stdout). Returns the exit code."""
-    result = gate_result(load_sweep(sweep_dir, rules))
+def gate(sweep_dir: PathLike, out: Optional[TextIO] = None, check_plan: Optional[PlanCheck] = None,
+         allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS, as_is: bool = False) -> int:
+    """Judge a sweep from its folder alone (each case by its stored plan, ``check_plan`` checking
+    the plan first, against the sweep's manifest; each verdict checked against the step records)
+    and print one summary line (plus one per failed, errored or skipped entry) to ``out``
+    (default stdout). A sweep whose run lock is held is an error unless ``as_is``. Returns the
+    exit code."""
+    running = None if as_is else lock_holder(sweep_dir)
+    result = gate_result(load_sweep(sweep_dir, check_plan, allowed_skips=allowed_skips,
+                                    running=running))
     print(result.message, file=out if out is not None else sys.stdout)
     return result.code

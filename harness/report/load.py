@@ -8,9 +8,10 @@ import statistics
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from harness.compare import (
+    DEFAULT_ALLOWED_SKIPS,
     CaseVerdict,
     PairVerdict,
     combine_status,
@@ -21,23 +22,34 @@ from harness.compare import (
 from harness.results import (
     CASE_FILE,
     LOG_FILE,
+    MANIFEST_FILE,
     VERDICT_FILE,
     ArmOutcome,
+    Manifest,
+    ManifestCase,
     PathLike,
     ResultsError,
     StepRecord,
     list_arm_dirs,
     read_json,
-    read_outcome,
-    read_steps,
+    read_manifest,
 )
 
 from harness.caseplan import PLAN_FILE, CasePlan, plan_from_files
+from harness.judge import (
+    ArmFiles,
+    Steps,
+    error_verdict,
+    judge,
+    manifest_problems,
+    read_arm,
+    verify,
+    with_skip_policy,
+)
 from harness.sites import SiteTable, read_sites
 from harness.spec.places import emulated_note, emulated_title, short_label
 
 from .parked import Parked, parked_of
-from .verify import ArmFiles, RulesFn, Steps, judge_case, stored_rules
 
 
 @dataclass(frozen=True)
@@ -130,6 +142,9 @@ class SweepView:
     sweep_dir: Path
     exists: bool
     cases: tuple[CaseView, ...]
+    # What keeps the whole sweep from passing (no or an unreadable manifest, still running).
+    problems: tuple[str, ...] = ()
+    allowed_skips: tuple[str, ...] = DEFAULT_ALLOWED_SKIPS
 
     @property
     def name(self) -> str:
@@ -145,7 +160,8 @@ class SweepView:
         fail); a sweep of parked cases only passes."""
         if not self.cases:
             return "error"
-        return combine_status([s for s in (c.gate_status for c in self.cases) if s is not None])
+        status = combine_status([s for s in (c.gate_status for c in self.cases) if s is not None])
+        return "error" if self.problems and status != "fail" else status
 
     @property
     def parked(self) -> tuple[CaseView, ...]:
@@ -161,6 +177,12 @@ class SweepView:
                 "error": statuses.count("error"), "skipped": statuses.count("skipped"),
                 "parked": len(parked),
                 "xpass": sum(1 for c in self.parked if c.parked and c.parked.outcome == "XPASS")}
+
+    def skip_counts(self) -> dict[str, int]:
+        """Skip kind -> how many counted entries were skipped for it (most first)."""
+        kinds = [p.skip for c, p in self.rows if c.parked is None and p.status == "skipped"]
+        counts = {k: kinds.count(k) for k in dict.fromkeys(kinds) if k is not None}
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
     def warnings(self) -> tuple[str, ...]:
         """One line per parked case whose ``expect.until`` has passed."""
@@ -223,25 +245,21 @@ def worst_loss_delta(cand: ArmView, ref: ArmView) -> Optional[tuple[int, float, 
 
 
 # --------------------------------------------------------------------------- loading
+# Checks a stored plan before the judge trusts it (``harness.launch.rules.check_stored_plan``:
+# it is the plan the harness makes for the stored case); raises PlanError naming the reason.
+PlanCheck = Callable[[CasePlan], None]
+
+
 def _load_arm(name: str, path: Path) -> ArmView:
-    problems: list[str] = []
-    outcome: Optional[ArmOutcome] = None
-    steps: Steps = {}
-    try:
-        outcome = read_outcome(path)
-    except (ResultsError, OSError) as exc:
-        problems.append(str(exc))
-    try:
-        steps = read_steps(path)
-    except (ResultsError, OSError) as exc:
-        problems.append(str(exc))
+    files = read_arm(path)
+    problems = [files.problem] if files.problem else []
     sites: Mapping[int, SiteTable] = {}
     try:
         sites = read_sites(path)
     except (ResultsError, OSError) as exc:
         problems.append(str(exc))
-    return ArmView(name, path, outcome, steps, arm_figures(steps), "; ".join(problems) or None,
-                   sites)
+    return ArmView(name, path, files.outcome, files.steps, arm_figures(files.steps),
+                   "; ".join(problems) or None, sites)
 
 
 def emulated_of(case: Optional[Mapping[str, Any]], plan: Optional[CasePlan]
@@ -259,9 +277,22 @@ def emulated_of(case: Optional[Mapping[str, Any]], plan: Optional[CasePlan]
     return ranks, world, tuple(short_label(r, world) for r in ranks)
 
 
-def load_case(path: Path, rules: RulesFn = stored_rules, today: Optional[date] = None) -> CaseView:
+@dataclass(frozen=True)
+class _Judging:
+    """How a sweep's cases are judged: the plan check, the manifest (None: the sweep has none),
+    verdicts judged already in this process (case id -> verdict), the accepted skip kinds."""
+
+    check_plan: Optional[PlanCheck]
+    manifest: Optional[Manifest]
+    judged: Mapping[str, CaseVerdict]
+    allowed_skips: tuple[str, ...]
+
+
+def _read_case_files(path: Path) -> tuple[Optional[Mapping[str, Any]], Optional[CasePlan],
+                                          Optional[CaseVerdict], list[str]]:
     case: Optional[Mapping[str, Any]] = None
     plan: Optional[CasePlan] = None
+    stored: Optional[CaseVerdict] = None
     problems: list[str] = []
     if (path / CASE_FILE).is_file():
         try:
@@ -278,34 +309,118 @@ def load_case(path: Path, rules: RulesFn = stored_rules, today: Optional[date] =
             plan = plan_from_files(case, read_json(path / PLAN_FILE), path)
         except (ResultsError, OSError) as exc:
             problems.append(str(exc))
-    case_id = str((case or {}).get("id") or path.name)
-    arms = {name: _load_arm(name, d) for name, d in list_arm_dirs(path).items()}
-    stored: Optional[CaseVerdict] = None
     try:
         stored = read_verdict(path)
     except (ResultsError, OSError) as exc:
         problems.append(str(exc))
+    return case, plan, stored, problems
+
+
+def _verdict(case_id: str, path: Path, case: Optional[Mapping[str, Any]], plan: Optional[CasePlan],
+             stored: Optional[CaseVerdict], problems: list[str], arms: Mapping[str, ArmView],
+             how: _Judging) -> CaseVerdict:
+    """The verdict every report and the gate use for one case folder: judged once (by this
+    process's sweep, or here from the records by the stored plan) and checked against the
+    manifest."""
+    names = sorted(arms)
+    if problems:
+        return error_verdict(case_id, names, "; ".join(problems))
+    if case is None:
+        return error_verdict(case_id, names, "no case.json: the case's rules are unknown, so its "
+                                             "verdict cannot be checked against its records")
+    if plan is None:
+        return error_verdict(case_id, names, f"{path} has no {PLAN_FILE} (written by an older "
+                             "dcp-harness, or removed), so its arms and pairs are unknown; re-run "
+                             "the sweep with the same --out to plan it again")
+    try:
+        if how.check_plan is not None and case_id not in how.judged:
+            how.check_plan(plan)
+    except ResultsError as exc:  # a plan that does not belong to the case: the reason as it is
+        return error_verdict(case_id, plan.arm_names, str(exc))
+    entry = how.manifest.case(case_id) if how.manifest is not None else None
+    departs = manifest_problems(entry, plan) if entry is not None else []
+    if departs:
+        return error_verdict(case_id, plan.arm_names, "the case folder does not hold what the "
+                             f"sweep's {MANIFEST_FILE} lists: " + "; ".join(departs)
+                             + " (written by another sweep into this folder?); re-run the case")
+    if case_id in how.judged:
+        return how.judged[case_id]
     files = {name: ArmFiles(a.outcome, a.steps, a.problem) for name, a in arms.items()}
-    verdict = judge_case(case_id, case, stored, files, rules, problems, plan=plan,
-                         sweep_dir=str(path.resolve().parent))
+    return verify(stored, judge(plan, files, sweep_dir=str(path.resolve().parent)))
+
+
+def load_case(path: Path, how: _Judging, today: Optional[date] = None) -> CaseView:
+    case, plan, stored, problems = _read_case_files(path)
+    case_id = str((case or {}).get("id") or path.name)
+    arms = {name: _load_arm(name, d) for name, d in list_arm_dirs(path).items()}
+    verdict = with_skip_policy(_verdict(case_id, path, case, plan, stored, problems, arms, how),
+                               how.allowed_skips)
     parked = parked_of(case, verdict.status, today or date.today())
     return CaseView(case_id, path, case, verdict, stored is not None, arms, stored, plan,
                     *emulated_of(case, plan), parked=parked)
+
+
+def _absent_case(root: Path, entry: ManifestCase) -> CaseView:
+    """A case the manifest lists whose folder is not there: an error naming it."""
+    arms = tuple(a.name for a in entry.arms)
+    verdict = error_verdict(entry.id, arms, f"the sweep's {MANIFEST_FILE} lists case '{entry.id}' "
+                            f"but {root / entry.id} does not exist (removed, or the run stopped "
+                            "before it); re-run the sweep with the same --out to run it")
+    return CaseView(entry.id, root / entry.id, None, verdict, False, {})
+
+
+def _unlisted(view: CaseView) -> CaseView:
+    """A case folder the manifest does not list: an error naming it."""
+    verdict = error_verdict(view.case_id, sorted(view.arms), f"{view.dir} is a case folder the "
+                            f"sweep's {MANIFEST_FILE} does not list (copied in from another "
+                            "sweep?); remove it, or run the case into this folder")
+    return dataclasses.replace(view, verdict=verdict, parked=None)
 
 
 def is_case_dir(path: Path) -> bool:
     return path.is_dir() and ((path / CASE_FILE).is_file() or (path / VERDICT_FILE).is_file())
 
 
-def load_sweep(sweep_dir: PathLike, rules: Optional[RulesFn] = None,
-               today: Optional[date] = None) -> SweepView:
-    """Every case folder (one holding case.json or verdict.json) of a sweep, sorted by name,
-    each judged from its records (``rules``: the cases' arms and pairs, see ``verify.py``);
+def _sweep_problems(root: Path, manifest: Optional[Manifest], manifest_error: Optional[str],
+                    running: Optional[str]) -> tuple[str, ...]:
+    out = []
+    if manifest_error is not None:
+        out.append(manifest_error)
+    elif manifest is None:
+        out.append(f"{root} has no {MANIFEST_FILE}, so nothing says which cases the sweep was to "
+                   "hold (written by an older dcp-harness?); re-run it with the same --out")
+    if running is not None:
+        out.append(f"still running: {root} is being written by {running}; wait for it to end, or "
+                   "judge it as it stands with `dcp-harness gate --as-is`")
+    return tuple(out)
+
+
+def load_sweep(sweep_dir: PathLike, check_plan: Optional[PlanCheck] = None,
+               today: Optional[date] = None, *, judged: Optional[Mapping[str, CaseVerdict]] = None,
+               allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS,
+               running: Optional[str] = None) -> SweepView:
+    """Every case the sweep's manifest lists and every case folder (one holding case.json or
+    verdict.json), sorted by id, each judged once: ``judged`` holds verdicts this process made
+    already (a ``dcp-harness run``), the others are judged from their records by their stored
+    plans (``check_plan`` checks each plan first). A listed case without a folder, a folder the
+    manifest does not list, a missing or unreadable manifest and a sweep ``running`` (the run
+    lock's holder) are errors. Entries skipped for a kind outside ``allowed_skips`` are errors.
     ``today`` (default: the date now) is what parked cases' ``expect.until`` is compared with."""
     root = Path(sweep_dir)
     if not root.is_dir():
         return SweepView(root, False, ())
-    how = rules or stored_rules
-    cases = tuple(load_case(child, how, today) for child in sorted(root.iterdir())
-                  if is_case_dir(child))
-    return SweepView(root, True, cases)
+    manifest, manifest_error = None, None
+    try:
+        manifest = read_manifest(root)
+    except (ResultsError, OSError) as exc:
+        manifest_error = f"the sweep's manifest cannot be read: {exc}"
+    how = _Judging(check_plan, manifest, judged or {}, tuple(allowed_skips))
+    found = {child.name: load_case(child, how, today) for child in sorted(root.iterdir())
+             if is_case_dir(child)}
+    listed = manifest.case_ids if manifest is not None else tuple(found)
+    cases = [found[cid] if cid in found else _absent_case(root, manifest.case(cid))
+             for cid in listed]
+    cases += [_unlisted(found[cid]) for cid in found if cid not in listed]
+    return SweepView(root, True, tuple(sorted(cases, key=lambda c: c.case_id)),
+                     _sweep_problems(root, manifest, manifest_error, running),
+                     tuple(allowed_skips))

@@ -33,6 +33,16 @@ from .files import (
     write_json_record,
     write_text_atomic,
 )
+from .manifest import (
+    MANIFEST_FILE,
+    Manifest,
+    ManifestArm,
+    ManifestCase,
+    SweepStart,
+    add_to_manifest,
+    read_manifest,
+)
+from .lock import LOCK_FILE, lock_holder, sweep_lock
 from .outcome import ARM_STATUSES, ArmOutcome, read_outcome, write_outcome
 from .paths import (
     CASE_FILE,
@@ -61,7 +71,9 @@ from .records import (
 from .steps import StepWriter, parse_step_line, read_rank_file, read_steps
 
 __all__ = [
-    "ARM_STATUSES", "ArmOutcome", "CASE_FILE", "FrameReplays", "GraphStats", "INDEX_FILE",
+    "ARM_STATUSES", "ArmOutcome", "CASE_FILE", "LOCK_FILE", "MANIFEST_FILE", "Manifest",
+    "ManifestArm", "ManifestCase", "SweepStart", "add_to_manifest", "lock_holder", "read_manifest",
+    "sweep_lock", "FrameReplays", "GraphStats", "INDEX_FILE",
     "JUNIT_FILE", "LOG_FILE", "MemoryProbe", "OUTCOME_FILE", "PackedGroup", "PackedMicrobatch",
     "PathLike", "ResultsError", "RunEnvironment",
     "SUMMARY_FILE", "StepRecord", "StepWriter", "VERDICT_FILE", "arm_dir", "case_dir",

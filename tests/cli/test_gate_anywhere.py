@@ -43,7 +43,7 @@ def test_gate_gives_the_same_answer_from_any_directory_and_machine(tmp_path, cap
     monkeypatch.chdir(tmp_path)  # paths as a user types them: relative to the repository root
     assert main(["run", "cases/anywhere.yaml", "--out", "sweep"]) == 0
     out = capsys.readouterr().out
-    assert "SKIP  anywhere / golden: no golden values for platform 'cpu'" in out
+    assert "SKIP  anywhere / golden: [golden-platform] no golden values for platform 'cpu'" in out
     assert f"`dcp-harness golden record {tmp_path / 'sweep'} --case anywhere --platform cpu`" in out
     assert main(["golden", "record", "sweep"]) == 0
     assert (tmp_path / "cases/golden/anywhere/golden_values_cpu.json").is_file()

@@ -135,7 +135,7 @@ def test_a_second_sweep_into_a_folder_in_use_is_refused(write_case, tmp_path):
     out = tmp_path / "out"
     launcher = RecordingLauncher()
     with sweep_lock(out):  # another `dcp-harness run` is writing there
-        with pytest.raises(ConfigError, match="being written by another sweep \\(pid \\d+\\)"):
+        with pytest.raises(ConfigError, match="being written by another sweep \\(pid \\d+ on "):
             run_sweep(cases, out, launcher)
         assert launcher.calls == [] and not (out / "a").exists()
     assert run_sweep(cases, out, launcher).arms_run == 1  # free again once it ended

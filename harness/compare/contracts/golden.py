@@ -53,6 +53,8 @@ class GoldenMissing(ContractSkipped):
     command that records one, or an error when the case requires golden values
     (``compare.golden.required``)."""
 
+    kind = "golden-platform"
+
     def __init__(self, case_id: str, platform: str, path: Path, recorded: Sequence[str],
                  required: bool, environment: Optional[str] = None) -> None:
         super().__init__(f"no golden values for {self.what(platform, environment)} at {path}")
