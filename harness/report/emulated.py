@@ -36,7 +36,7 @@ from .load import ArmView, CaseView, SweepView
 MIB = 2.0 ** 20
 TOP_SITES = 8
 
-# TE PR #3353's own validation (8 GB200s, real ranks: /work/shared/reference/te_megatron.md 1.9).
+# TE PR #3353's own validation run, as its description on GitHub reports it (8 GB200s, real ranks).
 TE3353 = {
     "layout": "8 GB200 (2 nodes), real ranks; 48 layers, 128 experts, PP4 VPP4 EP2, DCP {1,2}, "
               "seq 8192, GBS 64",
