@@ -7,6 +7,7 @@ import argparse
 from typing import Optional, Sequence
 
 from harness.errors import ConfigError
+from harness.launch.golden_folders import check_golden_folders
 from harness.spec import Case, load_cases, select_cases
 from harness.spec.derive import as_emulated
 from harness.spec.places import stage_ranks
@@ -68,4 +69,5 @@ def selected_cases(paths: Sequence[str], k: Optional[str] = None,
         where = " ".join(str(p) for p in paths)
         raise ConfigError(f"no case selected: the case files in {where} are valid, but none matches "
                           f"{filters_text(k, tags)}; `dcp-harness validate {where}` lists them")
+    check_golden_folders(cases)  # a lost or orphaned golden folder is an error, not a skip
     return emulated(cases, emulate_ranks)

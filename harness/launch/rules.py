@@ -10,7 +10,8 @@
   drop a pair or switch a check off is an error, not a pass;
 * the case file it was made from, where it is readable here, still defines that case (its
   content hash; for an emulated case, with the ranks it emulated: ``--emulate-ranks`` picks them
-  when it runs), so a stored case edited together with its hash is caught too.
+  when it runs), so a stored case edited together with its hash is caught too, and its golden
+  folder is neither lost nor beside orphans (``golden_folders``).
 
 The verdict then comes from the stored plan alone (golden values as copied when the sweep ran),
 the same from any directory or machine.
@@ -24,6 +25,7 @@ from harness.arms import plan_case
 from harness.caseplan import CasePlan, PlanError, case_hash
 from harness.compare import Pair
 from harness.errors import ConfigError
+from harness.launch.golden_folders import golden_folder_problems
 from harness.spec.derive import as_emulated
 
 # Settings of a golden pair resolved from this machine's files (compared by the hash check and
@@ -89,6 +91,9 @@ def check_source(plan: CasePlan) -> None:
         raise PlanError(f"the case file {source} now defines case '{plan.case_id}' differently from "
                         f"the case this sweep ran (changed: {', '.join(fields) or 'its hash'}); "
                         "re-run the sweep to judge the case as it is now")
+    problems = golden_folder_problems([found])
+    if problems:
+        raise PlanError("; ".join(problems))
 
 
 def check_stored_plan(plan: CasePlan) -> None:
