@@ -19,7 +19,7 @@ from harness.golden import (
     window_median,
     write_golden,
 )
-from harness.report.verify import pair_differences
+from harness.judge import pair_differences
 from harness.results import RunEnvironment
 
 from tests.records import changed, probe

@@ -40,6 +40,7 @@ def gate_lines(capsys, sweep: Path) -> tuple[int, list[str]]:
 def test_gate_gives_the_same_answer_from_any_directory_and_machine(tmp_path, capsys, monkeypatch):
     (tmp_path / "cases").mkdir()
     (tmp_path / "cases" / "anywhere.yaml").write_text(CASE)
+    (tmp_path / "cases" / "golden" / "anywhere").mkdir(parents=True)  # no values recorded yet
     monkeypatch.chdir(tmp_path)  # paths as a user types them: relative to the repository root
     assert main(["run", "cases/anywhere.yaml", "--out", "sweep"]) == 0
     out = capsys.readouterr().out

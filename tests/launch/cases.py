@@ -36,10 +36,15 @@ def case_doc(name: str, **sections: Any) -> dict:
 
 
 def write_case_file(folder: Path, name: str, **sections: Any) -> Path:
-    """Write ``<folder>/<name>.yaml`` (:func:`case_doc`) and return its path."""
+    """Write ``<folder>/<name>.yaml`` (:func:`case_doc`) and return its path. A case declaring
+    ``compare.golden`` gets its golden folder, empty (no values recorded yet), as a user creates
+    it: a missing one is an error."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(case_doc(name, **sections), sort_keys=False))
+    for case in load_cases([path]):
+        if case.compare.golden is not None:
+            (path.parent / case.compare.golden.dir / case.id).mkdir(parents=True, exist_ok=True)
     return path
 
 

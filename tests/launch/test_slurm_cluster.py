@@ -211,6 +211,33 @@ def test_job_array_of_several_cases(tmp_path):
         assert read_outcome(out / cid / "eager").ok
 
 
+def test_damaged_copies_of_a_slurm_sweep_and_one_still_running_do_not_pass(tmp_path, capsys):
+    """The gate judges a Slurm sweep against its manifest: a copy with a case folder deleted, an
+    arm deleted or records cut short is an error; a sweep whose jobs are still queued or running
+    (not collected) is not judged as finished."""
+    out = tmp_path / "sweep"
+    write_tiny(tmp_path, "arr", matrix={"train.seed": [1, 2]})
+    assert cli("submit", tmp_path / "cases", "--profile", write_profile(tmp_path), "--out", out) == 0
+    running = tmp_path / "running"
+    shutil.copytree(out, running)  # as submitted: nothing collected yet
+    capsys.readouterr()
+    assert gate(running) == 2 and "no verdict.json" in capsys.readouterr().out
+    assert finish(out) == 0
+    damages = {
+        "case folder deleted": lambda d: shutil.rmtree(d / "arr.seed1"),
+        "arm deleted": lambda d: shutil.rmtree(d / "arr.seed2" / "eager-repeat"),
+        "records cut": lambda d: (d / "arr.seed1" / "eager" / "rank0.jsonl").write_text(
+            (d / "arr.seed1" / "eager" / "rank0.jsonl").read_text().splitlines(True)[0]),
+    }
+    for what, damage in damages.items():
+        copy = tmp_path / what.replace(" ", "-")
+        shutil.copytree(out, copy)
+        damage(copy)
+        capsys.readouterr()
+        assert gate(copy) == 2, what
+        assert "ERROR" in capsys.readouterr().out, what
+
+
 def test_failing_case_gates_one(tmp_path):
     out = tmp_path / "sweep"
     path = write_case_file(tmp_path, "strict-dcp", **STRICT_DCP)
