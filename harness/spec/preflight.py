@@ -65,6 +65,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from harness.spec.command import check_command
 from harness.spec.layout import ParallelLayout, cp_size_problem
 from harness.spec.problems import Problem
 from harness.spec.problems import at as _at
@@ -507,11 +508,18 @@ CHECKS: tuple[Callable[[Case], list[Problem]], ...] = (
     check_emulate,
 )
 
+# A command case (``command:``): its own rules (``harness.spec.command``) in place of the built-in
+# workload's model, microbatch, shape and graph rules.
+COMMAND_CHECKS: tuple[Callable[[Case], list[Problem]], ...] = (
+    check_layout, check_compare, check_golden_window, check_command)
+
 
 def preflight(case: Case, checks: Optional[Sequence[Callable[[Case], list[Problem]]]] = None
               ) -> list[Problem]:
     """Every problem found in ``case`` (empty when it may run), in check order."""
     found: list[Problem] = []
-    for check in checks if checks is not None else CHECKS:
+    if checks is None:
+        checks = COMMAND_CHECKS if case.command is not None else CHECKS
+    for check in checks:
         found.extend(check(case))
     return found
