@@ -85,18 +85,22 @@ def _memory(match: re.Match[str], path: Path, line: int) -> dict[str, float]:
             for key, name in _MEMORY_KEYS.items() if key in found}
 
 
-def read_megatron_log(path: Path, keys: Optional[Mapping[str, str]] = None) -> StepMetrics:
+def read_megatron_log(path: Path, keys: Optional[Mapping[str, str]] = None,
+                      start: int = 0) -> StepMetrics:
     """The steps of one log file (see the module doc); ``keys``: field -> printed key (default
-    :data:`LOG_KEYS`). A MetricsError naming the file (and line) for one that cannot be read."""
+    :data:`LOG_KEYS`); ``start``: the byte offset the run's lines begin at (a log appended to by
+    an earlier run). A MetricsError naming the file (and line) for one that cannot be read."""
     path = Path(path)
     keys = dict(LOG_KEYS if keys is None else keys)
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        data = path.read_bytes()
     except OSError as exc:
         raise MetricsError(path, f"cannot read the log: {exc.strerror or exc}") from None
+    text = data[start:].decode("utf-8", errors="replace")
+    first = data[:start].count(b"\n") + 1
     metrics = StepMetrics()
     seen: dict[int, int] = {}
-    for lineno, raw in enumerate(text.splitlines(), start=1):
+    for lineno, raw in enumerate(text.splitlines(), start=first):
         if (m := _ITERATION.search(raw)) is not None:
             step = int(m.group(1))
             if step in seen:

@@ -20,7 +20,7 @@ from .errors import MetricsError
 from .jsonl import read_jsonl
 from .megatron_log import LOG_KEYS, read_megatron_log
 from .series import StepMetrics, rank_records
-from .tensorboard import TB_TAGS, read_tensorboard
+from .tensorboard import TB_TAGS, event_files, read_tensorboard
 
 # Where each source is read, relative to the arm's folder, unless ``command.metrics.path`` says.
 DEFAULT_PATHS: Mapping[MetricsSource, str] = {
@@ -43,10 +43,27 @@ def source_fields(spec: MetricsSpec) -> frozenset[str]:
     """The step-record fields ``spec``'s source can fill."""
     if spec.source in (MetricsSource.JSONL, MetricsSource.RECORD):
         return frozenset(METRIC_FIELDS) | frozenset(_RECORD_EXTRAS)
+    return frozenset(tag_map(spec)) | (frozenset(_MEMORY_LOG_FIELDS)
+                                       if spec.source is MetricsSource.MEGATRON_LOG else frozenset())
+
+
+def tag_map(spec: MetricsSpec) -> dict[str, str]:
+    """Field -> TensorBoard tag or Megatron log key: Megatron's (``TB_TAGS``, ``LOG_KEYS``) with
+    the case's ``command.metrics.tags`` over them."""
+    base = TB_TAGS if spec.source is MetricsSource.TENSORBOARD else LOG_KEYS
+    return {**base, **(spec.tags or {})}
+
+
+def stale_files(spec: MetricsSpec, arm_dir: Path, path: str, ranks: Sequence[int]) -> list[Path]:
+    """The files an earlier run of the arm left in the source (event files, rank files) that a
+    new run must not be read with: the launcher removes them before it starts the command."""
+    arm_dir = Path(arm_dir)
     if spec.source is MetricsSource.TENSORBOARD:
-        return frozenset(spec.tags if spec.tags is not None else TB_TAGS)
-    keys = spec.tags if spec.tags is not None else LOG_KEYS
-    return frozenset(keys) | frozenset(_MEMORY_LOG_FIELDS)
+        return event_files(arm_dir / path)
+    if spec.source is MetricsSource.MEGATRON_LOG:
+        return []  # the launcher reads from where this run's lines begin
+    files = [arm_dir / path.replace("{rank}", str(r)) for r in ranks]
+    return [f for f in dict.fromkeys(files) if f.is_file()]
 
 
 def _per_rank_files(path: str, arm_dir: Path, ranks: Sequence[int],
@@ -63,9 +80,10 @@ def _per_rank_files(path: str, arm_dir: Path, ranks: Sequence[int],
 
 
 def read_source(spec: MetricsSpec, arm_dir: Path, ranks: Sequence[int], platform: Optional[str],
-                path: Optional[str] = None) -> dict[int, list[StepRecord]]:
+                path: Optional[str] = None, log_start: int = 0) -> dict[int, list[StepRecord]]:
     """Rank -> step records of ``ranks`` from the source of ``spec`` (``path``: the source's
-    path with its placeholders filled, default :func:`source_path`)."""
+    path with its placeholders filled, default :func:`source_path`; ``log_start``: where this
+    run's lines begin in a Megatron log)."""
     arm_dir = Path(arm_dir)
     where = path if path is not None else source_path(spec)
     if spec.source in (MetricsSource.JSONL, MetricsSource.RECORD):
@@ -73,9 +91,9 @@ def read_source(spec: MetricsSpec, arm_dir: Path, ranks: Sequence[int], platform
     target = arm_dir / where
     metrics: StepMetrics
     if spec.source is MetricsSource.TENSORBOARD:
-        metrics = read_tensorboard(target, spec.tags)
+        metrics = read_tensorboard(target, tag_map(spec))
     else:
         if not target.is_file():
             raise MetricsError(target, "no log here: the command wrote none")
-        metrics = read_megatron_log(target, spec.tags)
+        metrics = read_megatron_log(target, tag_map(spec), start=log_start)
     return rank_records(metrics, ranks, platform)

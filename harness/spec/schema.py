@@ -134,7 +134,7 @@ class RankStart(Choice):
 class MetricsSpec(_Strict):
     """Where a command's metrics come from: ``path`` is relative to the arm's folder (defaults:
     ``tensorboard``, ``log.txt`` (the ranks' output), ``metrics/rank{rank}.jsonl``); ``tags``
-    maps step-record fields to TensorBoard tags or Megatron log keys (default Megatron's)."""
+    maps step-record fields to TensorBoard tags or Megatron log keys, over Megatron's."""
 
     source: MetricsSource
     path: Optional[str] = Field(default=None, min_length=1)
