@@ -164,8 +164,7 @@ def _record(plan: CasePlan, arm: PlannedArm, arm_dir: Path, outcome: ArmOutcome,
 
 def _failed(arm: PlannedArm, arm_dir: Path, why: str, repro: str,
             ran: Optional[ArmOutcome] = None) -> ArmOutcome:
-    detail = f"arm '{arm.name}': {why}"
-    _log(arm_dir, detail)
+    _log(arm_dir, f"arm '{arm.name}': {why}")
     return ArmOutcome(status="failed", returncode=ran.returncode if ran else None,
                       wall_s=ran.wall_s if ran else 0.0, log_tail=ran.log_tail if ran else "",
-                      repro=repro, restarts=ran.restarts if ran else 0, detail=detail)
+                      repro=repro, restarts=ran.restarts if ran else 0, detail=why)
