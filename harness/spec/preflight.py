@@ -55,6 +55,9 @@ problem names the field to change. Rules (``world = resources.nodes * resources.
   ``compare.graph_vs_eager`` / ``compare.graph_pools`` need a ``graphs:`` section, and
   ``graph_pools`` two or more dynamic CP sizes. ``train.memory_probe_step <= steps``.
   Whether CUDA is there is decided by the launcher (a case that cannot run here is skipped).
+* A command case (``command:``): the layout, compare and golden-window rules above, then
+  ``harness.spec.command.check_command`` in place of the built-in workload's model,
+  microbatch, shape and graph rules (:data:`COMMAND_CHECKS`).
 * Emulated ranks (``emulate.ranks``): at least one, each listed once (it records into its own
   ``rank<r>.jsonl``), each a rank of the case's world (it runs as rank r of that world), and a
   world of more than one rank (a one-rank case runs as it is).
