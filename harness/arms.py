@@ -61,6 +61,7 @@ from harness.compare import (
 )
 from harness.errors import CaseError
 from harness.golden import snapshot_golden
+from harness.metrics import source_fields
 from harness.spec.derive import (
     as_fixed_cp,
     as_reference,
@@ -119,7 +120,8 @@ def arm_catalog(case: Case) -> dict[str, ArmSpec]:
     ``fixed_cp``, ``reference``; each also as ``<name>-repeat``."""
     dynamic = case.layout.dynamic
     specs = [ArmSpec(DCP if dynamic else EAGER)]
-    if case.graphs is not None:
+    graphed = has_graph_arms(case)
+    if graphed:
         specs += [ArmSpec(GRAPH), ArmSpec(SEPARATE_POOLS)]
     if dynamic:
         sizes = set(case.layout.cp_sizes)
@@ -127,7 +129,7 @@ def arm_catalog(case: Case) -> dict[str, ArmSpec]:
             sizes.add(case.compare.dcp_vs_fixed_cp.fixed_cp)
         for cp in sorted(sizes):
             specs.append(ArmSpec(FIXED_CP, cp))
-            if case.graphs is not None:
+            if graphed:
                 specs.append(ArmSpec(GRAPH_FIXED_CP, cp))
     specs.append(ArmSpec(REFERENCE))
     out = {s.name: s for s in specs}
@@ -222,7 +224,7 @@ def plan_case(case: Case) -> CasePlan:
         if not case.layout.dynamic:
             raise _arm_error(case, "compare.dcp_vs_fixed_cp", "dcp_vs_fixed_cp needs a dynamic-CP "
                              "case: set parallel.dynamic_cp (not parallel.cp)")
-        cp, graphed = spec.dcp_vs_fixed_cp.fixed_cp, case.graphs is not None
+        cp, graphed = spec.dcp_vs_fixed_cp.fixed_cp, has_graph_arms(case)
         fixed = ArmSpec(GRAPH_FIXED_CP if graphed else FIXED_CP, cp).name
         field = "compare.dcp_vs_fixed_cp.fixed_cp"
         pairs.append(Pair("dcp_vs_fixed_cp", "dcp_vs_fixed_cp",
@@ -256,6 +258,8 @@ def plan_case(case: Case) -> CasePlan:
 
     emulated = case.emulate is not None
     world = case.layout.world
+    if case.command is not None:
+        pairs = [command_pair(p, case) for p in pairs]
     if emulated:
         pairs = [emulated_pair(p, world) for p in pairs]
     names: list[str] = []
@@ -273,6 +277,34 @@ def plan_case(case: Case) -> CasePlan:
                  for n in names)
     return CasePlan(case=case, case_hash=case_hash(case.model_dump(mode="json")),
                     source=str(Path(case.source).resolve()), arms=arms, pairs=tuple(pairs))
+
+
+def has_graph_arms(case: Case) -> bool:
+    """Whether ``case`` can have graph arms: a ``graphs:`` section, or a command case's
+    ``command.arms.graph`` arguments."""
+    return case.graphs is not None or (case.command is not None and "graph" in case.command.arms)
+
+
+def command_pair(pair: Pair, case: Case) -> Pair:
+    """``pair`` of a command case, with the checks whose data its metrics source does not give
+    not applicable, each with the reason (never a pass): a series it has no value of, the
+    CUDA-graph capture figures (only the record API records them), and the packing of the
+    built-in workload's packer (a command packs its own batches)."""
+    assert case.command is not None
+    metrics = case.command.metrics
+    has = source_fields(metrics)
+    source = f"command.metrics.source {metrics.source}"
+    why = {name: f"the command's metrics ({source}) have no {name.replace('_', ' ')}: map its "
+                 f"tag or log key in command.metrics.tags to have it checked"
+           for name in ("aux_loss", "grad_norm") if name not in has}
+    if "graph_stats" not in has:
+        for name in ("capture", "variants_replayed"):
+            why[name] = (f"the command's metrics ({source}) carry no CUDA-graph capture "
+                         "statistics (harness.metrics.StepRecorder records them: graph_stats=)")
+    for arm_name in pair.arms:
+        why[f"{arm_name}.packing"] = ("a command packs its own batches; the packing rule is the "
+                                      "built-in workload's")
+    return replace(pair, not_applicable={**pair.not_applicable_checks, **why})
 
 
 def _ranks(arm_case_: Case) -> tuple[int, ...]:

@@ -15,7 +15,7 @@ FLOORS = {
     "spec": 1,
     "results": 2, "graphplan": 2,
     "golden": 3, "sites": 3, "environment": 3,
-    "compare": 4, "golden_diff": 4,
+    "compare": 4, "golden_diff": 4, "metrics": 4,
     "caseplan": 5,
     "arms": 6, "judge": 6, "workload": 6,
     "report": 7,

@@ -67,6 +67,7 @@ class RankCommand:
     ranks: tuple[int, ...] = ()
     emulated: bool = False
     devices: Mapping[int, str] = field(default_factory=dict)
+    cwd: Optional[Path] = None  # where the ranks start (a command case's working folder)
 
     @property
     def started(self) -> tuple[int, ...]:
@@ -225,7 +226,7 @@ def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wa
             proc = subprocess.Popen(
                 cmd.argv_of(k), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, start_new_session=True,
-                env=cmd.env_of(os.environ, k, port),
+                env=cmd.env_of(os.environ, k, port), cwd=cmd.cwd,
             )
             r = _Rank(k, proc)
             r.reader = threading.Thread(target=_pump, args=(r, log, lock), daemon=True)
@@ -367,6 +368,11 @@ class LocalLauncher:
             with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
                 log.write(f"[launcher] case {plan.case_id} arm {arm.name}: skipped: {skip}\n")
             return ArmOutcome(status="skipped", detail=skip)
+        if plan.case.command is not None:  # a training command instead of the built-in workload
+            from harness.launch.command import run_command_arm
+
+            return run_command_arm(plan, arm, arm_dir, self.timeout_s(plan), gpus,
+                                   stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s)
         repro = repro_command(self.python, Path(case_json).resolve(), arm.name, plan.case_id)
         if arm.emulated:  # each emulated rank alone, on one GPU (side by side on several) or CPU
             return run_emulated_arm(

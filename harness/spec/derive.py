@@ -62,7 +62,7 @@ def with_execution(case: Case, arm: str, graphed: bool,
                    pools: Pools = Pools.SHARED) -> Case:
     """The case run eagerly (``graphed=False``) or with slot-shared CUDA graphs (needs a
     ``graphs:`` section), every CP variant in one MemPool (``shared``) or one per CP size."""
-    if graphed and case.graphs is None:
+    if graphed and case.graphs is None and case.command is None:  # a command: command.arms.graph
         raise CaseError(f"arm '{arm}' runs CUDA graphs: add a `graphs:` section (e.g. "
                         "{scope: attn, warmup_steps: 2})", file=case.source, case=case.id,
                         field="graphs")

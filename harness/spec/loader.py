@@ -181,6 +181,7 @@ def _build(variant: Variant, parsed: ParsedYaml, file: str, name: Optional[str])
         resources=spec.resources,
         expect=spec.expect,
         emulate=spec.emulate,
+        command=spec.command,
         matrix_values=variant.matrix_values,
     )
     problems = preflight(case)

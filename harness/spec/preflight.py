@@ -55,6 +55,9 @@ problem names the field to change. Rules (``world = resources.nodes * resources.
   ``compare.graph_vs_eager`` / ``compare.graph_pools`` need a ``graphs:`` section, and
   ``graph_pools`` two or more dynamic CP sizes. ``train.memory_probe_step <= steps``.
   Whether CUDA is there is decided by the launcher (a case that cannot run here is skipped).
+* A command case (``command:``): the layout, compare and golden-window rules above, then
+  ``harness.spec.command.check_command`` in place of the built-in workload's model,
+  microbatch, shape and graph rules (:data:`COMMAND_CHECKS`).
 * Emulated ranks (``emulate.ranks``): at least one, each listed once (it records into its own
   ``rank<r>.jsonl``), each a rank of the case's world (it runs as rank r of that world), and a
   world of more than one rank (a one-rank case runs as it is).
@@ -65,6 +68,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from harness.spec.command import check_command
 from harness.spec.layout import ParallelLayout, cp_size_problem
 from harness.spec.problems import Problem
 from harness.spec.problems import at as _at
@@ -507,11 +511,18 @@ CHECKS: tuple[Callable[[Case], list[Problem]], ...] = (
     check_emulate,
 )
 
+# A command case (``command:``): its own rules (``harness.spec.command``) in place of the built-in
+# workload's model, microbatch, shape and graph rules.
+COMMAND_CHECKS: tuple[Callable[[Case], list[Problem]], ...] = (
+    check_layout, check_compare, check_golden_window, check_command)
+
 
 def preflight(case: Case, checks: Optional[Sequence[Callable[[Case], list[Problem]]]] = None
               ) -> list[Problem]:
     """Every problem found in ``case`` (empty when it may run), in check order."""
     found: list[Problem] = []
-    for check in checks if checks is not None else CHECKS:
+    if checks is None:
+        checks = COMMAND_CHECKS if case.command is not None else CHECKS
+    for check in checks:
         found.extend(check(case))
     return found

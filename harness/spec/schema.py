@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -103,6 +104,65 @@ class Pools(Choice):
 class DeviceKind(Choice):
     ANY = "any"  # CPU processes (gloo) stand in for GPUs where GPUs are short
     CUDA = "cuda"  # one CUDA GPU per rank
+
+
+# --------------------------------------------------------------------------- command
+# The step-record fields a metrics source can fill (harness.metrics maps tags / log keys to them).
+METRIC_FIELDS = ("loss", "aux_loss", "grad_norm", "lr", "step_time_s", "tokens", "allocated_bytes",
+                 "reserved_bytes", "active_bytes", "max_allocated_bytes", "skipped", "nan")
+MetricField = Literal["loss", "aux_loss", "grad_norm", "lr", "step_time_s", "tokens",
+                      "allocated_bytes", "reserved_bytes", "active_bytes", "max_allocated_bytes",
+                      "skipped", "nan"]
+# The arm roles a command case gives arguments for (``command.arms``): the arm kinds of
+# ``harness.caseplan.ARM_KINDS`` and ``repeat`` (added for the second run of a repeat pair).
+CommandRole = Literal["eager", "dcp", "graph", "graph-separate-pools", "fixed-cp",
+                      "graph-fixed-cp", "reference", "repeat"]
+
+
+class MetricsSource(Choice):
+    TENSORBOARD = "tensorboard"  # event files (TensorBoard's reader), Megatron's tags
+    MEGATRON_LOG = "megatron_log"  # Megatron's iteration and memory lines
+    JSONL = "jsonl"  # one step record per line
+    RECORD = "record"  # harness.metrics.StepRecorder, into the arm's metrics/ folder
+
+
+class RankStart(Choice):
+    PER_RANK = "per_rank"  # one process per rank, RANK / LOCAL_RANK / WORLD_SIZE / MASTER_* set
+    LAUNCHER = "launcher"  # one process per node (torchrun), started with NNODES / NODE_RANK set
+
+
+class MetricsSpec(_Strict):
+    """Where a command's metrics come from: ``path`` is relative to the arm's folder (defaults:
+    ``tensorboard``, ``log.txt`` (the ranks' output), ``metrics/rank{rank}.jsonl``); ``tags``
+    maps step-record fields to TensorBoard tags or Megatron log keys, over Megatron's."""
+
+    source: MetricsSource
+    path: Optional[str] = Field(default=None, min_length=1)
+    tags: Optional[dict[MetricField, str]] = None
+
+
+class CommandSpec(_Strict):
+    """A training command run in place of the built-in workload (docs/command-cases.md).
+    ``argv`` is a list (never a shell string); ``{arm_dir}``, ``{steps}``, ``{world_size}``,
+    ``{seed}``, ``{case_dir}``, ``{fixed_cp}`` (fixed-CP arms) in ``argv``, ``env`` values and
+    ``arms`` are replaced per arm; ``arms`` gives each arm role the arguments added to ``argv``;
+    ``secret_env`` names variables passed from the harness's own environment, never written."""
+
+    argv: list[str] = Field(min_length=1)
+    env: dict[str, str] = {}
+    secret_env: list[str] = []
+    cwd: Optional[str] = None  # relative to the case file's folder (default: that folder)
+    ranks: RankStart = RankStart.PER_RANK
+    arms: dict[CommandRole, list[str]] = {}
+    metrics: MetricsSpec
+
+    @field_validator("argv", mode="before")
+    @classmethod
+    def _argv_is_a_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            raise ValueError("argv is a list of arguments, never a shell string: write "
+                             "[python, train.py, --steps, '{steps}']")
+        return value
 
 
 # --------------------------------------------------------------------------- model
@@ -603,6 +663,8 @@ class CaseFile(_Strict):
     expect: Optional[Expectation] = None
     # Emulated ranks of the case's layout (``EmulateSpec``); None: a real run.
     emulate: Optional[EmulateSpec] = None
+    # A training command run in place of the built-in workload (``CommandSpec``).
+    command: Optional[CommandSpec] = None
     # Dotted field path -> list of values; the cartesian product gives one case each.
     matrix: Optional[dict[str, list]] = None
 
@@ -626,6 +688,15 @@ class Case(_Strict):
     expect: Optional[Expectation] = None
     # Emulated ranks (each alone on one device, loopback communication); None: a real run.
     emulate: Optional[EmulateSpec] = None
+    command: Optional[CommandSpec] = None  # a training command instead of the built-in workload
+
+    @model_serializer(mode="wrap")
+    def _leave_out_no_command(self, handler: Any) -> Any:
+        """A built-in case is dumped without ``command`` (its ``case.json`` and hash as before)."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("command", 0) is None:
+            del data["command"]
+        return data
     # The matrix values that produced this case (dotted path -> value), for ids and reports.
     matrix_values: dict[str, object] = {}
     # Set only on a derived arm case (harness.spec.derive): its arm name and how it runs.

@@ -1,0 +1,154 @@
+"""A small external trainer to put under the harness: torch only, gloo, one process per rank.
+
+It stands for a user's own training entry point (Megatron-LM's ``pretrain_gpt.py``, say): it
+takes its rendezvous from RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT, trains a tiny
+next-token model data-parallel over the ranks on seeded random tokens, and reports each
+iteration the way Megatron-LM does: a TensorBoard event file (``--tensorboard-dir``, on the last
+rank, tags ``lm loss``, ``z_loss`` (an auxiliary loss), ``grad-norm``, ``learning-rate``,
+``iteration-time``) and the
+``iteration N/ M | ... | lm loss: ... |`` log line on the last rank. It knows nothing of the
+harness.
+
+``--cuda-graph-impl local`` runs each step through static input buffers, as a captured CUDA
+graph would (on the CPU the same arithmetic: a graph-vs-eager pair is bitwise). ``--fault
+graph-drift`` is a seeded fault of that path (the weights drift after step 2): the harness's
+verdict must fail it.
+
+    RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python train.py --train-iters 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from datetime import datetime
+
+import torch
+import torch.distributed as dist
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--train-iters", type=int, required=True)
+    p.add_argument("--global-batch-size", type=int, default=8)
+    p.add_argument("--seq-length", type=int, default=16)
+    p.add_argument("--vocab-size", type=int, default=64)
+    p.add_argument("--hidden-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--tensorboard-dir", default=None)
+    p.add_argument("--log-interval", type=int, default=1)
+    p.add_argument("--cuda-graph-impl", choices=("none", "local"), default="none")
+    p.add_argument("--fault", choices=("none", "graph-drift", "nan"), default="none")
+    return p.parse_args()
+
+
+class TinyLM(torch.nn.Module):
+    def __init__(self, vocab: int, hidden: int) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, hidden)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(hidden, 4 * hidden), torch.nn.GELU(),
+                                       torch.nn.Linear(4 * hidden, hidden))
+        self.head = torch.nn.Linear(hidden, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        return self.head(x + self.mlp(x))
+
+
+def batch(args: argparse.Namespace, step: int, rank: int, world: int) -> torch.Tensor:
+    """This rank's slice of the step's global batch (the same tokens whatever the code path)."""
+    gen = torch.Generator().manual_seed(args.seed * 100003 + step)
+    tokens = torch.randint(0, args.vocab_size, (args.global_batch_size, args.seq_length + 1),
+                           generator=gen)
+    per = args.global_batch_size // world
+    return tokens[rank * per:(rank + 1) * per]
+
+
+class Step:
+    """One training step; ``static`` copies the batch into fixed buffers first (a graph's)."""
+
+    def __init__(self, model: TinyLM, opt: torch.optim.Optimizer, static: bool,
+                 shape: tuple[int, int]) -> None:
+        self.model, self.opt, self.static = model, opt, static
+        self.buffer = torch.zeros(shape, dtype=torch.long) if static else None
+
+    def __call__(self, tokens: torch.Tensor, world: int) -> tuple[float, float, float]:
+        if self.buffer is not None:
+            self.buffer.copy_(tokens)
+            tokens = self.buffer
+        logits = self.model(tokens[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 tokens[:, 1:].reshape(-1))
+        z_loss = 1e-4 * torch.logsumexp(logits, dim=-1).square().mean()  # an auxiliary loss
+        self.opt.zero_grad(set_to_none=True)
+        (loss + z_loss).backward()
+        for p in self.model.parameters():  # data parallel: the mean of the ranks' gradients
+            dist.all_reduce(p.grad)
+            p.grad /= world
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        losses = torch.stack([loss.detach(), z_loss.detach()])
+        dist.all_reduce(losses)
+        return float(losses[0]) / world, float(losses[1]) / world, float(norm)
+
+
+def log_line(iteration: int, args: argparse.Namespace, elapsed_s: float, lr: float,
+             loss: float, z_loss: float, grad_norm: float, nan: int) -> str:
+    """Megatron-LM's training_log line, field for field."""
+    return (f" [{datetime.now().strftime('%Y-%m-%d %H:%M:%S.%f')}]"
+            f" iteration {iteration:8d}/{args.train_iters:8d} |"
+            f" consumed samples: {iteration * args.global_batch_size:12d} |"
+            f" elapsed time per iteration (ms): {elapsed_s * 1000.0:.1f} |"
+            f" learning rate: {lr:.6E} | global batch size: {args.global_batch_size:5d} |"
+            f" lm loss: {loss:.6E} | z_loss: {z_loss:.6E} | loss scale: 1.0 | grad norm: {grad_norm:.3f} |"
+            f" number of skipped iterations: {0:3d} | number of nan iterations: {nan:3d} |")
+
+
+def main() -> None:
+    args = parse_args()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(args.seed)
+    torch.use_deterministic_algorithms(True)
+    model = TinyLM(args.vocab_size, args.hidden_size)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 2))
+    graphed = args.cuda_graph_impl == "local"
+    step = Step(model, opt, graphed, (args.global_batch_size // world, args.seq_length + 1))
+    last = rank == world - 1
+    writer = None
+    if last and args.tensorboard_dir:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(log_dir=args.tensorboard_dir)
+    for iteration in range(1, args.train_iters + 1):
+        started = time.perf_counter()
+        lr = opt.param_groups[0]["lr"]
+        loss, z_loss, grad_norm = step(batch(args, iteration, rank, world), world)
+        sched.step()
+        if graphed and args.fault == "graph-drift" and iteration >= 2:
+            with torch.no_grad():
+                model.head.bias[0] += 1e-2  # one logit: a shift of all would cancel
+        if args.fault == "nan" and iteration == args.train_iters:
+            loss = math.nan
+        elapsed = time.perf_counter() - started
+        if writer is not None:
+            writer.add_scalar("lm loss", loss, iteration)
+            writer.add_scalar("z_loss", z_loss, iteration)
+            writer.add_scalar("grad-norm", grad_norm, iteration)
+            writer.add_scalar("learning-rate", lr, iteration)
+            if iteration > 1:  # Megatron leaves out the first iteration's time
+                writer.add_scalar("iteration-time", elapsed, iteration)
+        if last and iteration % args.log_interval == 0:
+            print(log_line(iteration, args, elapsed, lr, loss, z_loss, grad_norm,
+                           int(not math.isfinite(loss))), flush=True)
+    if writer is not None:
+        writer.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""A command case (``command:``, ``harness.spec.schema.CommandSpec``): the arguments of each arm
+and the preflight rules of such a case (pure; the launcher runs it: ``harness.launch.command``).
+
+An arm runs ``command.argv`` plus the arguments ``command.arms`` gives its role (the arm's kind:
+``eager`` / ``dcp``, ``graph``, ``graph-separate-pools``, ``fixed-cp``, ``graph-fixed-cp``,
+``reference``), plus ``command.arms.repeat`` for the second run of a repeat pair. Placeholders
+(:data:`PLACEHOLDERS`, ``{name}``; ``{{`` is a brace) are filled per arm in the arguments, the
+``env`` values and ``metrics.path``.
+
+Preflight rules of a command case (:func:`check_command`, in place of the built-in workload's
+model, microbatch, shape and graph rules; the layout, compare and golden-window rules stand):
+
+* a role the case plans has its arguments: ``graph`` for ``compare.graph_vs_eager`` and
+  ``graph_pools`` (and ``graph-separate-pools`` for the latter), ``fixed-cp`` for
+  ``dcp_vs_fixed_cp`` (``graph-fixed-cp`` when the case has graph arguments), ``reference`` for
+  ``compare.reference``: without them the two arms would run the same thing;
+* ``graphs:``, ``shapes:``, ``emulate:``, ``compare.slot_ring`` and ``compare.resume`` are the
+  built-in workload's (the graph arm of a command case is ``command.arms.graph``);
+* every placeholder is known (``{fixed_cp}`` only in the fixed-CP roles); a ``secret_env`` name is
+  not also an ``env`` key.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Iterable, Mapping, Optional
+
+from harness.spec.problems import Loc, Problem
+from harness.spec.schema import Case, CommandSpec
+
+PLACEHOLDERS = ("arm_dir", "steps", "world_size", "seed", "case_dir", "nnodes", "nproc_per_node",
+                "fixed_cp")
+FIXED_CP_ROLES = ("fixed-cp", "graph-fixed-cp")
+
+
+def _at(field: str) -> Loc:
+    """The location of a dotted field path, list indices as ints (for the error's line)."""
+    return tuple(int(p) if p.isdigit() else p for p in field.split("."))
+
+
+def placeholders_in(text: str) -> list[str]:
+    """The ``{name}`` placeholders of ``text``; a ValueError for a malformed one."""
+    return [name for _, name, _, _ in string.Formatter().parse(text) if name is not None]
+
+
+def fill(text: str, values: Mapping[str, object]) -> str:
+    """``text`` with its placeholders replaced by ``values``."""
+    return text.format_map({k: str(v) for k, v in values.items()})
+
+
+def role_args(command: CommandSpec, kind: str, repeat: bool) -> list[str]:
+    """The arguments an arm of ``kind`` adds to ``command.argv`` (and ``repeat``'s)."""
+    return list(command.arms.get(kind, [])) + (list(command.arms.get("repeat", [])) if repeat
+                                                 else [])
+
+
+def arm_argv(command: CommandSpec, kind: str, repeat: bool, values: Mapping[str, object]
+             ) -> list[str]:
+    """The full argument vector of one arm, its placeholders filled."""
+    return [fill(a, values) for a in list(command.argv) + role_args(command, kind, repeat)]
+
+
+def _needed_roles(case: Case) -> list[tuple[str, str, str]]:
+    """(role, compare field, why) of each role whose arguments the case's pairs need."""
+    c, cmd = case.compare, case.command
+    assert cmd is not None
+    out = []
+    if c.graph_vs_eager is not None or c.graph_pools is not None:
+        out.append(("graph", "graph_vs_eager" if c.graph_vs_eager else "graph_pools",
+                    "the graph arm runs it"))
+    if c.graph_pools is not None:
+        out.append(("graph-separate-pools", "graph_pools", "the separate-pools arm runs it"))
+    if c.dcp_vs_fixed_cp is not None:
+        role = "graph-fixed-cp" if "graph" in cmd.arms else "fixed-cp"
+        out.append((role, "dcp_vs_fixed_cp", "the fixed-CP arm runs it (e.g. "
+                                             "[--context-parallel-size, '{fixed_cp}'])"))
+    if c.reference is not None:
+        out.append(("reference", "reference", "the single-rank reference arm runs it"))
+    return out
+
+
+def _texts(cmd: CommandSpec) -> Iterable[tuple[str, Optional[str], str]]:
+    """(field, role or None, text) of every text placeholders are filled in."""
+    for i, a in enumerate(cmd.argv):
+        yield f"command.argv.{i}", None, a
+    for k, v in cmd.env.items():
+        yield f"command.env.{k}", None, v
+    for role, args in cmd.arms.items():
+        for i, a in enumerate(args):
+            yield f"command.arms.{role}.{i}", role, a
+    if cmd.metrics.path is not None:
+        yield "command.metrics.path", None, cmd.metrics.path
+
+
+def _placeholder_problems(cmd: CommandSpec) -> list[Problem]:
+    problems = []
+    for field, role, text in _texts(cmd):
+        try:
+            names = placeholders_in(text)
+        except ValueError as exc:
+            problems.append(Problem(_at(field), f"{text!r}: {exc} (write {{{{ for a brace)"))
+            continue
+        for name in names:
+            if name not in PLACEHOLDERS:
+                problems.append(Problem(_at(field), f"unknown placeholder {{{name}}}; known: "
+                                        + ", ".join(f"{{{p}}}" for p in PLACEHOLDERS)))
+            elif name == "fixed_cp" and role not in FIXED_CP_ROLES:
+                problems.append(Problem(_at(field), "{fixed_cp} is the CP size of a fixed-CP "
+                                        "arm: use it in command.arms.fixed-cp (or graph-fixed-cp)"))
+    return problems
+
+
+def check_command(case: Case) -> list[Problem]:
+    """The rules of the module doc (nothing for a built-in case)."""
+    cmd = case.command
+    if cmd is None:
+        return []
+    problems = [Problem(_at(f"command.arms.{role}"), f"compare.{field} needs the arguments of "
+                        f"this arm role ({why}): without them both arms run the same command")
+                for role, field, why in _needed_roles(case) if not cmd.arms.get(role)]
+    for section, what in (("graphs", "the graph arm of a command case is command.arms.graph"),
+                          ("shapes", "the command decides its own shapes"),
+                          ("emulate", "a command's ranks cannot be emulated"),
+                          ("compare.slot_ring", "it runs the built-in graph pool per microbatch "
+                                                "count"),
+                          ("compare.resume", "a command's stop and resume is not planned yet")):
+        node: object = case
+        for part in section.split("."):
+            node = getattr(node, part)
+        if node is not None:
+            problems.append(Problem(_at(section), f"is the built-in workload's, not a command "
+                                                  f"case's ({what}): drop it"))
+    problems += _placeholder_problems(cmd)
+    clash = sorted(set(cmd.secret_env) & set(cmd.env))
+    if clash:
+        problems.append(Problem(_at("command.secret_env"), f"{', '.join(clash)} also in "
+                                "command.env: a secret's value comes from the harness's own "
+                                "environment, never from the case file"))
+    return problems

@@ -1,0 +1,62 @@
+"""The ``command:`` section of a case file and its preflight rules (harness.spec.command)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.arms import plan_case
+from harness.errors import CaseError
+from harness.spec.loader import load_cases
+
+BASE = """\
+name: cmd
+resources: {gpus_per_node: 2}
+train: {steps: 4, global_batch: 8, seq_length: 16, lr: 1.0e-3}
+command:
+  argv: [python, train.py, --train-iters, "{steps}"]
+  arms: {graph: [--cuda-graph-impl, local]}
+  metrics: {source: tensorboard}
+compare:
+  graph_vs_eager: {loss: exact}
+"""
+
+
+def _load(tmp_path: Path, text: str):
+    path = tmp_path / "case.yaml"
+    path.write_text(text)
+    return load_cases([path])
+
+
+def test_a_command_case_plans_the_same_arms_and_marks_what_it_lacks(tmp_path: Path) -> None:
+    (case,) = _load(tmp_path, BASE)
+    plan = plan_case(case)
+    assert plan.arm_names == ("graph", "eager")
+    (pair,) = plan.pairs
+    why = pair.not_applicable_checks
+    assert set(why) == {"aux_loss", "capture", "variants_replayed", "graph.packing",
+                        "eager.packing"}
+    assert "command.metrics.tags" in why["aux_loss"]
+    assert "command" not in load_cases(["cases/focused"])[0].model_dump(mode="json")
+
+
+@pytest.mark.parametrize("edit, field, message", [
+    (("  arms: {graph: [--cuda-graph-impl, local]}\n", ""), "command.arms.graph",
+     "compare.graph_vs_eager needs the arguments of this arm role"),
+    (('  argv: [python, train.py, --train-iters, "{steps}"]\n', "  argv: python train.py\n"),
+     "command.argv", "never a shell string"),
+    (('"{steps}"', '"{step}"'), "command.argv.3", "unknown placeholder {step}"),
+    (("  metrics: {source: tensorboard}\n", ""), "command.metrics", "required field is missing"),
+    (("source: tensorboard", "source: wandb"), "command.metrics.source", "tensorboard"),
+    (("  arms: {", "  env: {K: v}\n  secret_env: [K]\n  arms: {"), "command.secret_env",
+     "also in command.env"),
+    (("compare:\n", "graphs: {}\ncompare:\n"), "graphs", "not a command case's"),
+])
+def test_a_bad_command_section_names_file_case_and_field(tmp_path: Path, edit: tuple[str, str],
+                                                         field: str, message: str) -> None:
+    assert edit[0] in BASE
+    with pytest.raises(CaseError) as err:
+        _load(tmp_path, BASE.replace(*edit))
+    assert err.value.field == field and message in str(err.value)
+    assert "case.yaml" in str(err.value) and "'cmd'" in str(err.value)
