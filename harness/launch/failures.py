@@ -106,6 +106,7 @@ def classify_failure(state: Optional[str], exit_code: str = "", log_text: str = 
 _TRACEBACK = "Traceback (most recent call last):"
 _EXCEPTION_LINE = re.compile(r"([A-Za-z_][\w.]*)(?::\s?(.*))?")
 _FATAL = "Fatal Python error: "
+_TORCH_RANK = re.compile(r"^\[rank\d+\]: ")  # torch.distributed prints a rank's traceback so
 CAUSE_CHARS = 500  # a cause longer than this (a tensor in a message) is cut, "..." added
 LOG_TAIL_BYTES = 1 << 20  # how much of the end of a log ``rank_cause`` reads: any traceback
 
@@ -114,8 +115,9 @@ def log_cause(text: str) -> str:
     """What a rank's output ``text`` says ended it: ``ExcType: message`` from the exception line
     of its last Python traceback (the type without its module, e.g. ``ConfigError`` for
     ``harness.errors.ConfigError``; the message's first line: further lines stay in the log),
-    else the last ``Fatal Python error: ...`` line (faulthandler: a segfault, an abort), else ""."""
-    lines = text.splitlines()
+    else the last ``Fatal Python error: ...`` line (faulthandler: a segfault, an abort), else "".
+    Lines may carry torch.distributed's ``[rankN]: `` prefix."""
+    lines = [_TORCH_RANK.sub("", line) for line in text.splitlines()]
     starts = [i for i, line in enumerate(lines) if line.strip() == _TRACEBACK]
     if starts:
         for line in lines[starts[-1] + 1:]:
