@@ -1,12 +1,16 @@
 """Loading and selecting cases for a command (PATHS, ``-k``, ``--tags``, ``--emulate-ranks``), with
-one message for an empty selection that names only the filters the user gave."""
+one message for an empty selection that names only the filters the user gave. The cases selected
+have passed every check made before running: preflight (the loader), their arms' own preflight
+(``arms.plan_case``) and the packing of every step of every arm (``launch.datacheck``)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Optional, Sequence
 
+from harness.arms import plan_case
 from harness.errors import ConfigError
+from harness.launch.datacheck import check_packing
 from harness.spec import Case, load_cases, select_cases
 from harness.spec.derive import as_emulated
 from harness.spec.places import stage_ranks
@@ -62,10 +66,12 @@ def selected_cases(paths: Sequence[str], k: Optional[str] = None,
                    tags: Optional[Sequence[str]] = None,
                    emulate_ranks: Optional[str] = None) -> list[Case]:
     """The cases of ``paths`` that ``-k``/``--tags`` keep, with ``--emulate-ranks`` applied;
-    ConfigError when none is left."""
+    ConfigError when none is left, CaseError when one cannot run (module doc)."""
     cases = select_cases(load_cases(list(paths)), k=k, tags=tags)
     if not cases:
         where = " ".join(str(p) for p in paths)
         raise ConfigError(f"no case selected: the case files in {where} are valid, but none matches "
                           f"{filters_text(k, tags)}; `dcp-harness validate {where}` lists them")
-    return emulated(cases, emulate_ranks)
+    cases = emulated(cases, emulate_ranks)
+    check_packing([plan_case(case) for case in cases])
+    return cases
