@@ -58,7 +58,8 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
     out.append("|---|---|---|---|---|---|---|---|")
     for case, p in sweep.rows:
         out.append("| " + " | ".join(_md(x) for x in (
-            case.title, pair_title(p), checks_cell(p), case.entry_label(p.status), final_loss_cell(case, p),
+            case.title, pair_title(p), checks_cell(p), case.entry_label(p.status),
+            final_loss_cell(case, p),
             loss_delta_cell(case, p), peak_mem_cell(case, p), step_time_cell(case, p),
         )) + " |")
     out += emulated_sections(sweep)

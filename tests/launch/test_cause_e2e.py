@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.results import ArmOutcome, read_outcome
+from harness.results import read_outcome
 
 from tests.launch.cases import REPEAT, write_case_file
 from tests.launch.faults import fault_env
@@ -67,7 +67,8 @@ def test_the_run_and_the_gate_print_the_cause(crashed, capsys) -> None:
     assert after.count(f"cause: {CAUSE}") == 2
     assert main(["gate", str(out)]) == 2
     (error,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ERROR")]
-    assert error == f"  ERROR crashing / repeat: {_describe(out, 'eager')}; {_describe(out, 'eager-repeat')}"
+    both = f"{_describe(out, 'eager')}; {_describe(out, 'eager-repeat')}"
+    assert error == f"  ERROR crashing / repeat: {both}"
     assert error.endswith(f"; cause: {CAUSE}")
 
 
@@ -111,5 +112,6 @@ def test_a_sweep_from_before_the_cause_is_judged_as_before(crashed, tmp_path, ca
     verdict.write_text(verdict.read_text().replace(f"; cause: {CAUSE}", ""))
     assert main(["gate", str(old)]) == 2
     (error,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ERROR")]
-    assert error == f"  ERROR crashing / repeat: {_describe(old, 'eager')}; {_describe(old, 'eager-repeat')}"
+    both = f"{_describe(old, 'eager')}; {_describe(old, 'eager-repeat')}"
+    assert error == f"  ERROR crashing / repeat: {both}"
     assert "cause" not in error and "rank 1 exited with exit code 1" in error

@@ -101,7 +101,8 @@ def test_a_matrix_value_is_the_line_named(tmp_path: Path) -> None:
     ("a sequence of 9000 tokens needs CP > 2 at train.max_seqlen_per_rank=4096; raise "
      "parallel.dynamic_cp or train.max_seqlen_per_rank", "parallel.dynamic_cp"),
     ("step 3: microbatch 2 leaves 1 of 3 DP x CP ranks idle and no allowed CP size (1, 2) can "
-     "absorb them; add 3 to parallel.dynamic_cp or raise train.global_batch", "parallel.dynamic_cp"),
+     "absorb them; add 3 to parallel.dynamic_cp or raise train.global_batch",
+     "parallel.dynamic_cp"),
     ("step 2: 8 sequences cannot fill 12 microbatch bins (dp=2); raise train.global_batch or lower "
      "train.microbatches", "train.global_batch"),
     ("train.microbatches=3: not a multiple of the microbatch group 2", "train.microbatches"),

@@ -45,9 +45,10 @@ Traceback (most recent call last):
 
 
 def _chained(first: str, last: str) -> str:
-    return (f"Traceback (most recent call last):\n  File \"a.py\", line 1, in f\n    g()\n{first}\n"
+    frames = "Traceback (most recent call last):\n  File \"a.py\", line 1, in f\n    g()\n"
+    return (f"{frames}{first}\n"
             "\nThe above exception was the direct cause of the following exception:\n\n"
-            f"Traceback (most recent call last):\n  File \"b.py\", line 2, in h\n    raise X\n{last}\n")
+            f"{frames}{last}\n")
 
 
 @pytest.mark.parametrize("text, cause", [

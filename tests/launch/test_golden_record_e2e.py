@@ -140,14 +140,16 @@ def test_golden_diff_chooses_metrics_and_platforms(write_case, tmp_path, capsys)
     old, new = tmp_path / "old", tmp_path / "new"
     for folder in (old, new):
         assert main(["golden", "record", str(out), "--into", str(folder)]) == 0
-        assert main(["golden", "record", str(out), "--into", str(folder), "--platform", "h200"]) == 0
+        assert main(["golden", "record", str(out), "--into", str(folder),
+                     "--platform", "h200"]) == 0
     for platform in ("cpu", "h200"):  # NEW's loss 1e-6 higher at step 2 on cpu, 1e-3 on h200
         path = golden_file(new, "pick", platform)
         doc = json.loads(path.read_text())
         doc["lm loss"]["values"]["2"] *= 1 + (1e-6 if platform == "cpu" else 1e-3)
         path.write_text(json.dumps(doc))
     capsys.readouterr()
-    assert main(["golden", "diff", str(old), str(new), "--platform", "cpu", "--max-rel", "1e-5"]) == 0
+    assert main(["golden", "diff", str(old), str(new), "--platform", "cpu",
+                 "--max-rel", "1e-5"]) == 0
     text = capsys.readouterr().out
     assert "golden_values_cpu.json" in text and "h200" not in text
     assert main(["golden", "diff", str(old), str(new), "--max-rel", "1e-5"]) == 1  # both platforms

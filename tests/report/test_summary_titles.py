@@ -12,7 +12,8 @@ ROOT = Path(harness.__file__).resolve().parents[1]
 RING_CASE = ROOT / "cases" / "focused" / "gpu2-slot-ring-pp2-vpp2.yaml"
 
 
-def test_an_entry_without_arms_has_no_empty_parentheses(tmp_path: Path, capsys, monkeypatch) -> None:
+def test_an_entry_without_arms_has_no_empty_parentheses(tmp_path: Path, capsys,
+                                                        monkeypatch) -> None:
     out = tmp_path / "sweep"
     # Without a GPU the graph arms are skipped; the planner's entry is judged anyway.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
