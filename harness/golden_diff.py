@@ -5,7 +5,8 @@ against the committed one: per metric over the steps both files hold, the signed
 difference (NEW - OLD) / |OLD| and the largest one with its step; for step time also the
 difference of the medians over the steady window (what the verdict compares), and the bound each
 file carries (``rtol``); the metrics and steps only one of them has, and what changed in the
-recorded environment. Pure Python.
+recorded environment. A review may choose its metrics (``diff_golden(..., metrics=...)``) and, over
+two folders, the platform of the files (:func:`on_platform`). Pure Python.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Optional
+from pathlib import Path
+from typing import Collection, Optional
 
 from harness.environment import differences
 from harness.golden import TIME_METRIC, Golden, METRIC, steady_window, window_median
@@ -69,9 +71,20 @@ def _order(name: str) -> tuple[int, str]:
     return (names.index(name) if name in names else len(names), name)
 
 
-def diff_golden(old: Golden, new: Golden) -> GoldenDiff:
+def on_platform(path: Path, platform: str) -> bool:
+    """Whether the golden file ``path`` is of ``platform``: its key (``golden_values_<key>.json``)
+    is the platform or ``<environment>_<platform>`` (``harness.golden.golden_key``)."""
+    key = path.name.removeprefix("golden_values_").removesuffix(".json")
+    return key == platform or key.endswith(f"_{platform}")
+
+
+def diff_golden(old: Golden, new: Golden, metrics: Optional[Collection[str]] = None) -> GoldenDiff:
+    """NEW against OLD, per metric (every metric either holds, or those of ``metrics``)."""
+    old_names, new_names = set(old.metrics), set(new.metrics)
+    if metrics is not None:
+        old_names, new_names = old_names & set(metrics), new_names & set(metrics)
     out = []
-    for metric in sorted(set(old.metrics) & set(new.metrics), key=_order):
+    for metric in sorted(old_names & new_names, key=_order):
         a, b = old.metrics[metric], new.metrics[metric]
         common = sorted(set(a) & set(b))
         rels = {s: _rel(b[s], a[s]) for s in common}
@@ -87,8 +100,8 @@ def diff_golden(old: Golden, new: Golden) -> GoldenDiff:
             tuple(sorted(set(b) - set(a))), window, window_rel, old.rtol(metric), new.rtol(metric)))
     known = old.environment is not None and new.environment is not None
     env = tuple(differences(old.environment, new.environment)) if known else ()  # type: ignore[arg-type]
-    return GoldenDiff(old, new, tuple(out), tuple(sorted(set(old.metrics) - set(new.metrics), key=_order)),
-                      tuple(sorted(set(new.metrics) - set(old.metrics), key=_order)), env, known)
+    return GoldenDiff(old, new, tuple(out), tuple(sorted(old_names - new_names, key=_order)),
+                      tuple(sorted(new_names - old_names, key=_order)), env, known)
 
 
 def _pct(x: Optional[float]) -> str:

@@ -9,7 +9,11 @@ back from another machine). The key is the platform (``--platform``, else
 ``compare.golden.platform``, else the platform the arm ran on: ``cpu``, ``h200``, ...), prefixed
 with ``compare.golden.environment`` (``auto``: the records' torch/CUDA versions) when set. The
 arm must have finished ok with every step on every rank it records on; a case whose arm did not
-is reported and makes the command exit 2 (the other cases are still written).
+is reported and makes the command exit 2 (the other cases are still written). A case whose arm
+this sweep skipped (not run here: a GPU case of a CPU sweep) is listed as skipped, not an error.
+The sweep judged the golden values as they were when it ran (its copy, ``harness.golden``): after
+writing into the cases' golden folders, the command prints the ``dcp-harness run`` that judges
+the sweep again with the new ones.
 
 ``--repeats N`` (Megatron-LM's ``compute_golden_statistics.py``): the arm runs N - 1 more times
 through the local launcher, into ``<sweep>/golden-repeats/<case>/repeat<k>/<arm>`` (a re-run of
@@ -21,14 +25,18 @@ or when a step-time or memory metric the verdict checks varies by more than ``--
 (std/mean, default 2 %, Megatron's MoE performance check).
 
 ``diff``: per metric the signed mean and the largest relative difference of NEW against OLD
-(``harness.golden_diff``); two folders: every golden file either holds. Exit 0, or 1 with
-``--max-rel`` when a difference is larger, or a file, metric or step is on one side only.
+(``harness.golden_diff``); two folders: every golden file either holds (``--platform``: those of
+one platform). ``--metrics`` chooses the metrics. Exit 0, or 1 with ``--max-rel`` when a
+difference is larger, or a file, metric or step is on one side only; 2 when OLD or NEW does not
+exist.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import shlex
 import shutil
 from pathlib import Path
 from typing import Optional
@@ -40,6 +48,7 @@ from harness.errors import ConfigError
 from harness.golden import (
     MAX_CV,
     MEMORY,
+    METRIC,
     METRICS,
     TIME,
     GoldenError,
@@ -50,14 +59,16 @@ from harness.golden import (
     resolve_environment,
     write_golden,
 )
-from harness.golden_diff import diff_golden, render_diff
+from harness.golden_diff import diff_golden, on_platform, render_diff
 from harness.launch.sweep import arm_is_complete, load_plan, run_arm_into, sweep_lock
-from harness.results import CASE_FILE, read_steps
+from harness.results import CASE_FILE, read_outcome, read_steps
 from harness.spec.schema import NAME_PATTERN
 
 REPEATS_DIR = "golden-repeats"
 CASE_HASH_FILE = "case.hash"  # the plan's case_hash the repeats ran
 MAX_REPEATS = 20
+# What ``golden record`` did with a case.
+WRITTEN, NOT_RECORDED, SKIPPED, NO_GOLDEN = "written", "not recorded", "skipped", "no golden"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -102,6 +113,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("--max-rel", type=float, default=None, metavar="X",
                    help="exit 1 when a relative difference is larger than X (e.g. 1e-5), or a "
                         "file, metric or step is on one side only")
+    d.add_argument("--metrics", nargs="+", default=None, metavar="METRIC",
+                   help=f"only these metrics (of: {', '.join(METRIC)}; quote names with spaces)")
+    d.add_argument("--platform", default=None, metavar="NAME",
+                   help="with two folders: only their golden files of this platform "
+                        "(golden_values_[<environment>_]<NAME>.json)")
     d.set_defaults(func=run_diff)
 
 
@@ -172,51 +188,66 @@ def run_record(args: argparse.Namespace) -> int:
     if not case_dirs:
         raise ConfigError(f"{sweep} holds no case folders (no */{CASE_FILE})")
     with sweep_lock(sweep, busy="wait for the sweep to end before recording its golden values"):
-        problems, written = 0, 0
-        for case_dir in case_dirs:
-            ok = _record_case(args, case_dir)
-            if ok is None:
-                continue
-            written += int(ok)
-            problems += int(not ok)
-    print(f"{written} golden file(s) written, {problems} case(s) not recorded")
+        results = {case_dir.name: _record_case(args, case_dir) for case_dir in case_dirs}
+    written = [c for c, r in results.items() if r == WRITTEN]
+    problems = [c for c, r in results.items() if r == NOT_RECORDED]
+    skipped = [c for c, r in results.items() if r == SKIPPED]
+    print(f"{len(written)} golden file(s) written, {len(problems)} case(s) not recorded"
+          + (f", {len(skipped)} case(s) skipped (their golden arm did not run in this sweep): "
+             f"{', '.join(skipped)}" if skipped else ""))
+    if written and args.into is None:
+        print(rerun_note(sweep, [load_plan(sweep / c).source for c in written]))
     return 2 if problems else 0
 
 
-def _record_case(args: argparse.Namespace, case_dir: Path) -> Optional[bool]:
-    """Record one case: True written, False not (reported), None no golden pair."""
+def rerun_note(sweep: Path, sources: list[str]) -> str:
+    """What to run so that ``sweep`` is judged with the golden values just written: it judged
+    the copy taken when it ran."""
+    files = [os.path.relpath(f) if Path(f).resolve().is_relative_to(Path.cwd()) else f
+             for f in dict.fromkeys(sources)]
+    return (f"the sweep {sweep} judged the copy taken when it ran; re-run `dcp-harness run "
+            f"{shlex.join(files)} --out {shlex.quote(str(sweep))}` to judge with the new values")
+
+
+def _record_case(args: argparse.Namespace, case_dir: Path) -> str:
+    """Record one case (module doc); what it did, reported as it goes."""
     plan = load_plan(case_dir)
     pair = next((p for p in plan.pairs if p.contract == "golden"), None)
     if pair is None:
         print(f"skip  {plan.case_id}: declares no compare.golden")
-        return None
+        return NO_GOLDEN
     if pair.skipped is not None:  # e.g. emulated ranks: their losses are not the model's
         print(f"skip  {plan.title}: its golden pair is not judged here ({pair.skipped})")
-        return None
+        return NO_GOLDEN
     params: GoldenPairParams = pair.params
     arm = plan.arm(pair.arms[0])
     arm_dir = case_dir / arm.name
+    outcome = read_outcome(arm_dir)
+    if outcome is not None and outcome.status == "skipped":  # e.g. a GPU case of a CPU sweep
+        print(f"skip  {plan.case_id}: arm '{arm.name}' did not run in this sweep "
+              f"({outcome.detail}); record it from a sweep where it ran")
+        return SKIPPED
     if not arm_is_complete(arm, arm_dir):
         print(f"ERROR {plan.case_id}: arm '{arm.name}' did not finish ok with all "
               f"{plan.steps} steps on every rank ({arm_dir}); not recorded")
-        return False
+        return NOT_RECORDED
     folder = args.into if args.into is not None else Path(params.golden_dir)
     if args.into is None and not folder.parent.is_dir():
         print(f"ERROR {plan.case_id}: the golden folder {folder} (where the case file's "
               "compare.golden.dir pointed when the sweep ran) is not on this machine; pass "
               "--into DIR and copy the file there")
-        return False
+        return NOT_RECORDED
     first = read_steps(arm_dir)
     platform = args.platform or params.platform or platform_of(first)
     try:  # needs only the sweep's run: checked before any repeat runs
         environment = resolve_environment(args.environment or params.environment, first)
     except ValueError as exc:
         print(f"ERROR {plan.case_id}: {exc}; not recorded")
-        return False
+        return NOT_RECORDED
     repeat_dirs, failed = _run_repeats(plan, arm, case_dir, args.repeats)
     if failed is not None:
         print(f"ERROR {plan.case_id}: {failed}; not recorded")
-        return False
+        return NOT_RECORDED
     runs = [first] + [read_steps(d) for d in repeat_dirs]
     window = params.step_time.window if params.step_time is not None else None
     why = refusals(runs, loss_bounds={"lm loss": params.loss, "aux loss": params.aux_loss,
@@ -228,18 +259,18 @@ def _record_case(args: argparse.Namespace, case_dir: Path) -> Optional[bool]:
             print(f"REFUSED {plan.case_id}: {line}")
         print(f"ERROR {plan.case_id}: the {len(runs)} repeats are too unsteady to keep as golden "
               "values; not recorded")
-        return False
+        return NOT_RECORDED
     try:
         path = write_golden(golden_file(folder, plan.case_id, platform, environment), runs,
                             window=window)
     except (GoldenError, OSError) as exc:
         print(f"ERROR {plan.case_id}: {exc}; not recorded")
-        return False
+        return NOT_RECORDED
     bounds = _bounds_line(path) if len(runs) > 1 else ""
     print(f"wrote {path} (arm {arm.name}, platform {platform}"
           f"{f', environment {environment}' if environment else ''}, {plan.steps} steps, "
           f"{len(runs)} run(s){bounds})")
-    return True
+    return WRITTEN
 
 
 def _bounds_line(path: Path) -> str:
@@ -248,34 +279,47 @@ def _bounds_line(path: Path) -> str:
     return ("; " + ", ".join(parts)) if parts else ""
 
 
-def _pairs(old: Path, new: Path) -> list[tuple[Path, Path]]:
-    """(old file, new file) to compare: the two files, or every golden file of two folders."""
+def _pairs(old: Path, new: Path, platform: Optional[str]) -> list[tuple[Path, Path]]:
+    """(old file, new file) to compare: the two files, or every golden file of two folders (of
+    ``platform`` only, when given)."""
+    for side, path in (("OLD", old), ("NEW", new)):
+        if not path.exists():
+            raise ConfigError(f"golden diff: {side} {path} does not exist; give two golden files "
+                              "or two folders of them")
     if old.is_dir() and new.is_dir():
         names = sorted({p.relative_to(old) for p in old.glob("*/golden_values_*.json")}
                        | {p.relative_to(new) for p in new.glob("*/golden_values_*.json")})
+        if platform is not None:
+            names = [n for n in names if on_platform(n, platform)]
         if not names:
-            raise ConfigError(f"neither {old} nor {new} holds */golden_values_*.json files")
+            raise ConfigError(f"neither {old} nor {new} holds */golden_values_*.json files"
+                              + (f" of platform '{platform}'" if platform is not None else ""))
         return [(old / n, new / n) for n in names]
     if old.is_dir() or new.is_dir():
         raise ConfigError(f"give two golden files or two folders, not a file and a folder "
                           f"({old}, {new})")
-    if not old.is_file() and not new.is_file():
-        raise ConfigError(f"neither {old} nor {new} exists: give the paths of two golden files")
+    if platform is not None:
+        raise ConfigError(f"--platform {platform} chooses the files of two folders; two files "
+                          "are compared as they are (drop --platform)")
     return [(old, new)]
 
 
 def run_diff(args: argparse.Namespace) -> int:
     if args.max_rel is not None and not args.max_rel >= 0:
         raise ConfigError(f"--max-rel {args.max_rel}: give a relative difference >= 0")
+    unknown = [m for m in args.metrics or () if m not in METRIC]
+    if unknown:
+        raise ConfigError(f"--metrics: no golden metric {', '.join(map(repr, unknown))}; the "
+                          f"metrics are {', '.join(METRIC)}")
     worst, unmatched = 0.0, 0
-    for old_path, new_path in _pairs(args.old, args.new):
+    for old_path, new_path in _pairs(args.old, args.new, args.platform):
         if not old_path.is_file() or not new_path.is_file():
             print(f"golden diff: {old_path if not old_path.is_file() else new_path} is missing "
                   f"({'added' if not old_path.is_file() else 'removed'} in NEW)\n")
             unmatched += 1
             continue
         try:
-            diff = diff_golden(read_golden(old_path), read_golden(new_path))
+            diff = diff_golden(read_golden(old_path), read_golden(new_path), args.metrics)
         except GoldenError as exc:
             raise ConfigError(str(exc)) from None
         print(render_diff(diff))

@@ -17,8 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
-from harness.arms import plan_case
-from harness.cli.selection import add_emulate_argument, selected_cases
+from harness.cli.selection import add_emulate_argument, selected_plans
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
 from harness.launch.local import LocalLauncher, cuda_device_count
@@ -117,8 +116,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.timeout_min is not None and not args.timeout_min > 0:
         raise ConfigError(f"--timeout-min must be a positive number of minutes, got {args.timeout_min}")
     allowed = allowed_skips(args)
-    cases = selected_cases(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks)
-    plans = [plan_case(case) for case in cases]  # an arm the case cannot have: a config error here
+    # each case planned once, its steps packed (an arm or a step it cannot have: a CaseError)
+    plans = selected_plans(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks)
+    cases = [p.case for p in plans]
     now = datetime.now(timezone.utc)
     out: Path = args.out if args.out is not None else default_out_dir(RESULTS_ROOT, now)
     if out.exists() and not out.is_dir():

@@ -1,12 +1,17 @@
 """Loading and selecting cases for a command (PATHS, ``-k``, ``--tags``, ``--emulate-ranks``), with
-one message for an empty selection that names only the filters the user gave."""
+one message for an empty selection that names only the filters the user gave. The cases selected
+have passed every check made before running: preflight (the loader), their arms' own preflight
+(``arms.plan_case``) and the packing of every step of every arm (``launch.datacheck``)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Optional, Sequence
 
+from harness.arms import plan_case
+from harness.caseplan import CasePlan
 from harness.errors import ConfigError
+from harness.launch.datacheck import check_packing
 from harness.launch.golden_folders import check_golden_folders
 from harness.spec import Case, load_cases, select_cases
 from harness.spec.derive import as_emulated
@@ -63,7 +68,7 @@ def selected_cases(paths: Sequence[str], k: Optional[str] = None,
                    tags: Optional[Sequence[str]] = None,
                    emulate_ranks: Optional[str] = None) -> list[Case]:
     """The cases of ``paths`` that ``-k``/``--tags`` keep, with ``--emulate-ranks`` applied;
-    ConfigError when none is left."""
+    ConfigError when none is left, CaseError when one cannot run (module doc)."""
     cases = select_cases(load_cases(list(paths)), k=k, tags=tags)
     if not cases:
         where = " ".join(str(p) for p in paths)
@@ -71,3 +76,14 @@ def selected_cases(paths: Sequence[str], k: Optional[str] = None,
                           f"{filters_text(k, tags)}; `dcp-harness validate {where}` lists them")
     check_golden_folders(cases)  # a lost or orphaned golden folder is an error, not a skip
     return emulated(cases, emulate_ranks)
+
+
+def selected_plans(paths: Sequence[str], k: Optional[str] = None,
+                   tags: Optional[Sequence[str]] = None,
+                   emulate_ranks: Optional[str] = None) -> list[CasePlan]:
+    """The plans of :func:`selected_cases` (each case planned once: an arm a case cannot have is
+    a CaseError here), after preflight packed every step of every arm (``launch.datacheck``):
+    what ``run``, ``submit`` and ``validate`` start from, before anything is written."""
+    plans = [plan_case(case) for case in selected_cases(paths, k, tags, emulate_ranks)]
+    check_packing(plans)
+    return plans

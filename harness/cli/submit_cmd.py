@@ -19,10 +19,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from harness.arms import plan_case
 from harness.caseplan import CasePlan
 from harness.cli.run_cmd import RESULTS_ROOT
-from harness.cli.selection import add_emulate_argument, selected_cases
+from harness.cli.selection import add_emulate_argument, selected_plans
 from harness.errors import ConfigError
 from harness.launch.placement import profile_skip_reason
 from harness.launch.profiles import find_profile, load_profile
@@ -187,8 +186,9 @@ def _remove(paths: list[Path]) -> None:
 
 def run_submit(args: argparse.Namespace) -> int:
     check_wait_args(args)
-    cases = selected_cases(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks)
-    plans = [plan_case(case) for case in cases]  # an arm the case cannot have: a config error here
+    # each case planned once, its steps packed (an arm or a step it cannot have: a CaseError)
+    plans = selected_plans(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks)
+    cases = [p.case for p in plans]
     profiles, files, profile_of = _load_profiles(cases, args.profile)
     skips = submit_skip_reasons(plans, profiles, profile_of)
     queued = [p for p in plans if p.case_id not in skips]

@@ -1,5 +1,6 @@
 """`dcp-harness validate PATHS...`: load, expand and preflight case files and plan their arms
-(each derived arm preflighted too, every pair's settings checked); run nothing."""
+(each derived arm preflighted too, every pair's settings checked, every step of every arm packed:
+``launch.datacheck``); run nothing."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import argparse
 
 from rich.table import Table
 
-from harness.arms import plan_case
-from harness.cli.selection import add_emulate_argument, selected_cases
+from harness.cli.selection import add_emulate_argument, selected_plans
+from harness.launch.datacheck import packed_steps
 from harness.report import make_console
 from harness.spec import Case
 
@@ -16,10 +17,11 @@ from harness.spec import Case
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "validate",
-        help="check case files (schema, matrix, preflight) without running anything",
+        help="check case files (schema, matrix, preflight, packing) without running anything",
         description="Load case files or folders, expand matrices, run the preflight checks and "
-        "plan every case's arms and pairs (what `run` and `submit` would run). Exit 0 when every "
-        "case is valid, 2 with one clear error otherwise.",
+        "plan every case's arms and pairs (what `run` and `submit` would run) and pack every "
+        "step's sequences for every arm. Exit 0 when every case is valid, 2 with one clear error "
+        "otherwise.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="case file or folder of case files")
     p.add_argument("-k", dest="k", default=None, metavar="EXPR", help="select case ids (pytest -k style)")
@@ -38,9 +40,19 @@ def layout(case: Case) -> str:
     return f"pp{lay.pp} vpp{lay.vpp} {cp} ep{lay.ep} dp{lay.dp}{shapes}"
 
 
+def steps_cell(case: Case) -> str:
+    """``50``; ``1000000 (1..709 packed)`` where preflight packed only the first steps
+    (``launch.datacheck.packed_steps``), ``16 (none packed)`` where none."""
+    packed, steps = packed_steps(case), case.train.steps
+    if packed == steps:
+        return str(steps)
+    return f"{steps} ({f'1..{packed}' if packed else 'none'} packed)"
+
+
 def run(args: argparse.Namespace) -> int:
-    cases = selected_cases(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks)
-    plans = [plan_case(case) for case in cases]  # derived arms preflighted: a CaseError here
+    # each case planned once, its steps packed (an arm or a step it cannot have: a CaseError)
+    plans = selected_plans(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks)
+    cases = [p.case for p in plans]
     table = Table(title=f"{len(cases)} valid case(s)")
     for col in ("case", "layout", "ranks", "steps", "arms", "pairs", "source"):
         table.add_column(col)
@@ -51,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                 for a in plan.arms]
         ranks = (f"{case.layout.world}" if not plan.emulated else
                  "\n".join(plan.labels) + "\n(each alone on one device, loopback communication)")
-        table.add_row(case.id, layout(case), ranks, str(case.train.steps),
+        table.add_row(case.id, layout(case), ranks, steps_cell(case),
                       ", ".join(arms), ", ".join(pairs), case.source)
     make_console().print(table)
     return 0

@@ -73,7 +73,7 @@ def combine(runs: Sequence[RankRun], repro: str) -> ArmOutcome:
     tails = "\n".join(f"--- {r.label} ---\n{r.outcome.log_tail}" for r in bad if r.outcome.log_tail)
     return ArmOutcome(status=worst.outcome.status, returncode=worst.outcome.returncode, wall_s=wall,
                       log_tail=tails, repro=repro, restarts=max(r.outcome.restarts for r in runs),
-                      detail=detail)
+                      detail=detail, cause=worst.outcome.cause)
 
 
 RunRanks = Callable[..., ArmOutcome]

@@ -6,6 +6,10 @@ collector, through :func:`classify_failure`, for a job that ended without an out
 first, then the same rule); ``slurm_job`` uses :func:`infra_reason` for a rank that raised (its
 traceback: a rank whose peer vanished sees a connection error, which is not a regression of this
 rank). A rank killed by SIGKILL is ``infra`` everywhere (the host OOM killer or an operator).
+
+What ended a rank, for people (the outcome's ``cause``): :func:`log_cause` reads it from the rank's
+output (the exception line of its last Python traceback, ``ExcType: message``), and
+:func:`rank_cause` from the failing rank's lines of the arm's ``log.txt``.
 """
 
 from __future__ import annotations
@@ -97,6 +101,60 @@ def classify_failure(state: Optional[str], exit_code: str = "", log_text: str = 
         return Classification("infra", "the job completed but wrote no outcome for this arm")
     return Classification("failed", f"a rank died without a Python traceback "
                                     f"(Slurm state {state}, exit code {exit_code or '?'})")
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION_LINE = re.compile(r"([A-Za-z_][\w.]*)(?::\s?(.*))?")
+_FATAL = "Fatal Python error: "
+_TORCH_RANK = re.compile(r"^\[rank\d+\]: ")  # torch.distributed prints a rank's traceback so
+CAUSE_CHARS = 500  # a cause longer than this (a tensor in a message) is cut, "..." added
+LOG_TAIL_BYTES = 1 << 20  # how much of the end of a log ``rank_cause`` reads: any traceback
+
+
+def log_cause(text: str) -> str:
+    """What a rank's output ``text`` says ended it: ``ExcType: message`` from the exception line
+    of its last Python traceback (the type without its module, e.g. ``ConfigError`` for
+    ``harness.errors.ConfigError``; the message's first line: further lines stay in the log),
+    else the last ``Fatal Python error: ...`` line (faulthandler: a segfault, an abort), else "".
+    Lines may carry torch.distributed's ``[rankN]: `` prefix."""
+    lines = [_TORCH_RANK.sub("", line) for line in text.splitlines()]
+    starts = [i for i, line in enumerate(lines) if line.strip() == _TRACEBACK]
+    if starts:
+        for line in lines[starts[-1] + 1:]:
+            match = _EXCEPTION_LINE.fullmatch(line.rstrip()) if line[:1].strip() else None
+            if match:  # the first unindented line naming a type after the frames
+                kind, message = match.group(1).rsplit(".", 1)[-1], match.group(2)
+                return _cut(f"{kind}: {message}" if message else kind)
+    fatal = [line.strip() for line in lines if line.startswith(_FATAL)]
+    return _cut(fatal[-1]) if fatal else ""
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= CAUSE_CHARS else text[:CAUSE_CHARS - 3] + "..."
+
+
+def rank_cause(log_path: Path, rank: int) -> str:
+    """:func:`log_cause` of rank ``rank``'s lines (``[rank k] ...``) of an arm's ``log.txt``
+    (its last ``LOG_TAIL_BYTES``); "" when the log is missing or names no cause."""
+    prefix = f"[rank {rank}] "
+    lines = [line[len(prefix):] for line in _tail_bytes(log_path, LOG_TAIL_BYTES).splitlines()
+             if line.startswith(prefix)]
+    return log_cause("\n".join(lines))
+
+
+def _tail_bytes(path: Path, size: int) -> str:
+    """The last ``size`` bytes of a text file, from its first whole line ("" when missing)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            start = max(0, fh.tell() - size)
+            fh.seek(start)
+            data = fh.read()
+    except FileNotFoundError:
+        return ""
+    if start:
+        data = data.partition(b"\n")[2]
+    return data.decode("utf-8", errors="replace")
 
 
 def tail_text(path: Path, lines: int) -> str:

@@ -12,8 +12,9 @@ infrastructure failure: killed by SIGKILL, an NCCL timeout, a peer's dropped con
 output; the same rule as under Slurm); an arm past its time limit times out. Either way the ranks
 still alive get SIGUSR1 first (``rank_main`` dumps their Python stacks to ``stacks.rank<k>.txt``),
 then their process groups are terminated (SIGTERM, then SIGKILL); stack files left empty are
-removed. The outcome carries the log tail, those stacks and a one-line repro command. Nothing here
-raises for a failing arm.
+removed. The outcome carries the log tail, those stacks, a one-line repro command and the cause the
+failing rank's log names (``failures.rank_cause``: ``ExcType: message``). Nothing here raises for a
+failing arm.
 
     python -m harness.launch.local --case CASE_JSON --arm NAME --out ARM_DIR [--timeout-min M]
 """
@@ -38,7 +39,7 @@ from typing import IO, Deque, Mapping, Optional, Sequence
 from harness.caseplan import CasePlan, PlannedArm
 from harness.errors import ConfigError
 from harness.launch.emulated import run_emulated_arm, visible_gpus
-from harness.launch.failures import classify_exit, tail_text
+from harness.launch.failures import classify_exit, rank_cause, tail_text
 from harness.launch.placement import runs_on_cuda, skip_reason
 from harness.launch.ports import is_addr_in_use, pick_free_port
 from harness.launch.rank_main import (LAUNCHER_PID_ENV, arm_legs, read_plan_beside,
@@ -205,7 +206,7 @@ def run_ranks(cmd: RankCommand, *, stack_wait_s: float = 3.0, kill_grace_s: floa
     return ArmOutcome(
         status=outcome.status, returncode=outcome.returncode,
         wall_s=round(time.monotonic() - started, 3), log_tail=outcome.log_tail,
-        repro=cmd.repro, restarts=restarts, detail=outcome.detail,
+        repro=cmd.repro, restarts=restarts, detail=outcome.detail, cause=outcome.cause,
     )
 
 
@@ -249,7 +250,9 @@ def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wa
         return ArmOutcome(status="ok", returncode=0, detail=detail), ""
     with lock:
         log.flush()
+    cause = ""
     if culprit is not None:  # the failing rank's own output, not drowned by its siblings'
+        cause = rank_cause(arm_dir / LOG_FILE, culprit)
         lines = next(r.tail for r in ranks if r.rank == culprit)
         tail = f"--- last lines of rank {culprit} ---\n" + "\n".join(lines)
         infra = classify_exit(-returncode if returncode is not None and returncode < 0 else None,
@@ -264,7 +267,8 @@ def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wa
     if stacks:
         tail += "\n--- Python stacks of the ranks still running (SIGUSR1) ---\n" + stacks
     attempt_text = "\n".join(line for r in ranks for line in r.tail)
-    return ArmOutcome(status=status, returncode=returncode, log_tail=tail, detail=detail), attempt_text
+    return (ArmOutcome(status=status, returncode=returncode, log_tail=tail, detail=detail,
+                       cause=cause), attempt_text)
 
 
 def _wait(ranks: list[_Rank], deadline: float, poll_s: float,

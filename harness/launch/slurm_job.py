@@ -11,7 +11,8 @@ Tasks beyond an arm's ranks (the one-rank reference arm) sit that arm out.
 * An arm whose outcome is final (``ok`` with every step on its ranks, ``failed``, ``timeout``,
   ``skipped`` at submit time) is skipped, so a requeued or retried job continues where the last
   one stopped.
-* An arm that raises on some rank gets a ``failed`` outcome with the traceback and the job ends
+* An arm that raises on some rank gets a ``failed`` outcome with the traceback and its cause
+  (``ExcType: message``, ``failures.log_cause``) and the job ends
   (srun ``--kill-on-bad-exit`` stops the other ranks; a crashed process cannot run more arms).
   A traceback that shows an infrastructure failure (a peer rank's connection dropped, an NCCL
   timeout: ``failures.infra_reason``) gives ``infra`` instead, which a requeue runs again.
@@ -49,7 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, TextIO
 
 from harness.caseplan import CasePlan, PlannedArm
-from harness.launch.failures import infra_reason, tail_text
+from harness.launch.failures import infra_reason, log_cause, tail_text
 from harness.launch import rank_main
 from harness.launch.sweep import arm_is_complete, load_plan
 from harness.results import (LOG_FILE, OUTCOME_FILE, ArmOutcome, read_outcome, read_steps,
@@ -236,8 +237,8 @@ def raised_outcome(exc: BaseException, tb: str, ident: TaskIdentity, arm_dir: Pa
     return ArmOutcome(
         status="infra" if reason else "failed", returncode=1, wall_s=wall_s,
         log_tail=tail_text(arm_dir / LOG_FILE, TAIL_LINES), repro=repro, restarts=ident.restarts,
-        detail=f"rank {ident.rank} raised {type(exc).__name__}: {exc} "
-               f"(slurm job {ident.job_id}{because})")
+        detail=f"rank {ident.rank} raised {type(exc).__name__} (slurm job {ident.job_id}{because})",
+        cause=log_cause(tb))
 
 
 def _sit_out(arm_dir: Path, limit_s: float, poll_s: float = 2.0) -> None:

@@ -3,7 +3,8 @@
 Every cell is shown whole: the columns that fit the console's width are chosen by priority
 (case, pair, checks, verdict; then final loss, worst loss delta, step time, peak memory, each
 only where some entry has a figure), the
-``why`` column (failed checks or the reason) takes what is left and wraps; when even the first
+``why`` column (failed checks or the reason, with the cause of an arm that ended badly:
+``text.entry_why``) takes what is left and wraps; when even the first
 four do not fit, each entry becomes one wrapped line (``VERDICT case / pair (checks): why``).
 """
 
@@ -19,7 +20,7 @@ from rich.text import Text
 from harness.results import PathLike
 
 from .load import CaseView, SweepView, load_sweep
-from .text import (DASH, checks_cell, failed_names, final_loss_cell, loss_delta_cell, peak_mem_cell,
+from .text import (DASH, checks_cell, entry_why, final_loss_cell, loss_delta_cell, peak_mem_cell,
                    step_time_cell)
 
 _STYLE = {"pass": "green", "fail": "bold red", "error": "yellow", "skipped": "dim"}
@@ -53,10 +54,6 @@ def make_console(file: Optional[TextIO] = None) -> Console:
     """A console for command output: the terminal's width on a terminal, else ``LOG_WIDTH``."""
     console = Console(file=file)
     return console if console.is_terminal else Console(file=file, width=LOG_WIDTH)
-
-
-def _why(p: Any) -> str:
-    return ", ".join(failed_names(p)) if p.status == "fail" else (p.error or "")
 
 
 def _table_width(widths: list[int]) -> int:
@@ -104,7 +101,7 @@ def console_table(sweep: Any, console: Optional[Console] = None) -> Table:
         for case, p in rows:
             cells = [cell(case, p) for _, cell in columns]
             cells[3] = f"[{_style(case, p)}]{cells[3]}[/]"
-            table.add_row(*cells, *([_why(p)] if show_why else []))
+            table.add_row(*cells, *([entry_why(case, p)] if show_why else []))
     if console is not None:
         console.print(table)
     return table
@@ -115,7 +112,7 @@ def _entry_list(title: str, rows: list) -> Table:
     table = Table(title=title, box=None, show_header=False, pad_edge=False)
     table.add_column("entry", overflow="fold")
     for case, p in rows:
-        why = _why(p)
+        why = entry_why(case, p)
         table.add_row(f"[{_style(case, p)}]{case.entry_label(p.status)}[/] {case.title} / {p.pair} "
                       f"({checks_cell(p)})" + (f": {why}" if why else ""))
     return table

@@ -3,7 +3,9 @@
 Follows the common JUnit schema (Jenkins/GitLab flavour): <testsuites> > <testsuite> (with
 <properties>, its <testcase>s, then <system-out>/<system-err>); a <testcase> holds at most one
 <failure> (a check failed: a regression) or <error> (crash, timeout, infra, unfinished case),
-then <system-out> with the checks and each arm's outcome, repro command and log tail.
+then <system-out> with the checks and each arm's outcome, repro command and log tail. The message
+of a <failure> or <error> names the cause of each arm that ended badly (``ExcType: message`` from
+its rank's log: ``text.arm_causes``); an <error>'s text is the whole error.
 
 Times: a <testcase>'s ``time`` is the wall time of its arms (what its evidence took); the
 <testsuite>/<testsuites> ``time`` counts each arm once, however many pairs share it, so it is the
@@ -19,7 +21,7 @@ from datetime import datetime, timezone
 from typing import Optional
 
 from .load import SweepView
-from .text import arm_report, check_line, failed_names, pair_arms
+from .text import arm_causes, arm_report, check_line, failed_names, pair_arms
 
 # Characters XML 1.0 forbids (control characters other than tab/newline/CR, surrogates, FFFE/FFFF).
 _BAD_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -67,15 +69,16 @@ def render_junit(sweep: SweepView, timestamp: Optional[datetime] = None) -> byte
                 case.parked.line(case.title).strip()))
         elif p.status == "fail":
             names = failed_names(p)
-            el = ET.SubElement(tc, "failure", type="CheckFailed", message=_short(
-                mark(f"{len(names)} check(s) failed: {', '.join(names)}")))
+            el = ET.SubElement(tc, "failure", type="CheckFailed", message=_short(mark("; ".join(
+                [f"{len(names)} check(s) failed: {', '.join(names)}", *arm_causes(case, p)]))))
             body = [mark(check_line(c)) for c in p.failed_checks]
             if p.error:
                 body.append(mark(f"also: {p.error}"))
             el.text = xml_text("\n".join(body))
         elif p.status == "error":
-            el = ET.SubElement(tc, "error", type="HarnessError",
-                               message=_short(mark(p.error or "error")))
+            # The causes first: a long error text is cut to fit the message.
+            el = ET.SubElement(tc, "error", type="HarnessError", message=_short(mark(
+                "; ".join(arm_causes(case, p)) or p.error or "error")))
             el.text = xml_text(mark(p.error or "error"))
         elif p.status == "skipped":
             ET.SubElement(tc, "skipped", message=_short(mark(p.error or "skipped")))

@@ -7,9 +7,10 @@ from .load import SweepView
 from .text import (
     check_line,
     checks_cell,
-    failed_names,
+    entry_why,
     final_loss_cell,
     loss_delta_cell,
+    pair_title,
     peak_mem_cell,
     step_time_cell,
 )
@@ -56,9 +57,9 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
     out.append("| Case | Pair (arms) | Checks | Verdict | Final loss | Worst loss delta | Peak mem | Step time |")
     out.append("|---|---|---|---|---|---|---|---|")
     for case, p in sweep.rows:
-        pair = f"{p.pair} ({' vs '.join(p.arms)})" if p.arms else p.pair
         out.append("| " + " | ".join(_md(x) for x in (
-            case.title, pair, checks_cell(p), case.entry_label(p.status), final_loss_cell(case, p),
+            case.title, pair_title(p), checks_cell(p), case.entry_label(p.status),
+            final_loss_cell(case, p),
             loss_delta_cell(case, p), peak_mem_cell(case, p), step_time_cell(case, p),
         )) + " |")
     out += emulated_sections(sweep)
@@ -67,7 +68,7 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
     if figures:
         out += ["", "## Graph and memory figures", ""]
         for case, p in figures:
-            out.append(case.mark(f"### {case.title} / {p.pair} ({' vs '.join(p.arms)})"))
+            out.append(case.mark(f"### {case.title} / {pair_title(p)}"))
             out += [case.mark(f"- {_line(check_line(c))}") for c in p.checks
                     if c.applicable and not c.name.startswith(tuple(a + "." for a in p.arms))]
             times = [(name, case.arms[name].figures.median_step_time_s) for name in p.arms
@@ -118,8 +119,7 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
             out.append(f"- {_line(case.parked.line(case.case_id).strip())}")
             for p in case.verdict.pairs:
                 if p.status in ("fail", "error"):
-                    what = ", ".join(failed_names(p)) if p.status == "fail" else (p.error or "")
-                    out.append(f"- {p.pair}: {p.status.upper()}: {_line(what)}")
+                    out.append(f"- {p.pair}: {p.status.upper()}: {_line(entry_why(case, p))}")
             out.append("")
     skipped = [(c, p) for c, p in sweep.rows if p.status == "skipped"]
     if skipped:

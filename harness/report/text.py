@@ -91,6 +91,29 @@ def failed_names(p: PairVerdict) -> list[str]:
     return [c.name for c in p.failed_checks]
 
 
+def pair_title(p: PairVerdict) -> str:
+    """``dcp_vs_fixed_cp (dcp vs fixed-cp2)``; the pair alone when it has no arms
+    (``slot_ring-plan``: the planner's figures)."""
+    return f"{p.pair} ({' vs '.join(p.arms)})" if p.arms else p.pair
+
+
+def arm_causes(case: CaseView, p: PairVerdict) -> list[str]:
+    """``arm 'eager' failed: ConfigError: step 1: ...`` for each arm of the entry that ended badly
+    with a cause its rank's log names (``ArmOutcome.cause``)."""
+    return [f"arm '{name}' {arm.outcome.status}: {arm.outcome.cause}"
+            for name, arm in zip(p.arms, pair_arms(case, p))
+            if arm is not None and arm.outcome is not None and not arm.outcome.ok
+            and arm.outcome.cause]
+
+
+def entry_why(case: CaseView, p: PairVerdict) -> str:
+    """Why an entry did not pass, in one line: a failure's checks (and the cause of an arm that
+    ended badly), an error's or a skip's reason (an arm's cause is in it: ``describe``)."""
+    if p.status != "fail":
+        return p.error or ""
+    return "; ".join([", ".join(failed_names(p)), *arm_causes(case, p)])
+
+
 def arm_report(arms: Sequence[Optional[ArmView]], names: Sequence[str]) -> str:
     """Per arm: outcome line, repro command and log tail (the JUnit system-out)."""
     blocks: list[str] = []

@@ -20,7 +20,9 @@ class ArmOutcome:
     past its limit), ``infra`` (the launcher/cluster failed: node lost, job never started),
     ``skipped`` (not run: this machine cannot run it, e.g. no CUDA; ``detail`` says why).
     ``repro`` is a one-line shell command that re-runs the arm; ``log_tail`` the last log lines
-    (plus stacks of hung ranks); ``restarts`` how often it was requeued/resumed.
+    (plus stacks of hung ranks); ``restarts`` how often it was requeued/resumed. ``cause``: what
+    the failing rank's log says ended it (``ExcType: message``, from its last traceback;
+    ``launch.failures.log_cause``), "" when it names none; an older ``outcome.json`` has none.
     """
 
     status: str
@@ -30,6 +32,7 @@ class ArmOutcome:
     repro: str = ""
     restarts: int = 0
     detail: str = ""
+    cause: str = ""
 
     def __post_init__(self) -> None:
         if self.status not in ARM_STATUSES:
@@ -42,19 +45,22 @@ class ArmOutcome:
         return self.status == "ok"
 
     def describe(self) -> str:
-        """One line, e.g. ``timeout after 1800.0 s (returncode None): ranks 1 hung``."""
+        """One line, e.g. ``failed after 3.9 s (returncode 1): rank 0 exited with exit code 1;
+        cause: ConfigError: step 1: ...`` (the cause last, where it is)."""
         if self.status == "skipped":
             return f"skipped: {self.detail}"
         what = {"ok": "ok", "failed": "failed", "timeout": "timeout", "infra": "infrastructure failure"}
         text = f"{what[self.status]} after {self.wall_s:.1f} s (returncode {self.returncode})"
-        return f"{text}: {self.detail}" if self.detail else text
+        text = f"{text}: {self.detail}" if self.detail else text
+        return f"{text}; cause: {self.cause}" if self.cause else text
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ArmOutcome":
-        known = {"status", "returncode", "wall_s", "log_tail", "repro", "restarts", "detail"}
+        known = {"status", "returncode", "wall_s", "log_tail", "repro", "restarts", "detail",
+                 "cause"}
         unknown = set(data) - known
         if unknown:
             raise ResultsError(f"outcome has unknown keys {sorted(unknown)}")
@@ -70,6 +76,7 @@ class ArmOutcome:
                 repro=str(data.get("repro", "")),
                 restarts=int(data.get("restarts", 0)),
                 detail=str(data.get("detail", "")),
+                cause=str(data.get("cause", "")),
             )
         except (TypeError, ValueError) as exc:
             raise ResultsError(f"bad outcome: {exc}") from exc

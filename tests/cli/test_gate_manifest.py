@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import harness.cli.run_cmd as run_cmd
+import harness.cli.selection as selection
 import harness.judge as judge_mod
 import harness.launch.rules as rules_mod
 from harness.cli import main
@@ -171,7 +172,7 @@ def test_a_run_cut_between_two_cases_does_not_pass(tmp_path: Path, capsys, monke
 
 def test_run_plans_and_judges_each_case_once(tmp_path: Path, monkeypatch) -> None:
     planned, judged = Counter(), Counter()
-    plan_case, evaluate_case = run_cmd.plan_case, judge_mod.evaluate_case
+    plan_case, evaluate_case = selection.plan_case, judge_mod.evaluate_case
 
     def counting_plan(case):
         planned[case.id] += 1
@@ -181,7 +182,7 @@ def test_run_plans_and_judges_each_case_once(tmp_path: Path, monkeypatch) -> Non
         judged[case_id] += 1
         return evaluate_case(case_id, *args, **kwargs)
 
-    monkeypatch.setattr(run_cmd, "plan_case", counting_plan)
+    monkeypatch.setattr(selection, "plan_case", counting_plan)
     monkeypatch.setattr(rules_mod, "plan_case", counting_plan)
     monkeypatch.setattr(judge_mod, "evaluate_case", counting_evaluate)
     cases = write_cases(tmp_path / "cases")

@@ -57,3 +57,26 @@ def test_bad_case_is_a_case_error(tmp_path: Path) -> None:
     (tmp_path / "case.yaml").write_text(CASE.replace("steps: 2", "steps: yes"))
     with pytest.raises(CaseError, match="field 'train.steps'"):
         _run([str(tmp_path)])
+
+
+def test_the_steps_preflight_packed_are_shown_where_not_all(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import harness.launch.datacheck as datacheck
+
+    monkeypatch.setattr(datacheck, "PACK_UNITS", 1_000_000)  # 70 steps of 64 sequences
+    longer = (("seq_length: 128", "seq_length: 8192"), ("max: 128", "max: 8192"),
+              ("max_seqlen_per_rank: 64", "max_seqlen_per_rank: 4096"),
+              ("matrix: {parallel.vpp: [1, 2]}\n", ""))
+    for name, train in (("long", "steps: 100, global_batch: 64"),
+                        ("wide", "steps: 3, global_batch: 4096"),
+                        ("short", "steps: 2, global_batch: 8")):
+        text = CASE.replace(LONG_NAME, name).replace("steps: 2, global_batch: 8", train)
+        for old, new in longer:
+            text = text.replace(old, new)
+        (tmp_path / f"{name}.yaml").write_text(text)
+    assert _run([str(tmp_path)]) == 0
+    cells = [[c.strip() for c in line.split("│")[1:-1]]
+             for line in capsys.readouterr().out.splitlines() if line.startswith("│ ")]
+    steps = {row[0]: row[3] for row in cells}
+    assert steps == {"long": "100 (1..70 packed)", "wide": "3 (none packed)", "short": "2"}

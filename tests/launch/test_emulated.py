@@ -136,10 +136,12 @@ def test_combine_keeps_the_worst_outcome_and_names_every_rank():
     from harness.launch.emulated import RankRun
 
     runs = [RankRun(0, "L0", ArmOutcome(status="timeout", detail="slow", wall_s=2)),
-            RankRun(7, "L7", ArmOutcome(status="failed", returncode=1, detail="oom", wall_s=1))]
+            RankRun(7, "L7", ArmOutcome(status="failed", returncode=1, detail="oom", wall_s=1,
+                                        cause="OutOfMemoryError: CUDA out of memory"))]
     out = combine(runs, "repro")
     assert out.status == "failed" and out.returncode == 1 and out.wall_s == 3
     assert out.detail == "L0: slow; L7: oom" and out.repro == "repro"
+    assert out.cause == "OutOfMemoryError: CUDA out of memory"  # the worst rank's
 
 
 def test_visible_gpus_follow_the_parents_cuda_visible_devices():

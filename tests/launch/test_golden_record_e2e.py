@@ -67,8 +67,8 @@ def test_golden_diff_reviews_a_refresh(write_case, tmp_path, capsys):
     # Two folders: every golden file either holds; --max-rel makes a difference an exit 1.
     assert main(["golden", "diff", str(tmp_path / "old"), str(tmp_path / "new"), "--max-rel", "1e-6"]) == 1
     assert "largest relative difference 2e-06 > --max-rel 1e-06" in capsys.readouterr().out
-    assert main(["golden", "diff", str(path), str(tmp_path / "missing.json")]) == 0
-    assert "missing (removed in NEW)" in capsys.readouterr().out
+    assert main(["golden", "diff", str(path), str(tmp_path / "missing.json")]) == 2
+    assert f"NEW {tmp_path / 'missing.json'} does not exist" in capsys.readouterr().err
     assert main(["golden", "diff", str(tmp_path / "old"), str(path)]) == 2
     assert "give two golden files or two folders" in capsys.readouterr().err
 
@@ -97,7 +97,74 @@ def test_golden_diff_counts_what_one_side_lacks_under_max_rel(write_case, tmp_pa
     assert main(["golden", "diff", str(path), str(fewer)]) == 0  # a review, no bound: exit 0
     assert main(["golden", "diff", str(path), str(fewer), "--max-rel", "0"]) == 1
     assert "1 file(s) added, removed or holding other metrics" in capsys.readouterr().out
-    assert main(["golden", "diff", str(path), str(tmp_path / "gone.json"), "--max-rel", "0"]) == 1
     assert main(["golden", "diff", str(path), str(path), "--max-rel", "0"]) == 0
     assert main(["golden", "diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 2
-    assert "neither" in capsys.readouterr().err
+    assert f"OLD {tmp_path / 'a.json'} does not exist" in capsys.readouterr().err
+
+
+def test_record_lists_the_cases_this_sweep_skipped_and_says_to_re_run(write_case, tmp_path,
+                                                                       capsys, monkeypatch):
+    cpu = write_case("oncpu", compare={"golden": {}})
+    gpu = write_case("ongpu", compare={"golden": {}}, resources={"device": "cuda"})
+    out = tmp_path / "out"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the GPU case is skipped on any machine
+    assert main(["run", str(cpu.parent), "--out", str(out)]) == 0
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path)
+    assert main(["golden", "record", str(out)]) == 0  # what it could record, it did
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("wrote ") and "oncpu" in printed[0]
+    assert printed[1].startswith("skip  ongpu: arm 'eager' did not run in this sweep (")
+    assert printed[1].endswith("); record it from a sweep where it ran")
+    assert printed[-2] == ("1 golden file(s) written, 0 case(s) not recorded, 1 case(s) skipped "
+                           "(their golden arm did not run in this sweep): ongpu")
+    assert printed[-1] == (f"the sweep {out} judged the copy taken when it ran; re-run "
+                           f"`dcp-harness run cases/oncpu.yaml --out {out}` to judge with the "
+                           "new values")
+    assert golden_file(cpu.parent / "golden", "oncpu", "cpu").is_file()
+    assert not golden_file(gpu.parent / "golden", "ongpu", "cpu").exists()
+    # The command it gives judges the sweep with the new values: the golden pair passes.
+    assert main(["run", "cases/oncpu.yaml", "--out", str(out)]) == 0
+    assert "| oncpu | golden (eager) |" in (out / "summary.md").read_text()
+    verdict = json.loads((out / "oncpu" / "verdict.json").read_text())
+    assert {p["pair"]: p["status"] for p in verdict["pairs"]}["golden"] == "pass"
+    # Recorded elsewhere (--into), the sweep's golden folders are unchanged: no such note.
+    assert main(["golden", "record", str(out), "--into", str(tmp_path / "elsewhere")]) == 0
+    assert "re-run" not in capsys.readouterr().out
+
+
+def test_golden_diff_chooses_metrics_and_platforms(write_case, tmp_path, capsys):
+    case = write_case("pick", compare={"golden": {}})
+    out = tmp_path / "out"
+    assert main(["run", str(case), "--out", str(out)]) == 0
+    old, new = tmp_path / "old", tmp_path / "new"
+    for folder in (old, new):
+        assert main(["golden", "record", str(out), "--into", str(folder)]) == 0
+        assert main(["golden", "record", str(out), "--into", str(folder),
+                     "--platform", "h200"]) == 0
+    for platform in ("cpu", "h200"):  # NEW's loss 1e-6 higher at step 2 on cpu, 1e-3 on h200
+        path = golden_file(new, "pick", platform)
+        doc = json.loads(path.read_text())
+        doc["lm loss"]["values"]["2"] *= 1 + (1e-6 if platform == "cpu" else 1e-3)
+        path.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["golden", "diff", str(old), str(new), "--platform", "cpu",
+                 "--max-rel", "1e-5"]) == 0
+    text = capsys.readouterr().out
+    assert "golden_values_cpu.json" in text and "h200" not in text
+    assert main(["golden", "diff", str(old), str(new), "--max-rel", "1e-5"]) == 1  # both platforms
+    capsys.readouterr()
+    args = ["golden", "diff", str(old), str(new), "--platform", "h200", "--metrics", "grad norm",
+            "aux loss"]
+    assert main(args) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [r.split(" | ")[0] for r in rows[1:]] == ["| aux loss", "| grad norm"]
+    assert main(args[:-2] + ["lm loss", "--max-rel", "1e-5"]) == 1
+    assert main(["golden", "diff", str(old), str(new), "--metrics", "loss"]) == 2
+    assert "--metrics: no golden metric 'loss'; the metrics are lm loss, aux loss" in \
+        capsys.readouterr().err
+    assert main(["golden", "diff", str(old), str(new), "--platform", "gb200"]) == 2
+    assert "of platform 'gb200'" in capsys.readouterr().err
+    cpu_file = golden_file(old, "pick", "cpu")
+    assert main(["golden", "diff", str(cpu_file), str(cpu_file), "--platform", "cpu"]) == 2
+    assert "chooses the files of two folders" in capsys.readouterr().err

@@ -92,6 +92,24 @@ def test_crashing_rank_fails_arm_and_kills_siblings(tmp_path):
         assert _eventually_gone(_pid(cmd.arm_dir, name)), name
 
 
+def test_the_cause_is_the_first_failing_ranks_exception(tmp_path):
+    cmd = _cmd(tmp_path, """
+        if rank == 1:
+            raise ValueError("bad microbatch\\nsecond line of the message")
+        time.sleep(1.0)  # rank 0 raises later: its peer vanished
+        raise RuntimeError("Connection closed by peer")
+    """)
+    out = run_ranks(cmd, stack_wait_s=1.0, kill_grace_s=1.0)
+    assert out.status == "failed" and "rank 1 exited with exit code 1" in out.detail
+    assert out.cause == "ValueError: bad microbatch"
+    assert out.describe().endswith("; cause: ValueError: bad microbatch")
+
+
+def test_a_rank_that_exits_without_a_traceback_has_no_cause(tmp_path):
+    out = run_ranks(_cmd(tmp_path, "os._exit(3)\n"), stack_wait_s=1.0, kill_grace_s=1.0)
+    assert out.status == "failed" and out.cause == "" and "cause" not in out.describe()
+
+
 def test_hung_rank_times_out_with_python_stacks(tmp_path):
     cmd = _cmd(tmp_path, """
         def wait_for_peer_that_never_comes():

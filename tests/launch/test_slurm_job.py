@@ -93,7 +93,11 @@ def test_crashing_arm_gets_a_failed_outcome_and_ends_the_job(tmp_path, monkeypat
         run_case_arms(plan, case_dir, ident, retry_round=1)
     outcome = read_outcome(case_dir / "eager")
     assert outcome.status == "failed" and outcome.restarts == 3
-    assert "RuntimeError: injected fault" in outcome.detail and "slurm job 9" in outcome.detail
+    assert outcome.detail == "rank 0 raised RuntimeError (slurm job 9)"
+    # the cause, where every reader looks: the exception line of the traceback
+    assert outcome.cause == ("RuntimeError: injected fault: crash at step 2 on rank 0 "
+                             "(HARNESS_TEST_FAULT)")
+    assert outcome.describe().endswith("; cause: " + outcome.cause)
     assert "Traceback" in (case_dir / "eager" / "log.txt").read_text()
     assert read_outcome(case_dir / "eager-repeat") is None  # never started
     (start,) = read_events(case_dir)
@@ -120,6 +124,7 @@ def test_raising_rank_is_classified_and_an_infra_arm_runs_again(tmp_path, monkey
         run_case_arms(plan, case_dir, TaskIdentity("9", 0, 0, 1, "127.0.0.1", restarts=0))
     outcome = read_outcome(case_dir / "eager")
     assert outcome.status == status and "slurm job 9" in outcome.detail
+    assert outcome.cause == f"RuntimeError: {error}"
     # a requeued job runs an infra arm again and skips a failed one
     assert arm_needs_run(plan.arm("eager"), case_dir / "eager") is (status == "infra")
 
