@@ -9,7 +9,8 @@ Nothing here judges anything: the marks are for people planning their time (``be
 
 The marks of a leg, in the order they happen (each None where it did not happen or is not known):
 
-* ``spawned_at``: the process was created (Linux ``/proc/self/stat``, 10 ms resolution);
+* ``spawned_at``: the process was created (Linux ``/proc/self/stat``, 10 ms resolution), on the
+  leg the process was started for (None on a later leg of a process running several);
 * ``main_at``: the rank entry point started running (interpreter start and ``harness`` import
   done); None when ``run_rank`` was called by a process running several arms (a Slurm task);
 * ``entered_at``: ``run_rank`` was entered;
@@ -133,8 +134,10 @@ class PhaseRecorder:
     """Collects the marks of one leg as the rank process runs (the one mutable piece: a rank
     fills it in as it goes) and :meth:`write` appends them to its rank's file as a :class:`Leg`."""
 
-    def __init__(self) -> None:
-        self._marks: dict[str, Any] = {"pid": os.getpid(), "spawned_at": process_spawned_at()}
+    def __init__(self, spawned_at: Optional[float] = None) -> None:
+        """``spawned_at``: when the process this leg is the first of was created
+        (:func:`process_spawned_at`); None for a leg of a process that runs several."""
+        self._marks: dict[str, Any] = {"pid": os.getpid(), "spawned_at": spawned_at}
         self._steps: list[StepMark] = []
 
     def mark(self, name: Mark, at: Optional[float] = None) -> None:

@@ -141,9 +141,10 @@ class ArmTiming:
 
     ``wall_s``: launch to exit (the outcome's; None without an outcome); ``runs``: the runs one
     after another (legs, emulated ranks on one device); ``steps``: the steps its slowest rank
-    ran (re-runs after a resume counted again); ``step_span_s``: the time from the first step's
-    start to the last step's record written, summed over runs (what ``steps`` cost with
-    everything between them); ``device``: where its ranks ran (``cpu``, ``cuda:0``)."""
+    ran (re-runs after a resume counted again); ``run_steps`` / ``step_span_s``: the steps of
+    the process each run waited for, and their time from the first step's start to the last
+    step's record written, summed over runs (what the steps cost with everything between them);
+    ``device``: where its ranks ran (``cpu``, ``cuda:0``)."""
 
     status: str
     wall_s: Optional[float]
@@ -152,8 +153,14 @@ class ArmTiming:
     runs: int
     ranks: int
     steps: int
+    run_steps: int
     step_span_s: float
     device: Optional[str]
+
+    @property
+    def per_step_s(self) -> Optional[float]:
+        """Seconds per step, everything between steps included (None: no step ran)."""
+        return self.step_span_s / self.run_steps if self.run_steps else None
 
     @property
     def fixed_s(self) -> Optional[float]:
@@ -193,13 +200,14 @@ def arm_timing(arm_dir: PathLike, saved: SavedStep) -> ArmTiming:
     legs = [(rank, leg) for rank, p in ranks.items() for leg in p.legs]
     fresh = _fresh_setups(legs, saved)
     per_run, spans, steps = [], 0.0, {}
-    step_span = 0.0
+    step_span, run_steps = 0.0, 0
     for run in _runs(legs):
         rank, leg = max(run, key=lambda item: leg_end(item[1]) or 0.0)
         per_run.append(leg_phases(leg, saved, fresh.get(rank)))
         spans += (leg_end(leg) or 0.0) - (leg_begin(leg) or 0.0)
         if leg.steps:
             step_span += leg.steps[-1].written_at - leg.steps[0].started_at
+            run_steps += len(leg.steps)
         for r, other in run:
             steps[r] = steps.get(r, 0) + len(other.steps)
     wall = outcome.wall_s if outcome is not None else None
@@ -209,5 +217,5 @@ def arm_timing(arm_dir: PathLike, saved: SavedStep) -> ArmTiming:
         wall_s=wall, phases=add_phases(per_run),
         exit=None if wall is None or not legs else wall - spans,
         runs=len(per_run), ranks=len(ranks), steps=max(steps.values(), default=0),
-        step_span_s=step_span, device=",".join(sorted(devices)) or None)
+        run_steps=run_steps, step_span_s=step_span, device=",".join(sorted(devices)) or None)
 
