@@ -126,7 +126,7 @@ def _run(args: argparse.Namespace) -> int:
         check_latest(RESULTS_ROOT)
 
     result = run_sweep(plans, out, LocalLauncher(timeout_min=args.timeout_min),
-                       progress=make_progress(sys.stderr))
+                       progress=make_progress(sys.stderr, plans, RESULTS_ROOT / LATEST))
     if args.out is None:
         point_latest(RESULTS_ROOT, out)
     files = result.summary  # the sweep's reports, judged by the case's own arms and pairs
