@@ -34,7 +34,13 @@ from harness.caseplan import PLAN_FILE, read_plan  # noqa: E402
 from harness.launch.rules import case_rules  # noqa: E402
 from harness.report.load import load_case  # noqa: E402
 from harness.results import SUMMARY_FILE, VERDICT_FILE  # noqa: E402
-from harness.results.timing import PHASES, ArmTiming, add_phases, arm_timing, checkpoint_rule  # noqa: E402
+from harness.results.timing import (  # noqa: E402
+    PHASES,
+    ArmTiming,
+    add_phases,
+    arm_timing,
+    checkpoint_rule,
+)
 
 COLUMNS = PHASES + ("exit", "wall")
 
@@ -65,8 +71,8 @@ def sweep_rows(sweep: Path) -> list[CaseRow]:
     for case_dir in sorted(p for p in sweep.iterdir() if (p / PLAN_FILE).is_file()):
         plan = read_plan(case_dir)
         arms = tuple(
-            ArmRow(plan.case_id, arm.name,
-                   arm_timing(case_dir / arm.name, checkpoint_rule(arm.case.train.checkpoint_every)))
+            ArmRow(plan.case_id, arm.name, arm_timing(
+                case_dir / arm.name, checkpoint_rule(arm.case.train.checkpoint_every)))
             for arm in plan.arms if (case_dir / arm.name).is_dir())
         t0 = time.perf_counter()
         load_case(case_dir, rules=case_rules)
@@ -89,8 +95,9 @@ def arm_table(rows: Sequence[CaseRow]) -> str:
     for case in rows:
         for a in case.arms:
             t = a.timing
-            lines.append("| " + " | ".join([f"{a.case_id} / {a.arm}", t.device or "-", str(t.ranks),
-                                            str(t.runs), str(t.steps), t.status, *_cells(t)]) + " |")
+            cells = [f"{a.case_id} / {a.arm}", t.device or "-", str(t.ranks), str(t.runs),
+                     str(t.steps), t.status, *_cells(t)]
+            lines.append("| " + " | ".join(cells) + " |")
         lines.append("| " + " | ".join([f"{case.case_id}: judging", *[""] * (len(head) - 2),
                                         _s(case.judging_s)]) + " |")
     return "\n".join(lines)
@@ -123,7 +130,8 @@ def totals(rows: Sequence[CaseRow], sweep: Path) -> str:
     lines.append(f"| reports (summary.md after the last verdict) | {_s(reports)} | |")
     lanes: dict[str, float] = {}
     for a in arms:
-        lanes[a.lane] = lanes.get(a.lane, 0.0) + (a.timing.wall_s or 0.0)
+        if a.lane != "-":
+            lanes[a.lane] = lanes.get(a.lane, 0.0) + (a.timing.wall_s or 0.0)
     one_by_one = wall + judging + (reports or 0.0)
     side = max(lanes.values(), default=0.0) + judging + (reports or 0.0)
     lane_text = ", ".join(f"{k} {v:.1f} s" for k, v in sorted(lanes.items()))

@@ -122,7 +122,8 @@ def test_an_arms_legs_run_one_after_another_and_its_ranks_side_by_side(tmp_path)
     assert t.phases.checkpoint == pytest.approx(0.6 + 1.0)
     assert t.exit == pytest.approx(1.5)
     assert t.phases.known() + t.exit == pytest.approx(t.wall_s)
-    assert t.step_span_s == pytest.approx(2 * (first[0].steps[-1].written_at - first[0].steps[0].started_at))
+    steps_of_a_run = first[0].steps[-1].written_at - first[0].steps[0].started_at
+    assert t.step_span_s == pytest.approx(2 * steps_of_a_run)
     assert t.fixed_s == pytest.approx(t.wall_s - t.step_span_s)
 
 
@@ -130,5 +131,6 @@ def test_an_arm_without_marks_has_its_wall_time_only(tmp_path):
     arm = tmp_path / "graph"
     write_outcome(arm, ArmOutcome(status="skipped", detail="needs CUDA"))
     t = arm_timing(arm, checkpoint_rule(1))
-    assert (t.status, t.wall_s, t.exit, t.runs, t.steps, t.device) == ("skipped", 0.0, None, 0, 0, None)
+    assert (t.status, t.wall_s, t.exit, t.runs, t.steps, t.device) == (
+        "skipped", 0.0, None, 0, 0, None)
     assert arm_timing(tmp_path / "none", checkpoint_rule(1)).status == "no outcome"

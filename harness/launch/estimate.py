@@ -131,11 +131,14 @@ class Total:
     arms: int
 
     def text(self) -> str:
-        """``~95 s`` / ``at least ~40 s (2 of 5 arms: nothing like them measured yet)``."""
+        """``~95 s``, ``at least ~40 s (2 of 5 arm(s) not estimable yet)``, or "" when nothing
+        that takes time is known yet."""
         if not self.unknown:
             return f"~{self.seconds:.0f} s"
-        return (f"at least ~{self.seconds:.0f} s ({self.unknown} of {self.arms} arm(s): nothing "
-                "like them measured yet)")
+        if self.seconds < 1.0:
+            return ""
+        return (f"at least ~{self.seconds:.0f} s ({self.unknown} of {self.arms} arm(s) not "
+                "estimable yet)")
 
 
 def add_estimates(items: Iterable[Estimate]) -> Total:

@@ -169,10 +169,9 @@ class SuiteClock:
         return add_estimates(items)
 
     def left_text(self) -> str:
-        """``~95 s left`` (or ``at least ~40 s left (...)``)."""
-        text = self.left().text()
-        head, _, tail = text.partition(" (")
-        return f"{head} left" + (f" ({tail}" if tail else "")
+        """``~95 s left``, ``at least ~40 s left (...)``, or "" while nothing is known."""
+        head, _, tail = self.left().text().partition(" (")
+        return f"{head} left" + (f" ({tail}" if tail else "") if head else ""
 
 
 class NullProgress:
@@ -207,7 +206,8 @@ class LineProgress:
         self._arm_dir: Optional[Path] = None
 
     def _left(self) -> str:
-        return f"; {self._clock.left_text()}" if self._clock is not None else ""
+        left = self._clock.left_text() if self._clock is not None else ""
+        return f"; {left}" if left else ""
 
     def _say(self, text: str) -> None:
         with self._lock:
@@ -287,7 +287,8 @@ class RichProgress:
         self._progress.start()
 
     def _show_left(self) -> None:
-        left = f", {escape(self._clock.left_text())}" if self._clock is not None else ""
+        left = self._clock.left_text() if self._clock is not None else ""
+        left = f", {escape(left)}" if left else ""
         self._progress.update(self._cases, description=f"cases (now {escape(self._case)}{left})")
 
     def _print(self, markup: str) -> None:

@@ -309,7 +309,7 @@ def run_rank(arm: PlannedArm, arm_dir: Path, resume: bool = True,
                               "and resumed (compare.resume does not apply to emulated ranks)")
         run_emulated_rank(arm, arm_dir, emulate_rank, resume, phases)
         return
-    import torch._dynamo  # noqa: F401  every optimizer imports it (torch._disable_dynamo): an import
+    import torch._dynamo  # noqa: F401  each optimizer imports it (torch._disable_dynamo): an import
 
     from harness.environment import current_environment
     from harness.workload import init_distributed, train_arm
@@ -375,7 +375,7 @@ def run_emulated_rank(arm: PlannedArm, arm_dir: Path, rank: Optional[int],
     last completed step (from the arm's checkpoints when ``train.checkpoint_every`` saves).
     ``phases``: this process's marks so far (written to ``phases.rank<R>.json`` at the end)."""
     import torch
-    import torch._dynamo  # noqa: F401  every optimizer imports it (torch._disable_dynamo): an import
+    import torch._dynamo  # noqa: F401  each optimizer imports it (torch._disable_dynamo): an import
 
     from harness.environment import current_environment
     from harness.results.phases import PhaseRecorder

@@ -149,7 +149,7 @@ class PhaseRecorder:
         self._marks.update(device=device, stop_after=stop_after)
 
     def step(self, step: int, step_s: Optional[float], recorded_at: float) -> None:
-        """Step ``step`` (timed ``step_s``) reached the rank at ``recorded_at`` and is written now."""
+        """Step ``step`` (timed ``step_s``) reached the rank at ``recorded_at``, written now."""
         self._steps.append(StepMark(step, step_s, recorded_at, time.time()))
 
     @property

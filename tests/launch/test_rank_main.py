@@ -174,7 +174,8 @@ def test_the_rank_process_exits_with_its_output_flushed(write_case, tmp_path):
     case_dir.mkdir()
     (case_dir / "case.json").write_text(json.dumps(plan.case.model_dump(mode="json")))
     write_plan(case_dir, plan)
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "PYTHONUNBUFFERED")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "PYTHONUNBUFFERED")}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     done = subprocess.run([sys.executable, "-m", "harness.launch.rank_main", "--case",
                            str(case_dir / "case.json"), "--arm", "eager", "--out",
