@@ -29,7 +29,6 @@ exit, the launcher's own work between legs.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 from .files import PathLike
