@@ -13,11 +13,17 @@ Two forms:
   counts inside ranges that the schedule does not allow are skipped (and reported), an explicit
   count it does not allow is an error.
 
+The case form says under each case's name the time it will take on this machine where that can
+be known: its arms estimated from an earlier sweep here (``--history``, default ``results/latest``:
+``harness.launch.estimate``): the same arms measured there, or arms of the same shape; a case
+this machine skips says so; without such figures it says it cannot know.
+
 With ``--emulate-ranks R,R|ends`` (the case form) the text shows the plans of the emulated ranks'
 PP stages, each headed by the rank's label (``emulated rank r of N (PP stage s of P, ...)``; an
 emulated rank captures and replays its stage's plan), and ``--json`` adds ``"emulated"``.
 
-Human output ends with ``K dynamic-CP variants over S slot-aliased physical pool slots``.
+Human output ends with ``K dynamic-CP variants over S slot-aliased physical pool slots`` (several
+cases: with their time together on this machine).
 ``--json`` prints one line of JSON, ``{"ranks": [...], "summary": {...}}`` (plus ``"case"`` in the
 case form; several cases give a JSON list of such objects). Every plan is validated before it is
 printed.
@@ -30,8 +36,13 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+from pathlib import Path
+
+from harness.arms import plan_case
+from harness.cli.run_cmd import LATEST, RESULTS_ROOT
 from harness.cli.selection import add_emulate_argument, selected_cases
 from harness.errors import ConfigError
+from harness.launch.estimate import CaseEstimate, estimate_case, measure_sweep
 from harness.spec.limits import LIMITS, MICROBATCHES, Limit
 from harness.spec.places import rank_place
 from harness.spec.schema import Case
@@ -72,6 +83,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="force the physical slot count (must be at least the required one)")
     p.add_argument("--records", action="store_true", help="also print every slot record")
     add_emulate_argument(p)
+    p.add_argument("--history", type=Path, default=RESULTS_ROOT / LATEST, metavar="SWEEP",
+                   help="with CASE: the earlier sweep on this machine whose figures say how long "
+                        f"the case will take (default {RESULTS_ROOT / LATEST})")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=run)
 
@@ -91,6 +105,7 @@ class PlanRequest:
     layers: Any
     # Emulated ranks of the case: (global rank, its label, its PP stage).
     emulated: tuple[tuple[int, str, int], ...] = ()
+    case: Optional[Case] = None  # the case form: the case (its arms' time is estimated)
 
 
 # Each flag's bound is the case-file field's (harness.spec.limits), so both say the same.
@@ -214,7 +229,7 @@ def request_from_case(case: Case) -> PlanRequest:
     places = [rank_place(case, r) for r in case.emulated_ranks]
     return PlanRequest(case.id, lay.pp, lay.vpp, lay.group, counts, skipped, lay.cp_sizes,
                        case.model.layers // lay.model_chunks,
-                       tuple((p.rank, p.label(), p.pp_rank) for p in places))
+                       tuple((p.rank, p.label(), p.pp_rank) for p in places), case)
 
 
 def _requests(args: argparse.Namespace) -> list[PlanRequest]:
@@ -246,10 +261,13 @@ def _join(values: Sequence[int]) -> str:
     return " ".join(str(v) for v in values)
 
 
-def render_text(plan: PipelinePlan, req: PlanRequest, records: bool) -> str:
+def render_text(plan: PipelinePlan, req: PlanRequest, records: bool,
+                notes: Sequence[str] = ()) -> str:
+    """The plan as text; ``notes``: lines said right after the case's name."""
     lines: list[str] = []
     if req.label:
         lines.append(f"case {req.label}")
+    lines.extend(notes)
     cps = ",".join(str(c) for c in plan.cp_sizes)
     group = f", microbatch group {plan.group}" if plan.vpp > 1 else ""  # unused without VPP
     lines.append(
@@ -293,16 +311,73 @@ def build(req: PlanRequest, slots: Optional[int]) -> PipelinePlan:
     return plan
 
 
+# --------------------------------------------------------------------------- time
+def case_times(requests: Sequence[PlanRequest], history: Path) -> dict[str, Optional[CaseEstimate]]:
+    """Case id -> its estimate on this machine from the sweep ``history`` (None: no figures)."""
+    cases = [r.case for r in requests if r.case is not None]
+    measured = measure_sweep(history) if cases else []
+    if not measured:
+        return {c.id: None for c in cases}
+    from harness.launch.local import cuda_device_count  # imports torch: only with figures to use
+
+    gpus = cuda_device_count()
+    return {c.id: estimate_case(plan_case(c), gpus, measured) for c in cases}
+
+
+def time_text(est: Optional[CaseEstimate], history: Path) -> str:
+    """One line: how long the case will take on this machine, and from what."""
+    if est is None:
+        return (f"time on this machine: cannot know ({history} holds no finished arm; once "
+                "`dcp-harness run` has run here, it can)")
+    if est.skipped is not None:
+        return f"time on this machine: none, the case is skipped here: {est.skipped}"
+    t = est.total
+    if t.unknown == t.arms:
+        return (f"time on this machine: cannot know (nothing like its {t.arms} arm(s) was "
+                f"measured in {history})")
+    how = [f"{est.measured} measured in {history}"] if est.measured else []
+    how += [f"{est.similar} estimated from like arms there"] if est.similar else []
+    how += [f"{t.unknown} like nothing there"] if t.unknown else []
+    size = "at least " if t.unknown else ""
+    return (f"time on this machine: {size}~{t.seconds:.0f} s for {t.arms} arm(s) "
+            f"({', '.join(how)}; judging not counted)")
+
+
+def total_text(times: Sequence[Optional[CaseEstimate]]) -> str:
+    """The last line of several cases: their time together."""
+    known = [t for t in times if t is not None]
+    seconds = sum(t.total.seconds for t in known)
+    short = len(times) - len(known) + sum(1 for t in known if t.total.unknown)
+    if not known:
+        return f"time on this machine, all {len(times)} cases: cannot know"
+    size = (f"at least ~{seconds:.0f} s ({short} case(s) not fully known)" if short
+            else f"~{seconds:.0f} s")
+    return f"time on this machine, all {len(times)} cases: {size}"
+
+
+def time_json(est: Optional[CaseEstimate], history: Path) -> dict[str, Any]:
+    if est is None:
+        return {"seconds": None, "history": str(history), "known": False}
+    t = est.total
+    return {"seconds": None if t.unknown else round(t.seconds, 1),
+            "at_least_seconds": round(t.seconds, 1), "arms": t.arms, "unknown_arms": t.unknown,
+            "measured_arms": est.measured, "similar_arms": est.similar, "skipped": est.skipped,
+            "history": str(history), "known": not t.unknown}
+
+
 def run(args: argparse.Namespace) -> int:
     _in_range(args.slots, "--slots")
     requests = _requests(args)
     plans = [(req, build(req, args.slots)) for req in requests]
+    times = case_times(requests, args.history)
     if args.json:
         docs = []
         for req, plan in plans:
             doc = plan.to_json()
             if req.label:
                 doc = {"case": req.label, **doc}
+            if req.case is not None:
+                doc["time"] = time_json(times[req.case.id], args.history)
             if req.skipped:
                 doc["summary"]["skipped_counts"] = list(req.skipped)
             if req.emulated:
@@ -311,6 +386,10 @@ def run(args: argparse.Namespace) -> int:
             docs.append(doc)
         print(json.dumps(docs[0] if len(docs) == 1 else docs))
     else:
-        print("\n\n".join(render_text(plan, req, args.records)
-                          for req, plan in plans))
+        text = "\n\n".join(render_text(plan, req, args.records, [
+            time_text(times[req.case.id], args.history)] if req.case is not None else [])
+            for req, plan in plans)
+        if len(times) > 1:
+            text += "\n\n" + total_text(list(times.values()))
+        print(text)
     return 0

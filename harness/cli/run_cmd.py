@@ -130,7 +130,8 @@ def _run(args: argparse.Namespace) -> int:
     start = sweep_start("run", cases, cuda_device_count(), paths=args.paths, k=args.k,
                         tags=args.tags, emulate_ranks=args.emulate_ranks)
     result = run_sweep(plans, out, LocalLauncher(timeout_min=args.timeout_min),
-                       progress=make_progress(sys.stderr), start=start, allowed_skips=allowed)
+                       progress=make_progress(sys.stderr, plans, RESULTS_ROOT / LATEST),
+                       start=start, allowed_skips=allowed)
     if args.out is None:
         point_latest(RESULTS_ROOT, out)
     files = result.summary  # the sweep's reports, from the verdicts it judged once

@@ -136,6 +136,10 @@ def rank_env(base: Mapping[str, str], rank: int, world_size: int, port: int,
         PYTHONUNBUFFERED="1", **{LAUNCHER_PID_ENV: str(os.getpid())},
     )
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world_size)))
+    if env.get("CUDA_VISIBLE_DEVICES") == "":  # CPU ranks: OpenMP threads wait asleep, not
+        # spinning; on cores shared with other processes spinning slowed steps 10-30x
+        # (bench/arm_phases.py). The thread count, hence every figure, stays the same.
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     path = env.get("PYTHONPATH", "")
     if str(_REPO_ROOT) not in path.split(os.pathsep):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), path) if p)

@@ -34,11 +34,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Callable, Mapping, Optional, Sequence
+from typing import IO, TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
     from harness.caseplan import CasePlan, PlannedArm
     from harness.results import RunEnvironment, StepRecord, StepWriter
+    from harness.results.phases import PhaseRecorder
     from harness.spec.schema import Case
 
 # Set by the local launcher: its pid. A rank whose launcher is gone stops itself (no orphans).
@@ -179,11 +180,12 @@ def device_platform(device: object) -> str:
 
 
 def _step_callback(writer: StepWriter, rank: int, arm_name: str, steps: int,
-                   platform: Optional[str] = None, environment: Optional[RunEnvironment] = None
-                   ) -> Callable[["StepRecord"], None]:
+                   platform: Optional[str] = None, environment: Optional[RunEnvironment] = None,
+                   phases: Optional[PhaseRecorder] = None) -> Callable[["StepRecord"], None]:
     pending = [environment]  # the environment goes on the first record this process writes
 
     def on_step(record: StepRecord) -> None:
+        recorded_at = time.time()
         if platform is not None and record.platform is None:
             record = dataclasses.replace(record, platform=platform)
         if pending[0] is not None and record.environment is None:
@@ -195,6 +197,8 @@ def _step_callback(writer: StepWriter, rank: int, arm_name: str, steps: int,
             print(step_line(arm_name, rank, steps, record), flush=True)
             if record.graph_stats is not None:
                 print(f"[{arm_name} r{rank}] {record.graph_stats.summary}", flush=True)
+        if phases is not None:
+            phases.step(record.step, record.step_time_s, recorded_at)
 
     return on_step
 
@@ -257,8 +261,31 @@ def _open_writer(arm_dir: Path, rank: int, resume: bool) -> tuple[StepWriter, in
     return writer, done
 
 
+def _timed_build(phases: PhaseRecorder) -> Callable[..., Any]:
+    """The workload's model builder, with the build marked (``build_started_at`` / ``built_at``)."""
+    from harness.workload.model import build_chunks
+
+    def build(*args: Any, **kwargs: Any) -> Any:
+        phases.mark("build_started_at")
+        chunks = build_chunks(*args, **kwargs)
+        phases.mark("built_at")
+        return chunks
+
+    return build
+
+
+def _write_phases(phases: PhaseRecorder, arm_dir: Path, rank: int) -> None:
+    """Append this leg's marks to ``phases.rank<k>.json``; a failure to write says so and is
+    otherwise ignored (the marks are for people, never worth failing a rank over)."""
+    try:
+        phases.write(arm_dir, rank)
+    except OSError as exc:
+        print(f"[rank {rank}] could not write its phase marks: {exc}", flush=True)
+
+
 def run_rank(arm: PlannedArm, arm_dir: Path, resume: bool = True,
-             emulate_rank: Optional[int] = None, stop_after: Optional[int] = None) -> None:
+             emulate_rank: Optional[int] = None, stop_after: Optional[int] = None,
+             phases: Optional[PhaseRecorder] = None) -> None:
     """Train the planned arm ``arm`` (``harness.caseplan.PlannedArm``) as this process's rank,
     writing ``arm_dir``; every record names the device's platform (golden files are per platform)
     and the first one this process writes its environment (``harness.environment``).
@@ -267,17 +294,27 @@ def run_rank(arm: PlannedArm, arm_dir: Path, resume: bool = True,
     ``resume=False`` refuses an arm folder that already holds steps or a checkpoint of this rank.
     ``stop_after=K`` trains up to step K, checkpoints it and returns (the first leg of an
     interrupted arm, ``Execution.interrupt_after``; the launcher starts the second).
+    ``phases``: the marks of this process so far (:func:`main` starts them); the leg's marks go
+    to ``phases.rank<k>.json`` (``harness.results.phases``) when it ends.
     """
+    from harness.results.phases import PhaseRecorder
+
+    phases = phases if phases is not None else PhaseRecorder()
+    phases.mark("entered_at")
     if emulate_rank is not None or arm.emulated:
         if stop_after is not None:
             from harness.errors import ConfigError
 
             raise ConfigError(f"arm '{arm.name}' is emulated: an emulated rank is not stopped "
                               "and resumed (compare.resume does not apply to emulated ranks)")
-        run_emulated_rank(arm, arm_dir, emulate_rank, resume)
+        run_emulated_rank(arm, arm_dir, emulate_rank, resume, phases)
         return
+    import torch._dynamo  # noqa: F401  each optimizer imports it (torch._disable_dynamo): an import
+
     from harness.environment import current_environment
     from harness.workload import init_distributed, train_arm
+
+    phases.mark("imported_at")
 
     run_case = arm.case  # the derived case this arm trains (its own layout and execution)
     arm_dir = Path(arm_dir)
@@ -290,6 +327,8 @@ def run_rank(arm: PlannedArm, arm_dir: Path, resume: bool = True,
     stack_file = register_stack_dump(stacks_path(arm_dir, rank))
     try:
         ctx = init_distributed()
+        phases.mark("rendezvous_at")
+        phases.note(device=ctx.device, stop_after=stop_after)
         steps = run_case.train.steps
         print(
             f"[{arm.name} r{rank}] case {run_case.id} arm {arm.name} ({_describe(run_case)}) rank {rank}/"
@@ -300,16 +339,20 @@ def run_rank(arm: PlannedArm, arm_dir: Path, resume: bool = True,
         started = time.monotonic()
         train_arm(run_case, ctx,
                   _step_callback(writer, rank, arm.name, steps, device_platform(ctx.device),
-                                 current_environment(ctx.torch_device)),
-                  checkpoint_dir=checkpoint_dir, stop_after=stop_after)
+                                 current_environment(ctx.torch_device), phases),
+                  checkpoint_dir=checkpoint_dir, stop_after=stop_after,
+                  chunk_builder=_timed_build(phases))
+        phases.mark("trained_at")
         what = f"stopped after step {stop_after} as planned" if stop_after is not None else "done"
         print(f"[{arm.name} r{rank}] {what}: {writer.completed_steps()}/{steps} steps recorded in "
               f"{time.monotonic() - started:.1f}s", flush=True)
         _destroy_process_group()
+        phases.mark("done_at")
     finally:
         faulthandler.unregister(signal.SIGUSR1)
         stack_file.close()
         remove_empty_stacks(arm_dir, (rank,))
+        _write_phases(phases, arm_dir, rank)
 
 
 def check_emulated_rank(arm: PlannedArm, rank: Optional[int]) -> int:
@@ -327,16 +370,21 @@ def check_emulated_rank(arm: PlannedArm, rank: Optional[int]) -> int:
 
 
 def run_emulated_rank(arm: PlannedArm, arm_dir: Path, rank: Optional[int],
-                      resume: bool = True) -> None:
+                      resume: bool = True, phases: Optional[PhaseRecorder] = None) -> None:
     """Rank ``rank`` of the emulated arm ``arm``, alone (see the module doc): resumes after the
-    last completed step (from the arm's checkpoints when ``train.checkpoint_every`` saves)."""
+    last completed step (from the arm's checkpoints when ``train.checkpoint_every`` saves).
+    ``phases``: this process's marks so far (written to ``phases.rank<R>.json`` at the end)."""
     import torch
+    import torch._dynamo  # noqa: F401  each optimizer imports it (torch._disable_dynamo): an import
 
     from harness.environment import current_environment
+    from harness.results.phases import PhaseRecorder
     from harness.sites import SiteTable, write_sites
     from harness.spec.places import rank_place
     from harness.workload.emulate import WeightCache, emulate_rank
 
+    phases = phases if phases is not None else PhaseRecorder()
+    phases.mark("imported_at")
     rank = check_emulated_rank(arm, rank)
     run_case = arm.case
     label = rank_place(run_case, rank).label()
@@ -347,6 +395,7 @@ def run_emulated_rank(arm: PlannedArm, arm_dir: Path, rank: Optional[int],
     stack_file = register_stack_dump(stacks_path(arm_dir, rank))
     try:
         device = "cuda:0" if torch.cuda.is_available() else "cpu"
+        phases.note(device=device)
         steps = run_case.train.steps
         where = (f"{device} ({torch.cuda.get_device_name(0)})" if device != "cpu" else "cpu")
         print(f"[{arm.name} r{rank}] case {run_case.id} arm {arm.name} ({_describe(run_case)}) as "
@@ -355,18 +404,21 @@ def run_emulated_rank(arm: PlannedArm, arm_dir: Path, rank: Optional[int],
         started = time.monotonic()
         result = emulate_rank(
             run_case, rank, _step_callback(writer, rank, arm.name, steps, device_platform(device),
-                                           current_environment(device)),
+                                           current_environment(device), phases),
             device=device, weights=WeightCache(threads=min(16, os.cpu_count() or 1)),
             sites=device != "cpu", checkpoint_dir=arm_dir / CHECKPOINT_DIR)
         probe = run_case.train.memory_probe_step or steps
         if result.sites is not None:  # none when it resumed after the probe: the old file stands
             write_sites(arm_dir, SiteTable(rank, probe, result.sites))
+        phases.mark("trained_at")
         print(f"[{arm.name} r{rank}] done: {writer.completed_steps()}/{steps} steps recorded in "
               f"{time.monotonic() - started:.1f}s as {label}", flush=True)
+        phases.mark("done_at")
     finally:
         faulthandler.unregister(signal.SIGUSR1)
         stack_file.close()
         remove_empty_stacks(arm_dir, (rank,))
+        _write_phases(phases, arm_dir, rank)
 
 
 def arm_legs(arm: PlannedArm) -> tuple[Optional[int], ...]:
@@ -417,8 +469,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    main_at = time.time()  # the interpreter is up and harness imported: the rest is imports
     from harness.errors import ConfigError
+    from harness.results.phases import PhaseRecorder, process_spawned_at
 
+    phases = PhaseRecorder(spawned_at=process_spawned_at())
+    phases.mark("main_at", at=main_at)
     args = build_parser().parse_args(argv)
     try:
         arm = read_plan_beside(args.case).arm(args.arm)
@@ -429,9 +485,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     faulthandler.enable(file=sys.stderr, all_threads=True)  # segfaults/aborts print stacks too
     run_rank(arm, args.out, resume=args.resume, emulate_rank=args.emulate_rank,
-             stop_after=args.stop_after)
+             stop_after=args.stop_after, phases=phases)
     return 0
 
 
+def exit_now(code: int) -> None:
+    """End the rank process with ``code`` once its work is on disk (its records appended with
+    fsync, its marks written, its process group destroyed) without tearing the interpreter down:
+    that teardown writes nothing a run needs and costs 0.4-2 s per rank process (unloading
+    torch's modules; measured with ``bench/arm_phases.py``, the ``exit`` phase)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())  # an exception ends the process the ordinary way, its traceback printed

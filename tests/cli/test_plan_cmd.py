@@ -105,11 +105,13 @@ resources: {gpus_per_node: 4}
 def test_case_form(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "case.yaml"
     path.write_text(_CASE)
-    out = _run([str(path)], capsys)
+    out = _run([str(path), "--history", str(tmp_path / "no-sweep")], capsys)
     lines = out.strip().splitlines()
     assert lines[0] == "case plan-demo"
+    assert lines[1] == (f"time on this machine: cannot know ({tmp_path / 'no-sweep'} holds no "
+                        "finished arm; once `dcp-harness run` has run here, it can)")
     # no train.microbatches: every schedulable count in 1..global_batch (VPP: multiples of 2)
-    assert "microbatch counts 2..16 step 2" in lines[1]
+    assert "microbatch counts 2..16 step 2" in lines[2]
     assert "layers/chunk 2,2" in out
     assert lines[-1] == "2 dynamic-CP variants over 4 slot-aliased physical pool slots"
     doc = json.loads(_run([str(path), "--json"], capsys))
@@ -141,3 +143,40 @@ def test_case_matrix_gives_one_plan_per_case(tmp_path: Path, capsys: pytest.Capt
     assert only["case"] == "plan-demo.vpp2"
     text = _run([str(path)], capsys)
     assert text.count("slot-aliased physical pool slots") == 2
+
+
+def test_the_case_form_says_how_long_the_case_takes_here(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """From the figures of an earlier sweep on this machine (``--history``): the case's own arms
+    measured there, arms like them, or nothing like them; and the cases' time together."""
+    from tests.launch.cases import write_case_file
+    from tests.launch.timed import FIXED_PER_RUN, STEP_S, finished_sweep
+
+    def write_case(name, **sections):
+        return write_case_file(tmp_path / "cases", name, **sections)
+
+    sweep, _ = finished_sweep(tmp_path / "sweep", [write_case("a", compare={"repeat": {}})])
+    longer = write_case("longer", train={"steps": 10})
+    wide = write_case("wide", resources={"gpus_per_node": 2})
+    gpu = write_case("gpu", resources={"device": "cuda"})
+    out = _run([str(tmp_path / "cases"), "--history", str(sweep)], capsys)
+    said = {line.split()[1]: next_line for line, next_line in zip(out.splitlines(),
+                                                                  out.splitlines()[1:])
+            if line.startswith("case ")}
+    arm_a = FIXED_PER_RUN + 3 * STEP_S
+    assert said["a"] == (f"time on this machine: ~{2 * arm_a:.0f} s for 2 arm(s) (2 measured "
+                         f"in {sweep}; judging not counted)")
+    assert said["longer"] == (f"time on this machine: ~{FIXED_PER_RUN + 10 * STEP_S:.0f} s for 1 "
+                              "arm(s) (1 estimated from like arms there; judging not counted)")
+    assert said["wide"] == ("time on this machine: cannot know (nothing like its 1 arm(s) was "
+                            f"measured in {sweep})")
+    assert said["gpu"].startswith("time on this machine: none, the case is skipped here: needs "
+                                  "CUDA (resources.device: cuda)")
+    together = 2 * arm_a + FIXED_PER_RUN + 10 * STEP_S
+    assert out.strip().splitlines()[-1] == (
+        f"time on this machine, all 4 cases: at least ~{together:.0f} s (1 case(s) not fully known)")
+    doc = json.loads(_run([str(longer), "--history", str(sweep), "--json"], capsys))
+    assert doc["time"] == {"seconds": 12.0, "at_least_seconds": 12.0, "arms": 1,
+                           "unknown_arms": 0, "measured_arms": 0, "similar_arms": 1,
+                           "skipped": None, "history": str(sweep), "known": True}
+    assert gpu.is_file() and wide.is_file()

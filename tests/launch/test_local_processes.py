@@ -251,6 +251,10 @@ def test_rank_environment(tmp_path):
     assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", "29555")
     assert env["OMP_NUM_THREADS"] == "3" and env["CUDA_VISIBLE_DEVICES"] == ""
     assert env["PYTHONPATH"]
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE"  # CPU ranks: idle OpenMP threads sleep
+    assert "OMP_WAIT_POLICY" not in rank_env({"PATH": "/bin"}, 0, 1, 29555, {})  # CUDA ranks
+    mine = rank_env({"OMP_WAIT_POLICY": "ACTIVE"}, 0, 1, 29555, {"CUDA_VISIBLE_DEVICES": ""})
+    assert mine["OMP_WAIT_POLICY"] == "ACTIVE"  # a user's own setting stands
 
 
 def test_device_choice():

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from harness.launch.rank_main import first_slurm_host, resolve_rank_env, step_line
@@ -104,3 +106,84 @@ def test_a_cuda_device_is_named_by_its_gpu_generation():
     assert key == platform_key(name) and key.isalnum(), (name, key)
     if "H200" in name:
         assert key == "h200"
+
+
+def test_each_leg_of_a_rank_writes_its_phase_marks(write_case, tmp_path, monkeypatch):
+    """The two legs of an interrupted arm, both in this process (as a Slurm task runs them):
+    one leg each in phases.rank0.json, its marks in the order they happen."""
+    from harness.arms import plan_case
+    from harness.launch import rank_main
+    from harness.results.phases import read_phases
+    from harness.results.timing import arm_timing, checkpoint_rule
+    from harness.spec.loader import load_cases
+
+    plan = plan_case(load_cases([write_case("marks", train={"steps": 4},
+                                            compare={"resume": {}})])[0])
+    arm = plan.arm("eager-resumed")
+    out = tmp_path / "eager-resumed"
+    monkeypatch.delenv("RANK", raising=False)
+    for stop in rank_main.arm_legs(arm):
+        rank_main.run_rank(arm, out, stop_after=stop)
+    first, second = read_phases(out, 0).legs
+    assert (first.stop_after, second.stop_after) == (2, None)
+    assert [m.step for m in first.steps] == [1, 2] and [m.step for m in second.steps] == [3, 4]
+    for leg in (first, second):
+        assert leg.device == "cpu" and leg.main_at is None  # run_rank called, not main()
+        order = [leg.entered_at, leg.imported_at, leg.rendezvous_at, leg.build_started_at,
+                 leg.built_at, leg.steps[0].started_at, leg.steps[0].recorded_at,
+                 leg.steps[0].written_at, leg.steps[-1].written_at, leg.trained_at, leg.done_at]
+        assert order == sorted(order) and None not in order
+    timing = arm_timing(out, checkpoint_rule(arm.case.train.checkpoint_every))
+    assert (timing.runs, timing.ranks, timing.steps, timing.device) == (2, 1, 4, "cpu")
+    assert timing.phases.steps > 0 and timing.phases.checkpoint > 0
+
+
+def test_a_rank_that_raises_still_writes_its_marks(write_case, tmp_path, monkeypatch):
+    import harness.workload
+    from harness.arms import plan_case
+    from harness.launch import rank_main
+    from harness.results.phases import read_phases
+    from harness.spec.loader import load_cases
+    from tests.launch.faults import Fault, with_fault
+
+    plan = plan_case(load_cases([write_case("dies", train={"steps": 3})])[0])
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setattr(harness.workload, "train_arm", with_fault(Fault("crash", 2)), raising=False)
+    with pytest.raises(RuntimeError):
+        rank_main.run_rank(plan.arm("eager"), tmp_path / "eager")
+    (leg,) = read_phases(tmp_path / "eager", 0).legs
+    assert [m.step for m in leg.steps] == [1] and leg.trained_at is None and leg.done_at is None
+
+
+def test_the_rank_process_exits_with_its_output_flushed(write_case, tmp_path):
+    """``python -m harness.launch.rank_main`` (no ``-u``, its stdout a pipe) ends without tearing
+    the interpreter down: exit code 0, every line it printed delivered, its marks written."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from harness.arms import plan_case
+    from harness.caseplan import write_plan
+    from harness.results import read_steps
+    from harness.results.phases import read_phases
+    from harness.spec.loader import load_cases
+
+    plan = plan_case(load_cases([write_case("bye", train={"steps": 2})])[0])
+    case_dir = tmp_path / "bye"
+    case_dir.mkdir()
+    (case_dir / "case.json").write_text(json.dumps(plan.case.model_dump(mode="json")))
+    write_plan(case_dir, plan)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "PYTHONUNBUFFERED")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run([sys.executable, "-m", "harness.launch.rank_main", "--case",
+                           str(case_dir / "case.json"), "--arm", "eager", "--out",
+                           str(case_dir / "eager")], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "[eager r0] step 2/2" in done.stdout and "[eager r0] done: 2/2 steps" in done.stdout
+    assert [r.step for r in read_steps(case_dir / "eager")[0]] == [1, 2]
+    (leg,) = read_phases(case_dir / "eager", 0).legs
+    assert leg.main_at is not None and leg.done_at is not None
+    assert leg.spawned_at is not None and leg.spawned_at <= leg.main_at
