@@ -21,6 +21,7 @@ from harness.cli.selection import add_emulate_argument, selected_plans
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
 from harness.launch.local import LocalLauncher, cuda_device_count
+from harness.launch.placement import runs_beside_gpu_arms
 from harness.launch.progress import make_progress
 from harness.launch.sweep import check_resumable, run_sweep, sweep_start
 from harness.report import console_table, gate_result, make_console
@@ -127,11 +128,13 @@ def _run(args: argparse.Namespace) -> int:
     if args.out is None:
         check_latest(RESULTS_ROOT)
 
-    start = sweep_start("run", cases, cuda_device_count(), paths=args.paths, k=args.k,
+    gpus = cuda_device_count()
+    start = sweep_start("run", cases, gpus, paths=args.paths, k=args.k,
                         tags=args.tags, emulate_ranks=args.emulate_ranks)
     result = run_sweep(plans, out, LocalLauncher(timeout_min=args.timeout_min),
                        progress=make_progress(sys.stderr, plans, RESULTS_ROOT / LATEST),
-                       start=start, allowed_skips=allowed)
+                       start=start, allowed_skips=allowed,
+                       beside=lambda plan: runs_beside_gpu_arms(plan, gpus))
     if args.out is None:
         point_latest(RESULTS_ROOT, out)
     files = result.summary  # the sweep's reports, from the verdicts it judged once

@@ -69,6 +69,7 @@ class RankCommand:
     emulated: bool = False
     devices: Mapping[int, str] = field(default_factory=dict)
     cwd: Optional[Path] = None  # where the ranks start (a command case's working folder)
+    stop: Optional[threading.Event] = None  # set: end the ranks and raise KeyboardInterrupt
 
     @property
     def started(self) -> tuple[int, ...]:
@@ -238,7 +239,7 @@ def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wa
             r.reader.start()
             ranks.append(r)
         status, detail, returncode, culprit = _wait(ranks, started + cmd.timeout_s, poll_s,
-                                                    cmd.timeout_s)
+                                                    cmd.timeout_s, cmd.stop)
         hung = [r for r in ranks if r.proc.poll() is None]
         stacks = _dump_stacks(hung, arm_dir, stack_wait_s) if hung else ""
     finally:
@@ -275,10 +276,13 @@ def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wa
                        cause=cause), attempt_text)
 
 
-def _wait(ranks: list[_Rank], deadline: float, poll_s: float,
-          timeout_s: float) -> tuple[str, str, Optional[int], Optional[int]]:
-    """(status, detail, returncode, failing rank) once all ranks exit 0, one fails, or time is up."""
+def _wait(ranks: list[_Rank], deadline: float, poll_s: float, timeout_s: float,
+          stop: Optional[threading.Event] = None) -> tuple[str, str, Optional[int], Optional[int]]:
+    """(status, detail, returncode, failing rank) once all ranks exit 0, one fails, or time is up;
+    KeyboardInterrupt once ``stop`` is set (the sweep was interrupted in another thread)."""
     while True:
+        if stop is not None and stop.is_set():
+            raise KeyboardInterrupt
         codes = [r.proc.poll() for r in ranks]
         bad = [(r.rank, c) for r, c in zip(ranks, codes) if c not in (None, 0)]
         if bad:
@@ -359,6 +363,13 @@ class LocalLauncher:
     stack_wait_s: float = 3.0
     kill_grace_s: float = 5.0
     port_retries: int = 3
+    # Set by stop(): the arms running in other threads end their ranks (Ctrl-C reaches only one).
+    stop_event: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+
+    def stop(self) -> None:
+        """End the ranks of every arm this launcher runs in another thread (the sweep was
+        interrupted); each such ``run_arm`` raises KeyboardInterrupt once its ranks are ended."""
+        self.stop_event.set()
 
     def timeout_s(self, plan: CasePlan) -> float:
         minutes = self.timeout_min if self.timeout_min is not None else plan.case.resources.time_min
@@ -404,7 +415,7 @@ class LocalLauncher:
             left = self.timeout_s(plan) - sum(o.wall_s for o in outcomes)
             cmd = RankCommand(argv=argv + (("--stop-after", str(stop)) if stop is not None else ()),
                               world_size=world, arm_dir=arm_dir, timeout_s=max(left, 1.0),
-                              env=extra, repro=repro)
+                              env=extra, repro=repro, stop=self.stop_event)
             outcomes.append(run_ranks(cmd, stack_wait_s=self.stack_wait_s,
                                       kill_grace_s=self.kill_grace_s, port_retries=self.port_retries))
             if not outcomes[-1].ok:

@@ -72,3 +72,14 @@ def profile_skip_reason(plan: CasePlan, profile_name: str, gpus_per_node: int) -
 def runs_on_cuda(plan: CasePlan, gpus: int) -> bool:
     """Whether the case's arms run on CUDA on a machine with ``gpus`` GPUs (all or none)."""
     return gpus >= gpus_needed(plan)
+
+
+def runs_beside_gpu_arms(plan: CasePlan, gpus: int) -> bool:
+    """Whether a local sweep on a machine with ``gpus`` GPUs runs the case's arms in the CPU
+    lane, beside the arms on the GPUs: its ranks are CPU processes (the machine has GPUs, but not
+    one per rank of the case), it is not skipped here, and it is a plain multi-process case (not
+    emulated ranks, not a training command). Its step time is judged nowhere (golden step time
+    does not apply on CPU), and the GPU lane stops it while an arm whose step time is judged
+    runs. On a machine without GPUs every case runs in one lane, as before."""
+    return (gpus > 0 and skip_reason(plan, gpus) is None and not runs_on_cuda(plan, gpus)
+            and not plan.emulated and plan.case.command is None)

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import shutil
 import socket
+import threading
 import traceback
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
 from harness.caseplan import UNHASHED_FIELDS, CasePlan, PlannedArm, read_plan, write_plan
 from harness.compare import (
@@ -197,48 +199,158 @@ def _finalize_or_error(case_id: str, case_dir: Path) -> CaseVerdict:
 
 def run_sweep(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
               progress: Optional[SweepProgress] = None, start: Optional[SweepStart] = None,
-              allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS) -> SweepResult:
+              allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS,
+              beside: Callable[[CasePlan], bool] = lambda plan: False) -> SweepResult:
     """List every case in the sweep's manifest, then run every planned arm of every case into
-    ``out_dir`` (resuming), judge each case once, write reports from those verdicts (cases of
-    earlier runs into the same folder are judged from their files)."""
+    ``out_dir`` (resuming; cases ``beside`` selects in a second lane, :func:`_run_cases`), judge
+    each case once, write reports from those verdicts (cases of earlier runs into the same folder
+    are judged from their files)."""
     from harness.report import write_reports
 
     out_dir = Path(out_dir)
     check_resumable([p.case for p in plans], out_dir)
     with sweep_lock(out_dir):
         record_manifest(plans, out_dir, start)
-        verdicts, ran, skipped = _run_cases(plans, out_dir, launcher, progress or NullProgress())
+        verdicts, ran, skipped = _run_cases(plans, out_dir, launcher, progress or NullProgress(),
+                                            beside)
         summary = write_reports(out_dir, check_plan=check_stored_plan, allowed_skips=allowed_skips,
                                 judged={v.case_id: v for v in verdicts})
     return SweepResult(out_dir=out_dir, verdicts=tuple(verdicts), arms_run=ran,
                        arms_skipped=skipped, summary=summary)
 
 
+def timing_judged_arms(plan: CasePlan) -> frozenset[str]:
+    """The arms whose step time a golden pair judges (``compare.golden.step_time``): nothing may
+    run beside them, not even on other devices, while they run."""
+    return frozenset(a for p in plan.pairs if p.contract == "golden" and p.skipped is None
+                     and getattr(p.params, "step_time", None) is not None for a in p.arms)
+
+
+class _Quiet:
+    """Lets the CUDA lane ask the CPU lane to stand still: ``quiet()`` waits until the CPU lane
+    is between two arms and holds it there; the CPU lane calls ``arm()`` around each arm."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._busy = False
+        self._quiet = False
+
+    @contextmanager
+    def arm(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._quiet)
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+
+    @contextmanager
+    def quiet(self) -> Iterator[None]:
+        with self._cond:
+            self._quiet = True
+            self._cond.wait_for(lambda: not self._busy)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._quiet = False
+                self._cond.notify_all()
+
+
+class _Serialized:
+    """A progress display called from two lanes: one call at a time."""
+
+    def __init__(self, inner: SweepProgress) -> None:
+        self._inner, self._lock = inner, threading.Lock()
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        method = getattr(self._inner, name)
+
+        def call(*args: Any) -> None:
+            with self._lock:
+                method(*args)
+
+        return call
+
+
+@dataclass
+class _Tally:
+    verdicts: dict[str, CaseVerdict]
+    ran: int = 0
+    skipped: int = 0
+
+
+def _run_case(index: int, total: int, plan: CasePlan, out_dir: Path, launcher: ArmLauncher,
+              shown: SweepProgress, tally: _Tally, hold: Callable[[PlannedArm], Any]) -> None:
+    """Run the case's arms not yet complete, one after another, then judge it. ``hold(arm)`` is
+    the context an arm runs in (the lanes' rule of what may run beside it)."""
+    case_dir = prepare_case_dir(plan, out_dir)
+    title = plan.title  # the case id, with its emulated ranks where it has them
+    shown.case_started(title, index, len(plan.arms))
+    for arm in plan.arms:
+        arm_dir = case_dir / arm.name
+        if arm_is_complete(arm, arm_dir):
+            tally.skipped += 1
+            shown.arm_skipped(title, arm.name, "already complete")
+            continue
+        (case_dir / VERDICT_FILE).unlink(missing_ok=True)
+        with hold(arm):
+            outcome = run_arm_into(
+                launcher, plan, arm, arm_dir, case_dir / CASE_FILE,
+                on_start=lambda: shown.arm_started(title, arm.name, arm_dir, plan.steps))
+        tally.ran += 1
+        shown.arm_finished(title, arm.name, outcome)
+    verdict = _finalize_or_error(plan.case_id, case_dir)
+    tally.verdicts[plan.case_id] = verdict
+    shown.case_finished(title, verdict)
+
+
 def _run_cases(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
-               shown: SweepProgress) -> tuple[list[CaseVerdict], int, int]:
-    verdicts: list[CaseVerdict] = []
-    ran = skipped = 0
+               shown: SweepProgress, beside: Callable[[CasePlan], bool] = lambda plan: False
+               ) -> tuple[list[CaseVerdict], int, int]:
+    """Every case, in plan order. Cases ``beside`` selects (CPU ranks on a machine with GPUs) run
+    in a second lane beside the others, one after another there too; the first lane asks the
+    second to stand still while an arm whose step time is judged runs. Ctrl-C stops both lanes
+    (``launcher.stop()`` ends the second lane's ranks)."""
+    tally = _Tally({})
+    indexed = list(enumerate(plans))
+    second = [(i, p) for i, p in indexed if beside(p)]
+    first = [(i, p) for i, p in indexed if not beside(p)]
+    quiet = _Quiet()
+    shown = _Serialized(shown) if second else shown
     shown.sweep_started(len(plans))
+    failure: list[BaseException] = []
+
+    def second_lane() -> None:
+        try:
+            for i, plan in second:
+                _run_case(i, len(plans), plan, out_dir, launcher, shown, tally,
+                          lambda arm: quiet.arm())
+        except BaseException as exc:  # re-raised by the first lane's thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=second_lane, name="cpu-lane", daemon=True)
     try:
-        for index, plan in enumerate(plans):
-            case_dir = prepare_case_dir(plan, out_dir)
-            title = plan.title  # the case id, with its emulated ranks where it has them
-            shown.case_started(title, index, len(plan.arms))
-            for arm in plan.arms:
-                arm_dir = case_dir / arm.name
-                if arm_is_complete(arm, arm_dir):
-                    skipped += 1
-                    shown.arm_skipped(title, arm.name, "already complete")
-                    continue
-                (case_dir / VERDICT_FILE).unlink(missing_ok=True)
-                outcome = run_arm_into(
-                    launcher, plan, arm, arm_dir, case_dir / CASE_FILE,
-                    on_start=lambda: shown.arm_started(title, arm.name, arm_dir, plan.steps))
-                ran += 1
-                shown.arm_finished(title, arm.name, outcome)
-            verdict = _finalize_or_error(plan.case_id, case_dir)
-            verdicts.append(verdict)
-            shown.case_finished(title, verdict)
+        if second:
+            worker.start()
+        for i, plan in first:
+            judged = timing_judged_arms(plan)
+            _run_case(i, len(plans), plan, out_dir, launcher, shown, tally,
+                      lambda arm: quiet.quiet() if arm.name in judged else nullcontext())
+        if second:
+            worker.join()
+    except BaseException:
+        stop = getattr(launcher, "stop", None)
+        if second and stop is not None:
+            stop()
+            worker.join()
+        raise
     finally:
         shown.close()
-    return verdicts, ran, skipped
+    if failure:
+        raise failure[0]
+    verdicts = [tally.verdicts[p.case_id] for p in plans if p.case_id in tally.verdicts]
+    return verdicts, tally.ran, tally.skipped

@@ -108,8 +108,11 @@ def read_manifest(sweep_dir: PathLike) -> Optional[Manifest]:
 
 def add_to_manifest(sweep_dir: PathLike, cases: Sequence[ManifestCase],
                     start: Optional[SweepStart] = None) -> Manifest:
-    """Add ``cases`` (and ``start``) to the sweep's manifest, written atomically; the manifest."""
-    manifest = (read_manifest(sweep_dir) or Manifest()).adding(cases, start)
-    Path(sweep_dir).mkdir(parents=True, exist_ok=True)
-    write_json_atomic(manifest_path(sweep_dir), manifest.model_dump(mode="json"))
+    """Add ``cases`` (and ``start``) to the sweep's manifest, written atomically (not rewritten
+    when it already says so: a case folder prepared in either lane of a sweep); the manifest."""
+    old = read_manifest(sweep_dir) or Manifest()
+    manifest = old.adding(cases, start)
+    if manifest != old or not manifest_path(sweep_dir).is_file():
+        Path(sweep_dir).mkdir(parents=True, exist_ok=True)
+        write_json_atomic(manifest_path(sweep_dir), manifest.model_dump(mode="json"))
     return manifest

