@@ -11,7 +11,7 @@ launch-to-exit wall time): start (process created -> rank entry point), imports,
 (process groups; the CUDA context on CUDA), model build, setup (optimizer, data table), steps
 (the records' step times, summed), checkpoint (saves and loads), records (appended and logged),
 other (graph capture, memory probes, teardown), exit (spawning, interpreter exit, the launcher
-between legs), wall. Per case: judging (``harness.report.load.load_case`` with the harness's
+between legs), wall. Per case: judging (``harness.judge.judge`` after ``launch.rules.check_stored_plan``,
 rules: what ``gate`` does for the case, timed here). Then the totals by phase, the sweep's report
 writing (``summary.md`` written after the last ``verdict.json``), and the critical path: the
 arms one after another (today's sweep), and with the arms of CPU ranks beside those of CUDA ranks
@@ -31,8 +31,8 @@ from typing import Optional, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from harness.caseplan import PLAN_FILE, read_plan  # noqa: E402
-from harness.launch.rules import case_rules  # noqa: E402
-from harness.report.load import load_case  # noqa: E402
+from harness.judge import judge, read_arms  # noqa: E402
+from harness.launch.rules import check_stored_plan  # noqa: E402
 from harness.results import SUMMARY_FILE, VERDICT_FILE  # noqa: E402
 from harness.results.timing import (  # noqa: E402
     PHASES,
@@ -75,7 +75,8 @@ def sweep_rows(sweep: Path) -> list[CaseRow]:
                 case_dir / arm.name, checkpoint_rule(arm.case.train.checkpoint_every)))
             for arm in plan.arms if (case_dir / arm.name).is_dir())
         t0 = time.perf_counter()
-        load_case(case_dir, rules=case_rules)
+        check_stored_plan(plan)  # what the gate does for a stored case: the plan checked, then
+        judge(plan, read_arms(case_dir, plan))  # the case judged from its records
         rows.append(CaseRow(plan.case_id, arms, time.perf_counter() - t0))
     return rows
 

@@ -123,7 +123,7 @@ class SuiteClock:
         self._history = list(history)
         self._finished: list[MeasuredArm] = []
         self._done: set[tuple[int, str]] = set()
-        self._running: Optional[tuple[int, str, float]] = None
+        self._running: dict[tuple[int, str], float] = {}  # arm -> when it started (two lanes: two)
         self._estimates = self._estimate_all()
 
     def _estimate_all(self) -> dict[tuple[int, str], Estimate]:
@@ -139,13 +139,13 @@ class SuiteClock:
         return self._estimates[(index, arm)]
 
     def arm_started(self, index: int, arm: str) -> None:
-        self._running = (index, arm, time.monotonic())
+        self._running[(index, arm)] = time.monotonic()
 
     def arm_ended(self, index: int, arm: str, arm_dir: Optional[Path] = None) -> None:
         """Arm ``arm`` of case ``index`` is over (ran, skipped or already complete); its
         figures (``arm_dir``) teach the estimates of the arms still to come."""
         self._done.add((index, arm))
-        self._running = None
+        self._running.pop((index, arm), None)
         plan = self._plans[index]
         if arm_dir is not None:
             try:
@@ -162,8 +162,8 @@ class SuiteClock:
         for key, est in self._estimates.items():
             if key in self._done:
                 continue
-            if self._running is not None and key == self._running[:2] and est.seconds is not None:
-                est = Estimate(max(0.0, est.seconds - (time.monotonic() - self._running[2])),
+            if key in self._running and est.seconds is not None:
+                est = Estimate(max(0.0, est.seconds - (time.monotonic() - self._running[key])),
                                est.basis)
             items.append(est)
         return add_estimates(items)
@@ -198,12 +198,12 @@ class LineProgress:
                  clock: Optional[SuiteClock] = None) -> None:
         self._out = stream
         self._total = 0
-        self._index = 0
+        self._index: dict[str, int] = {}  # case -> its index (cases of two lanes interleave)
         self._step_every_s = step_every_s
-        self._follower: Optional[StepFollower] = None
+        self._followers: dict[tuple[str, str], StepFollower] = {}
         self._lock = threading.Lock()
         self._clock = clock
-        self._arm_dir: Optional[Path] = None
+        self._arm_dirs: dict[tuple[str, str], Path] = {}
 
     def _left(self) -> str:
         left = self._clock.left_text() if self._clock is not None else ""
@@ -213,26 +213,26 @@ class LineProgress:
         with self._lock:
             print(text, file=self._out, flush=True)
 
-    def _where(self) -> str:
-        return f"[{self._index + 1}/{self._total}]"
+    def _where(self, case_id: str) -> str:
+        return f"[{self._index.get(case_id, 0) + 1}/{self._total}]"
 
     def sweep_started(self, total_cases: int) -> None:
         self._total = total_cases
 
     def case_started(self, case_id: str, index: int, arms: int) -> None:
-        self._index = index
-        self._say(f"{self._where()} {case_id}: {arms} arm(s)")
+        self._index[case_id] = index
+        self._say(f"{self._where(case_id)} {case_id}: {arms} arm(s)")
 
     def arm_started(self, case_id: str, arm: str, arm_dir: Path, steps: int) -> None:
-        self._arm_dir = arm_dir
-        clock = self._clock
+        self._arm_dirs[(case_id, arm)] = arm_dir
+        clock, index = self._clock, self._index.get(case_id, 0)
         estimate = ""
         if clock is not None:
-            clock.arm_started(self._index, arm)
-            if clock.skipped(self._index) is not None:
+            clock.arm_started(index, arm)
+            if clock.skipped(index) is not None:
                 return  # the launcher skips it at once: its outcome line says so
-            estimate = _estimate_text(clock.estimate(self._index, arm))
-        self._say(f"{self._where()} {case_id} / {arm}: running {steps} step(s){estimate} "
+            estimate = _estimate_text(clock.estimate(index, arm))
+        self._say(f"{self._where(case_id)} {case_id} / {arm}: running {steps} step(s){estimate} "
                   f"(log: {arm_dir / LOG_FILE})")
         last_said = [time.monotonic()]
 
@@ -240,29 +240,31 @@ class LineProgress:
             now = time.monotonic()
             if now - last_said[0] >= self._step_every_s:
                 last_said[0] = now
-                self._say(f"{self._where()} {case_id} / {arm}: step {rec.step}/{steps}"
+                self._say(f"{self._where(case_id)} {case_id} / {arm}: step {rec.step}/{steps}"
                           f"{_loss_text(rec)}{self._left()}")
 
-        self._follower = StepFollower(rank_file(arm_dir, 0), on_record)
+        self._followers[(case_id, arm)] = StepFollower(rank_file(arm_dir, 0), on_record)
 
-    def _stop_following(self) -> None:
-        if self._follower is not None:
-            self._follower.stop()
-            self._follower = None
+    def _stop_following(self, key: Optional[tuple[str, str]] = None) -> None:
+        for k in [key] if key is not None else list(self._followers):
+            follower = self._followers.pop(k, None)
+            if follower is not None:
+                follower.stop()
 
     def arm_skipped(self, case_id: str, arm: str, reason: str) -> None:
         if self._clock is not None:
-            self._clock.arm_ended(self._index, arm)
-        self._say(f"{self._where()} {case_id} / {arm}: skipped ({reason})")
+            self._clock.arm_ended(self._index.get(case_id, 0), arm)
+        self._say(f"{self._where(case_id)} {case_id} / {arm}: skipped ({reason})")
 
     def arm_finished(self, case_id: str, arm: str, outcome: ArmOutcome) -> None:
-        self._stop_following()
+        self._stop_following((case_id, arm))
         if self._clock is not None:
-            self._clock.arm_ended(self._index, arm, self._arm_dir)
-        self._say(f"{self._where()} {case_id} / {arm}: {outcome.describe()}{self._left()}")
+            self._clock.arm_ended(self._index.get(case_id, 0), arm,
+                                  self._arm_dirs.get((case_id, arm)))
+        self._say(f"{self._where(case_id)} {case_id} / {arm}: {outcome.describe()}{self._left()}")
 
     def case_finished(self, case_id: str, verdict: CaseVerdict) -> None:
-        self._say(f"{self._where()} {case_id}: {verdict.status}")
+        self._say(f"{self._where(case_id)} {case_id}: {verdict.status}")
 
     def close(self) -> None:
         self._stop_following()
@@ -278,12 +280,12 @@ class RichProgress:
             TimeElapsedColumn(), console=console, transient=True,
         )
         self._cases = self._progress.add_task("cases", total=0)
-        self._arm: Optional[TaskID] = None
-        self._follower: Optional[StepFollower] = None
+        self._arms: dict[tuple[str, str], TaskID] = {}  # (case, arm) -> its bar (two lanes: two)
+        self._followers: dict[tuple[str, str], StepFollower] = {}
         self._clock = clock
-        self._index = 0
+        self._index: dict[str, int] = {}
         self._case = ""
-        self._arm_dir: Optional[Path] = None
+        self._arm_dirs: dict[tuple[str, str], Path] = {}
         self._progress.start()
 
     def _show_left(self) -> None:
@@ -298,44 +300,47 @@ class RichProgress:
         self._progress.update(self._cases, total=total_cases)
 
     def case_started(self, case_id: str, index: int, arms: int) -> None:
-        self._index, self._case = index, case_id
+        self._index[case_id], self._case = index, case_id
         self._show_left()
 
     def arm_started(self, case_id: str, arm: str, arm_dir: Path, steps: int) -> None:
-        self._arm_dir = arm_dir
+        key, index = (case_id, arm), self._index.get(case_id, 0)
+        self._arm_dirs[key] = arm_dir
         label = f"  {escape(case_id)} / {escape(arm)}"
         if self._clock is not None:
-            self._clock.arm_started(self._index, arm)
-            if self._clock.skipped(self._index) is not None:
+            self._clock.arm_started(index, arm)
+            if self._clock.skipped(index) is not None:
                 return  # the launcher skips it at once: its outcome line says so
-            label += escape(_estimate_text(self._clock.estimate(self._index, arm)))
+            label += escape(_estimate_text(self._clock.estimate(index, arm)))
         task = self._progress.add_task(label, total=steps)
-        self._arm = task
+        self._arms[key] = task
 
         def on_record(rec: StepRecord) -> None:
             self._progress.update(task, completed=rec.step, description=label + _loss_text(rec))
             self._show_left()
 
-        self._follower = StepFollower(rank_file(arm_dir, 0), on_record)
+        self._followers[key] = StepFollower(rank_file(arm_dir, 0), on_record)
 
-    def _stop_following(self) -> None:
-        if self._follower is not None:
-            self._follower.stop()
-            self._follower = None
-        if self._arm is not None:
-            self._progress.remove_task(self._arm)
-            self._arm = None
-            self._progress.refresh()
+    def _stop_following(self, key: Optional[tuple[str, str]] = None) -> None:
+        for k in [key] if key is not None else list(self._followers) + list(self._arms):
+            follower = self._followers.pop(k, None)
+            if follower is not None:
+                follower.stop()
+            task = self._arms.pop(k, None)
+            if task is not None:
+                self._progress.remove_task(task)
+                self._progress.refresh()
 
     def arm_skipped(self, case_id: str, arm: str, reason: str) -> None:
         if self._clock is not None:
-            self._clock.arm_ended(self._index, arm)
+            self._clock.arm_ended(self._index.get(case_id, 0), arm)
         self._print(escape(f"{case_id} / {arm}: skipped ({reason})"))
 
     def arm_finished(self, case_id: str, arm: str, outcome: ArmOutcome) -> None:
-        self._stop_following()
+        self._stop_following((case_id, arm))
         if self._clock is not None:
-            self._clock.arm_ended(self._index, arm, self._arm_dir)
+            self._clock.arm_ended(self._index.get(case_id, 0), arm,
+                                  self._arm_dirs.get((case_id, arm)))
             self._show_left()
         style = "green" if outcome.ok else "red"
         self._print(f"{escape(case_id)} / {escape(arm)}: [{style}]{escape(outcome.describe())}[/{style}]")

@@ -96,3 +96,17 @@ def test_without_a_second_lane_nothing_changes(cases, tmp_path):
     run_sweep(cases, tmp_path / "out", launcher)
     assert [(s[0], s[1]) for s in launcher.spans] == [
         (p.case_id, a.name) for p in cases for a in p.arms]
+
+
+def test_the_progress_lines_of_two_lanes_name_their_own_cases(cases, tmp_path):
+    import io
+
+    from harness.launch.progress import make_progress
+
+    stream = io.StringIO()
+    run_sweep(cases, tmp_path / "out", TimedLauncher(hold_s=0.2), beside=beside,
+              progress=make_progress(stream, cases, tmp_path / "no-history"))
+    lines = stream.getvalue().splitlines()
+    for i, plan in enumerate(cases, 1):
+        for arm in plan.arms:
+            assert any(line.startswith(f"[{i}/4] {plan.case_id} / {arm.name}: ok") for line in lines)
