@@ -147,6 +147,7 @@ def main() -> None:
                            int(not math.isfinite(loss))), flush=True)
     if writer is not None:
         writer.close()
+    dist.barrier()  # no rank tears gloo down while a peer still talks to it (abort at exit)
     dist.destroy_process_group()
 
 
