@@ -179,13 +179,21 @@ def device_platform(device: object) -> str:
 
 
 def _step_callback(writer: StepWriter, rank: int, arm_name: str, steps: int,
-                   platform: Optional[str] = None, environment: Optional[RunEnvironment] = None
+                   platform: Optional[str] = None, environment: Optional[RunEnvironment] = None,
+                   loaded: Optional[Callable[[], Optional[int]]] = None
                    ) -> Callable[["StepRecord"], None]:
+    """``loaded``: the step the checkpoint this process loaded holds (its own metadata), asked
+    once, on the first record, and stamped on every record (``StepRecord.checkpoint_step``)."""
     pending = [environment]  # the environment goes on the first record this process writes
+    checkpoint: list[Optional[int]] = []
 
     def on_step(record: StepRecord) -> None:
         if platform is not None and record.platform is None:
             record = dataclasses.replace(record, platform=platform)
+        if loaded is not None:
+            if not checkpoint:
+                checkpoint.append(loaded())
+            record = dataclasses.replace(record, checkpoint_step=checkpoint[0])
         if pending[0] is not None and record.environment is None:
             record = dataclasses.replace(record, environment=pending[0])
         # A step re-run after resuming from an older checkpoint is already recorded: the store
@@ -277,6 +285,7 @@ def run_rank(arm: PlannedArm, arm_dir: Path, resume: bool = True,
         run_emulated_rank(arm, arm_dir, emulate_rank, resume)
         return
     from harness.environment import current_environment
+    from harness.workload import checkpoint as ckpt
     from harness.workload import init_distributed, train_arm
 
     run_case = arm.case  # the derived case this arm trains (its own layout and execution)
@@ -298,9 +307,11 @@ def run_rank(arm: PlannedArm, arm_dir: Path, resume: bool = True,
             flush=True,
         )
         started = time.monotonic()
+        ckpt.clear_loaded(checkpoint_dir, rank)
         train_arm(run_case, ctx,
                   _step_callback(writer, rank, arm.name, steps, device_platform(ctx.device),
-                                 current_environment(ctx.torch_device)),
+                                 current_environment(ctx.torch_device),
+                                 lambda: ckpt.loaded_step(checkpoint_dir, rank)),
                   checkpoint_dir=checkpoint_dir, stop_after=stop_after)
         what = f"stopped after step {stop_after} as planned" if stop_after is not None else "done"
         print(f"[{arm.name} r{rank}] {what}: {writer.completed_steps()}/{steps} steps recorded in "
