@@ -1,7 +1,8 @@
 """``golden``: one arm against its committed golden values (``compare.golden``;
 ``harness.golden`` keeps the files, Megatron-LM's layout).
 
-LM loss, aux loss and grad norm of the lowest rank per step under the case's bounds; step time
+LM loss, aux loss and grad norm of the lowest rank per step under the case's bounds (left out:
+bitwise for a deterministic fp32 arm against a CPU file, ``harness.golden.loss_bound``); step time
 (the median over a steady window, :mod:`.golden_perf`) and memory (allocated, max allocated,
 reserved per step, graph pool, device used after ``empty_cache``; largest over ranks; not
 applicable without CUDA figures) two-sided, against the sweep plan's copy of the golden file of
@@ -12,6 +13,7 @@ GoldenError: an error, never a pass."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
@@ -23,6 +25,7 @@ from harness.golden import (
     covered,
     golden_file,
     golden_key,
+    loss_bound,
     metric_series,
     platform_of,
     resolve_environment,
@@ -40,12 +43,15 @@ class GoldenPairParams(GoldenContract):
     """A golden pair's settings: the case's ``compare.golden`` plus what the planner resolved
     when the sweep was written: the case id, the golden folder (absolute), the case's step count
     and a copy of every golden file of the case there (key -> :class:`GoldenCopy`). Judging
-    reads only these, so it gives the same answer from any directory or machine."""
+    reads only these, so it gives the same answer from any directory or machine.
+    ``deterministic_fp32``: the arm trains deterministically in fp32 (``train.deterministic``,
+    ``train.dtype``), so on CPU it repeats bitwise."""
 
     case_id: str
     golden_dir: str
     steps: int = Field(ge=1)
     files: dict[str, GoldenCopy] = {}
+    deterministic_fp32: bool = False
 
 
 class GoldenMissing(ContractSkipped):
@@ -79,10 +85,13 @@ class GoldenMissing(ContractSkipped):
 
 
 def _golden_check(name: str, metric: str, run: Mapping[int, float], golden: Golden,
-                  bound: LossBound, arm: str, steps: int) -> Check:
-    """``metric`` of the arm against the golden series under ``bound``."""
+                  declared: Optional[LossBound], bitwise: bool, arm: str, steps: int) -> Check:
+    """``metric`` of the arm against the golden series under the case's bound ``declared``, else
+    the one :func:`harness.golden.loss_bound` gives (``bitwise``: a deterministic fp32 CPU run)."""
     want = covered(golden, metric, run, arm, steps)
-    return compare_series(name, dict(run), dict(want), bound, (arm, f"golden {golden.path.name}"))
+    bound, source = loss_bound(golden, metric, declared, bitwise, f"compare.golden.{name}")
+    check = compare_series(name, dict(run), dict(want), bound, (arm, f"golden {golden.path.name}"))
+    return replace(check, detail=f"{check.detail} (bound: {source})")
 
 
 @contract("golden", GoldenPairParams)
@@ -105,7 +114,9 @@ def golden(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
                             golden_file(p.golden_dir, p.case_id, platform, environment),
                             sorted(p.files), p.required, environment)
     values = copy.golden()
-    checks = [_golden_check(name, metric, metric_series(steps, metric), values, bound, arm, p.steps)
+    bitwise = platform == "cpu" and p.deterministic_fp32
+    checks = [_golden_check(name, metric, metric_series(steps, metric), values, bound, bitwise,
+                            arm, p.steps)
               for name, metric, bound in (("loss", "lm loss", p.loss),
                                           ("aux_loss", "aux loss", p.aux_loss),
                                           ("grad_norm", "grad norm", p.grad_norm))]
