@@ -402,28 +402,31 @@ def covered(golden: Golden, metric: str, run: Mapping[int, float], arm: str, ste
 
 
 # The golden check's loss bounds where the case gives none and the run is not one that repeats
-# bitwise (below): Megatron's functional tests' loss tolerance, and 10x for the grad norm.
+# its golden values bitwise (below): Megatron's functional tests' loss tolerance, 10x for the
+# grad norm.
 LOSS_DEFAULTS: Mapping[str, LossBound] = MappingProxyType({
     "lm loss": Tolerance(max_rel=1e-5), "aux loss": Tolerance(max_rel=1e-5),
     "grad norm": Tolerance(max_rel=1e-4)})
 
 
-def loss_bound(golden: Golden, metric: str, declared: Optional[LossBound], bitwise: bool,
-               setting: str) -> tuple[LossBound, str]:
+def loss_bound(golden: Golden, metric: str, declared: Optional[LossBound], setting: str,
+               not_bitwise: Optional[str]) -> tuple[LossBound, str]:
     """The bound of loss metric ``metric`` against ``golden`` and where it comes from: the case's
-    (``declared``, its field ``setting``); else for a run that repeats bitwise (``bitwise``: deterministic fp32 on CPU,
-    against a file of that platform) ``exact``, or where the file was recorded from repeats that
-    did not agree bitwise their spread x ``RTOL_FACTOR``; else :data:`LOSS_DEFAULTS`."""
+    (``declared``, its field ``setting``); else, for a run that repeats its golden values bitwise
+    (``not_bitwise`` None: a deterministic fp32 CPU run in the environment the file was recorded
+    in), ``exact``, or the spread of the file's repeats x ``RTOL_FACTOR`` where they did not
+    agree bitwise; else :data:`LOSS_DEFAULTS` (``not_bitwise`` says why)."""
     if declared is not None:
         return declared, setting
-    if not bitwise:
-        return LOSS_DEFAULTS[metric], "the default for a run that may not repeat bitwise"
+    if not_bitwise is not None:
+        return LOSS_DEFAULTS[metric], f"the default: {not_bitwise}"
     spread, repeats = golden.spreads.get(metric, 0.0), golden.repeats.get(metric, 1)
     if spread > 0:
         return (Tolerance(max_rel=RTOL_FACTOR * spread),
                 f"{RTOL_FACTOR:g} x the spread {spread:.3g} of the golden file's {repeats} repeats")
     agreed = f"; the golden file's {repeats} repeats agreed bitwise" if repeats > 1 else ""
-    return "exact", f"bitwise: a deterministic fp32 run on CPU repeats exactly{agreed}"
+    return "exact", ("bitwise: a deterministic fp32 run on CPU repeats its golden values in the "
+                     f"environment they were recorded in{agreed}")
 
 
 def _bound_allows(bound: LossBound, low: float, high: float, ref: float) -> bool:

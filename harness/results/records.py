@@ -103,7 +103,8 @@ class RunEnvironment:
     torch: Str
     cuda: Optional[Str] = None  # torch.version.cuda of a CUDA build, None on a CPU build
     nccl: Optional[Str] = None  # the NCCL torch was built with, where it has one
-    device_name: Optional[Str] = None  # the CUDA device's name, None on CPU
+    # the CUDA device's name; on CPU the CPU's (``harness.environment.cpu_name``)
+    device_name: Optional[Str] = None
     # (variable, value), sorted by variable; written to JSON as an object
     settings: Annotated[tuple[tuple[Str, Str], ...], BeforeValidator(_pairs)] = ()
     device_id: Optional[Str] = None  # the GPU's UUID, or the CPU rank's host name

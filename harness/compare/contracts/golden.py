@@ -2,7 +2,8 @@
 ``harness.golden`` keeps the files, Megatron-LM's layout).
 
 LM loss, aux loss and grad norm of the lowest rank per step under the case's bounds (left out:
-bitwise for a deterministic fp32 arm against a CPU file, ``harness.golden.loss_bound``); step time
+bitwise for a deterministic fp32 arm on CPU in the environment the file was recorded in,
+``harness.golden.loss_bound``); step time
 (the median over a steady window, :mod:`.golden_perf`) and memory (allocated, max allocated,
 reserved per step, graph pool, device used after ``empty_cache``; largest over ranks; not
 applicable without CUDA figures) two-sided, against the sweep plan's copy of the golden file of
@@ -19,10 +20,12 @@ from typing import Mapping, Optional, Sequence
 
 from pydantic import Field
 
+from harness.environment import differences
 from harness.golden import (
     Golden,
     GoldenCopy,
     covered,
+    environment_of,
     golden_file,
     golden_key,
     loss_bound,
@@ -84,12 +87,32 @@ class GoldenMissing(ContractSkipped):
                 "and commit the file")
 
 
+def _not_bitwise(deterministic_fp32: bool, platform: str, golden: Golden, steps: Steps,
+                 refresh: str) -> Optional[str]:
+    """Why the arm need not repeat ``golden``'s loss values bitwise (None: it must): only a
+    deterministic fp32 run on CPU in the environment the file was recorded in (the same torch,
+    CPU and thread settings: CPU kernels round differently on other CPUs) repeats them."""
+    if platform != "cpu" or not deterministic_fp32:
+        return "not a deterministic fp32 run on CPU"
+    run = environment_of(steps)
+    if golden.environment is None or run is None:
+        return (f"{'the golden file' if golden.environment is None else 'the run'} names no "
+                f"environment, so whether the run repeats it bitwise is not known ({refresh} "
+                "here records one that does)")
+    changed = differences(golden.environment, run)
+    if changed:
+        return (f"recorded in another environment ({', '.join(changed)}): fp32 kernels round "
+                f"differently there ({refresh} here for a bitwise bound)")
+    return None
+
+
 def _golden_check(name: str, metric: str, run: Mapping[int, float], golden: Golden,
-                  declared: Optional[LossBound], bitwise: bool, arm: str, steps: int) -> Check:
+                  declared: Optional[LossBound], why_not: Optional[str], arm: str,
+                  steps: int) -> Check:
     """``metric`` of the arm against the golden series under the case's bound ``declared``, else
-    the one :func:`harness.golden.loss_bound` gives (``bitwise``: a deterministic fp32 CPU run)."""
+    the one :func:`harness.golden.loss_bound` gives (``why_not``: :func:`_not_bitwise`)."""
     want = covered(golden, metric, run, arm, steps)
-    bound, source = loss_bound(golden, metric, declared, bitwise, f"compare.golden.{name}")
+    bound, source = loss_bound(golden, metric, declared, f"compare.golden.{name}", why_not)
     check = compare_series(name, dict(run), dict(want), bound, (arm, f"golden {golden.path.name}"))
     return replace(check, detail=f"{check.detail} (bound: {source})")
 
@@ -114,14 +137,14 @@ def golden(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
                             golden_file(p.golden_dir, p.case_id, platform, environment),
                             sorted(p.files), p.required, environment)
     values = copy.golden()
-    bitwise = platform == "cpu" and p.deterministic_fp32
-    checks = [_golden_check(name, metric, metric_series(steps, metric), values, bound, bitwise,
+    refresh = (f"`dcp-harness golden record {SWEEP_MARK} --case {p.case_id} --platform {platform} "
+               f"--repeats {max(3, max(values.repeats.values(), default=1))}`")
+    why_not = _not_bitwise(p.deterministic_fp32, platform, values, steps, refresh)
+    checks = [_golden_check(name, metric, metric_series(steps, metric), values, bound, why_not,
                             arm, p.steps)
               for name, metric, bound in (("loss", "lm loss", p.loss),
                                           ("aux_loss", "aux loss", p.aux_loss),
                                           ("grad_norm", "grad norm", p.grad_norm))]
-    refresh = (f"`dcp-harness golden record {SWEEP_MARK} --case {p.case_id} --platform {platform} "
-               f"--repeats {max(3, max(values.repeats.values(), default=1))}`")
     checks.append(step_time_check(p, arm, steps, values, refresh))
     checks.extend(memory_checks(p, arm, steps, values, refresh))
     return tuple(checks)
