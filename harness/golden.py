@@ -457,7 +457,8 @@ def refusals(runs: Sequence[Steps], *, loss_bounds: Mapping[str, Optional[LossBo
         if m.kind == LOSS:
             if m.name not in loss_bounds:
                 continue
-            bound = loss_bounds[m.name] or LOSS_DEFAULTS[m.name]
+            given = loss_bounds[m.name]
+            bound = LOSS_DEFAULTS[m.name] if given is None else given
             for step in sorted(series[0]):
                 vals = [r[step] for r in series if step in r]
                 if not _bound_allows(bound, min(vals), max(vals), statistics.median(vals)):
