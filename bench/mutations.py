@@ -120,6 +120,22 @@ MUTATIONS: tuple[Mutation, ...] = (
              "6/4/4/6/6/4 vs 5/4/3/6/5/3)",
              "    fixed = case.train.microbatches",
              "    fixed = None", select="pp2-vpp2"),
+    # Issue 31's second guards, each with the fault the guard it adds was missing for.
+    Mutation("checkpoint-step-metadata", "harness/workload/train.py",
+             "a checkpoint records the step before the one it holds (its own metadata says K-1 "
+             "while its file name says K): the resumed arm trains on as before, but the "
+             "checkpoint it loaded is not of the step it resumed after (caught by resume's "
+             "loaded_checkpoint only: resumed_after reads the ranks' agreed file name, and the "
+             "weights are right)",
+             '        "step": step,',
+             '        "step": step - 1,', select="tiny-moe-eager"),
+    Mutation("packer-forgets-cp-padding", "harness/workload/packing.py",
+             "dynamic-CP packer counts real tokens against cp x max_seqlen_per_rank, forgetting "
+             "the 2 x cp padding the batch adds (CP2 groups of 126-128 real tokens, 132 padded, "
+             "above 128): dcp.packing on padded tokens catches it, the real-token check did not",
+             "from harness.spec.layout import padded_length",
+             "padded_length = lambda length, cp: length  # noqa: E731 (the fault: no CP padding)",
+             select="tiny-dcp12-vs-cp2"),
     # The static-shape path both arms of a graph case share (graph_vs_eager cannot see these).
     Mutation("static-cu-seqlens", "harness/workload/static.py",
              "static metadata: cu_seqlens of a CP1 microbatch lose the boundaries between packed "

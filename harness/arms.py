@@ -69,7 +69,7 @@ from harness.spec.derive import (
     with_execution,
     with_microbatches,
 )
-from harness.spec.schema import Case, Pools
+from harness.spec.schema import Case, DType, Pools
 
 EAGER = "eager"
 GRAPH = "graph"
@@ -194,6 +194,11 @@ def golden_dir(case: Case) -> Path:
     return (Path(case.source).parent / spec.dir).resolve()
 
 
+def _deterministic_fp32(arm_case: Case) -> bool:
+    """Whether the arm trains deterministically in fp32 (on CPU it repeats bitwise)."""
+    return arm_case.train.deterministic and arm_case.train.dtype is DType.FP32
+
+
 def plan_case(case: Case) -> CasePlan:
     """The case's arms and pairs, each arm derived and preflighted once; pairs in a fixed order
     (repeat, graph_vs_eager, dcp_vs_fixed_cp, graph_pools, reference, golden, resume, slot_ring).
@@ -248,7 +253,8 @@ def plan_case(case: Case) -> CasePlan:
         where = golden_dir(case)
         params = GoldenPairParams(**{**dict(spec.golden), "arm": name}, case_id=case.id,
                                   golden_dir=str(where), steps=case.train.steps,
-                                  files=snapshot_golden(where, case.id))
+                                  files=snapshot_golden(where, case.id),
+                                  deterministic_fp32=_deterministic_fp32(derived[name][1]))
         pairs.append(Pair("golden", "golden", (name,), params))
 
     if spec.resume is not None:

@@ -60,10 +60,32 @@ def current_environment(device: Any, environ: Optional[Mapping[str, str]] = None
         torch=str(torch.__version__),
         cuda=torch.version.cuda,
         nccl=nccl,
-        device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
+        device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name(),
         settings=settings_of(os.environ if environ is None else environ),
         device_id=device_id(dev),
     )
+
+
+def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU as its kernels see it: its model, the instruction set torch's CPU kernels use
+    and a digest of its feature flags (``Intel(R) Xeon(R) Processor, AVX512, flags 1a2b3c4d``):
+    fp32 results of one deterministic run differ in their last bits between CPUs whose kernels
+    take other paths, and repeat bitwise on one."""
+    import hashlib
+    import platform
+
+    import torch
+
+    model, flags = platform.processor() or "CPU", ""
+    try:
+        with open(cpuinfo, encoding="utf-8") as f:
+            info = dict(line.split(":", 1) for line in f if ":" in line and line.strip())
+        info = {k.strip(): v.strip() for k, v in info.items()}
+        model, flags = info.get("model name", model), info.get("flags", "")
+    except OSError:
+        pass
+    digest = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:8]
+    return f"{model}, {torch.backends.cpu.get_cpu_capability()}, flags {digest}"
 
 
 def device_id(device: Any) -> Optional[str]:

@@ -141,6 +141,9 @@ class Golden:
     repeats: Mapping[str, int] = field(default_factory=dict)
     environment: Optional[RunEnvironment] = None
     devices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # metric -> the largest relative deviation of a repeat from the recorded value (``min`` /
+    # ``max`` against ``values``, over the steps): files recorded from repeats only
+    spreads: Mapping[str, float] = field(default_factory=dict)
 
     def series(self, metric: str) -> Mapping[int, float]:
         if metric not in self.metrics:
@@ -398,6 +401,34 @@ def covered(golden: Golden, metric: str, run: Mapping[int, float], arm: str, ste
     return want
 
 
+# The golden check's loss bounds where the case gives none and the run is not one that repeats
+# its golden values bitwise (below): Megatron's functional tests' loss tolerance, 10x for the
+# grad norm.
+LOSS_DEFAULTS: Mapping[str, LossBound] = MappingProxyType({
+    "lm loss": Tolerance(max_rel=1e-5), "aux loss": Tolerance(max_rel=1e-5),
+    "grad norm": Tolerance(max_rel=1e-4)})
+
+
+def loss_bound(golden: Golden, metric: str, declared: Optional[LossBound], setting: str,
+               not_bitwise: Optional[str]) -> tuple[LossBound, str]:
+    """The bound of loss metric ``metric`` against ``golden`` and where it comes from: the case's
+    (``declared``, its field ``setting``); else, for a run that repeats its golden values bitwise
+    (``not_bitwise`` None: a deterministic fp32 CPU run in the environment the file was recorded
+    in), ``exact``, or the spread of the file's repeats x ``RTOL_FACTOR`` where they did not
+    agree bitwise; else :data:`LOSS_DEFAULTS` (``not_bitwise`` says why)."""
+    if declared is not None:
+        return declared, setting
+    if not_bitwise is not None:
+        return LOSS_DEFAULTS[metric], f"the default: {not_bitwise}"
+    spread, repeats = golden.spreads.get(metric, 0.0), golden.repeats.get(metric, 1)
+    if spread > 0:
+        return (Tolerance(max_rel=RTOL_FACTOR * spread),
+                f"{RTOL_FACTOR:g} x the spread {spread:.3g} of the golden file's {repeats} repeats")
+    agreed = f"; the golden file's {repeats} repeats agreed bitwise" if repeats > 1 else ""
+    return "exact", ("bitwise: a deterministic fp32 run on CPU repeats its golden values in the "
+                     f"environment they were recorded in{agreed}")
+
+
 def _bound_allows(bound: LossBound, low: float, high: float, ref: float) -> bool:
     """Whether two repeats giving ``low`` and ``high`` agree under the check's own ``bound``."""
     if bound == "exact":
@@ -406,12 +437,13 @@ def _bound_allows(bound: LossBound, low: float, high: float, ref: float) -> bool
     return high - low <= (tol.max_abs or 0.0) + (tol.max_rel or 0.0) * abs(ref)
 
 
-def refusals(runs: Sequence[Steps], *, loss_bounds: Mapping[str, LossBound],
+def refusals(runs: Sequence[Steps], *, loss_bounds: Mapping[str, Optional[LossBound]],
              checked: Container[str], window: Optional[Sequence[int]] = None,
              max_cv: float = MAX_CV) -> list[str]:
     """Why N repeats of an arm are too unsteady to keep as golden values (empty: keep them), one
     line per metric: a loss metric whose repeats disagree by more than the golden check's own
-    bound (``loss_bounds``: metric -> bound; such a golden file could not pass its own check),
+    bound (``loss_bounds``: metric -> bound, None: :data:`LOSS_DEFAULTS`; such a golden file
+    could not pass its own check),
     or a step-time / memory metric the verdict checks (``checked``) whose std/mean over the
     repeats is above ``max_cv`` (Megatron's 2 %: its bound would be wider than what it is meant
     to catch)."""
@@ -423,9 +455,10 @@ def refusals(runs: Sequence[Steps], *, loss_bounds: Mapping[str, LossBound],
         if not series[0]:
             continue
         if m.kind == LOSS:
-            bound = loss_bounds.get(m.name)
-            if bound is None:
+            if m.name not in loss_bounds:
                 continue
+            given = loss_bounds[m.name]
+            bound = LOSS_DEFAULTS[m.name] if given is None else given
             for step in sorted(series[0]):
                 vals = [r[step] for r in series if step in r]
                 if not _bound_allows(bound, min(vals), max(vals), statistics.median(vals)):
@@ -496,15 +529,32 @@ def _positive(path: Path, metric: str, entry: Mapping[str, Any], key: str, integ
     return int(number) if integer else number
 
 
+def _spread(path: Path, metric: str, entry: Mapping[str, Any], values: Mapping[int, float]
+            ) -> Optional[float]:
+    """The largest ``|min or max - value| / |value|`` over the steps of an entry recorded from
+    repeats (None: it has no ``min`` and ``max``)."""
+    if "min" not in entry or "max" not in entry:
+        return None
+    low, high = (_parse_values(path, metric, k, entry[k]) for k in ("min", "max"))
+    worst = 0.0
+    for step, value in values.items():
+        far = max(abs(low.get(step, value) - value), abs(high.get(step, value) - value))
+        worst = max(worst, far / abs(value) if value else (0.0 if far == 0 else math.inf))
+    return worst
+
+
 def golden_from_document(path: PathLike, doc: Any) -> Golden:
     """A golden document (a file's parsed JSON) read back; GoldenError naming ``path``."""
     path = Path(path)
     if not isinstance(doc, Mapping):
         raise GoldenError(f"{path}: expected a JSON object of metric -> entry")
     metrics = {m: _parse_entry(path, m, e) for m, e in doc.items()}
-    rtols, repeats, devices = {}, {}, {}
+    rtols, repeats, devices, spreads = {}, {}, {}, {}
     environment: Optional[RunEnvironment] = None
     for metric, entry in doc.items():
+        spread = _spread(path, metric, entry, metrics[metric])
+        if spread is not None:
+            spreads[metric] = spread
         if "devices" in entry:
             listed = entry["devices"]
             if not isinstance(listed, list) or not all(isinstance(d, str) and d for d in listed):
@@ -523,7 +573,8 @@ def golden_from_document(path: PathLike, doc: Any) -> Golden:
             except (ResultsError, TypeError, AttributeError) as exc:
                 raise GoldenError(f"{path}: metric '{metric}': bad 'environment' ({exc})") from None
     return Golden(path, MappingProxyType(metrics), MappingProxyType(rtols),
-                  MappingProxyType(repeats), environment, MappingProxyType(devices))
+                  MappingProxyType(repeats), environment, MappingProxyType(devices),
+                  MappingProxyType(spreads))
 
 
 def read_golden(path: PathLike) -> Golden:

@@ -136,3 +136,83 @@ def test_the_clean_copy_loses_only_its_cases_committed_golden_values(tmp_path):
     (fresh / "gpu1-qwen3-perf" / "golden_values_h200.json").write_text('{"fresh": 1}')
     perf._with_golden(tmp_path, fresh, "gpu1-qwen3-perf")  # the later rows get the fresh file
     assert (golden / "gpu1-qwen3-perf" / "golden_values_h200.json").read_text() == '{"fresh": 1}'
+
+
+# --------------------------------------------------------------------------- issue 31's guards
+def seeded(monkeypatch, name: str) -> None:
+    """Apply row ``name``'s one-line fault in this process: the top-level statement of its file
+    that holds the line runs again, patched, and every module name it binds anew is
+    monkeypatched onto the imported module (what the bench does in a copy of the files)."""
+    import ast
+    import importlib
+
+    row = next(m for m in _load("mutations").MUTATIONS if m.name == name)
+    module = importlib.import_module(row.file[:-3].replace("/", "."))
+    lines = (ROOT / row.file).read_text().split("\n")
+    at = lines.index(row.old)
+    lines[at] = row.new
+    (node,) = [n for n in ast.parse("\n".join(lines)).body if n.lineno <= at + 1 <= n.end_lineno]
+    before = dict(vars(module))
+    space = dict(before)
+    exec(compile(ast.Module([node], []), row.file, "exec"), space)
+    bound = [k for k, v in space.items() if k != "__builtins__" and before.get(k) is not v]
+    assert bound, f"{name}: the patched statement binds nothing"
+    for key in bound:
+        monkeypatch.setattr(module, key, space[key])
+
+
+def test_the_packer_forgetting_cp_padding_is_caught_on_padded_tokens_only(monkeypatch) -> None:
+    from harness.arms import plan_case
+    from harness.compare import packing_check, packing_rule
+    from harness.results import StepRecord
+    from harness.spec.loader import load_cases
+    from harness.workload import packing
+
+    (case,) = load_cases([ROOT / "cases/focused/tiny-dcp12-vs-cp2.yaml"])
+    dcp = plan_case(case).arm("dcp").case
+    seeded(monkeypatch, "packer-forgets-cp-padding")
+    plans = [packing.plan_step(dcp, s) for s in range(1, dcp.train.steps + 1)]
+    steps = {0: [StepRecord(step=p.step, loss=2.0, grad_norm=1.0, packed=p.packed(),
+                            microbatches=len(p.microbatches), tokens=p.total_tokens)
+                 for p in plans]}
+    check = packing_check("dcp", steps, packing_rule(dcp))
+    assert not check.passed and "132 padded to multiples of 4, above cp x max_seqlen_per_rank = " \
+                                "128" in check.detail
+    # Every group's real tokens are within cp x max_seqlen_per_rank: a real-token check passed it.
+    msr = dcp.layout.max_seqlen_per_rank
+    assert all(g.tokens <= g.cp * msr for p in plans for mb in p.packed() for g in mb.groups)
+
+
+def test_a_checkpoint_whose_metadata_names_another_step_fails_loaded_checkpoint_only(
+        monkeypatch, tmp_path) -> None:
+    """Both legs of the resumed arm in this process (``run_rank``, what every launcher runs per
+    rank), the checkpoint saved with the row's fault."""
+    from harness.arms import plan_case
+    from harness.compare import evaluate_case
+    from harness.launch import rank_main
+    from harness.results import ArmOutcome, read_steps
+    from harness.spec.loader import load_cases
+    from tests.launch.cases import write_case_file
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    path = write_case_file(tmp_path / "cases", "meta", train={"steps": 4},
+                           compare={"resume": {}})
+    plan = plan_case(load_cases([path])[0])
+    arms = {a.name: a for a in plan.arms}
+    seeded(monkeypatch, "checkpoint-step-metadata")
+    out = tmp_path / "out"
+    rank_main.run_rank(arms["eager"], out / "eager")
+    first, _ = rank_main.arm_legs(arms["eager-resumed"])
+    rank_main.run_rank(arms["eager-resumed"], out / "eager-resumed", stop_after=first)
+    rank_main.run_rank(arms["eager-resumed"], out / "eager-resumed")
+    resumed = read_steps(out / "eager-resumed")[0]
+    assert [(r.resumed_from, r.checkpoint_step) for r in resumed] == [
+        (None, None), (None, None), (2, 1), (2, 1)]
+    ok = ArmOutcome(status="ok", returncode=0)
+    v = evaluate_case("meta", plan.pairs, {a: (ok, read_steps(out / a))
+                                           for a in ("eager", "eager-resumed")},
+                      expected_steps=4, expected_ranks=plan.expected_ranks)
+    (entry,) = [p for p in v.pairs if p.pair == "resume"]
+    assert entry.status == "fail" and [c.name for c in entry.failed_checks] == ["loaded_checkpoint"]
+    assert "loaded a checkpoint that holds step 1" in entry.failed_checks[0].detail

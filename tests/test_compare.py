@@ -19,8 +19,8 @@ from harness.compare import (
     read_verdict,
     write_verdict,
 )
-from harness.results import ArmOutcome, StepRecord
-from tests.records import GIB, changed, probe, record
+from harness.results import ArmOutcome, FrameReplays, StepRecord
+from tests.records import GIB, changed, graph_stats, probe, record
 
 OK = ArmOutcome(status="ok", returncode=0, wall_s=1.0)
 
@@ -206,14 +206,29 @@ def test_absolute_plus_relative_tolerance_is_isclose() -> None:
 
 
 # --------------------------------------------------------------------------- graph vs eager
+def captured(data: dict) -> dict:
+    """A graph arm's records: capture statistics (2 variants) on step 1, both replayed."""
+    frames = (FrameReplays(1, 0, 4), FrameReplays(2, 1, 4))
+    at = {s: {"graphed": True, "replays": frames} for s in range(1, 5)}
+    at[1]["graph_stats"] = graph_stats(100.0, 100.0, 1)
+    return changed(data, at)
+
+
 def test_graph_vs_eager_exact_and_separate_grad_norm_tolerance() -> None:
     pair = Pair("graph_vs_eager", "graph_vs_eager", ("graph", "eager"),
                 {"loss": "exact", "grad_norm": {"max_rel": 1e-6}})
-    v = one([pair], {"graph": (OK, run(LOSS, grad=[1.0, 1.0, 1.0 + 1e-9, 1.0])),
+    v = one([pair], {"graph": (OK, captured(run(LOSS, grad=[1.0, 1.0, 1.0 + 1e-9, 1.0]))),
                      "eager": (OK, run(LOSS))})
     assert v.status == "pass"
-    v = one([pair], {"graph": (OK, run([2.5, 2.31, 2.2, 2.1000001])), "eager": (OK, run(LOSS))})
+    capture = by_name(v.pairs[0])["capture"]
+    assert capture.figure and capture.bound is None and "2 dynamic-CP variants" in capture.detail
+    v = one([pair], {"graph": (OK, captured(run([2.5, 2.31, 2.2, 2.1000001]))),
+                     "eager": (OK, run(LOSS))})
     assert [c.name for c in v.pairs[0].failed_checks] == ["loss"]
+    # A graph arm that never captured: nothing replayed, variants_replayed fails.
+    v = one([pair], {"graph": (OK, run(LOSS)), "eager": (OK, run(LOSS))})
+    assert [c.name for c in v.pairs[0].failed_checks] == ["variants_replayed"]
+    assert "never captured its graphs" in v.pairs[0].failed_checks[0].detail
 
 
 # --------------------------------------------------------------------------- errors

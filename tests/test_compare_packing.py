@@ -31,7 +31,7 @@ def test_an_arm_packing_what_its_case_asks_passes_saying_what_that_is() -> None:
     c = packing_check("fixed-cp2", records([THREE, THREE]), PackingRule(PP2, microbatches=3))
     assert c.passed and c.value == 0
     assert c.detail == ("2 steps of 3 microbatches as the case asks (train.microbatches 3, every "
-                        "sequence once, 1 bin(s) of train.seq_length 64 at CP1)")
+                        "sequence once, 1 bin(s) of train.seq_length 64 real tokens at CP1)")
 
 
 def test_a_count_other_than_train_microbatches_fails_naming_the_steps_and_counts() -> None:
@@ -82,15 +82,59 @@ def test_static_shapes_cap_the_sequences_of_a_group() -> None:
     assert "2 sequences in a CP group, above train.max_seqs_per_microbatch 1" in c.detail
 
 
+DCP = ParallelLayout(nodes=1, gpus_per_node=2, seq_length=64, global_batch=3,
+                     cp_sizes=(1, 2), dynamic=True, max_seqlen_per_rank=32)
+DCP_TWO = ParallelLayout(nodes=1, gpus_per_node=2, seq_length=64, global_batch=2,
+                         cp_sizes=(1, 2), dynamic=True, max_seqlen_per_rank=32)  # 2 sequences
+
+
+def group(cp: int, lengths: dict[int, int], recorded: bool = True) -> PackedGroup:
+    """A CP group of the sequences ``lengths`` (index -> length), with or without the lengths."""
+    return PackedGroup(cp, tuple(lengths), sum(lengths.values()),
+                       tuple(lengths.values()) if recorded else ())
+
+
 def test_dynamic_cp_groups_are_bounded_by_cp_times_max_seqlen_per_rank() -> None:
-    dcp = ParallelLayout(nodes=1, gpus_per_node=2, seq_length=64, global_batch=3,
-                         cp_sizes=(1, 2), dynamic=True, max_seqlen_per_rank=32)
-    ok = (PackedMicrobatch((PackedGroup(2, (0,), 60),)),
-          PackedMicrobatch((PackedGroup(1, (1,), 30), PackedGroup(1, (2,), 20))))
-    assert packing_check("dcp", records([ok]), PackingRule(dcp)).passed
-    over = (PackedMicrobatch((PackedGroup(1, (0,), 60), PackedGroup(1, (1, 2), 20))),)
-    c = packing_check("dcp", records([over]), PackingRule(dcp))
-    assert not c.passed and "a CP1 group of 60 tokens, above cp x max_seqlen_per_rank = 32" in c.detail
+    ok = (PackedMicrobatch((group(2, {0: 60}),)),
+          PackedMicrobatch((group(1, {1: 30}), group(1, {2: 20}))))
+    assert packing_check("dcp", records([ok]), PackingRule(DCP)).passed
+    over = (PackedMicrobatch((group(1, {0: 60}), group(1, {1: 10, 2: 10}))),)
+    c = packing_check("dcp", records([over]), PackingRule(DCP))
+    assert not c.passed and "a CP1 group of 60 tokens, 60 padded to multiples of 1, above cp x " \
+                           "max_seqlen_per_rank = 32" in c.detail
+
+
+def test_capacity_counts_padded_tokens_as_the_packer_does() -> None:
+    # 57 + 5 = 62 real tokens fit CP2 x 32 = 64, but padded to multiples of 4 they are 60 + 8 =
+    # 68: the packer never builds this group (it counts padded tokens), so the check fails it.
+    spill = (PackedMicrobatch((group(2, {0: 57, 1: 5}),)),)
+    c = packing_check("dcp", records([spill]), PackingRule(DCP_TWO))
+    assert not c.passed and ("a CP2 group of 62 tokens, 68 padded to multiples of 4, above cp x "
+                             "max_seqlen_per_rank = 64") in c.detail
+    snug = (PackedMicrobatch((group(2, {0: 58, 1: 2}),)),)  # 60 + 4 = 64 padded: fits
+    assert packing_check("dcp", records([snug]), PackingRule(DCP_TWO)).passed
+    # A fixed-CP eager bin counts real tokens (its packer does); a static one padded tokens.
+    fixed = ParallelLayout(nodes=1, gpus_per_node=2, seq_length=64, global_batch=2, cp_sizes=(2,))
+    assert packing_check("fixed-cp2", records([spill]), PackingRule(fixed)).passed
+    c = packing_check("fixed-cp2", records([spill]), PackingRule(fixed, static=True))
+    assert not c.passed and "68 padded to multiples of 4, above train.seq_length 64" in c.detail
+
+
+def test_records_without_lengths_pass_or_fail_only_where_their_tokens_settle_it() -> None:
+    fits = (PackedMicrobatch((group(2, {0: 30, 1: 20}, recorded=False),)),)  # <= 50 + 2 x 3
+    assert packing_check("dcp", records([fits]), PackingRule(DCP_TWO)).passed
+    unsure = (PackedMicrobatch((group(2, {0: 57, 1: 5}, recorded=False),)),)
+    c = packing_check("dcp", records([unsure]), PackingRule(DCP_TWO))
+    assert not c.passed and "up to 68 padded" in c.detail and "re-run the arm" in c.detail
+    bad = (PackedMicrobatch((group(2, {0: 60, 1: 5}, recorded=False),)),)
+    c = packing_check("dcp", records([bad]), PackingRule(DCP_TWO))
+    assert not c.passed and "a CP2 group of 65 tokens, above cp x max_seqlen_per_rank = 64" in c.detail
+
+
+def test_lengths_that_do_not_add_up_to_the_groups_tokens_fail() -> None:
+    wrong = (PackedMicrobatch((PackedGroup(2, (0, 1), 40, (30, 20)),)),)
+    c = packing_check("dcp", records([wrong]), PackingRule(DCP_TWO))
+    assert not c.passed and "lists 2 sequence lengths adding up to 50" in c.detail
 
 
 def test_records_without_microbatches_make_it_not_applicable() -> None:

@@ -7,7 +7,8 @@ import socket
 
 import pytest
 
-from harness.environment import SETTINGS, current_environment, describe, differences, settings_of
+from harness.environment import (SETTINGS, cpu_name, current_environment, describe, differences,
+                                 settings_of)
 from harness.results import ResultsError, RunEnvironment, StepRecord
 
 
@@ -23,9 +24,22 @@ def test_this_process_on_cpu() -> None:
     torch = pytest.importorskip("torch")
     env = current_environment("cpu", {"OMP_NUM_THREADS": "1"})
     assert env.torch == torch.__version__ and env.cuda == torch.version.cuda
-    assert env.device_name is None and env.settings == (("OMP_NUM_THREADS", "1"),)
+    assert env.device_name == cpu_name() and env.settings == (("OMP_NUM_THREADS", "1"),)
     assert describe(env).startswith(f"torch {torch.__version__}, ")
     assert env.device_id == socket.gethostname()  # a CPU rank's device is its host
+
+
+def test_a_cpu_is_named_by_its_model_kernels_and_flags(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Xeon X\nflags\t\t: sse avx2 avx512f\n\n"
+                    "processor\t: 1\nmodel name\t: Xeon X\nflags\t\t: avx2 sse avx512f\n")
+    name = cpu_name(str(info))
+    assert name.startswith(f"Xeon X, {torch.backends.cpu.get_cpu_capability()}, flags ")
+    other = tmp_path / "other"
+    other.write_text(info.read_text().replace(" avx512f", ""))
+    assert cpu_name(str(other)) != name  # another feature set: another CPU for the kernels
+    assert cpu_name(str(tmp_path / "none")).endswith(", flags e3b0c442")  # no /proc: no flags
 
 
 def test_the_device_is_not_a_change_of_environment_and_round_trips() -> None:

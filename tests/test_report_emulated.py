@@ -30,8 +30,10 @@ MIB = 2 ** 20
 GIB = 2 ** 30
 OK = ArmOutcome(status="ok", returncode=0, wall_s=3.0, detail="emulated ranks ok")
 RANKS = (0, 3)
-COMPARE = {"graph_vs_eager": {}, "dcp_vs_fixed_cp": {"fixed_cp": 2}, "graph_pools": {},
-           "reference": {}}
+# device_delta_pct as cases/focused/gpu1-emulated-dcp12-pp2-vpp2-ep2-graphs.yaml declares it (the
+# default, +0.10 % between graph arms, would fail these figures' +0.36 %)
+COMPARE = {"graph_vs_eager": {}, "dcp_vs_fixed_cp": {"fixed_cp": 2, "device_delta_pct": 1.0},
+           "graph_pools": {}, "reference": {}}
 STEPS = 4
 
 

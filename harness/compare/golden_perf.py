@@ -165,6 +165,20 @@ def time_rtol(golden: Golden, devices: Sequence[str], refresh: str) -> tuple[Opt
         f"machine gives a bound for it)")
 
 
+def _unmeasured(name: str, metric: str, what: str, arm: str, steps: Steps) -> Check:
+    """A memory metric the arm did not record: not applicable on CPU and for an eager arm's
+    graph pool; a CUDA arm (a graph arm, for the pool) without it fails: nothing was measured."""
+    graphed = any(rec.graphed for recs in steps.values() for rec in recs)
+    if platform_of(steps) == "cpu":
+        why = "CPU runs record no device memory"
+    elif metric == "mem-graph-pool-bytes" and not graphed:
+        why = "an eager arm has no graph pool"
+    else:
+        return Check(name, None, None, False, f"arm '{arm}' ran on CUDA but recorded no {what}: "
+                                              "nothing to compare with the golden values")
+    return Check.not_applicable(name, f"arm '{arm}' recorded no {what} ({why})")
+
+
 def memory_checks(p: GoldenContract, arm: str, steps: Steps, golden: Golden,
                   refresh: str) -> list[Check]:
     """One check per memory metric: the worst step's run / golden - 1, two-sided."""
@@ -178,9 +192,7 @@ def memory_checks(p: GoldenContract, arm: str, steps: Steps, golden: Golden,
             continue
         run = metric_series(steps, m.name)
         if not run:
-            why = ("an eager arm has no graph pool" if m.name == "mem-graph-pool-bytes"
-                   and platform_of(steps) != "cpu" else "CPU runs record no device memory")
-            out.append(Check.not_applicable(name, f"arm '{arm}' recorded no {m.what} ({why})"))
+            out.append(_unmeasured(name, m.name, m.what, arm, steps))
             continue
         want = covered(golden, m.name, run, arm, p.steps)
         worse, better, source = _bounds(p.memory.worse, p.memory.better, golden.rtol(m.name),

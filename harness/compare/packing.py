@@ -9,15 +9,19 @@ arm's :class:`PackingRule`, derived from the arm's own case (``CasePlan.packing_
   (``ParallelLayout.microbatch_count_problem``) and the count the record states;
 * the packer's rule: every sequence of the step in exactly one microbatch and their tokens the
   step's; each microbatch's CP groups tile the DP x CP pool (``dp`` groups of the fixed CP size,
-  or the dynamic sizes); no group empty; each group within its capacity (``train.seq_length``
-  real tokens per fixed-CP bin, ``cp x max_seqlen_per_rank`` per dynamic-CP group, at most
-  ``train.max_seqs_per_microbatch`` sequences with static shapes);
+  or the dynamic sizes); no group empty; each group within its capacity, counted as the packer
+  counts it (``spec.layout.padded_length``: sequences padded to a multiple of ``2 x cp``):
+  ``cp x max_seqlen_per_rank`` padded tokens per dynamic-CP group, ``train.seq_length`` per
+  fixed-CP bin (padded tokens with static shapes, real tokens else), at most
+  ``train.max_seqs_per_microbatch`` sequences with static shapes; each group's sequence lengths
+  (``PackedGroup.lengths``) add up to its tokens;
 * every rank of the arm recorded the same microbatches (the packing is global).
 
 The judge cannot re-run the packer (the data comes from torch generators in the rank
 processes), so the greedy fill itself is not re-checked here: the ``reference`` contract compares
 each layout's microbatches with the single rank's. Records without ``packed`` (written before it
-was recorded) make the check not applicable, saying so.
+was recorded) make the check not applicable, saying so; records without the sequences' lengths
+fail a capacity counted in padded tokens that their tokens do not settle either way.
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
-from harness.results import PackedMicrobatch, StepRecord
-from harness.spec.layout import ParallelLayout
+from harness.results import PackedGroup, PackedMicrobatch, StepRecord
+from harness.spec.layout import ParallelLayout, padded_length, sequence_multiple
 from harness.spec.schema import Case
 from harness.textfmt import collapse_runs
 
@@ -40,19 +44,36 @@ PACKING = "packing"
 @dataclass(frozen=True)
 class PackingRule:
     """What an arm's case asks its packer for: its layout, ``train.microbatches`` where the
-    packer honours it (fixed CP; None: the derived count), and the static-shape sequence cap."""
+    packer honours it (fixed CP; None: the derived count), the static-shape sequence cap, and
+    whether a fixed-CP bin's capacity counts padded tokens (static shapes; a dynamic-CP group's
+    always does)."""
 
     layout: ParallelLayout
     microbatches: Optional[int] = None
     max_seqs: Optional[int] = None  # static shapes: most sequences one CP group holds
+    static: bool = False
+
+    @property
+    def padded(self) -> bool:
+        """Whether a group's capacity counts padded tokens (the packer's rule)."""
+        return self.layout.dynamic or self.static
+
+    def capacity(self, cp: int) -> int:
+        """The tokens one CP group of size ``cp`` may hold (padded where :attr:`padded`)."""
+        lay = self.layout
+        if lay.dynamic and lay.max_seqlen_per_rank:
+            return cp * lay.max_seqlen_per_rank
+        return lay.seq_length
 
     def describe(self) -> str:
         count = (f"train.microbatches {self.microbatches}" if self.microbatches is not None
                  else "a count the schedule runs")
         lay = self.layout
+        tokens = "padded" if self.padded else "real"
         cap = (f"CP groups of {'/'.join(map(str, lay.cp_sizes))} within cp x max_seqlen_per_rank "
-               f"{lay.max_seqlen_per_rank}" if lay.dynamic else
-               f"{lay.dp} bin(s) of train.seq_length {lay.seq_length} at CP{lay.max_cp}")
+               f"{lay.max_seqlen_per_rank} {tokens} tokens" if lay.dynamic else
+               f"{lay.dp} bin(s) of train.seq_length {lay.seq_length} {tokens} tokens at "
+               f"CP{lay.max_cp}")
         seqs = f", at most {self.max_seqs} sequences a group" if self.max_seqs is not None else ""
         return f"{count}, every sequence once, {cap}{seqs}"
 
@@ -62,7 +83,8 @@ def packing_rule(case: Case) -> PackingRule:
     lay = case.layout
     return PackingRule(layout=lay,
                        microbatches=None if lay.dynamic else case.train.microbatches,
-                       max_seqs=case.train.max_seqs_per_microbatch if case.static_shapes else None)
+                       max_seqs=case.train.max_seqs_per_microbatch if case.static_shapes else None,
+                       static=case.static_shapes)
 
 
 def packed_of(rec: StepRecord) -> tuple[PackedMicrobatch, ...]:
@@ -126,16 +148,37 @@ def _step_problems(packed: Sequence[PackedMicrobatch], rec: Any, rule: PackingRu
                            f"{'/'.join(map(str, lay.cp_sizes))}")
             if not g.sequences:
                 out.append(f"{where}: a CP{g.cp} group without a sequence")
-            cap = (g.cp * lay.max_seqlen_per_rank if lay.dynamic and lay.max_seqlen_per_rank
-                   else lay.seq_length)
-            if g.tokens > cap:
-                what = (f"cp x max_seqlen_per_rank = {cap}" if lay.dynamic
-                        else f"train.seq_length {cap}")
-                out.append(f"{where}: a CP{g.cp} group of {g.tokens} tokens, above {what}")
+            out += _capacity_problems(where, g, rule)
             if rule.max_seqs is not None and len(g.sequences) > rule.max_seqs:
                 out.append(f"{where}: {len(g.sequences)} sequences in a CP group, above "
                            f"train.max_seqs_per_microbatch {rule.max_seqs}")
     return out
+
+
+def _capacity_problems(where: str, g: PackedGroup, rule: PackingRule) -> list[str]:
+    """A group above its capacity, counted as the packer counts it (:class:`PackingRule`)."""
+    if g.lengths and (len(g.lengths) != len(g.sequences) or sum(g.lengths) != g.tokens):
+        return [f"{where}: a CP{g.cp} group lists {len(g.lengths)} sequence lengths adding up to "
+                f"{sum(g.lengths)} for its {len(g.sequences)} sequences of {g.tokens} tokens"]
+    cap = rule.capacity(g.cp)
+    what = (f"cp x max_seqlen_per_rank = {cap}" if rule.layout.dynamic
+            else f"train.seq_length {cap}")
+    if not rule.padded:
+        return ([f"{where}: a CP{g.cp} group of {g.tokens} tokens, above {what}"]
+                if g.tokens > cap else [])
+    if not g.lengths:  # older records: fits for sure, over for sure, or not known
+        most = g.tokens + (sequence_multiple(g.cp) - 1) * len(g.sequences)
+        if g.tokens > cap:
+            return [f"{where}: a CP{g.cp} group of {g.tokens} tokens, above {what}"]
+        return [] if most <= cap else [
+            f"{where}: a CP{g.cp} group of {g.tokens} tokens, up to {most} padded, and its "
+            f"records name no sequence lengths: whether it fits {what} (padded tokens) cannot "
+            "be checked; re-run the arm"]
+    padded = sum(padded_length(n, g.cp) for n in g.lengths)
+    if padded > cap:
+        return [f"{where}: a CP{g.cp} group of {g.tokens} tokens, {padded} padded to multiples "
+                f"of {sequence_multiple(g.cp)}, above {what}"]
+    return []
 
 
 def _as_key(packed: Sequence[PackedMicrobatch]) -> tuple[Any, ...]:

@@ -152,6 +152,11 @@ def finite_number(value: Any) -> bool:
     return is_number(value) and math.isfinite(value)
 
 
+def ran_on_cuda(steps: Steps) -> bool:
+    """Whether any record of the arm names a CUDA device (its ``device``)."""
+    return any((rec.device or "").startswith("cuda") for _, rec in records_of(steps))
+
+
 def memory_probes(steps: Steps) -> dict[int, MemoryProbe]:
     """Rank -> the last memory probe it recorded (ranks without one left out)."""
     return {rank: rec.memory_probe for rank, rec in records_of(steps) if rec.memory_probe is not None}

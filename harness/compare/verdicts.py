@@ -50,7 +50,9 @@ class Check:
     """One check: passed when ``value <= bound`` (and, for a two-sided check, ``lower <= value``:
     e.g. a step time much faster than its golden value, which asks for a refresh).
     ``applicable=False`` marks a check that does not apply to this run (e.g. memory deltas on
-    CPU): it is recorded, counted as passed, and never fails a verdict."""
+    CPU): it is recorded, counted as passed, and never fails a verdict. ``figure=True`` marks a
+    figure, not a check (a measured value with no bound, e.g. the capture line): recorded with
+    ``passed`` true so it never fails a verdict, but not a check that passed (:meth:`figure_of`)."""
 
     name: str
     value: Optional[float]
@@ -59,6 +61,7 @@ class Check:
     detail: str = ""
     applicable: bool = True
     lower: Optional[float] = None
+    figure: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -71,12 +74,19 @@ class Check:
         }
         if self.lower is not None:
             out["lower"] = self.lower
+        if self.figure:
+            out["figure"] = True
         return out
 
     @classmethod
     def not_applicable(cls, name: str, why: str, bound: Optional[float] = None) -> "Check":
         """A check that does not apply to this run, recorded with the reason."""
         return cls(name, None, bound, True, f"not applicable: {why}", applicable=False)
+
+    @classmethod
+    def figure_of(cls, name: str, value: Optional[float], detail: str) -> "Check":
+        """A figure reported with the checks (no bound: nothing to pass or fail)."""
+        return cls(name, value, None, True, detail, figure=True)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Check":
@@ -88,6 +98,7 @@ class Check:
             detail=str(data.get("detail", "")),
             applicable=bool(data.get("applicable", True)),
             lower=decode_float(data.get("lower")),
+            figure=bool(data.get("figure", False)),
         )
 
 

@@ -181,13 +181,22 @@ def device_platform(device: object) -> str:
 
 def _step_callback(writer: StepWriter, rank: int, arm_name: str, steps: int,
                    platform: Optional[str] = None, environment: Optional[RunEnvironment] = None,
-                   phases: Optional[PhaseRecorder] = None) -> Callable[["StepRecord"], None]:
+                   phases: Optional[PhaseRecorder] = None,
+                   loaded: Optional[Callable[[], Optional[int]]] = None
+                   ) -> Callable[["StepRecord"], None]:
+    """``loaded``: the step the checkpoint this process loaded holds (its own metadata), asked
+    once, on the first record, and stamped on every record (``StepRecord.checkpoint_step``)."""
     pending = [environment]  # the environment goes on the first record this process writes
+    checkpoint: list[Optional[int]] = []
 
     def on_step(record: StepRecord) -> None:
         recorded_at = time.time()
         if platform is not None and record.platform is None:
             record = dataclasses.replace(record, platform=platform)
+        if loaded is not None:
+            if not checkpoint:
+                checkpoint.append(loaded())
+            record = dataclasses.replace(record, checkpoint_step=checkpoint[0])
         if pending[0] is not None and record.environment is None:
             record = dataclasses.replace(record, environment=pending[0])
         # A step re-run after resuming from an older checkpoint is already recorded: the store
@@ -312,6 +321,7 @@ def run_rank(arm: PlannedArm, arm_dir: Path, resume: bool = True,
     import torch._dynamo  # noqa: F401  each optimizer imports it (torch._disable_dynamo): an import
 
     from harness.environment import current_environment
+    from harness.workload import checkpoint as ckpt
     from harness.workload import init_distributed, train_arm
 
     phases.mark("imported_at")
@@ -337,9 +347,11 @@ def run_rank(arm: PlannedArm, arm_dir: Path, resume: bool = True,
             flush=True,
         )
         started = time.monotonic()
+        ckpt.clear_loaded(checkpoint_dir, rank)
         train_arm(run_case, ctx,
                   _step_callback(writer, rank, arm.name, steps, device_platform(ctx.device),
-                                 current_environment(ctx.torch_device), phases),
+                                 current_environment(ctx.torch_device), phases,
+                                 lambda: ckpt.loaded_step(checkpoint_dir, rank)),
                   checkpoint_dir=checkpoint_dir, stop_after=stop_after,
                   chunk_builder=_timed_build(phases))
         phases.mark("trained_at")

@@ -103,7 +103,8 @@ class RunEnvironment:
     torch: Str
     cuda: Optional[Str] = None  # torch.version.cuda of a CUDA build, None on a CPU build
     nccl: Optional[Str] = None  # the NCCL torch was built with, where it has one
-    device_name: Optional[Str] = None  # the CUDA device's name, None on CPU
+    # the CUDA device's name; on CPU the CPU's (``harness.environment.cpu_name``)
+    device_name: Optional[Str] = None
     # (variable, value), sorted by variable; written to JSON as an object
     settings: Annotated[tuple[tuple[Str, Str], ...], BeforeValidator(_pairs)] = ()
     device_id: Optional[Str] = None  # the GPU's UUID, or the CPU rank's host name
@@ -129,13 +130,15 @@ class RunEnvironment:
 @dataclass(frozen=True)
 class PackedGroup:
     """One CP group of a packed microbatch: its CP size, the global-batch indices of the
-    sequences it holds (ascending) and their real tokens."""
+    sequences it holds (ascending), their real tokens, and each one's length in the same order
+    (``lengths``; empty in records written before they were recorded)."""
 
     __pydantic_config__ = _FORBID
 
     cp: Int
     sequences: tuple[Int, ...]
     tokens: Int
+    lengths: tuple[Int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,8 @@ class PackedMicrobatch:
                           for g in self.groups)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"groups": [{"cp": g.cp, "sequences": list(g.sequences), "tokens": g.tokens}
+        return {"groups": [{"cp": g.cp, "sequences": list(g.sequences), "tokens": g.tokens,
+                            **({"lengths": list(g.lengths)} if g.lengths else {})}
                            for g in self.groups]}
 
 
@@ -216,6 +220,9 @@ class StepRecord:
     # The step this rank process resumed after (it loaded that step's checkpoint); None: it
     # started from step 1. Set on every record the process writes.
     resumed_from: Optional[Step] = None
+    # The step the checkpoint this rank process loaded holds, by the checkpoint's own metadata
+    # (``harness.workload.checkpoint``; None: it loaded none). Set on every record it writes.
+    checkpoint_step: Optional[Step] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 1:

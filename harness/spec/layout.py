@@ -74,6 +74,13 @@ def sequence_multiple(cp: int) -> int:
     return 2 * cp if cp > 1 else 1
 
 
+def padded_length(length: int, cp: int) -> int:
+    """A sequence of ``length`` tokens padded to the :func:`sequence_multiple` of ``cp``: what it
+    occupies in a CP group (the packer's capacities and the packing check count these)."""
+    m = sequence_multiple(cp)
+    return -(-length // m) * m
+
+
 @dataclass(frozen=True)
 class ParallelLayout:
     """A case's parallel layout (see the module docstring); ``Case.layout`` builds it."""

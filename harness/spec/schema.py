@@ -350,10 +350,12 @@ class DcpVsFixedCpContract(_Strict):
     aux_loss: LossBound = Tolerance(max_rel=0.03)
     grad_norm: LossBound = Tolerance(max_rel=2e-4)
     # Memory deltas (CUDA only), per rank, measured after train.memory_probe_step and
-    # torch.cuda.empty_cache(), one-sided (DCP arm minus fixed-CP arm; None: reported, not checked):
-    # whole-device used memory in percent of the device's memory,
+    # torch.cuda.empty_cache(), one-sided (DCP arm minus fixed-CP arm): whole-device used memory
+    # in percent of the device's memory (None: +0.10 between graph arms, TE PR #3353's figure;
+    # between eager arms a figure, reported, not checked),
     device_delta_pct: Optional[float] = Field(default=None, ge=0)
-    # allocated (active) bytes and reserved bytes in percent of the fixed-CP arm's figure.
+    # allocated (active) bytes and reserved bytes in percent of the fixed-CP arm's figure (None:
+    # a figure, reported, not checked).
     active_delta_pct: Optional[float] = Field(default=None, ge=0)
     reserved_delta_pct: Optional[float] = Field(default=None, ge=0)
 
@@ -456,9 +458,12 @@ class GoldenContract(_Strict):
     environment: Optional[str] = Field(default=None, pattern=NAME_PATTERN)
     # True: a platform without a golden file is an error (exit 2) instead of a skipped entry.
     required: bool = False
-    loss: LossBound = Tolerance(max_rel=1e-5)
-    aux_loss: LossBound = Tolerance(max_rel=1e-5)
-    grad_norm: LossBound = Tolerance(max_rel=1e-4)
+    # Bounds of the LM loss, aux loss and grad norm; None: ``exact`` for a deterministic fp32 arm
+    # against a CPU golden file (the spread of its repeats where they did not agree bitwise),
+    # else max_rel 1e-5, 1e-5, 1e-4 (``harness.golden.loss_bound``).
+    loss: Optional[LossBound] = None
+    aux_loss: Optional[LossBound] = None
+    grad_norm: Optional[LossBound] = None
     # Step time (median over a steady window) and memory, two-sided; null switches one off.
     step_time: Optional[StepTimeSpec] = StepTimeSpec()
     memory: Optional[MemorySpec] = MemorySpec()

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.spec.layout import padded_length
 from harness.workload.data import Table, sequence_tokens
-from harness.workload.packing import GroupWork, padded_length
+from harness.workload.packing import GroupWork
 from harness.workload.static import StaticLayout, static_layout
 
 

@@ -4,6 +4,11 @@ Each rank writes ``<dir>/rank<k>/step<NNNNNNNN>.pt`` (temp file + ``os.replace``
 completed step and keeps the last two, so a rank killed while saving still has the previous one.
 On resume the ranks agree (all-reduce MIN) on the newest step all of them saved and load it. The
 data position is the step number itself (data is a pure function of seed and step).
+
+Loading leaves a receipt, ``<dir>/rank<k>/loaded.json``: the step the loaded checkpoint holds by
+its own metadata (its ``step`` entry, not its file name). The rank process clears it before it
+trains (:func:`clear_loaded`) and stamps what :func:`loaded_step` reads on its step records
+(``StepRecord.checkpoint_step``): ``compare.resume`` checks it beside the step it resumed after.
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ from typing import Any, Optional
 
 import torch
 
+from harness.results import read_json, write_json_atomic
 from harness.workload.comm import GroupHandle
 
 KEEP = 2
 _STEP_FILE = re.compile(r"^step(\d{8})\.pt$")
+_LOADED = "loaded.json"
 
 
 def rank_dir(root: Path, rank: int) -> Path:
@@ -65,4 +72,21 @@ def load(root: Path, rank: int, step: int) -> dict[str, Any]:
     # Memory-mapped: the restore copies each tensor into the model and optimizer straight from the
     # page cache instead of reading the whole file into fresh buffers first (a 3 GiB checkpoint
     # loaded in 5.6-5.9 s instead of 17.8-22.3 s on a 2-core machine; the same bytes).
-    return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    write_json_atomic(rank_dir(root, rank) / _LOADED, {"file": path.name, "step": state.get("step")})
+    return state
+
+
+def clear_loaded(root: Path, rank: int) -> None:
+    """Forget what an earlier process of this rank loaded (its receipt)."""
+    (rank_dir(root, rank) / _LOADED).unlink(missing_ok=True)
+
+
+def loaded_step(root: Path, rank: int) -> Optional[int]:
+    """The step the checkpoint this rank loaded holds, by the checkpoint's own metadata (None:
+    it loaded none since :func:`clear_loaded`, or the checkpoint names no step)."""
+    path = rank_dir(root, rank) / _LOADED
+    if not path.is_file():
+        return None
+    step = read_json(path).get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else None

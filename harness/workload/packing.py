@@ -22,8 +22,9 @@ the same microbatch count (as the pipeline schedule and EP all-to-alls need).
   then (where no size fits the gap) by giving them a sequence split off a group that holds several
   (this microbatch's, else an earlier one's), so no DP x CP rank is idle.
 
-Sequences are padded to a multiple of ``2 * cp`` (``spec.layout.sequence_multiple``: load-balanced
-CP chunks); padding is masked out of the loss and the aux loss, so padding never changes the result.
+Sequences are padded to a multiple of ``2 * cp`` (``spec.layout.padded_length``: load-balanced
+CP chunks; ``compare.packing`` checks the capacities with the same rule); padding is masked out of
+the loss and the aux loss, so padding never changes the result.
 The case's layout (``Case.layout``) is trusted: preflight has checked it.
 """
 
@@ -35,14 +36,9 @@ from typing import Callable, Optional
 
 from harness.errors import ConfigError
 from harness.results import PackedGroup, PackedMicrobatch
-from harness.spec.layout import sequence_multiple
+from harness.spec.layout import padded_length
 from harness.spec.schema import Case
 from harness.workload.data import Sequence, step_sequences
-
-
-def padded_length(length: int, cp: int) -> int:
-    m = sequence_multiple(cp)
-    return -(-length // m) * m
 
 
 @dataclass(frozen=True)
@@ -92,7 +88,8 @@ class StepPlan:
     def packed(self) -> tuple[PackedMicrobatch, ...]:
         """What each microbatch holds, as the step record keeps it (``StepRecord.packed``)."""
         return tuple(PackedMicrobatch(tuple(PackedGroup(g.size, tuple(s.index for s in g.sequences),
-                                                        g.tokens) for g in mb.groups))
+                                                        g.tokens, tuple(s.length for s in g.sequences))
+                                            for g in mb.groups))
                      for mb in self.microbatches)
 
 

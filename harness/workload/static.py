@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.workload.packing import padded_length
+from harness.spec.layout import padded_length
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 import json
 
 from harness.cli import main
+from harness.environment import cpu_name
 from harness.golden import golden_file
 
 
@@ -24,7 +25,8 @@ def test_repeats_record_the_spread_and_the_bounds(write_case, tmp_path, capsys):
     assert doc["lm loss"]["max"] == doc["lm loss"]["values"] and doc["lm loss"]["cv"] == 0
     assert doc["iteration-time"]["rtol"] >= 1e-3 and "rtol" not in doc["lm loss"]
     env = doc["lm loss"]["environment"]
-    assert env["torch"].startswith("2.") and env["cuda"] is None and env["device_name"] is None
+    assert env["torch"].startswith("2.") and env["cuda"] is None
+    assert env["device_name"] == cpu_name()  # the CPU: bitwise holds on the one it ran on
     # The sweep's reports ignore the repeats folder, and it judges against the new file.
     assert main(["run", str(case), "--out", str(out)]) == 0
     assert "golden-repeats" not in (out / "summary.md").read_text()

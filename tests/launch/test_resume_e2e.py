@@ -26,6 +26,9 @@ def test_an_interrupted_arm_resumes_bitwise(write_case, tmp_path):
     assert "bitwise equal over 2 steps" in checks["loss"]["detail"]
     resumed = read_steps(out / "res" / "eager-resumed")[0]
     assert [r.resumed_from for r in resumed] == [None, None, 2, 2]
+    # and, by the checkpoint's own metadata, the checkpoint it loaded holds step 2
+    assert [r.checkpoint_step for r in resumed] == [None, None, 2, 2]
+    assert checks["loaded_checkpoint"]["passed"]
     # each process recorded its environment once: the first leg on step 1, the second on step 3
     assert [r.environment is not None for r in resumed] == [True, False, True, False]
     log = (out / "res" / "eager-resumed" / "log.txt").read_text()

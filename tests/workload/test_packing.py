@@ -155,3 +155,34 @@ def test_static_shapes_cap_sequences_per_group_and_count_padded_tokens():
                     assert len(g.sequences) <= 2
                     assert sum(padded_length(s.length, g.size) for s in g.sequences) <= \
                         g.size * case.layout.tokens_per_rank
+
+
+def test_the_packing_check_counts_capacity_as_the_packer_does():
+    """What the packer records (each group's sequence lengths) passes ``compare.packing_check``,
+    which pads them with the packer's own rule (``spec.layout.padded_length``), on dynamic CP,
+    fixed CP and static shapes alike: one padding rule for both."""
+    from harness.compare import packing_check, packing_rule
+    from harness.results import StepRecord
+    from harness.spec.schema import GraphSpec
+
+    def static(case):
+        train = case.train.model_copy(update={"max_seqs_per_microbatch": 4})
+        return case.model_copy(update={"graphs": GraphSpec(), "train": train})
+
+    lognormal = {"lengths": {"distribution": "lognormal", "min": 3, "max": 64}}
+    dyn = make_case(world=2, parallel={"dynamic_cp": [1, 2]}, data=lognormal,
+                    train={"global_batch": 16, "seq_length": 64, "max_seqlen_per_rank": 32})
+    fixed = make_case(world=2, parallel={"cp": 2}, data=lognormal,
+                      train={"global_batch": 16, "seq_length": 64})
+    for case in (dyn, fixed, static(dyn), static(fixed)):
+        plans = [plan_step(case, step) for step in range(1, 7)]
+        for p in plans:
+            for mb, packed in zip(p.microbatches, p.packed()):
+                for g, rec in zip(mb.groups, packed.groups):
+                    assert rec.lengths == tuple(s.length for s in g.sequences)
+        records = {0: [StepRecord(step=p.step, loss=1.0, grad_norm=1.0, packed=p.packed(),
+                                  microbatches=len(p.microbatches), tokens=p.total_tokens)
+                       for p in plans]}
+        check = packing_check(case.arm, records, packing_rule(case))
+        assert check.passed, check.detail
+        assert ("padded" if case.layout.dynamic or case.static_shapes else "real") in check.detail

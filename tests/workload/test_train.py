@@ -14,7 +14,7 @@ KEYS = {
     "step", "loss", "aux_loss", "grad_norm", "nan", "skipped", "tokens", "microbatches", "cp_sizes",
     "lr", "step_time_s", "device", "platform", "allocated_bytes", "reserved_bytes", "active_bytes",
     "max_allocated_bytes", "graphed", "memory_probe", "graph_stats", "replays", "packed",
-    "environment", "resumed_from",
+    "environment", "resumed_from", "checkpoint_step",
 }
 
 
@@ -45,6 +45,7 @@ def test_records_have_the_documented_keys():
         assert len(r["packed"]) == r["microbatches"]
         groups = [g for mb in r["packed"] for g in mb["groups"]]
         assert sum(g["tokens"] for g in groups) == r["tokens"]
+        assert all(sum(g["lengths"]) == g["tokens"] for g in groups)  # each sequence's length
         assert sorted(i for g in groups for i in g["sequences"]) == list(range(8))  # global batch
         assert 0.9 < r["aux_loss"] < 2.0  # ~1 for a balanced router
 

@@ -1,7 +1,9 @@
 """``golden``: one arm against its committed golden values (``compare.golden``;
 ``harness.golden`` keeps the files, Megatron-LM's layout).
 
-LM loss, aux loss and grad norm of the lowest rank per step under the case's bounds; step time
+LM loss, aux loss and grad norm of the lowest rank per step under the case's bounds (left out:
+bitwise for a deterministic fp32 arm on CPU in the environment the file was recorded in,
+``harness.golden.loss_bound``); step time
 (the median over a steady window, :mod:`.golden_perf`) and memory (allocated, max allocated,
 reserved per step, graph pool, device used after ``empty_cache``; largest over ranks; not
 applicable without CUDA figures) two-sided, against the sweep plan's copy of the golden file of
@@ -12,17 +14,21 @@ GoldenError: an error, never a pass."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from pydantic import Field
 
+from harness.environment import differences
 from harness.golden import (
     Golden,
     GoldenCopy,
     covered,
+    environment_of,
     golden_file,
     golden_key,
+    loss_bound,
     metric_series,
     platform_of,
     resolve_environment,
@@ -40,12 +46,15 @@ class GoldenPairParams(GoldenContract):
     """A golden pair's settings: the case's ``compare.golden`` plus what the planner resolved
     when the sweep was written: the case id, the golden folder (absolute), the case's step count
     and a copy of every golden file of the case there (key -> :class:`GoldenCopy`). Judging
-    reads only these, so it gives the same answer from any directory or machine."""
+    reads only these, so it gives the same answer from any directory or machine.
+    ``deterministic_fp32``: the arm trains deterministically in fp32 (``train.deterministic``,
+    ``train.dtype``), so on CPU it repeats bitwise."""
 
     case_id: str
     golden_dir: str
     steps: int = Field(ge=1)
     files: dict[str, GoldenCopy] = {}
+    deterministic_fp32: bool = False
 
 
 class GoldenMissing(ContractSkipped):
@@ -80,11 +89,34 @@ class GoldenMissing(ContractSkipped):
                 "and commit the file")
 
 
+def _not_bitwise(deterministic_fp32: bool, platform: str, golden: Golden, steps: Steps,
+                 refresh: str) -> Optional[str]:
+    """Why the arm need not repeat ``golden``'s loss values bitwise (None: it must): only a
+    deterministic fp32 run on CPU in the environment the file was recorded in (the same torch,
+    CPU and thread settings: CPU kernels round differently on other CPUs) repeats them."""
+    if platform != "cpu" or not deterministic_fp32:
+        return "not a deterministic fp32 run on CPU"
+    run = environment_of(steps)
+    if golden.environment is None or run is None:
+        return (f"{'the golden file' if golden.environment is None else 'the run'} names no "
+                f"environment, so whether the run repeats it bitwise is not known ({refresh} "
+                "here records one that does)")
+    changed = differences(golden.environment, run)
+    if changed:
+        return (f"recorded in another environment ({', '.join(changed)}): fp32 kernels round "
+                f"differently there ({refresh} here for a bitwise bound)")
+    return None
+
+
 def _golden_check(name: str, metric: str, run: Mapping[int, float], golden: Golden,
-                  bound: LossBound, arm: str, steps: int) -> Check:
-    """``metric`` of the arm against the golden series under ``bound``."""
+                  declared: Optional[LossBound], why_not: Optional[str], arm: str,
+                  steps: int) -> Check:
+    """``metric`` of the arm against the golden series under the case's bound ``declared``, else
+    the one :func:`harness.golden.loss_bound` gives (``why_not``: :func:`_not_bitwise`)."""
     want = covered(golden, metric, run, arm, steps)
-    return compare_series(name, dict(run), dict(want), bound, (arm, f"golden {golden.path.name}"))
+    bound, source = loss_bound(golden, metric, declared, f"compare.golden.{name}", why_not)
+    check = compare_series(name, dict(run), dict(want), bound, (arm, f"golden {golden.path.name}"))
+    return replace(check, detail=f"{check.detail} (bound: {source})")
 
 
 @contract("golden", GoldenPairParams)
@@ -107,12 +139,14 @@ def golden(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
                             golden_file(p.golden_dir, p.case_id, platform, environment),
                             sorted(p.files), p.required, environment)
     values = copy.golden()
-    checks = [_golden_check(name, metric, metric_series(steps, metric), values, bound, arm, p.steps)
+    refresh = (f"`dcp-harness golden record {SWEEP_MARK} --case {p.case_id} --platform {platform} "
+               f"--repeats {max(3, max(values.repeats.values(), default=1))}`")
+    why_not = _not_bitwise(p.deterministic_fp32, platform, values, steps, refresh)
+    checks = [_golden_check(name, metric, metric_series(steps, metric), values, bound, why_not,
+                            arm, p.steps)
               for name, metric, bound in (("loss", "lm loss", p.loss),
                                           ("aux_loss", "aux loss", p.aux_loss),
                                           ("grad_norm", "grad norm", p.grad_norm))]
-    refresh = (f"`dcp-harness golden record {SWEEP_MARK} --case {p.case_id} --platform {platform} "
-               f"--repeats {max(3, max(values.repeats.values(), default=1))}`")
     checks.append(step_time_check(p, arm, steps, values, refresh))
     checks.extend(memory_checks(p, arm, steps, values, refresh))
     return tuple(checks)

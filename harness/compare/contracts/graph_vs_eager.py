@@ -2,8 +2,9 @@
 step (aux loss and grad norm default to the loss bound), and what the graphed arm replayed:
 ``capture`` (the core's capture line per rank, a figure) and ``variants_replayed`` (the CP
 variants a rank captured but never replayed over its graphed steps, bound 0: a comparison over
-steps that never replayed a variant says nothing about it), with the replays per (CP size,
-physical slot) frame (``StepRecord.replays``) in the detail."""
+steps that never replayed a variant says nothing about it; a graph arm that never captured
+fails it), with the replays per (CP size, physical slot) frame (``StepRecord.replays``) in the
+detail."""
 
 from __future__ import annotations
 
@@ -36,9 +37,11 @@ def frames_text(frames: Mapping[tuple[int, int], int]) -> str:
 
 def _replays(graph: Steps, rank_name: Callable[[int], str]) -> tuple[Check, Check]:
     stats = graph_stats(graph)
-    if not stats:
+    if not stats:  # a graph arm captures after its warmup steps (preflight: warmup < steps)
         why = "the graph arm recorded no capture statistics"
-        return Check.not_applicable("capture", why), Check.not_applicable("variants_replayed", why)
+        return (Check.not_applicable("capture", why),
+                Check("variants_replayed", None, 0.0, False,
+                      f"{why}: it never captured its graphs, so no step replayed a variant"))
     frames = frame_replays(graph)
     capture = "; ".join(f"{rank_name(r)}: {st.summary}" for r, st in sorted(stats.items()))
     worst, parts = 0, []
@@ -48,7 +51,7 @@ def _replays(graph: Steps, rank_name: Callable[[int], str]) -> tuple[Check, Chec
         worst = max(worst, missing)
         parts.append(f"{rank_name(r)} replayed CP sizes {sizes} of {st.variants} "
                      f"captured variant(s); forward replays per frame: {frames_text(frames.get(r, {}))}")
-    return (Check("capture", None, None, True, capture),
+    return (Check.figure_of("capture", None, capture),
             Check("variants_replayed", float(worst), 0.0, worst == 0, "; ".join(parts)))
 
 

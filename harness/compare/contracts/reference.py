@@ -24,6 +24,7 @@ from typing import Callable, Mapping, Optional, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.results import PackedMicrobatch
+from harness.spec.layout import padded_length, sequence_multiple
 from harness.spec.schema import LossBound, ReferenceContract
 from harness.textfmt import collapse_runs
 
@@ -49,13 +50,19 @@ class StaticBins(BaseModel):
     max_seqs: Optional[int] = Field(default=None, ge=1)
 
     def breaks(self, mb: PackedMicrobatch) -> Optional[str]:
-        """Why the single rank's microbatch ``mb`` may not fit one of these bins (None: it fits)."""
+        """Why the single rank's microbatch ``mb`` does not fit one of these bins (None: it
+        fits), its sequences padded as the packer pads them (``spec.layout.padded_length``;
+        records without the lengths: at most a multiple less one per sequence)."""
         seqs = len(mb.sequences)
         if self.max_seqs is not None and seqs > self.max_seqs:
             return f"{seqs} sequences, above max_seqs_per_microbatch {self.max_seqs}"
-        pad = 2 * self.cp - 1 if self.cp > 1 else 0
-        if mb.tokens + pad * seqs > self.seq_length:
-            return (f"{mb.tokens} tokens + up to {pad * seqs} of CP{self.cp} padding, above "
+        lengths = [n for g in mb.groups for n in g.lengths]
+        if len(lengths) == seqs:
+            padded, how = sum(padded_length(n, self.cp) for n in lengths), ""
+        else:
+            padded, how = mb.tokens + (sequence_multiple(self.cp) - 1) * seqs, "up to "
+        if padded > self.seq_length:
+            return (f"{mb.tokens} tokens, {how}{padded} padded for CP{self.cp}, above "
                     f"seq_length {self.seq_length}")
         return None
 
