@@ -149,6 +149,9 @@ def _same_number(a: Optional[float], b: Optional[float]) -> bool:
 
 
 def _check_difference(stored: Check, derived: Check) -> Optional[str]:
+    if stored.figure != derived.figure:
+        return (f"check {stored.name} says it is {'a figure' if stored.figure else 'a check'}, the "
+                f"records make it {'a figure' if derived.figure else 'a check'}")
     if stored.passed != derived.passed or stored.applicable != derived.applicable:
         said = "passed" if stored.passed else "failed"
         shows = "passes" if derived.passed else "fails"

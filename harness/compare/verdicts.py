@@ -128,7 +128,8 @@ class PairVerdict:
 
     @property
     def checks_passed(self) -> int:
-        return sum(1 for c in self.checks if c.passed)
+        """Checks that passed (figures are not checks: :meth:`Check.figure_of`)."""
+        return sum(1 for c in self.checks if c.passed and not c.figure)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -29,9 +29,13 @@ def fmt_s(x: Optional[float]) -> str:
 
 
 def checks_cell(p: PairVerdict) -> str:
-    na = sum(1 for c in p.checks if not c.applicable)
-    text = f"{p.checks_passed}/{len(p.checks)}"
-    return f"{text} ({na} n/a)" if na else text
+    """``passed/checks`` with the n/a checks and the figures (reported, not checks) said apart."""
+    checks = [c for c in p.checks if not c.figure]
+    na = sum(1 for c in checks if not c.applicable)
+    figures = len(p.checks) - len(checks)
+    notes = [f"{na} n/a"] * bool(na) + [f"{figures} figure{'s' * (figures != 1)}"] * bool(figures)
+    text = f"{p.checks_passed}/{len(checks)}"
+    return f"{text} ({', '.join(notes)})" if notes else text
 
 
 def pair_arms(case: CaseView, p: PairVerdict) -> list[Optional[ArmView]]:
@@ -84,6 +88,8 @@ def check_line(c: Check) -> str:
     state = "passed" if c.passed else "FAILED"
     if not c.applicable:
         state = "n/a"
+    if c.figure:
+        state = "figure"
     return f"{c.name}: {state} (value {value}, bound{'s' if c.lower is not None else ''} {bound}): {c.detail}"
 
 
