@@ -153,6 +153,8 @@ def arm_command(plan: CasePlan, arm: PlannedArm, arm_dir: Path, place: Rendezvou
     problem = None
     if missing:
         problem = f"command.secret_env {', '.join(missing)} not set in the harness's environment"
+    elif not cwd.is_dir():
+        problem = f"command.cwd: no folder {cwd} (relative to the case file's folder)"
     elif find_program(argv[0], cwd, {**os.environ, **env}.get("PATH")) is None:
         problem = f"command not found: {argv[0]} (run from {cwd})"
     path = fill(source_path(command.metrics), {**values, "rank": "{rank}"})

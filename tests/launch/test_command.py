@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from harness.arms import plan_case
-from harness.launch.command import (REPRO_ROOT, Rendezvous, arm_command, rendezvous_env,
-                                    repro_line)
+from harness.launch.command import (REPRO_ROOT, Rendezvous, arm_command, command_cwd,
+                                    rendezvous_env, repro_line)
 from harness.spec import load_cases
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,6 +74,13 @@ def test_a_secret_is_passed_but_only_its_name_is_shown(tmp_path, monkeypatch):
     assert cmd.problem == "command.secret_env CMD_UNIT_TOKEN not set in the harness's environment"
 
 
+def test_a_missing_working_folder_is_the_arms_problem(tmp_path):
+    plan = plan_of(tmp_path, "nocwd", cwd="../no-such-folder")
+    cmd = arm_command(plan, plan.arm("eager"), tmp_path / "eager", Rendezvous(), device={})
+    assert cmd.problem == (f"command.cwd: no folder {(tmp_path / '../no-such-folder').resolve()} "
+                           "(relative to the case file's folder)")
+
+
 def test_the_repro_line_of_a_two_rank_arm_runs_it_on_its_own(tmp_path, repro_name):
     plan = plan_of(tmp_path, repro_name, argv=[
         "python", str(TRAINER), "--train-iters", "{steps}", "--tensorboard-dir",
@@ -100,3 +107,19 @@ def test_the_repro_line_of_a_launcher_arm_runs_it_on_its_own(tmp_path, repro_nam
     done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count(" lm loss: ") == 4
+
+
+def test_the_megatron_case_runs_pretrain_gpt_eager_its_repeat_and_local_graphs(tmp_path):
+    (case,) = load_cases([REPO / "cases" / "megatron" / "pretrain-gpt-tiny.yaml"])
+    plan = plan_case(case)
+    assert plan.arm_names == ("eager", "eager-repeat", "graph") and plan.needs_cuda
+    argv = {name: arm_command(plan, plan.arm(name), tmp_path, Rendezvous(), device={}).argv
+            for name in plan.arm_names}  # one folder: the arguments alone differ
+    assert argv["graph"] == argv["eager"] + ("--cuda-graph-impl", "local")
+    assert argv["eager"] == argv["eager-repeat"]
+    args = dict(zip(argv["eager"], argv["eager"][1:]))
+    assert (args["--train-iters"], args["--seed"], args["--transformer-impl"]) == ("20", "1234",
+                                                                                   "local")
+    assert args["--tensorboard-dir"] == str((tmp_path / "tensorboard").resolve())
+    assert "--deterministic-mode" in argv["eager"] and "--mock-data" in argv["eager"]
+    assert command_cwd(plan, case.command) == REPO / ".megatron"
