@@ -1,22 +1,30 @@
 """Run one arm of a command case (``command:``): the case's training command in place of the
-built-in workload, then its metrics read into ``<arm>/rank<k>.jsonl``.
+built-in workload, then its metrics read into ``<arm>/rank<k>.jsonl``. The local launcher
+(:func:`run_command_arm`) and a Slurm job (``slurm_job``, each task its own rank or node) share
+what is here: the arm's command (:func:`arm_command`), its rendezvous variables
+(:func:`rendezvous_env`), its repro line (:func:`repro_line`), the metrics clean-up before the
+start (:func:`prepare_metrics`) and the conversion after it (:func:`record_metrics`).
 
 The arm's argument vector is ``command.argv`` plus its role's arguments, placeholders filled
 (``harness.spec.command``); it starts in ``command.cwd`` (relative to the case file's folder).
-``ranks: per_rank`` starts one process per rank with RANK / LOCAL_RANK / WORLD_SIZE / MASTER_ADDR /
-MASTER_PORT set (``local.run_ranks``, the same process handling as the built-in ranks: output to
-``log.txt`` prefixed ``[rank k]``, time limit, stacks, clean-up); ``ranks: launcher`` starts one
-process per node (a launcher such as torchrun) with NNODES / NODE_RANK / NPROC_PER_NODE and
-MASTER_ADDR / MASTER_PORT set. ``command.env`` is added to the environment and ``secret_env``
-is passed from the harness's own environment: its values are never written (not in the log,
-the repro line, ``case.json`` or ``plan.json``, which hold only the names). The command also sees
+``ranks: per_rank`` starts one process per rank with RANK / LOCAL_RANK / WORLD_SIZE /
+LOCAL_WORLD_SIZE / MASTER_ADDR / MASTER_PORT set (``local.run_ranks``, the same process handling
+as the built-in ranks: output to ``log.txt`` prefixed ``[rank k]``, time limit, clean-up);
+``ranks: launcher`` starts one process per node (a launcher such as torchrun) with NNODES /
+NODE_RANK / NPROC_PER_NODE / MASTER_ADDR / MASTER_PORT set, and the same as ``PET_*``, which
+torchrun reads for ``--nnodes``, ``--node-rank``, ``--nproc-per-node``, ``--master-addr`` and
+``--master-port`` (its arguments may also name ``{master_port}`` ...: the port is fixed before
+the start). ``command.env`` is added to the environment and ``secret_env`` is passed from the
+harness's own environment: its values are never written (the names only, in ``case.json`` and
+``plan.json``), and a value the command prints is ``***`` in the log. The command also sees
 ``DCP_HARNESS_METRICS_DIR`` (``<arm>/metrics``, where ``harness.metrics.StepRecorder`` writes).
 
-Once the ranks exit 0 the metrics source is read (``harness.metrics.read_source``) and each
+Once every process exited 0 the metrics source is read (``harness.metrics.read_source``) and each
 rank's records are written to ``rank<k>.jsonl``. A command that is not found, exits non-zero,
 writes no metrics or metrics that cannot be read fails the arm with the reason naming the arm;
 fewer steps than planned or NaN are the arm checks' FAIL (``steps_complete``, ``no_nan_inf``).
-The repro line is the command itself.
+The repro line is the command itself, every rank of it, with the variables the harness set
+(rendezvous on 127.0.0.1:29500, ``{arm_dir}`` in ``/tmp/dcp-repro``).
 """
 
 from __future__ import annotations
@@ -24,12 +32,14 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
 from harness.caseplan import CasePlan, PlannedArm
 from harness.golden import platform_key
 from harness.launch.local import RankCommand, device_env, run_ranks
+from harness.launch.ports import pick_free_port
 from harness.metrics import (METRICS_DIR_ENV, MetricsError, read_source, source_path,
                              stale_files)
 from harness.results import LOG_FILE, ArmOutcome, StepWriter
@@ -37,19 +47,73 @@ from harness.spec.command import FIXED_CP_ROLES, arm_argv, fill
 from harness.spec.schema import CommandSpec, MetricsSource, RankStart
 
 METRICS_DIR = "metrics"
+REPRO_ROOT = Path("/tmp/dcp-repro")
+REPRO_PORT = 29500  # torchrun's default
 
 
-def placeholder_values(plan: CasePlan, arm: PlannedArm, arm_dir: Path) -> dict[str, object]:
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where one process of an arm meets the others: the first node's address and a port, and
+    which process it is (``ranks: per_rank``: its rank and its rank on the node; ``launcher``:
+    its node)."""
+
+    master_addr: str = "127.0.0.1"
+    master_port: int = REPRO_PORT
+    index: int = 0
+    local_index: int = 0
+
+
+@dataclass(frozen=True)
+class ArmCommand:
+    """One arm's command, ready to start: ``env`` is what the harness adds to the environment
+    (secret values included), ``secrets`` the values printed as ``***``, ``metrics_path`` the
+    source's path (placeholders filled, ``{rank}`` kept), ``problem`` why it cannot start."""
+
+    argv: tuple[str, ...]
+    cwd: Path
+    env: Mapping[str, str]
+    secrets: tuple[str, ...]
+    metrics_path: str
+    problem: Optional[str]
+
+
+def launcher_mode(plan: CasePlan) -> bool:
+    """One process per node (a launcher) rather than one per rank."""
+    assert plan.case.command is not None
+    return plan.case.command.ranks is RankStart.LAUNCHER
+
+
+def starters(plan: CasePlan, arm: PlannedArm) -> int:
+    """The processes the harness starts for ``arm``: one per rank, or one per node."""
+    return arm.case.resources.nodes if launcher_mode(plan) else arm.world_size
+
+
+def placeholder_values(plan: CasePlan, arm: PlannedArm, arm_dir: Path,
+                       place: Rendezvous = Rendezvous()) -> dict[str, object]:
     """What the placeholders of ``harness.spec.command.PLACEHOLDERS`` stand for in this arm."""
     case = arm.case
     values: dict[str, object] = {
         "arm_dir": Path(arm_dir).resolve(), "steps": case.train.steps,
         "world_size": arm.world_size, "seed": case.train.seed,
         "case_dir": Path(plan.source).parent, "nnodes": case.resources.nodes,
-        "nproc_per_node": case.resources.gpus_per_node}
+        "nproc_per_node": case.resources.gpus_per_node, "master_addr": place.master_addr,
+        "master_port": place.master_port, "node_rank": place.index}
     if arm.kind in FIXED_CP_ROLES:
         values["fixed_cp"] = case.layout.max_cp
     return values
+
+
+def rendezvous_env(plan: CasePlan, arm: PlannedArm, place: Rendezvous) -> dict[str, str]:
+    """The variables the harness sets for the process of ``arm`` at ``place`` (module doc)."""
+    res = arm.case.resources
+    common = {"MASTER_ADDR": place.master_addr, "MASTER_PORT": str(place.master_port)}
+    if launcher_mode(plan):
+        env = {"NNODES": str(res.nodes), "NODE_RANK": str(place.index),
+               "NPROC_PER_NODE": str(res.gpus_per_node), **common}
+        return {**env, **{f"PET_{k}": v for k, v in env.items()}}
+    return {"RANK": str(place.index), "LOCAL_RANK": str(place.local_index),
+            "WORLD_SIZE": str(arm.world_size), "LOCAL_WORLD_SIZE": str(res.gpus_per_node),
+            **common}
 
 
 def command_cwd(plan: CasePlan, command: CommandSpec) -> Path:
@@ -66,13 +130,75 @@ def find_program(program: str, cwd: Path, path: Optional[str]) -> Optional[str]:
     return shutil.which(program, path=path)
 
 
-def repro_line(cwd: Path, env: Mapping[str, str], argv: list[str]) -> str:
-    """The command itself, as one shell line (secret variables left to the caller's shell)."""
-    assigns = [f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
-    return f"cd {shlex.quote(str(cwd))} && " + " ".join(assigns + [shlex.join(argv)])
+def _shown_env(command: CommandSpec, values: Mapping[str, object],
+               arm_dir: Path) -> dict[str, str]:
+    """The environment the case adds (no secrets), with the record API's folder."""
+    shown = {k: fill(v, values) for k, v in command.env.items()}
+    shown[METRICS_DIR_ENV] = str(Path(arm_dir).resolve() / METRICS_DIR)
+    return shown
 
 
-def _log(arm_dir: Path, line: str) -> None:
+def arm_command(plan: CasePlan, arm: PlannedArm, arm_dir: Path, place: Rendezvous,
+                device: Mapping[str, str]) -> ArmCommand:
+    """The command of ``arm`` writing into ``arm_dir``, its launcher's rendezvous at ``place``;
+    ``device`` is added to the environment (``CUDA_VISIBLE_DEVICES`` for CPU ranks)."""
+    command = plan.case.command
+    assert command is not None
+    values = placeholder_values(plan, arm, arm_dir, place)
+    argv = arm_argv(command, arm.kind, arm.repeat, values)
+    cwd = command_cwd(plan, command)
+    secrets = {k: os.environ[k] for k in command.secret_env if k in os.environ}
+    env = {**device, **_shown_env(command, values, arm_dir), **secrets}
+    missing = [k for k in command.secret_env if k not in os.environ]
+    problem = None
+    if missing:
+        problem = f"command.secret_env {', '.join(missing)} not set in the harness's environment"
+    elif not cwd.is_dir():
+        problem = f"command.cwd: no folder {cwd} (relative to the case file's folder)"
+    elif find_program(argv[0], cwd, {**os.environ, **env}.get("PATH")) is None:
+        problem = f"command not found: {argv[0]} (run from {cwd})"
+    path = fill(source_path(command.metrics), {**values, "rank": "{rank}"})
+    return ArmCommand(argv=tuple(argv), cwd=cwd, env=env,
+                      secrets=tuple(v for v in secrets.values() if v), metrics_path=path,
+                      problem=problem)
+
+
+def repro_line(plan: CasePlan, arm: PlannedArm) -> str:
+    """One shell line that runs the arm's command on its own, every process of it on this
+    machine with the variables the harness sets (secret ones left to the caller's shell), into
+    a fresh folder."""
+    command = plan.case.command
+    assert command is not None
+    arm_dir = REPRO_ROOT / plan.case_id / arm.name
+    values = placeholder_values(plan, arm, arm_dir)
+    run = shlex.join(arm_argv(command, arm.kind, arm.repeat, values))
+    count = starters(plan, arm)
+    env = {**rendezvous_env(plan, arm, Rendezvous()), **_shown_env(command, values, arm_dir)}
+    if not launcher_mode(plan):
+        env["LOCAL_WORLD_SIZE"] = str(count)  # every rank on this machine
+    per_process = ("NODE_RANK", "PET_NODE_RANK") if launcher_mode(plan) else ("RANK", "LOCAL_RANK")
+    head = (f"mkdir -p {shlex.quote(str(arm_dir / METRICS_DIR))} && "
+            f"cd {shlex.quote(str(command_cwd(plan, command)))} && ")
+    if count == 1:
+        return head + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + f" {run}"
+    assigns = " ".join(f"{k}={'$k' if k in per_process else shlex.quote(v)}"
+                       for k, v in env.items())
+    return head + f"for k in {' '.join(map(str, range(count)))}; do {assigns} {run} & done; wait"
+
+
+def prepare_metrics(plan: CasePlan, arm: PlannedArm, arm_dir: Path, path: str) -> int:
+    """Before the command starts: remove what an earlier run left in its metrics source, make
+    the record API's folder; where this run's lines begin in ``log.txt``."""
+    spec = plan.case.command.metrics  # type: ignore[union-attr]
+    for stale in stale_files(spec, arm_dir, path, arm.ranks):
+        stale.unlink()
+    (Path(arm_dir) / METRICS_DIR).mkdir(parents=True, exist_ok=True)
+    log = Path(arm_dir) / LOG_FILE
+    return log.stat().st_size if log.exists() else 0
+
+
+def log_line(arm_dir: Path, line: str) -> None:
+    """One ``[launcher]`` line in the arm's log."""
     with open(Path(arm_dir) / LOG_FILE, "a", encoding="utf-8") as log:
         log.write(f"[launcher] {line}\n")
 
@@ -85,68 +211,47 @@ def _platform(on_cuda: bool) -> str:
     return platform_key(torch.cuda.get_device_name(0))
 
 
-def _environment(command: CommandSpec, values: Mapping[str, object], arm_dir: Path,
-                 device: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str], list[str]]:
-    """(the environment added, its shown part, secret names missing from the harness's own)."""
-    shown = {k: fill(v, values) for k, v in command.env.items()}
-    shown[METRICS_DIR_ENV] = str(Path(arm_dir).resolve() / METRICS_DIR)
-    missing = [k for k in command.secret_env if k not in os.environ]
-    secrets = {k: os.environ[k] for k in command.secret_env if k in os.environ}
-    return {**device, **shown, **secrets}, shown, missing
-
-
 def run_command_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, timeout_s: float, gpus: int,
                     *, stack_wait_s: float = 3.0, kill_grace_s: float = 5.0) -> ArmOutcome:
     """Run arm ``arm`` of command case ``plan`` here and record its metrics (module doc); never
     raises for a failing arm."""
-    command = plan.case.command
-    assert command is not None
     arm_dir = Path(arm_dir)
     arm_dir.mkdir(parents=True, exist_ok=True)
-    values = placeholder_values(plan, arm, arm_dir)
-    argv = arm_argv(command, arm.kind, arm.repeat, values)
-    cwd = command_cwd(plan, command)
     device, where = device_env(arm.world_size, gpus, plan.largest_arm.world_size)
-    env, shown, missing = _environment(command, values, arm_dir, device)
-    repro = repro_line(cwd, shown, argv)
-    if missing:
-        return _failed(arm, arm_dir, f"command.secret_env {', '.join(missing)} not set in the "
-                                     "harness's environment", repro)
-    program = find_program(argv[0], cwd, {**os.environ, **env}.get("PATH"))
-    if program is None:
-        return _failed(arm, arm_dir, f"command not found: {argv[0]} (run from {cwd})", repro)
-    spec = command.metrics
-    path = fill(source_path(spec), {**values, "rank": "{rank}"})
-    for stale in stale_files(spec, arm_dir, path, arm.ranks):
-        stale.unlink()
-    (arm_dir / METRICS_DIR).mkdir(exist_ok=True)
-    log_start = (arm_dir / LOG_FILE).stat().st_size if (arm_dir / LOG_FILE).exists() else 0
-    per_rank = command.ranks is RankStart.PER_RANK
-    _log(arm_dir, f"case {plan.case_id} arm {arm.name}: command case, {where}; "
-                  f"{'one process per rank' if per_rank else 'one launcher per node'}")
-    if not per_rank:
-        env.update(NNODES=str(values["nnodes"]), NODE_RANK="0",
-                   NPROC_PER_NODE=str(values["nproc_per_node"]))
-    outcome = run_ranks(RankCommand(argv=tuple(argv), world_size=arm.world_size if per_rank else 1,
-                                    arm_dir=arm_dir, timeout_s=timeout_s, env=env, repro=repro,
-                                    cwd=cwd),
-                        stack_wait_s=stack_wait_s, kill_grace_s=kill_grace_s)
+    launcher = launcher_mode(plan)
+    # A launcher's port is fixed before the start (its arguments may name it); per-rank
+    # processes get theirs from run_ranks, which tries another when it is taken.
+    place = Rendezvous(master_port=pick_free_port()) if launcher else Rendezvous()
+    cmd = arm_command(plan, arm, arm_dir, place, device)
+    repro = repro_line(plan, arm)
+    if cmd.problem:
+        return failed_outcome(arm, arm_dir, cmd.problem, repro)
+    log_start = prepare_metrics(plan, arm, arm_dir, cmd.metrics_path)
+    log_line(arm_dir, f"case {plan.case_id} arm {arm.name}: command case, {where}; "
+                      f"{'one launcher per node' if launcher else 'one process per rank'}")
+    outcome = run_ranks(RankCommand(
+        argv=cmd.argv, world_size=starters(plan, arm), arm_dir=arm_dir, timeout_s=timeout_s,
+        env=cmd.env, repro=repro, cwd=cmd.cwd, redact=cmd.secrets,
+        rendezvous=rendezvous_env(plan, arm, place) if launcher else {}),
+        stack_wait_s=stack_wait_s, kill_grace_s=kill_grace_s)
     if not outcome.ok:
         return outcome
-    return _record(plan, arm, arm_dir, outcome, path, log_start, on_cuda=not device)
+    return record_metrics(plan, arm, arm_dir, outcome, cmd.metrics_path, log_start,
+                          on_cuda=not device)
 
 
-def _record(plan: CasePlan, arm: PlannedArm, arm_dir: Path, outcome: ArmOutcome, path: str,
-            log_start: int, on_cuda: bool) -> ArmOutcome:
-    """The command's metrics into ``rank<k>.jsonl``; the outcome says how many steps it wrote."""
+def record_metrics(plan: CasePlan, arm: PlannedArm, arm_dir: Path, outcome: ArmOutcome,
+                   path: str, log_start: int, on_cuda: bool) -> ArmOutcome:
+    """The command's metrics (every process of it ended well: ``outcome``) into
+    ``rank<k>.jsonl``; the arm's outcome says how many steps it wrote, or why it failed."""
     spec = plan.case.command.metrics  # type: ignore[union-attr]
     try:
         records = read_source(spec, arm_dir, arm.ranks, _platform(on_cuda), path=path,
                               log_start=log_start if spec.source is MetricsSource.MEGATRON_LOG
                               else 0)
     except MetricsError as exc:
-        return _failed(arm, arm_dir, f"its metrics ({spec.source}) cannot be read: {exc}",
-                       outcome.repro, outcome)
+        return failed_outcome(arm, arm_dir, f"its metrics ({spec.source}) cannot be read: {exc}",
+                              outcome.repro, outcome)
     for rank, recs in records.items():
         writer = StepWriter(arm_dir, rank, resume=False)
         for rec in recs:
@@ -154,17 +259,19 @@ def _record(plan: CasePlan, arm: PlannedArm, arm_dir: Path, outcome: ArmOutcome,
     steps = {rank: len(recs) for rank, recs in records.items()}
     fewest = min(steps.values(), default=0)
     if fewest == 0:
-        return _failed(arm, arm_dir, f"the command wrote no step to its metrics ({spec.source}, "
-                                     f"{path})", outcome.repro, outcome)
+        return failed_outcome(arm, arm_dir, f"the command wrote no step to its metrics "
+                                            f"({spec.source}, {path})", outcome.repro, outcome)
     note = f"the command wrote {fewest} of {arm.case.train.steps} planned steps"
-    _log(arm_dir, f"case {plan.case_id} arm {arm.name}: {note} ({spec.source}, {path})")
+    log_line(arm_dir, f"case {plan.case_id} arm {arm.name}: {note} ({spec.source}, {path})")
+    detail = f"{note}; {outcome.detail}" if outcome.detail else note
     return ArmOutcome(status="ok", returncode=0, wall_s=outcome.wall_s, repro=outcome.repro,
-                      restarts=outcome.restarts, detail=note)
+                      restarts=outcome.restarts, detail=detail)
 
 
-def _failed(arm: PlannedArm, arm_dir: Path, why: str, repro: str,
-            ran: Optional[ArmOutcome] = None) -> ArmOutcome:
-    _log(arm_dir, f"arm '{arm.name}': {why}")
+def failed_outcome(arm: PlannedArm, arm_dir: Path, why: str, repro: str,
+                   ran: Optional[ArmOutcome] = None) -> ArmOutcome:
+    """A failed arm's outcome (and its line in the log)."""
+    log_line(arm_dir, f"arm '{arm.name}': {why}")
     return ArmOutcome(status="failed", returncode=ran.returncode if ran else None,
                       wall_s=ran.wall_s if ran else 0.0, log_tail=ran.log_tail if ran else "",
                       repro=repro, restarts=ran.restarts if ran else 0, detail=why)

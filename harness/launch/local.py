@@ -70,6 +70,10 @@ class RankCommand:
     devices: Mapping[int, str] = field(default_factory=dict)
     cwd: Optional[Path] = None  # where the ranks start (a command case's working folder)
     stop: Optional[threading.Event] = None  # set: end the ranks and raise KeyboardInterrupt
+    # Set by another launcher (Slurm) or a command case's launcher: replaces the rendezvous
+    # variables above (a MASTER_PORT here is fixed: never retried on another port).
+    rendezvous: Mapping[str, str] = field(default_factory=dict)
+    redact: tuple[str, ...] = ()  # values (secrets) printed as *** in the log and the tail
 
     @property
     def started(self) -> tuple[int, ...]:
@@ -81,7 +85,7 @@ class RankCommand:
 
     def env_of(self, base: Mapping[str, str], rank: int, port: int) -> dict[str, str]:
         if not self.emulated:
-            return rank_env(base, rank, self.world_size, port, self.env)
+            return {**rank_env(base, rank, self.world_size, port, self.env), **self.rendezvous}
         extra = dict(self.env)
         if rank in self.devices:
             extra["CUDA_VISIBLE_DEVICES"] = self.devices[rank]
@@ -161,11 +165,13 @@ def alone_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, st
 _RENDEZVOUS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
-def _pump(r: _Rank, log: IO[str], lock: threading.Lock) -> None:
+def _pump(r: _Rank, log: IO[str], lock: threading.Lock, redact: tuple[str, ...]) -> None:
     stream = r.proc.stdout
     assert stream is not None
     for raw in iter(stream.readline, b""):
         line = raw.decode("utf-8", errors="replace").rstrip("\n")
+        for secret in redact:
+            line = line.replace(secret, "***")
         r.tail.append(line)
         with lock:
             log.write(f"[rank {r.rank}] {line}\n")
@@ -194,13 +200,14 @@ def run_ranks(cmd: RankCommand, *, stack_wait_s: float = 3.0, kill_grace_s: floa
     started = time.monotonic()
     restarts = 0
     with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
+        fixed = cmd.rendezvous.get("MASTER_PORT")
         while True:
-            port = pick_free_port()
+            port = int(fixed) if fixed else pick_free_port()
             steps_before = _steps_recorded(arm_dir)
             outcome, attempt_text = _attempt(cmd, port, log, started, stack_wait_s, kill_grace_s,
                                              poll_s)
             # Only a rendezvous failure (no step made) is retried on another port.
-            retry = (outcome.status in ("failed", "infra") and restarts < port_retries
+            retry = (not fixed and outcome.status in ("failed", "infra") and restarts < port_retries
                      and is_addr_in_use(attempt_text) and _steps_recorded(arm_dir) == steps_before)
             if not retry:
                 break
@@ -235,7 +242,8 @@ def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wa
                 env=cmd.env_of(os.environ, k, port), cwd=cmd.cwd,
             )
             r = _Rank(k, proc)
-            r.reader = threading.Thread(target=_pump, args=(r, log, lock), daemon=True)
+            r.reader = threading.Thread(target=_pump, args=(r, log, lock, cmd.redact),
+                                        daemon=True)
             r.reader.start()
             ranks.append(r)
         status, detail, returncode, culprit = _wait(ranks, started + cmd.timeout_s, poll_s,

@@ -6,7 +6,8 @@
   form one job array (``--array=0-N%P``, P = the profile's ``array_parallelism`` or
   ``--max-parallel``); a shape with one case is a plain job.
 * **Resources.** ``--nodes`` = ``resources.nodes``, ``--ntasks-per-node`` = ``--gpus-per-node`` =
-  ``resources.gpus_per_node`` (one task per GPU; a ``gpus: false`` profile requests no GPUs), and a
+  ``resources.gpus_per_node`` (one task per GPU; a ``gpus: false`` profile requests no GPUs; a
+  command case with ``command.ranks: launcher`` has one task per node, its launcher), and a
   time limit always: arms x ``time_min`` + the profile's margin, the largest in the array. An
   emulated case (``emulate.ranks``) asks for one node and one task with as many GPUs as it has
   emulated ranks (at most a node's), which runs them side by side (``launch.emulated``); its
@@ -36,7 +37,7 @@ from harness.errors import ConfigError
 from harness.launch.profiles import Profile
 from harness.launch.slurm_job import CaseJob
 from harness.results import read_json, write_json_atomic
-from harness.spec.schema import Case
+from harness.spec.schema import Case, RankStart
 
 SLURM_DIR = "slurm"
 JOBS_FILE = "jobs.json"
@@ -109,7 +110,10 @@ def shape_of(case: Case, profile: Profile) -> JobShape:
         raise ConfigError(
             f"case '{case.id}' ({case.source}): resources.nodes={res.nodes} but profile "
             f"'{profile.name}' allows at most {profile.max_nodes} node(s) (max_nodes)")
-    return JobShape(profile=profile.name, nodes=res.nodes, tasks_per_node=res.gpus_per_node,
+    # A command case whose launcher (torchrun) starts the ranks: one task per node.
+    launcher = case.command is not None and case.command.ranks is RankStart.LAUNCHER
+    return JobShape(profile=profile.name, nodes=res.nodes,
+                    tasks_per_node=1 if launcher else res.gpus_per_node,
                     gpus_per_node=res.gpus_per_node if profile.gpus else 0)
 
 

@@ -18,6 +18,11 @@ Tasks beyond an arm's ranks (the one-rank reference arm) sit that arm out.
   timeout: ``failures.infra_reason``) gives ``infra`` instead, which a requeue runs again.
 * An arm running past ``case.resources.time_min`` gets a ``timeout`` outcome with the Python stacks
   of that rank, and the job ends.
+* A command case (``command:``, ``launch.command``): each task starts its rank's process
+  (``ranks: per_rank``, one task per rank) or its node's launcher (``launcher``, one task per
+  node) with the job's rendezvous, after task 0 has cleaned the arm's metrics source; once every
+  process has ended, task 0 reads the metrics into ``rank<k>.jsonl`` and writes the outcome
+  (:func:`run_command_arm_in_job`). A process that cannot start or fails ends the job.
 * Preemption or the time-limit warning (USR2): submitit calls :meth:`CaseJob.checkpoint` on rank 0
   and requeues the job; the next start resumes the arm in flight. ``SLURM_RESTART_COUNT`` becomes
   the outcome's ``restarts`` (plus the ``--retry-infra`` round).
@@ -47,7 +52,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, TextIO
+from typing import TYPE_CHECKING, Callable, Optional, TextIO
 
 from harness.caseplan import CasePlan, PlannedArm
 from harness.launch.failures import infra_reason, log_cause, tail_text
@@ -257,7 +262,8 @@ def run_case_arms(plan: CasePlan, case_dir: Path, ident: TaskIdentity, retry_rou
     case_dir = Path(case_dir)
     # Load the workload (torch) before any arm's clock starts: the per-arm limit is for training,
     # not for this task's one-off imports (harness.workload loads lazily).
-    importlib.import_module("harness.workload.train")
+    if plan.case.command is None:
+        importlib.import_module("harness.workload.train")
     restarts = ident.restarts + retry_round
     ident = TaskIdentity(ident.job_id, ident.rank, ident.local_rank, ident.world_size,
                          ident.master_addr, restarts)
@@ -269,6 +275,10 @@ def run_case_arms(plan: CasePlan, case_dir: Path, ident: TaskIdentity, retry_rou
             skipped.append(arm.name)
             continue
         arm_dir.mkdir(parents=True, exist_ok=True)
+        if plan.case.command is not None:
+            ran_here = run_command_arm_in_job(plan, arm, case_dir, ident)
+            (ran if ran_here else skipped).append(arm.name)
+            continue
         if arm.emulated:
             if ident.rank == 0:
                 run_emulated_arm_in_job(plan, arm, case_dir, ident)
@@ -325,6 +335,88 @@ def run_case_arms(plan: CasePlan, case_dir: Path, ident: TaskIdentity, retry_rou
                                     "restarts": restarts, "wall_s": wall, "time": time.time()})
         ran.append(arm.name)
     return {"case": plan.case_id, "rank": ident.rank, "ran": ran, "skipped": skipped}
+
+
+def _arm_events(case_dir: Path, event: str, arm: str, ident: TaskIdentity) -> list[dict]:
+    """The ``event`` events of ``arm`` in this start of the job."""
+    return [e for e in read_events(case_dir) if e.get("event") == event and e.get("arm") == arm
+            and e.get("job_id") == ident.job_id and e.get("restarts") == ident.restarts]
+
+
+def _wait_for(what: str, ready: Callable[[], bool], limit_s: float, poll_s: float = 0.5) -> None:
+    deadline = time.monotonic() + limit_s
+    while not ready():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not happen within {limit_s:.0f} s")
+        time.sleep(poll_s)
+
+
+def run_command_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
+                           ident: TaskIdentity) -> bool:
+    """This task's process of the command arm ``arm`` (``launch.command``): its rank
+    (``ranks: per_rank``, one task per rank) or its node's launcher (``launcher``, one task per
+    node), started once task 0 has cleaned the metrics source (its ``arm_start`` event), with the
+    job's rendezvous. Each task appends a ``process_end`` event; a process that cannot start or
+    fails gets the arm's outcome (the first to fail) and ends the job, as a raising built-in rank
+    does. Task 0 waits for every process's end, then reads the metrics into ``rank<k>.jsonl``
+    (``command.record_metrics``) and writes the outcome; the other tasks wait for it. False for
+    a task beyond the arm's processes (it sits the arm out)."""
+    from harness.launch.command import (Rendezvous, arm_command, failed_outcome,
+                                        prepare_metrics, record_metrics, rendezvous_env,
+                                        repro_line, starters)
+    from harness.launch.local import RankCommand, cuda_device_count, run_ranks
+
+    arm_dir = case_dir / arm.name
+    limit_s = 60.0 * plan.case.resources.time_min
+    count = starters(plan, arm)
+    if ident.rank >= count:
+        _sit_out(arm_dir, limit_s + 120.0)
+        return False
+    place = Rendezvous(ident.master_addr, arm_port(ident.job_id, arm.name, ident.restarts),
+                       ident.rank, ident.local_rank)
+    cmd = arm_command(plan, arm, arm_dir, place, device={})  # the GPUs Slurm gave the task
+    repro = repro_line(plan, arm)
+    log_start = 0
+    if ident.rank == 0:
+        (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome in flight
+        log_start = prepare_metrics(plan, arm, arm_dir, cmd.metrics_path)
+        append_event(case_dir, {"event": "arm_start", "arm": arm.name, "job_id": ident.job_id,
+                                "restarts": ident.restarts, "processes": count,
+                                "time": time.time()})
+    else:
+        _wait_for(f"task 0 starting arm '{arm.name}'",
+                  lambda: bool(_arm_events(case_dir, "arm_start", arm.name, ident)), limit_s)
+    outcome = (failed_outcome(arm, arm_dir, cmd.problem, repro) if cmd.problem else run_ranks(
+        RankCommand(argv=cmd.argv, world_size=count, arm_dir=arm_dir, timeout_s=limit_s,
+                    env=cmd.env, repro=repro, ranks=(ident.rank,), cwd=cmd.cwd,
+                    redact=cmd.secrets, rendezvous=rendezvous_env(plan, arm, place)),
+        port_retries=0))
+    outcome = dataclasses.replace(outcome, restarts=ident.restarts, detail=(
+        f"{outcome.detail} (slurm job {ident.job_id})" if outcome.detail
+        else f"slurm job {ident.job_id}"))
+    append_event(case_dir, {"event": "process_end", "arm": arm.name, "job_id": ident.job_id,
+                            "restarts": ident.restarts, "process": ident.rank,
+                            "status": outcome.status, "time": time.time()})
+    if not outcome.ok:
+        if read_outcome(arm_dir) is None:  # the first failing process is usually the cause
+            write_outcome(arm_dir, outcome)
+        raise RuntimeError(f"arm '{arm.name}' process {ident.rank}: {outcome.describe()}")
+    if ident.rank != 0:
+        _sit_out(arm_dir, limit_s + 120.0)  # task 0 records the metrics, then the next arm
+        return True
+    _wait_for(f"every process of arm '{arm.name}' ending", lambda: len(
+        {e.get("process") for e in _arm_events(case_dir, "process_end", arm.name, ident)})
+        == count, limit_s + 120.0)
+    bad = [e for e in _arm_events(case_dir, "process_end", arm.name, ident) if e["status"] != "ok"]
+    if bad:
+        raise RuntimeError(f"arm '{arm.name}': process {bad[0]['process']} {bad[0]['status']}")
+    outcome = record_metrics(plan, arm, arm_dir, outcome, cmd.metrics_path, log_start,
+                             on_cuda=cuda_device_count() > 0)
+    write_outcome(arm_dir, outcome)
+    append_event(case_dir, {"event": "arm_end", "arm": arm.name, "job_id": ident.job_id,
+                            "restarts": ident.restarts, "status": outcome.status,
+                            "wall_s": outcome.wall_s, "time": time.time()})
+    return True
 
 
 def run_emulated_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,

@@ -16,7 +16,8 @@ model, microbatch, shape and graph rules; the layout, compare and golden-window 
   ``compare.reference``: without them the two arms would run the same thing;
 * ``graphs:``, ``shapes:``, ``emulate:``, ``compare.slot_ring`` and ``compare.resume`` are the
   built-in workload's (the graph arm of a command case is ``command.arms.graph``);
-* every placeholder is known (``{fixed_cp}`` only in the fixed-CP roles); a ``secret_env`` name is
+* every placeholder is known (``{fixed_cp}`` only in the fixed-CP roles, ``{master_addr}``,
+  ``{master_port}``, ``{node_rank}`` only with ``ranks: launcher``); a ``secret_env`` name is
   not also an ``env`` key.
 """
 
@@ -26,11 +27,13 @@ import string
 from typing import Iterable, Mapping, Optional
 
 from harness.spec.problems import Loc, Problem
-from harness.spec.schema import Case, CommandSpec
+from harness.spec.schema import Case, CommandSpec, RankStart
 
 PLACEHOLDERS = ("arm_dir", "steps", "world_size", "seed", "case_dir", "nnodes", "nproc_per_node",
-                "fixed_cp")
+                "fixed_cp", "master_addr", "master_port", "node_rank")
 FIXED_CP_ROLES = ("fixed-cp", "graph-fixed-cp")
+# A launcher's rendezvous (ranks: launcher); a rank started by the harness has it in its environment.
+LAUNCHER_PLACEHOLDERS = ("master_addr", "master_port", "node_rank")
 
 
 def _at(field: str) -> Loc:
@@ -107,6 +110,10 @@ def _placeholder_problems(cmd: CommandSpec) -> list[Problem]:
             elif name == "fixed_cp" and role not in FIXED_CP_ROLES:
                 problems.append(Problem(_at(field), "{fixed_cp} is the CP size of a fixed-CP "
                                         "arm: use it in command.arms.fixed-cp (or graph-fixed-cp)"))
+            elif name in LAUNCHER_PLACEHOLDERS and cmd.ranks is not RankStart.LAUNCHER:
+                problems.append(Problem(_at(field), f"{{{name}}} is a launcher's rendezvous "
+                                        "(command.ranks: launcher); with per_rank each rank has "
+                                        "MASTER_ADDR, MASTER_PORT and RANK in its environment"))
     return problems
 
 

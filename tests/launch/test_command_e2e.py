@@ -17,14 +17,24 @@ TRAINER = REPO / "examples" / "trainer" / "train.py"
 SECRET = "s3cr3t-value-never-written"
 
 
+# A trainer that prints the secret it is given, as a careless command might.
+LEAKY = f"""\
+import os, runpy, sys
+print("token:", os.environ["CMD_TEST_TOKEN"], flush=True)
+sys.argv = [{str(TRAINER)!r}] + sys.argv[1:]
+runpy.run_path({str(TRAINER)!r}, run_name="__main__")
+"""
+
+
 def _case(tmp_path: Path, extra_graph: str = "", metrics: str = "{source: megatron_log}",
-          program: str = "python", compare: str = "graph_vs_eager: {loss: exact}") -> Path:
+          program: str = "python", compare: str = "graph_vs_eager: {loss: exact}",
+          script: Path = TRAINER) -> Path:
     text = f"""\
 name: cmd
 resources: {{gpus_per_node: 2, time_min: 3}}
 train: {{steps: 3, global_batch: 8, seq_length: 16, lr: 3.0e-3}}
 command:
-  argv: [{program}, {TRAINER}, --train-iters, "{{steps}}"]
+  argv: [{program}, {script}, --train-iters, "{{steps}}"]
   env: {{OMP_NUM_THREADS: "1"}}
   secret_env: [CMD_TEST_TOKEN]
   arms: {{graph: [--cuda-graph-impl, local{extra_graph}]}}
@@ -51,7 +61,9 @@ def _verdict(out: Path) -> dict:
 
 
 def test_a_seeded_fault_in_the_trainer_fails_the_verdict(tmp_path: Path) -> None:
-    code, text = _run(_case(tmp_path, extra_graph=", --fault, graph-drift"), tmp_path / "out")
+    (tmp_path / "leaky.py").write_text(LEAKY)
+    code, text = _run(_case(tmp_path, extra_graph=", --fault, graph-drift",
+                            script=tmp_path / "leaky.py"), tmp_path / "out")
     assert code == 1, text
     (pair,) = _verdict(tmp_path / "out")["pairs"]
     assert pair["status"] == "fail"
@@ -59,6 +71,9 @@ def test_a_seeded_fault_in_the_trainer_fails_the_verdict(tmp_path: Path) -> None
     assert not loss["passed"]
     for name in ("graph", "eager"):  # a real step record of each rank of each arm
         assert (tmp_path / "out" / "cmd" / name / "rank1.jsonl").read_text().count("\n") == 3
+    for name in ("graph", "eager"):  # what the command printed of its secret is redacted
+        log = (tmp_path / "out" / "cmd" / name / "log.txt").read_text()
+        assert "[rank 0] token: ***" in log and "[rank 1] token: ***" in log
     files = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
     assert not [p for p in files if SECRET in p.read_text(errors="replace")]
 
@@ -81,3 +96,17 @@ def test_a_command_that_cannot_run_is_an_error_naming_the_arm(tmp_path: Path, kw
     assert code == 2, text
     (pair,) = _verdict(tmp_path / "out")["pairs"]
     assert pair["status"] == "error" and says in pair["error"], pair["error"]
+
+
+def test_a_launcher_case_runs_torchrun_once_and_passes(tmp_path: Path) -> None:
+    case = REPO / "cases" / "command" / "trainer-torchrun.yaml"
+    code, text = _run(case, tmp_path / "out")
+    assert code == 0, text
+    arm = tmp_path / "out" / "command-trainer-torchrun" / "graph"
+    log = (arm / "log.txt").read_text()
+    assert log.count("[launcher] ") >= 2 and "x1 port" in log  # one launcher, its port fixed
+    port = log.split("x1 port ")[1].split()[0]
+    assert f"--master-port {port} " in log  # the same port in its arguments ({master_port})
+    assert (arm / "rank1.jsonl").read_text().count("\n") == 4
+    outcome = json.loads((arm / "outcome.json").read_text())
+    assert "NNODES=1 NODE_RANK=0 NPROC_PER_NODE=2" in outcome["repro"]

@@ -346,3 +346,37 @@ def test_emulated_ranks_run_in_one_task_of_a_real_slurm_job(tmp_path, capsys):
     summary = (out / "summary.md").read_text()
     assert all("(emulated rank 0 of 4, emulated rank 3 of 4)" in ln
                for ln in summary.splitlines() if ln.startswith("| tiny-dcp12-pp2-vpp2-ep2"))
+
+
+def test_command_cases_submit_status_gate_and_golden_record(tmp_path, capsys):
+    """The example trainer's command cases (cases/command: two ranks per case, one task each, or
+    one task for torchrun; TensorBoard and Megatron log metrics, graph vs eager, a repeat and
+    golden values) through submit --wait, status, gate and golden record, as a built-in case
+    goes."""
+    from harness.cli import main
+
+    out = tmp_path / "sweep"
+    code = cli("submit", REPO / "cases" / "command", "-k", "command-trainer", "--profile", "local",
+               "--out", out, "--wait", "--poll-s", "1")
+    assert code == 0, capsys.readouterr().out
+    cases = {"command-trainer-tb": ("eager", "eager-repeat", "graph"),
+             "command-trainer-log": ("eager", "graph"),
+             "command-trainer-torchrun": ("eager", "graph")}
+    assert set(latest_jobs(out)) == set(cases)
+    for cid, arms in cases.items():
+        for arm in arms:
+            outcome = read_outcome(out / cid / arm)
+            assert outcome.ok and "slurm job" in outcome.detail, (cid, arm, outcome)
+            assert sorted(read_steps(out / cid / arm)) == [0, 1]
+        verdict = json.loads((out / cid / "verdict.json").read_text())
+        assert verdict["status"] == "pass", verdict
+    ends = [e for e in read_events(out / "command-trainer-log") if e["event"] == "process_end"]
+    assert sorted(e["process"] for e in ends) == [0, 0, 1, 1]  # each rank in a task of its own
+    ends = [e for e in read_events(out / "command-trainer-torchrun") if e["event"] == "process_end"]
+    assert [e["process"] for e in ends] == [0, 0]  # one launcher (task) per node, per arm
+    assert cli("status", out) == 0 and "2/2" in capsys.readouterr().out
+    assert gate(out) == 0
+    into = tmp_path / "golden"
+    assert main(["golden", "record", str(out), "--into", str(into)]) == 0
+    recorded = json.loads((into / "command-trainer-tb" / "golden_values_cpu.json").read_text())
+    assert len(recorded["lm loss"]["values"]) == 6

@@ -52,6 +52,8 @@ def test_a_command_case_plans_the_same_arms_and_marks_what_it_lacks(tmp_path: Pa
     (("  arms: {", "  env: {K: v}\n  secret_env: [K]\n  arms: {"), "command.secret_env",
      "also in command.env"),
     (("compare:\n", "graphs: {}\ncompare:\n"), "graphs", "not a command case's"),
+    (('"{steps}"]', '"{steps}", --master-port, "{master_port}"]'), "command.argv.5",
+     "{master_port} is a launcher's rendezvous (command.ranks: launcher)"),
 ])
 def test_a_bad_command_section_names_file_case_and_field(tmp_path: Path, edit: tuple[str, str],
                                                          field: str, message: str) -> None:
@@ -60,3 +62,10 @@ def test_a_bad_command_section_names_file_case_and_field(tmp_path: Path, edit: t
         _load(tmp_path, BASE.replace(*edit))
     assert err.value.field == field and message in str(err.value)
     assert "case.yaml" in str(err.value) and "'cmd'" in str(err.value)
+
+
+def test_a_launchers_arguments_may_name_its_rendezvous(tmp_path: Path) -> None:
+    text = BASE.replace('"{steps}"]', '"{steps}", --master-port, "{master_port}", --node-rank, '
+                        '"{node_rank}", --master-addr, "{master_addr}"]\n  ranks: launcher')
+    (case,) = _load(tmp_path, text)
+    assert case.command.ranks.value == "launcher"

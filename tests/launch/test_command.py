@@ -1,0 +1,125 @@
+"""The parts of a command arm the local launcher and a Slurm job share (harness.launch.command):
+the rendezvous variables, the placeholders and the repro line, which runs the arm on its own."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.arms import plan_case
+from harness.launch.command import (REPRO_ROOT, Rendezvous, arm_command, command_cwd,
+                                    rendezvous_env, repro_line)
+from harness.spec import load_cases
+
+REPO = Path(__file__).resolve().parents[2]
+TRAINER = REPO / "examples" / "trainer" / "train.py"
+TORCHRUN = REPO / "cases" / "command" / "trainer-torchrun.yaml"
+
+
+def plan_of(tmp_path: Path, name: str, **command):
+    doc = {"name": name, "resources": {"gpus_per_node": 2, "time_min": 3},
+           "train": {"steps": 3, "global_batch": 8, "seq_length": 16, "lr": 3.0e-3},
+           "command": {"argv": ["python", str(TRAINER), "--train-iters", "{steps}"],
+                       "env": {"OMP_NUM_THREADS": "1"},
+                       "arms": {"graph": ["--cuda-graph-impl", "local"]},
+                       "metrics": {"source": "megatron_log"}, **command},
+           "compare": {"graph_vs_eager": {"loss": "exact"}}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    (case,) = load_cases([path])
+    return plan_case(case)
+
+
+@pytest.fixture
+def repro_name(request):
+    """A case name of its own under /tmp/dcp-repro, removed after the test."""
+    name = f"repro{os.getpid()}{request.node.name[-8:].replace('_', '')}"
+    yield name
+    shutil.rmtree(REPRO_ROOT / name, ignore_errors=True)
+
+
+def test_rendezvous_of_a_rank_and_of_a_launcher(tmp_path):
+    plan = plan_of(tmp_path, "pr")
+    place = Rendezvous("node7", 23456, index=3, local_index=1)
+    assert rendezvous_env(plan, plan.arm("graph"), place) == {
+        "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "node7", "MASTER_PORT": "23456"}
+    (case,) = load_cases([TORCHRUN])
+    plan = plan_case(case)
+    env = rendezvous_env(plan, plan.arm("graph"), Rendezvous("node7", 23456, index=1))
+    assert env == {"NNODES": "1", "NODE_RANK": "1", "NPROC_PER_NODE": "2",
+                   "MASTER_ADDR": "node7", "MASTER_PORT": "23456", "PET_NNODES": "1",
+                   "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "2", "PET_MASTER_ADDR": "node7",
+                   "PET_MASTER_PORT": "23456"}
+    cmd = arm_command(plan, plan.arm("graph"), tmp_path / "graph", Rendezvous(master_port=23456),
+                      device={})
+    assert cmd.argv[:7] == ("python", "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                            "--master-port", "23456")
+
+
+def test_a_secret_is_passed_but_only_its_name_is_shown(tmp_path, monkeypatch):
+    monkeypatch.setenv("CMD_UNIT_TOKEN", "tok-123")
+    plan = plan_of(tmp_path, "sec", secret_env=["CMD_UNIT_TOKEN"])
+    arm = plan.arm("eager")
+    cmd = arm_command(plan, arm, tmp_path / "eager", Rendezvous(), device={})
+    assert cmd.env["CMD_UNIT_TOKEN"] == "tok-123" and cmd.secrets == ("tok-123",)
+    assert "tok-123" not in repro_line(plan, arm) and cmd.problem is None
+    monkeypatch.delenv("CMD_UNIT_TOKEN")
+    cmd = arm_command(plan, arm, tmp_path / "eager", Rendezvous(), device={})
+    assert cmd.problem == "command.secret_env CMD_UNIT_TOKEN not set in the harness's environment"
+
+
+def test_a_missing_working_folder_is_the_arms_problem(tmp_path):
+    plan = plan_of(tmp_path, "nocwd", cwd="../no-such-folder")
+    cmd = arm_command(plan, plan.arm("eager"), tmp_path / "eager", Rendezvous(), device={})
+    assert cmd.problem == (f"command.cwd: no folder {(tmp_path / '../no-such-folder').resolve()} "
+                           "(relative to the case file's folder)")
+
+
+def test_the_repro_line_of_a_two_rank_arm_runs_it_on_its_own(tmp_path, repro_name):
+    plan = plan_of(tmp_path, repro_name, argv=[
+        "python", str(TRAINER), "--train-iters", "{steps}", "--tensorboard-dir",
+        "{arm_dir}/tensorboard"])
+    line = repro_line(plan, plan.arm("graph"))
+    assert "for k in 0 1; do RANK=$k LOCAL_RANK=$k WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 " in line
+    assert "MASTER_ADDR=127.0.0.1 MASTER_PORT=29500" in line and line.endswith("& done; wait")
+    done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count(" lm loss: ") == 3  # the last rank's Megatron lines
+    assert list((REPRO_ROOT / repro_name / "graph" / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_the_repro_line_of_a_launcher_arm_runs_it_on_its_own(tmp_path, repro_name):
+    text = TORCHRUN.read_text().replace("name: command-trainer-torchrun", f"name: {repro_name}")
+    path = tmp_path / f"{repro_name}.yaml"
+    path.write_text(text.replace("../../examples/trainer/train.py", str(TRAINER)))
+    (case,) = load_cases([path])
+    plan = plan_case(case)
+    line = repro_line(plan, plan.arm("eager"))
+    assert "NNODES=1 NODE_RANK=0 NPROC_PER_NODE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500" in line
+    assert "--master-port 29500" in line
+    done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count(" lm loss: ") == 4
+
+
+def test_the_megatron_case_runs_pretrain_gpt_eager_its_repeat_and_local_graphs(tmp_path):
+    (case,) = load_cases([REPO / "cases" / "megatron" / "pretrain-gpt-tiny.yaml"])
+    plan = plan_case(case)
+    assert plan.arm_names == ("eager", "eager-repeat", "graph") and plan.needs_cuda
+    argv = {name: arm_command(plan, plan.arm(name), tmp_path, Rendezvous(), device={}).argv
+            for name in plan.arm_names}  # one folder: the arguments alone differ
+    assert argv["graph"] == argv["eager"] + ("--cuda-graph-impl", "local")
+    assert argv["eager"] == argv["eager-repeat"]
+    args = dict(zip(argv["eager"], argv["eager"][1:]))
+    assert (args["--train-iters"], args["--seed"], args["--transformer-impl"]) == ("20", "1234",
+                                                                                   "local")
+    assert args["--tensorboard-dir"] == str((tmp_path / "tensorboard").resolve())
+    assert "--deterministic-mode" in argv["eager"] and "--mock-data" in argv["eager"]
+    assert command_cwd(plan, case.command) == REPO / ".megatron"
