@@ -30,6 +30,8 @@ Every name other code uses is importable from ``harness.compare`` itself.
 
 from __future__ import annotations
 
+from harness.spec.names import ARM_CHECKS_CONTRACT, ARM_CHECKS_PAIR
+
 from . import contracts
 from .arm_checks import COMPLETENESS, LOSS_SANITY_CHECKS, RankSet, arm_checks, sanity_checks
 from .contracts.golden import GoldenMissing, GoldenPairParams
@@ -40,7 +42,7 @@ from .contracts.slot_ring_plan import SlotRingPlanParams
 from .evaluate import ArmData, ExpectedRanks, evaluate_case, evaluate_pair, pair_status
 from .packing import PackingRule, PackingRules, describe_packing, packing_check, packing_rule
 from .pair import Pair
-from .registry import ARM_CHECKS_CONTRACT, CONTRACTS, PAIR_PARAMS, ContractFn, ContractSkipped, contract
+from .registry import CONTRACTS, PAIR_PARAMS, ContractFn, ContractSkipped, contract
 from .series import (
     MIB,
     Record,
@@ -51,7 +53,6 @@ from .series import (
     step_series,
 )
 from .verdicts import (
-    ARM_CHECKS_PAIR,
     DEFAULT_ALLOWED_SKIPS,
     SKIP_KINDS,
     SWEEP_MARK,

@@ -26,7 +26,6 @@ from harness.results import (
 )
 
 PAIR_STATUSES = ("pass", "fail", "error", "skipped")
-ARM_CHECKS_PAIR = "checks"  # verdict entry holding arm checks of arms in no pair
 
 # Why an entry was skipped: every skipped entry names one of these kinds, which the gate counts
 # and a CI accepts by name (``dcp-harness gate --allow-skip KIND ...``).

@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+from harness.spec.names import (
+    DCP_VS_FIXED_CP,
+    GRAPH_POOLS,
+    GRAPH_VS_EAGER,
+    REFERENCE_CONTRACT,
+    SLOT_RING,
+    SLOT_RING_PLAN,
+)
+
 from .emulated import emulated_sections
 from .load import SweepView
 from .text import (
@@ -22,8 +31,7 @@ def _md(text: str) -> str:
 
 
 # Contracts whose check details are worth a section of their own (memory, pools, graph parity).
-FIGURE_CONTRACTS = ("graph_vs_eager", "dcp_vs_fixed_cp", "graph_pools", "slot_ring",
-                    "slot_ring_plan")
+FIGURE_CONTRACTS = (GRAPH_VS_EAGER, DCP_VS_FIXED_CP, GRAPH_POOLS, SLOT_RING, SLOT_RING_PLAN)
 GROUPING_CHECK = "microbatches"  # the reference contract's grouping check (its own section)
 
 
@@ -79,7 +87,7 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
                 out.append(case.mark(f"- {what} (median): {a} {ta * 1e3:.1f} ms, {b} "
                                      f"{tb * 1e3:.1f} ms, {a} / {b} = {ta / tb:.3f}"))
             out.append("")
-    groupings = [(c, p, check) for c, p in sweep.rows if p.contract == "reference"
+    groupings = [(c, p, check) for c, p in sweep.rows if p.contract == REFERENCE_CONTRACT
                  for check in p.checks if check.name == GROUPING_CHECK]
     if groupings:
         out += ["", "## Microbatch groupings (reference pairs)", ""] if out[-1] != "" else \
