@@ -144,7 +144,7 @@ def check_microbatches(case: Case) -> list[Problem]:
         problems.append(Problem(field, f"{why} (interleaved schedule); the next count it "
                                        f"accepts is {_first_accepted(lay, m, m + lay.group)}"))
     if not lay.dynamic and lay.exact:
-        per_rank = t.global_batch // lay.dp
+        per_rank = lay.sequences_per_dp_rank
         if m > per_rank:
             problems.append(Problem(
                 field,
@@ -217,7 +217,7 @@ def _fixed_fill(case: Case, lay: ParallelLayout, arm: str) -> list[Problem]:
     gbs, mbs = t.global_batch, t.microbatches
     if gbs % dp:
         return []
-    per_rank = gbs // dp
+    per_rank = lay.sequences_per_dp_rank
     smallest = _smallest_count(lay)
     shortest, lengths = _shortest(case)
     per_bin = _per_bin(case, shortest)
@@ -432,7 +432,7 @@ def check_slot_ring(case: Case) -> list[Problem]:
         return [Problem(field, "the slot ring matters for pipelined schedules: needs "
                                "parallel.pp >= 2 (and vpp >= 1)")]
     problems: list[Problem] = []
-    most = case.train.global_batch // lay.dp if lay.exact and lay.dp else case.train.global_batch
+    most = lay.most_microbatches
     for m in spec.microbatches:
         why = lay.microbatch_count_problem(m)
         if why is None and m > most:
