@@ -220,7 +220,6 @@ def plan_case(case: Case) -> CasePlan:
     verdict needs is resolved here: the case file's path and the golden folder made absolute, the
     case's golden files copied (``harness.golden.snapshot_golden``; the only files it reads).
     Raises CaseError (naming the field) for an arm the case cannot have."""
-    spec = case.compare
     derived: dict[str, tuple[ArmSpec, Case]] = {}
 
     def arm(name: str, field: str) -> str:
@@ -230,6 +229,35 @@ def plan_case(case: Case) -> CasePlan:
             derived[s.name] = (s, derive_arm_case(case, s))
         return s.name
 
+    pairs = _contract_pairs(case, arm, derived)
+    emulated = case.emulate is not None
+    world = case.layout.world
+    if case.command is not None:
+        pairs = [command_pair(p, case) for p in pairs]
+    if emulated:
+        pairs = [emulated_pair(p, world) for p in pairs]
+    names: list[str] = []
+    for pair in pairs:
+        if pair.skipped is None:  # a pair skipped at plan time runs nothing
+            names += [a for a in pair.arms if a not in names]
+    if not names:
+        names.append(arm(EAGER, "compare"))
+        if emulated:  # its arm checks, with the loss sanity checks not applicable
+            pairs.append(emulated_pair(Pair(ARM_CHECKS_PAIR, ARM_CHECKS_CONTRACT, tuple(names)),
+                                       world))
+    arms = tuple(PlannedArm(name=n, kind=derived[n][0].kind, case=derived[n][1],
+                            world_size=derived[n][1].layout.world,
+                            ranks=_ranks(derived[n][1]), repeat=derived[n][0].repeat)
+                 for n in names)
+    return CasePlan(case=case, case_hash=case_hash(case.model_dump(mode="json")),
+                    source=str(Path(case.source).resolve()), arms=arms, pairs=tuple(pairs))
+
+
+def _contract_pairs(case: Case, arm: Callable[[str, str], str],
+                    derived: dict[str, tuple[ArmSpec, Case]]) -> list[Pair]:
+    """The pairs of the case's ``compare:`` section, in :func:`plan_case`'s order, their arms
+    derived through ``arm`` (name, field -> canonical name) into ``derived``."""
+    spec = case.compare
     pairs: list[Pair] = []
     if spec.repeat is not None:
         base = arm(spec.repeat.arm, "compare.repeat.arm")
@@ -275,28 +303,7 @@ def plan_case(case: Case) -> CasePlan:
         pairs += _resume_pairs(case, arm, derived)
     if spec.slot_ring is not None:
         pairs += _slot_ring_pairs(case, derived)
-
-    emulated = case.emulate is not None
-    world = case.layout.world
-    if case.command is not None:
-        pairs = [command_pair(p, case) for p in pairs]
-    if emulated:
-        pairs = [emulated_pair(p, world) for p in pairs]
-    names: list[str] = []
-    for pair in pairs:
-        if pair.skipped is None:  # a pair skipped at plan time runs nothing
-            names += [a for a in pair.arms if a not in names]
-    if not names:
-        names.append(arm(EAGER, "compare"))
-        if emulated:  # its arm checks, with the loss sanity checks not applicable
-            pairs.append(emulated_pair(Pair(ARM_CHECKS_PAIR, ARM_CHECKS_CONTRACT, tuple(names)),
-                                       world))
-    arms = tuple(PlannedArm(name=n, kind=derived[n][0].kind, case=derived[n][1],
-                            world_size=derived[n][1].layout.world,
-                            ranks=_ranks(derived[n][1]), repeat=derived[n][0].repeat)
-                 for n in names)
-    return CasePlan(case=case, case_hash=case_hash(case.model_dump(mode="json")),
-                    source=str(Path(case.source).resolve()), arms=arms, pairs=tuple(pairs))
+    return pairs
 
 
 def has_graph_arms(case: Case) -> bool:
