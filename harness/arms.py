@@ -69,28 +69,42 @@ from harness.spec.derive import (
     with_execution,
     with_microbatches,
 )
+from harness.spec.names import (
+    DCP,
+    DCP_VS_FIXED_CP,
+    EAGER,
+    FIXED_CP,
+    FIXED_CP_KINDS,
+    GOLDEN,
+    GRAPH,
+    GRAPH_FIXED_CP,
+    GRAPH_POOLS,
+    GRAPH_VS_EAGER,
+    MICROBATCHES_INFIX,
+    REFERENCE,
+    REFERENCE_CONTRACT,
+    REPEAT,
+    REPEAT_SUFFIX,
+    RESUME,
+    RESUMED_SUFFIX,
+    SEPARATE_POOLS,
+    SLOT_RING,
+    SLOT_RING_PLAN,
+    SLOT_RING_PLAN_PAIR,
+    ArmKind,
+    pair_name,
+)
 from harness.spec.schema import Case, DType, Pools
-
-EAGER = "eager"
-GRAPH = "graph"
-DCP = "dcp"
-SEPARATE_POOLS = "graph-separate-pools"
-REFERENCE = "reference"
-FIXED_CP = "fixed-cp"
-GRAPH_FIXED_CP = "graph-fixed-cp"
-REPEAT_SUFFIX = "-repeat"
-RESUMED_SUFFIX = "-resumed"
-MICROBATCHES_INFIX = "-mb"
 
 
 @dataclass(frozen=True)
 class ArmSpec:
-    """What one arm runs: its kind (``harness.caseplan.ARM_KINDS``), the CP size of a fixed-CP
+    """What one arm runs: its kind (``harness.spec.names.ARM_KINDS``), the CP size of a fixed-CP
     kind, whether it is the second run of a repeat pair, the microbatch count it is held at
     (``compare.slot_ring``) and the step after which the harness stops and resumes it
     (``compare.resume``)."""
 
-    kind: str
+    kind: ArmKind
     fixed_cp: Optional[int] = None
     repeat: bool = False
     microbatches: Optional[int] = None
@@ -99,7 +113,7 @@ class ArmSpec:
     @property
     def base(self) -> str:
         """The configuration's name (the derived case's ``arm``)."""
-        if self.kind in (FIXED_CP, GRAPH_FIXED_CP):
+        if self.kind in FIXED_CP_KINDS:
             name = f"{self.kind}{self.fixed_cp}"
         else:
             name = self.kind
@@ -206,7 +220,6 @@ def plan_case(case: Case) -> CasePlan:
     verdict needs is resolved here: the case file's path and the golden folder made absolute, the
     case's golden files copied (``harness.golden.snapshot_golden``; the only files it reads).
     Raises CaseError (naming the field) for an arm the case cannot have."""
-    spec = case.compare
     derived: dict[str, tuple[ArmSpec, Case]] = {}
 
     def arm(name: str, field: str) -> str:
@@ -216,52 +229,7 @@ def plan_case(case: Case) -> CasePlan:
             derived[s.name] = (s, derive_arm_case(case, s))
         return s.name
 
-    pairs: list[Pair] = []
-    if spec.repeat is not None:
-        base = arm(spec.repeat.arm, "compare.repeat.arm")
-        pairs.append(Pair("repeat", "repeat", (base, arm(base + REPEAT_SUFFIX, "compare.repeat.arm")),
-                          spec.repeat))
-    if spec.graph_vs_eager is not None:
-        pairs.append(Pair("graph_vs_eager", "graph_vs_eager",
-                          (arm(GRAPH, "graphs"), arm(EAGER, "compare.graph_vs_eager")),
-                          spec.graph_vs_eager))
-    if spec.dcp_vs_fixed_cp is not None:
-        if not case.layout.dynamic:
-            raise _arm_error(case, "compare.dcp_vs_fixed_cp", "dcp_vs_fixed_cp needs a dynamic-CP "
-                             "case: set parallel.dynamic_cp (not parallel.cp)")
-        cp, graphed = spec.dcp_vs_fixed_cp.fixed_cp, has_graph_arms(case)
-        fixed = ArmSpec(GRAPH_FIXED_CP if graphed else FIXED_CP, cp).name
-        field = "compare.dcp_vs_fixed_cp.fixed_cp"
-        pairs.append(Pair("dcp_vs_fixed_cp", "dcp_vs_fixed_cp",
-                          (arm(GRAPH if graphed else DCP, field), arm(fixed, field)),
-                          spec.dcp_vs_fixed_cp))
-    if spec.graph_pools is not None:
-        pairs.append(Pair("graph_pools", "graph_pools",
-                          (arm(GRAPH, "graphs"), arm(SEPARATE_POOLS, "graphs")), spec.graph_pools))
-    if spec.reference is not None:
-        ref = arm(REFERENCE, "compare.reference")
-        for i, cand in enumerate(_reference_candidates(case, pairs, arm)):
-            reason, bins = regrouping(derived[cand][1])
-            params = ReferencePairParams(**dict(spec.reference),
-                                         groups_like_reference=reason is None,
-                                         aux_loss_coeff=case.model.aux_loss_coeff,
-                                         regroup_reason=reason, static_bins=bins)
-            pairs.append(Pair("reference" if i == 0 else f"reference-{cand}", "reference",
-                              (cand, ref), params))
-    if spec.golden is not None:
-        name = arm(spec.golden.arm, "compare.golden.arm")
-        where = golden_dir(case)
-        params = GoldenPairParams(**{**dict(spec.golden), "arm": name}, case_id=case.id,
-                                  golden_dir=str(where), steps=case.train.steps,
-                                  files=snapshot_golden(where, case.id),
-                                  deterministic_fp32=_deterministic_fp32(derived[name][1]))
-        pairs.append(Pair("golden", "golden", (name,), params))
-
-    if spec.resume is not None:
-        pairs += _resume_pairs(case, arm, derived)
-    if spec.slot_ring is not None:
-        pairs += _slot_ring_pairs(case, derived)
-
+    pairs = _contract_pairs(case, arm, derived)
     emulated = case.emulate is not None
     world = case.layout.world
     if case.command is not None:
@@ -285,10 +253,63 @@ def plan_case(case: Case) -> CasePlan:
                     source=str(Path(case.source).resolve()), arms=arms, pairs=tuple(pairs))
 
 
+def _contract_pairs(case: Case, arm: Callable[[str, str], str],
+                    derived: dict[str, tuple[ArmSpec, Case]]) -> list[Pair]:
+    """The pairs of the case's ``compare:`` section, in :func:`plan_case`'s order, their arms
+    derived through ``arm`` (name, field -> canonical name) into ``derived``."""
+    spec = case.compare
+    pairs: list[Pair] = []
+    if spec.repeat is not None:
+        base = arm(spec.repeat.arm, "compare.repeat.arm")
+        pairs.append(Pair(REPEAT, REPEAT, (base, arm(base + REPEAT_SUFFIX, "compare.repeat.arm")),
+                          spec.repeat))
+    if spec.graph_vs_eager is not None:
+        pairs.append(Pair(GRAPH_VS_EAGER, GRAPH_VS_EAGER,
+                          (arm(GRAPH, "graphs"), arm(EAGER, "compare.graph_vs_eager")),
+                          spec.graph_vs_eager))
+    if spec.dcp_vs_fixed_cp is not None:
+        if not case.layout.dynamic:
+            raise _arm_error(case, "compare.dcp_vs_fixed_cp", "dcp_vs_fixed_cp needs a dynamic-CP "
+                             "case: set parallel.dynamic_cp (not parallel.cp)")
+        cp, graphed = spec.dcp_vs_fixed_cp.fixed_cp, has_graph_arms(case)
+        fixed = ArmSpec(GRAPH_FIXED_CP if graphed else FIXED_CP, cp).name
+        field = "compare.dcp_vs_fixed_cp.fixed_cp"
+        pairs.append(Pair(DCP_VS_FIXED_CP, DCP_VS_FIXED_CP,
+                          (arm(GRAPH if graphed else DCP, field), arm(fixed, field)),
+                          spec.dcp_vs_fixed_cp))
+    if spec.graph_pools is not None:
+        pairs.append(Pair(GRAPH_POOLS, GRAPH_POOLS,
+                          (arm(GRAPH, "graphs"), arm(SEPARATE_POOLS, "graphs")), spec.graph_pools))
+    if spec.reference is not None:
+        ref = arm(REFERENCE, "compare.reference")
+        for i, cand in enumerate(_reference_candidates(case, pairs, arm)):
+            reason, bins = regrouping(derived[cand][1])
+            params = ReferencePairParams(**dict(spec.reference),
+                                         groups_like_reference=reason is None,
+                                         aux_loss_coeff=case.model.aux_loss_coeff,
+                                         regroup_reason=reason, static_bins=bins)
+            pairs.append(Pair(pair_name(REFERENCE_CONTRACT, i, cand), REFERENCE_CONTRACT,
+                              (cand, ref), params))
+    if spec.golden is not None:
+        name = arm(spec.golden.arm, "compare.golden.arm")
+        where = golden_dir(case)
+        params = GoldenPairParams(**{**dict(spec.golden), "arm": name}, case_id=case.id,
+                                  golden_dir=str(where), steps=case.train.steps,
+                                  files=snapshot_golden(where, case.id),
+                                  deterministic_fp32=_deterministic_fp32(derived[name][1]))
+        pairs.append(Pair(GOLDEN, GOLDEN, (name,), params))
+
+    if spec.resume is not None:
+        pairs += _resume_pairs(case, arm, derived)
+    if spec.slot_ring is not None:
+        pairs += _slot_ring_pairs(case, derived)
+    return pairs
+
+
 def has_graph_arms(case: Case) -> bool:
     """Whether ``case`` can have graph arms: a ``graphs:`` section, or a command case's
     ``command.arms.graph`` arguments."""
-    return case.graphs is not None or (case.command is not None and "graph" in case.command.arms)
+    return case.graphs is not None or (case.command is not None and GRAPH in case.command.arms)
 
 
 def command_pair(pair: Pair, case: Case) -> Pair:
@@ -322,8 +343,8 @@ def _ranks(arm_case_: Case) -> tuple[int, ...]:
 EMULATED_LOSSES = ("an emulated rank's loss and grad norm are its own local figures, not the "
                    "model's: its communication is a loopback (harness/workload/loopback.py)")
 _SKIPPED_PAIRS = {
-    "reference": "the single-rank reference arm trains the real model, so it is not run",
-    "golden": "golden values are the model's losses",
+    REFERENCE_CONTRACT: "the single-rank reference arm trains the real model, so it is not run",
+    GOLDEN: "golden values are the model's losses",
 }
 _NOT_COMPARABLE = ("the DCP and fixed-CP arms lay the tokens over other ranks, so their local "
                    "figures differ by more than the model's (the memory checks stand)")
@@ -335,7 +356,7 @@ def emulated_pair(pair: Pair, world: int) -> Pair:
     judges it: each rank against the same rank of the other arm (``Pair.emulated``);
     ``reference``, ``golden`` and ``resume`` skipped, the loss comparisons of ``dcp_vs_fixed_cp`` and every
     arm's loss sanity checks not applicable, each with the reason."""
-    if pair.contract == "resume":
+    if pair.contract == RESUME:
         return replace(pair, emulated=world,
                        skipped="not run for emulated ranks: the launcher does not stop and "
                                "resume an emulated rank (run the case without emulate.ranks)")
@@ -345,7 +366,7 @@ def emulated_pair(pair: Pair, world: int) -> Pair:
                                      f"{_SKIPPED_PAIRS[pair.contract]}")
     not_applicable = {f"{a}.{c}": f"{EMULATED_LOSSES}: {_LOCAL_LOSS}"
                       for a in pair.arms for c in LOSS_SANITY_CHECKS}
-    if pair.contract == "dcp_vs_fixed_cp":
+    if pair.contract == DCP_VS_FIXED_CP:
         not_applicable.update({c: f"{EMULATED_LOSSES}: {_NOT_COMPARABLE}"
                                for c in ("loss", "aux_loss", "grad_norm")})
     return replace(pair, emulated=world, not_applicable=tuple(sorted(not_applicable.items())))
@@ -386,7 +407,7 @@ def _reference_candidates(case: Case, pairs: list[Pair], arm: Callable[[str, str
         names = [arm(a, field) for a in spec.arms]
     else:
         names = [arm(EAGER, "compare.reference")]
-        names += [p.arms[1] for p in pairs if p.contract == "dcp_vs_fixed_cp"]
+        names += [p.arms[1] for p in pairs if p.contract == DCP_VS_FIXED_CP]
     out: list[str] = []
     for name in names:
         if name.startswith(REFERENCE):
@@ -411,7 +432,7 @@ def _resume_pairs(case: Case, arm: Callable[[str, str], str],
         if twin.name not in derived:
             derived[twin.name] = (twin, derive_arm_case(case, twin))
         params = ResumePairParams(**dict(spec), after=after)
-        pairs.append(Pair("resume" if not pairs else f"resume-{name}", "resume",
+        pairs.append(Pair(pair_name(RESUME, len(pairs), name), RESUME,
                           (twin.name, name), params))
     return pairs
 
@@ -442,9 +463,9 @@ def _slot_ring_pairs(case: Case, derived: dict[str, tuple[ArmSpec, Case]]) -> li
             derived[s.name] = (s, derive_arm_case(case, s))
         names.append(s.name)
         planned.append({"microbatches": m, "ranks": ring_figures(derived[s.name][1])})
-    return [Pair("slot_ring-plan", "slot_ring_plan", (),
+    return [Pair(SLOT_RING_PLAN_PAIR, SLOT_RING_PLAN, (),
                  SlotRingPlanParams(**dict(spec), planned=planned)),
-            Pair("slot_ring", "slot_ring", tuple(names),
+            Pair(SLOT_RING, SLOT_RING, tuple(names),
                  SlotRingPairParams(**dict(spec), counts=list(spec.microbatches)))]
 
 

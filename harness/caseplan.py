@@ -30,6 +30,7 @@ from harness.results import (
     read_json,
     write_json_record,
 )
+from harness.spec.names import ARM_KINDS, ArmKind
 from harness.spec.places import emulated_labels, emulated_title
 from harness.spec.schema import Case, SanitySpec
 
@@ -37,10 +38,6 @@ PLAN_FILE = "plan.json"
 # 2: arms say whether they are emulated (``emulated``: each rank's label), pairs may be skipped or
 # have checks marked not applicable when the plan is made.
 PLAN_VERSION = 2
-# What an arm runs: the case eagerly (``eager``; ``dcp`` in a dynamic-CP case), at one fixed CP
-# size, with slot-shared CUDA graphs (one pool, or one per CP size), or on one rank (``reference``).
-ARM_KINDS = ("eager", "dcp", "fixed-cp", "graph", "graph-separate-pools", "graph-fixed-cp",
-             "reference")
 # case.json fields that do not change what runs (the path the case file was given by).
 UNHASHED_FIELDS = ("source",)
 
@@ -65,7 +62,7 @@ class PlannedArm:
     is its results folder."""
 
     name: str
-    kind: str
+    kind: ArmKind
     case: Case
     world_size: int
     ranks: tuple[int, ...]

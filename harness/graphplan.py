@@ -49,8 +49,7 @@ def capture_counts(case: Case) -> tuple[int, ...]:
     lay = case.layout
     if case.train.microbatches is not None and not lay.dynamic:
         return (case.train.microbatches,)
-    most = case.train.global_batch if lay.dynamic else case.train.global_batch // lay.dp
-    return reachable_microbatch_counts(lay.pp, lay.vpp, lay.group, most)
+    return reachable_microbatch_counts(lay.pp, lay.vpp, lay.group, lay.most_microbatches)
 
 
 def case_graph_layout(case: Case, pp_rank: int) -> GraphLayout:

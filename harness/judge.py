@@ -26,6 +26,7 @@ from typing import Mapping, Optional, Sequence
 
 from harness.caseplan import CasePlan
 from harness.compare import (
+    ARM_CHECKS_CONTRACT,
     ARM_CHECKS_PAIR,
     CaseVerdict,
     Check,
@@ -84,7 +85,7 @@ def read_arms(case_dir: Path, plan: CasePlan) -> dict[str, ArmFiles]:
 # --------------------------------------------------------------------------- judging
 def error_verdict(case_id: str, arms: Sequence[str], message: str) -> CaseVerdict:
     """A case verdict of one ``error`` entry (nothing could be judged)."""
-    entry = PairVerdict(case_id, ARM_CHECKS_PAIR, "arm_checks", tuple(arms), (), "error", message)
+    entry = PairVerdict(case_id, ARM_CHECKS_PAIR, ARM_CHECKS_CONTRACT, tuple(arms), (), "error", message)
     return CaseVerdict(case_id, (entry,), "error")
 
 
@@ -218,7 +219,7 @@ def verify(stored: Optional[CaseVerdict], derived: CaseVerdict) -> CaseVerdict:
                                           "not define; re-run the sweep with the same --out"))
     status = combine_status([p.status for p in pairs])
     if stored.status != status and status == "pass":  # every entry agrees, the case status not
-        pairs.append(PairVerdict(stored.case_id, ARM_CHECKS_PAIR, "arm_checks", (), (), "error",
+        pairs.append(PairVerdict(stored.case_id, ARM_CHECKS_PAIR, ARM_CHECKS_CONTRACT, (), (), "error",
                                  f"verdict.json says '{stored.status}' but its entries and the "
                                  "step records say 'pass'"))
         status = "error"

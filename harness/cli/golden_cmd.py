@@ -62,6 +62,7 @@ from harness.golden import (
 from harness.golden_diff import diff_golden, on_platform, render_diff
 from harness.launch.sweep import arm_is_complete, load_plan, run_arm_into, sweep_lock
 from harness.results import CASE_FILE, read_outcome, read_steps
+from harness.spec.names import GOLDEN
 from harness.spec.schema import NAME_PATTERN
 
 REPEATS_DIR = "golden-repeats"
@@ -212,7 +213,7 @@ def rerun_note(sweep: Path, sources: list[str]) -> str:
 def _record_case(args: argparse.Namespace, case_dir: Path) -> str:
     """Record one case (module doc); what it did, reported as it goes."""
     plan = load_plan(case_dir)
-    pair = next((p for p in plan.pairs if p.contract == "golden"), None)
+    pair = next((p for p in plan.pairs if p.contract == GOLDEN), None)
     if pair is None:
         print(f"skip  {plan.case_id}: declares no compare.golden")
         return NO_GOLDEN

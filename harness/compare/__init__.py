@@ -30,6 +30,8 @@ Every name other code uses is importable from ``harness.compare`` itself.
 
 from __future__ import annotations
 
+from harness.spec.names import ARM_CHECKS_CONTRACT, ARM_CHECKS_PAIR
+
 from . import contracts
 from .arm_checks import COMPLETENESS, LOSS_SANITY_CHECKS, RankSet, arm_checks, sanity_checks
 from .contracts.golden import GoldenMissing, GoldenPairParams
@@ -40,7 +42,7 @@ from .contracts.slot_ring_plan import SlotRingPlanParams
 from .evaluate import ArmData, ExpectedRanks, evaluate_case, evaluate_pair, pair_status
 from .packing import PackingRule, PackingRules, describe_packing, packing_check, packing_rule
 from .pair import Pair
-from .registry import ARM_CHECKS_CONTRACT, CONTRACTS, PAIR_PARAMS, ContractFn, ContractSkipped, contract
+from .registry import CONTRACTS, PAIR_PARAMS, ContractFn, ContractSkipped, contract
 from .series import (
     MIB,
     Record,
@@ -51,14 +53,15 @@ from .series import (
     step_series,
 )
 from .verdicts import (
-    ARM_CHECKS_PAIR,
     DEFAULT_ALLOWED_SKIPS,
     SKIP_KINDS,
     SWEEP_MARK,
     PAIR_STATUSES,
     CaseVerdict,
     Check,
+    PairStatus,
     PairVerdict,
+    SkipKind,
     combine_status,
     read_verdict,
     write_verdict,
@@ -67,7 +70,7 @@ from .verdicts import (
 __all__ = [
     "ARM_CHECKS_CONTRACT", "ARM_CHECKS_PAIR", "ArmData", "DEFAULT_ALLOWED_SKIPS", "SKIP_KINDS", "COMPLETENESS", "CONTRACTS", "CaseVerdict",
     "Check", "ContractFn", "ContractSkipped", "ExpectedRanks", "GoldenMissing", "GoldenPairParams",
-    "LOSS_SANITY_CHECKS", "MIB", "PAIR_PARAMS", "PAIR_STATUSES", "PackingRule", "PackingRules",
+    "LOSS_SANITY_CHECKS", "MIB", "PAIR_PARAMS", "PAIR_STATUSES", "PackingRule", "PairStatus", "SkipKind", "PackingRules",
     "Pair", "PairVerdict", "RankSet", "Record", "ReferencePairParams", "ResumePairParams",
     "SWEEP_MARK", "SlotRingPairParams", "SlotRingPlanParams", "StaticBins", "Steps",
     "arm_checks", "combine_status", "compare_series", "contract", "contracts", "describe_packing",

@@ -11,14 +11,15 @@ from dataclasses import replace
 from typing import Mapping, Optional, Sequence, Union
 
 from harness.results import ArmOutcome
+from harness.spec.names import ARM_CHECKS_CONTRACT, ARM_CHECKS_PAIR
 from harness.spec.schema import SanitySpec
 
 from .arm_checks import COMPLETENESS, RankSet, arm_checks, sanity_checks
 from .packing import PackingRules, packing_check
 from .pair import Pair
-from .registry import ARM_CHECKS_CONTRACT, CONTRACTS, PAIR_PARAMS, ContractSkipped
+from .registry import CONTRACTS, PAIR_PARAMS, ContractSkipped
 from .series import Steps
-from .verdicts import ARM_CHECKS_PAIR, SWEEP_MARK, CaseVerdict, Check, PairVerdict, combine_status
+from .verdicts import SWEEP_MARK, CaseVerdict, Check, PairStatus, PairVerdict, combine_status
 
 ArmData = Mapping[str, tuple[Optional[ArmOutcome], Steps]]  # arm -> (outcome, rank -> records)
 
@@ -33,7 +34,7 @@ def _arm_error(arm: str, outcome: Optional[ArmOutcome], present: bool) -> Option
     return None
 
 
-def _status(checks: Sequence[Check], errors: Sequence[str]) -> str:
+def _status(checks: Sequence[Check], errors: Sequence[str]) -> PairStatus:
     # Evidence of a regression: a failed check on recorded values. Missing data (the
     # completeness check, a comparison without common steps: value None) is not evidence.
     evidence = [c for c in checks if not c.passed and c.value is not None

@@ -2,7 +2,7 @@
 
 A contract is one module of :mod:`harness.compare.contracts` that registers itself::
 
-    @contract("repeat", RepeatContract)
+    @contract(REPEAT, RepeatContract)
     def repeat(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
         ...
 
@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Callable, Mapping, Optional
 
 from pydantic import BaseModel
 
+from harness.spec.names import ARM_CHECKS_CONTRACT
+
 from .series import Steps
 from .verdicts import Check
 
@@ -29,8 +31,6 @@ if TYPE_CHECKING:
     from .pair import Pair
 
 ContractFn = Callable[["Pair", Mapping[str, Steps]], tuple[Check, ...]]
-
-ARM_CHECKS_CONTRACT = "arm_checks"  # the entry of arms in no pair: arm checks only, no settings
 
 _checks: dict[str, ContractFn] = {}
 _params: dict[str, type[BaseModel]] = {}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Literal, Mapping, Optional, Sequence, get_args
 
 from harness.results import (
     VERDICT_FILE,
@@ -25,19 +25,23 @@ from harness.results import (
     write_json_record,
 )
 
-PAIR_STATUSES = ("pass", "fail", "error", "skipped")
-ARM_CHECKS_PAIR = "checks"  # verdict entry holding arm checks of arms in no pair
+# A pair's or a case's status (the rules: the module doc); JSON spells it as is.
+PairStatus = Literal["pass", "fail", "error", "skipped"]
+PAIR_STATUSES: tuple[PairStatus, ...] = get_args(PairStatus)
+# The kind of a skipped entry (what each means: SKIP_KINDS).
+SkipKind = Literal["needs-gpu", "emulated", "golden-platform", "not-applicable"]
 
 # Why an entry was skipped: every skipped entry names one of these kinds, which the gate counts
 # and a CI accepts by name (``dcp-harness gate --allow-skip KIND ...``).
-SKIP_KINDS: Mapping[str, str] = {
+SKIP_KINDS: Mapping[SkipKind, str] = {
     "needs-gpu": "an arm needs CUDA GPUs this machine (or the Slurm profile's nodes) does not have",
     "emulated": "the pair does not apply to emulated ranks (their losses are local figures)",
     "golden-platform": "no golden values recorded yet for the platform the arm ran on",
     "not-applicable": "the contract does not apply to this run",
 }
 # What `gate` accepts when not told otherwise: what the machine or the case's design decides.
-DEFAULT_ALLOWED_SKIPS = ("needs-gpu", "emulated", "golden-platform", "not-applicable")
+DEFAULT_ALLOWED_SKIPS: tuple[SkipKind, ...] = ("needs-gpu", "emulated", "golden-platform",
+                                               "not-applicable")
 
 
 # A check's detail may name the sweep folder as this mark (a command to run on it);
@@ -109,9 +113,9 @@ class PairVerdict:
     contract: str
     arms: tuple[str, ...]
     checks: tuple[Check, ...]
-    status: str
+    status: PairStatus
     error: Optional[str] = None
-    skip: Optional[str] = None  # a skipped entry's kind (SKIP_KINDS)
+    skip: Optional[SkipKind] = None  # a skipped entry's kind (SKIP_KINDS)
 
     def __post_init__(self) -> None:
         if self.status not in PAIR_STATUSES:
@@ -161,7 +165,7 @@ class PairVerdict:
 class CaseVerdict:
     case_id: str
     pairs: tuple[PairVerdict, ...]
-    status: str
+    status: PairStatus
 
     def __post_init__(self) -> None:
         if self.status not in PAIR_STATUSES:
@@ -183,7 +187,7 @@ class CaseVerdict:
             raise ResultsError(f"bad verdict ({type(exc).__name__}: {exc})") from exc
 
 
-def combine_status(statuses: Sequence[str]) -> str:
+def combine_status(statuses: Sequence[PairStatus]) -> PairStatus:
     """fail beats error beats pass beats skipped (a regression is reported even when something
     else broke; entries that were skipped do not hide the others, and all skipped is skipped)."""
     if "fail" in statuses:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from harness.results import ArmStatus
+
 INFRA_STATES = {
     "NODE_FAIL": "node failure",
     "BOOT_FAIL": "node boot failure",
@@ -50,7 +52,7 @@ INFRA_LOG_PATTERNS: tuple[tuple[str, str], ...] = (
 
 @dataclass(frozen=True)
 class Classification:
-    status: str  # infra | timeout | failed
+    status: ArmStatus  # infra | timeout | failed
     reason: str
 
 

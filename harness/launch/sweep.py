@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
 from harness.caseplan import UNHASHED_FIELDS, CasePlan, PlannedArm, read_plan, write_plan
 from harness.compare import (
+    ARM_CHECKS_CONTRACT,
     ARM_CHECKS_PAIR,
     DEFAULT_ALLOWED_SKIPS,
     CaseVerdict,
@@ -49,6 +50,7 @@ from harness.results import (
     write_json_atomic,
     write_outcome,
 )
+from harness.spec.names import GOLDEN
 from harness.spec.schema import Case
 
 
@@ -190,7 +192,7 @@ def _finalize_or_error(case_id: str, case_dir: Path) -> CaseVerdict:
     try:
         return finalize_case(case_dir)
     except (ResultsError, ValueError, KeyError, OSError) as exc:  # unreadable results: an error
-        pair = PairVerdict(case_id, ARM_CHECKS_PAIR, "arm_checks", (), (), "error",
+        pair = PairVerdict(case_id, ARM_CHECKS_PAIR, ARM_CHECKS_CONTRACT, (), (), "error",
                            f"could not evaluate {case_dir}: {type(exc).__name__}: {exc}")
         verdict = CaseVerdict(case_id, (pair,), "error")
         write_verdict(case_dir, verdict)
@@ -222,7 +224,7 @@ def run_sweep(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
 def timing_judged_arms(plan: CasePlan) -> frozenset[str]:
     """The arms whose step time a golden pair judges (``compare.golden.step_time``): nothing may
     run beside them, not even on other devices, while they run."""
-    return frozenset(a for p in plan.pairs if p.contract == "golden" and p.skipped is None
+    return frozenset(a for p in plan.pairs if p.contract == GOLDEN and p.skipped is None
                      and getattr(p.params, "step_time", None) is not None for a in p.arms)
 
 

@@ -29,6 +29,7 @@ from harness.compare import PairVerdict
 from harness.results import GraphStats, MemoryProbe, StepRecord
 from harness.compare.contracts.graph_vs_eager import frame_replays, frames_text
 from harness.sites import SiteTable, diff_sites, pool_totals
+from harness.spec.names import DCP_VS_FIXED_CP, GRAPH_POOLS, GRAPH_VS_EAGER
 from harness.spec.places import short_label
 
 from .load import ArmView, CaseView, SweepView
@@ -41,7 +42,7 @@ TE3353 = {
     "layout": "8 GB200 (2 nodes), real ranks; 48 layers, 128 experts, PP4 VPP4 EP2, DCP {1,2}, "
               "seq 8192, GBS 64",
     "capture": "2 dynamic-CP variants over 8 slot-aliased physical TE pool slots",
-    "graph_vs_eager": "16 steps, no NaN / skipped; LM loss within 0.00398 abs (0.0351 %)",
+    GRAPH_VS_EAGER: "16 steps, no NaN / skipped; LM loss within 0.00398 abs (0.0351 %)",
     "nan": "none",
     "replayed": "CP1 and CP2",
     "device_delta": "-440..+16 and -366..+96 MiB (two 3-step runs)",
@@ -115,7 +116,7 @@ def rank_figures(case: CaseView, rank: int) -> RankFigures:
     out["nan_or_skipped"] = {name: [r.step for r in _records(arm, rank) if r.nan or r.skipped]
                              for name, arm in case.arms.items()}
     out["nan_or_skipped"] = {k: v for k, v in out["nan_or_skipped"].items() if v}
-    ge = _arms_of(case, "graph_vs_eager")
+    ge = _arms_of(case, GRAPH_VS_EAGER)
     if ge is not None:
         g, e = _records(ge[0], rank), _records(ge[1], rank)
         by_step = {r.step: r for r in e}
@@ -139,14 +140,14 @@ def rank_figures(case: CaseView, rank: int) -> RankFigures:
         peaks = [r.max_allocated_bytes for r in g + e]
         peaks = [p for p in peaks if p is not None]
         out["peak_allocated_mib"] = max(peaks) / MIB if peaks else None
-    gp = _arms_of(case, "graph_pools")
+    gp = _arms_of(case, GRAPH_POOLS)
     if gp is not None:
         shared, sep = _last_stats(_records(gp[0], rank)), _last_stats(_records(gp[1], rank))
         largest = sep.largest_pool_bytes if sep is not None else None
         if shared is not None and sep is not None and largest:
             out["shared_over_largest"] = shared.pool_reserved_bytes / largest
             out["separate_over_largest"] = sep.pool_reserved_bytes / largest
-    dv = _arms_of(case, "dcp_vs_fixed_cp")
+    dv = _arms_of(case, DCP_VS_FIXED_CP)
     if dv is not None:
         out.update(_memory(dv, rank))
     return RankFigures(**out)
@@ -199,7 +200,7 @@ def _rows(fixed: str) -> list[Row]:
 
     return [
         ("capture line", TE3353["capture"], lambda f: f.capture or "-"),
-        ("graph vs eager (loss, aux loss, grad norm)", TE3353["graph_vs_eager"], bitwise),
+        ("graph vs eager (loss, aux loss, grad norm)", TE3353[GRAPH_VS_EAGER], bitwise),
         ("NaN / skipped steps", TE3353["nan"], nan),
         ("CP sizes replayed (graphed steps)", TE3353["replayed"],
          lambda f: f"{list(f.replayed_cp)} over {f.graphed_steps} steps" if f.graphed_steps else "-"),
@@ -239,7 +240,7 @@ def case_table(case: CaseView) -> list[str]:
     if why is not None:
         return [f"### {case.title}", "", case.mark(f"Not run here: {why}")]
     figs = [rank_figures(case, r) for r in case.emulated_ranks]
-    dv = _arms_of(case, "dcp_vs_fixed_cp")
+    dv = _arms_of(case, DCP_VS_FIXED_CP)
     fixed = dv[1].name if dv is not None else "fixed CP"
     head = ["figure", f"TE #3353 ({TE3353['layout']})"] + [f.label for f in figs]
     lines = [f"### {case.title}", "",

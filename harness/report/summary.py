@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+from harness.spec.names import (
+    DCP_VS_FIXED_CP,
+    GRAPH_POOLS,
+    GRAPH_VS_EAGER,
+    REFERENCE_CONTRACT,
+    SLOT_RING,
+    SLOT_RING_PLAN,
+)
+
 from .emulated import emulated_sections
 from .load import SweepView
 from .text import (
@@ -22,8 +31,7 @@ def _md(text: str) -> str:
 
 
 # Contracts whose check details are worth a section of their own (memory, pools, graph parity).
-FIGURE_CONTRACTS = ("graph_vs_eager", "dcp_vs_fixed_cp", "graph_pools", "slot_ring",
-                    "slot_ring_plan")
+FIGURE_CONTRACTS = (GRAPH_VS_EAGER, DCP_VS_FIXED_CP, GRAPH_POOLS, SLOT_RING, SLOT_RING_PLAN)
 GROUPING_CHECK = "microbatches"  # the reference contract's grouping check (its own section)
 
 
@@ -32,6 +40,21 @@ def _line(text: str) -> str:
 
 
 def render_summary(sweep: SweepView, exit_code: int) -> str:
+    """summary.md: the counts, one table row per case x pair, then sections of figures,
+    groupings, failures, errors, parked and skipped entries (each only where it has one)."""
+    out = _header(sweep, exit_code)
+    if not sweep.cases:
+        out.append("No case folders found (a case folder holds case.json or verdict.json).")
+        return "\n".join(out) + "\n"
+    out += _table(sweep)
+    out += emulated_sections(sweep)
+    for section in (_figures, _groupings, _failures_and_errors, _parked, _skipped):
+        section(sweep, out)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _header(sweep: SweepView, exit_code: int) -> list[str]:
+    """The title, the status line with the counts, and the sweep's warnings."""
     counts = sweep.counts()
     out = [f"# dcp-harness sweep `{sweep.name}`", ""]
     parked = (f", {counts['parked']} parked (not counted by the gate"
@@ -47,9 +70,12 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
     out += [f"> **warning**: {w.strip()[len('WARN  '):]}" for w in sweep.warnings()]
     if sweep.warnings():
         out.append("")
-    if not sweep.cases:
-        out.append("No case folders found (a case folder holds case.json or verdict.json).")
-        return "\n".join(out) + "\n"
+    return out
+
+
+def _table(sweep: SweepView) -> list[str]:
+    """One row per case x pair."""
+    out: list[str] = []
     out.append("Figures per arm, in pair order (candidate / reference); memory is the peak "
                "`max_allocated_bytes` over ranks (CUDA only); step time is the median over steps "
                "after the first, of the slowest rank.")
@@ -62,7 +88,11 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
             final_loss_cell(case, p),
             loss_delta_cell(case, p), peak_mem_cell(case, p), step_time_cell(case, p),
         )) + " |")
-    out += emulated_sections(sweep)
+    return out
+
+
+def _figures(sweep: SweepView, out: list[str]) -> None:
+    """The checks of the graph and memory contracts that passed or failed, and step times."""
     figures = [(c, p) for c, p in sweep.rows
                if p.contract in FIGURE_CONTRACTS and p.status in ("pass", "fail")]
     if figures:
@@ -79,7 +109,11 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
                 out.append(case.mark(f"- {what} (median): {a} {ta * 1e3:.1f} ms, {b} "
                                      f"{tb * 1e3:.1f} ms, {a} / {b} = {ta / tb:.3f}"))
             out.append("")
-    groupings = [(c, p, check) for c, p in sweep.rows if p.contract == "reference"
+
+
+def _groupings(sweep: SweepView, out: list[str]) -> None:
+    """The reference pairs' microbatch-grouping checks."""
+    groupings = [(c, p, check) for c, p in sweep.rows if p.contract == REFERENCE_CONTRACT
                  for check in p.checks if check.name == GROUPING_CHECK]
     if groupings:
         out += ["", "## Microbatch groupings (reference pairs)", ""] if out[-1] != "" else \
@@ -90,6 +124,10 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
         out.append("")
         out += [f"- {case.case_id} / {p.pair}: {_line(check_line(c))}" for case, p, c in groupings]
         out.append("")
+
+
+def _failures_and_errors(sweep: SweepView, out: list[str]) -> None:
+    """Failed checks, then errors with the arms' repro commands (parked cases left out)."""
     failures = [(c, p) for c, p in sweep.rows if p.status == "fail" and c.parked is None]
     errors = [(c, p) for c, p in sweep.rows if p.status == "error" and c.parked is None]
     if failures:
@@ -110,6 +148,10 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
                 if arm and arm.outcome and arm.outcome.repro:
                     out.append(case.mark(f"- repro {name}: `{arm.outcome.repro}`"))
             out.append("")
+
+
+def _parked(sweep: SweepView, out: list[str]) -> None:
+    """Parked cases (``expect:``), not counted by the gate."""
     if sweep.parked:
         out += ["## Parked (not counted by the gate)", ""] if out[-1] == "" else [
             "", "## Parked (not counted by the gate)", ""]
@@ -121,9 +163,12 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
                 if p.status in ("fail", "error"):
                     out.append(f"- {p.pair}: {p.status.upper()}: {_line(entry_why(case, p))}")
             out.append("")
+
+
+def _skipped(sweep: SweepView, out: list[str]) -> None:
+    """Skipped entries with the reason."""
     skipped = [(c, p) for c, p in sweep.rows if p.status == "skipped"]
     if skipped:
         out += ["## Skipped", ""] if out[-1] == "" else ["", "## Skipped", ""]
         out += [case.mark(f"- {case.title} / {p.pair}: {_line(p.error or 'skipped')}")
                 for case, p in skipped]
-    return "\n".join(out).rstrip("\n") + "\n"

@@ -43,7 +43,7 @@ from .manifest import (
     read_manifest,
 )
 from .lock import LOCK_FILE, lock_holder, sweep_lock
-from .outcome import ARM_STATUSES, ArmOutcome, read_outcome, write_outcome
+from .outcome import ARM_STATUSES, ArmOutcome, ArmStatus, read_outcome, write_outcome
 from .paths import (
     CASE_FILE,
     INDEX_FILE,
@@ -71,7 +71,7 @@ from .records import (
 from .steps import StepWriter, parse_step_line, read_rank_file, read_steps
 
 __all__ = [
-    "ARM_STATUSES", "ArmOutcome", "CASE_FILE", "LOCK_FILE", "MANIFEST_FILE", "Manifest",
+    "ARM_STATUSES", "ArmOutcome", "ArmStatus", "CASE_FILE", "LOCK_FILE", "MANIFEST_FILE", "Manifest",
     "ManifestArm", "ManifestCase", "SweepStart", "add_to_manifest", "lock_holder", "read_manifest",
     "sweep_lock", "FrameReplays", "GraphStats", "INDEX_FILE",
     "JUNIT_FILE", "LOG_FILE", "MemoryProbe", "OUTCOME_FILE", "PackedGroup", "PackedMicrobatch",

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional, get_args
 
 from .files import PathLike, ResultsError, decode_float, read_json_record, write_json_record
 from .paths import OUTCOME_FILE
 
-ARM_STATUSES = ("ok", "failed", "timeout", "infra", "skipped")
+# How an arm's run ended (what each means: ArmOutcome); JSON spells it as is.
+ArmStatus = Literal["ok", "failed", "timeout", "infra", "skipped"]
+ARM_STATUSES: tuple[ArmStatus, ...] = get_args(ArmStatus)
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,7 @@ class ArmOutcome:
     ``launch.failures.log_cause``), "" when it names none; an older ``outcome.json`` has none.
     """
 
-    status: str
+    status: ArmStatus
     returncode: Optional[int] = None
     wall_s: float = 0.0
     log_tail: str = ""

@@ -26,12 +26,25 @@ from __future__ import annotations
 import string
 from typing import Iterable, Mapping, Optional
 
+from harness.spec.names import (
+    DCP_VS_FIXED_CP,
+    FIXED_CP,
+    FIXED_CP_KINDS,
+    GRAPH,
+    GRAPH_FIXED_CP,
+    GRAPH_POOLS,
+    GRAPH_VS_EAGER,
+    REFERENCE,
+    REFERENCE_CONTRACT,
+    REPEAT_ROLE,
+    SEPARATE_POOLS,
+)
 from harness.spec.problems import Loc, Problem
 from harness.spec.schema import Case, CommandSpec, RankStart
 
 PLACEHOLDERS = ("arm_dir", "steps", "world_size", "seed", "case_dir", "nnodes", "nproc_per_node",
                 "fixed_cp", "master_addr", "master_port", "node_rank")
-FIXED_CP_ROLES = ("fixed-cp", "graph-fixed-cp")
+FIXED_CP_ROLES = FIXED_CP_KINDS
 # A launcher's rendezvous (ranks: launcher); a rank started by the harness has it in its environment.
 LAUNCHER_PLACEHOLDERS = ("master_addr", "master_port", "node_rank")
 
@@ -53,7 +66,7 @@ def fill(text: str, values: Mapping[str, object]) -> str:
 
 def role_args(command: CommandSpec, kind: str, repeat: bool) -> list[str]:
     """The arguments an arm of ``kind`` adds to ``command.argv`` (and ``repeat``'s)."""
-    return list(command.arms.get(kind, [])) + (list(command.arms.get("repeat", [])) if repeat
+    return list(command.arms.get(kind, [])) + (list(command.arms.get(REPEAT_ROLE, [])) if repeat
                                                  else [])
 
 
@@ -69,16 +82,16 @@ def _needed_roles(case: Case) -> list[tuple[str, str, str]]:
     assert cmd is not None
     out = []
     if c.graph_vs_eager is not None or c.graph_pools is not None:
-        out.append(("graph", "graph_vs_eager" if c.graph_vs_eager else "graph_pools",
+        out.append((GRAPH, GRAPH_VS_EAGER if c.graph_vs_eager else GRAPH_POOLS,
                     "the graph arm runs it"))
     if c.graph_pools is not None:
-        out.append(("graph-separate-pools", "graph_pools", "the separate-pools arm runs it"))
+        out.append((SEPARATE_POOLS, GRAPH_POOLS, "the separate-pools arm runs it"))
     if c.dcp_vs_fixed_cp is not None:
-        role = "graph-fixed-cp" if "graph" in cmd.arms else "fixed-cp"
-        out.append((role, "dcp_vs_fixed_cp", "the fixed-CP arm runs it (e.g. "
-                                             "[--context-parallel-size, '{fixed_cp}'])"))
+        role = GRAPH_FIXED_CP if GRAPH in cmd.arms else FIXED_CP
+        out.append((role, DCP_VS_FIXED_CP, "the fixed-CP arm runs it (e.g. "
+                                           "[--context-parallel-size, '{fixed_cp}'])"))
     if c.reference is not None:
-        out.append(("reference", "reference", "the single-rank reference arm runs it"))
+        out.append((REFERENCE, REFERENCE_CONTRACT, "the single-rank reference arm runs it"))
     return out
 
 

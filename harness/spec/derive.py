@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from harness.errors import CaseError
+from harness.spec.names import REFERENCE
 from harness.spec.preflight import preflight, reference_layout_problem
 from harness.spec.schema import Case, CompareSpec, EmulateSpec, Execution, Pools
 
@@ -70,7 +71,7 @@ def with_execution(case: Case, arm: str, graphed: bool,
     return _checked(case, derived, "graphs" if graphed else "compare", f"arm '{arm}'")
 
 
-def as_reference(case: Case, arm: str = "reference", field: str = "compare.reference") -> Case:
+def as_reference(case: Case, arm: str = REFERENCE, field: str = "compare.reference") -> Case:
     """The case's model, data and training on ONE rank: ``pp = vpp = ep = 1``, no CP or dynamic
     CP, one node with one rank, eager, and the ordinary dynamic-shape path (no ``graphs:``, no
     ``shapes:``): in a static-shape case every other arm runs the static-shape path (fixed buffers, device-side metadata,

@@ -136,6 +136,19 @@ class ParallelLayout:
         return self.dp_cp if self.dynamic else self.dp_cp // self.max_cp
 
     @property
+    def sequences_per_dp_rank(self) -> int:
+        """Sequences of a step each DP rank trains: ``global_batch / dp`` (whole once
+        :meth:`problems` holds; with dynamic CP, ``dp`` is the whole DP x CP pool)."""
+        return self.global_batch // self.dp
+
+    @property
+    def most_microbatches(self) -> int:
+        """The most microbatches a step can run, every one holding a sequence: with fixed CP the
+        sequences per DP rank (:attr:`sequences_per_dp_rank`); with dynamic CP, or a layout whose
+        ``dp`` is not whole (:attr:`exact`), the global batch."""
+        return self.sequences_per_dp_rank if self.exact and not self.dynamic else self.global_batch
+
+    @property
     def exact(self) -> bool:
         """Whether the world splits exactly into ``pp`` stages of ``dp_cp`` ranks (and, with fixed
         CP, ``dp_cp`` into ``dp`` groups of ``cp``), so that ``dp_cp`` and ``dp`` are exact."""

@@ -70,6 +70,7 @@ from typing import Callable, Optional, Sequence
 
 from harness.spec.command import check_command
 from harness.spec.layout import ParallelLayout, cp_size_problem
+from harness.spec.names import GRAPH, GRAPH_POOLS, GRAPH_VS_EAGER
 from harness.spec.problems import Problem
 from harness.spec.problems import at as _at
 from harness.spec.schema import Case, DType, GraphScope, LengthDistribution
@@ -143,7 +144,7 @@ def check_microbatches(case: Case) -> list[Problem]:
         problems.append(Problem(field, f"{why} (interleaved schedule); the next count it "
                                        f"accepts is {_first_accepted(lay, m, m + lay.group)}"))
     if not lay.dynamic and lay.exact:
-        per_rank = t.global_batch // lay.dp
+        per_rank = lay.sequences_per_dp_rank
         if m > per_rank:
             problems.append(Problem(
                 field,
@@ -216,7 +217,7 @@ def _fixed_fill(case: Case, lay: ParallelLayout, arm: str) -> list[Problem]:
     gbs, mbs = t.global_batch, t.microbatches
     if gbs % dp:
         return []
-    per_rank = gbs // dp
+    per_rank = lay.sequences_per_dp_rank
     smallest = _smallest_count(lay)
     shortest, lengths = _shortest(case)
     per_bin = _per_bin(case, shortest)
@@ -366,7 +367,7 @@ def check_graphs(case: Case) -> list[Problem]:
     g, t, c = case.graphs, case.train, case.compare
     problems: list[Problem] = []
     if g is None:
-        for name in ("graph_vs_eager", "graph_pools"):
+        for name in (GRAPH_VS_EAGER, GRAPH_POOLS):
             if getattr(c, name) is not None:
                 problems.append(Problem(_at(f"compare.{name}"),
                                         "compares CUDA-graph arms: add a `graphs:` section "
@@ -404,7 +405,7 @@ def check_resume(case: Case) -> list[Problem]:
     if not t.deterministic and exact:
         problems.append(Problem(_at(f"compare.resume.{exact[0]}"), (
             "an exact resume check needs train.deterministic: true (or give a tolerance)")))
-    graph_arms = [a for a in spec.arm_names(case.graphs is not None) if a.startswith("graph")]
+    graph_arms = [a for a in spec.arm_names(case.graphs is not None) if a.startswith(GRAPH)]
     if case.graphs is not None and graph_arms and at <= case.graphs.warmup_steps:
         problems.append(Problem(_at("compare.resume.at_step"), (
             f"the graph arm captures after its {case.graphs.warmup_steps} eager warmup steps; "
@@ -431,7 +432,7 @@ def check_slot_ring(case: Case) -> list[Problem]:
         return [Problem(field, "the slot ring matters for pipelined schedules: needs "
                                "parallel.pp >= 2 (and vpp >= 1)")]
     problems: list[Problem] = []
-    most = case.train.global_batch // lay.dp if lay.exact and lay.dp else case.train.global_batch
+    most = lay.most_microbatches
     for m in spec.microbatches:
         why = lay.microbatch_count_problem(m)
         if why is None and m > most:

@@ -26,6 +26,7 @@ from pydantic import (
 from harness.spec.layout import ParallelLayout
 # Upper bounds of sizes (le=): limits.py says why each is what it is.
 from harness.spec.limits import limit
+from harness.spec.names import EAGER, GRAPH
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 
@@ -114,7 +115,8 @@ MetricField = Literal["loss", "aux_loss", "grad_norm", "lr", "step_time_s", "tok
                       "allocated_bytes", "reserved_bytes", "active_bytes", "max_allocated_bytes",
                       "skipped", "nan"]
 # The arm roles a command case gives arguments for (``command.arms``): the arm kinds of
-# ``harness.caseplan.ARM_KINDS`` and ``repeat`` (added for the second run of a repeat pair).
+# ``harness.spec.names.ARM_KINDS`` and ``repeat`` (added for the second run of a repeat pair;
+# tests/spec/test_names.py checks that the two agree).
 CommandRole = Literal["eager", "dcp", "graph", "graph-separate-pools", "fixed-cp",
                       "graph-fixed-cp", "reference", "repeat"]
 
@@ -324,7 +326,7 @@ LossBound = Union[Literal["exact"], Tolerance]
 class RepeatContract(_Strict):
     """Run the same arm twice with the same seed; deterministic runs must match bitwise."""
 
-    arm: str = "eager"
+    arm: str = EAGER
     loss: LossBound = "exact"
 
 
@@ -447,7 +449,7 @@ class GoldenContract(_Strict):
 
     # Folder of the golden files, relative to the case file's folder.
     dir: str = "golden"
-    arm: str = "eager"
+    arm: str = EAGER
     # Platform of the golden file; None: the platform the arm ran on (its records' ``platform``:
     # ``cpu``, or the GPU from its CUDA device name, e.g. ``h200``).
     platform: Optional[str] = Field(default=None, pattern=NAME_PATTERN)
@@ -491,7 +493,7 @@ class ResumeContract(_Strict):
 
     def arm_names(self, graph_case: bool) -> list[str]:
         """The arms resumed: ``arms``, else the eager arm and, in a graph case, ``graph``."""
-        return list(self.arms) if self.arms is not None else ["eager"] + (["graph"] if graph_case else [])
+        return list(self.arms) if self.arms is not None else [EAGER] + ([GRAPH] if graph_case else [])
 
 
 class SlotRingContract(_Strict):

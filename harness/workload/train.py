@@ -34,7 +34,7 @@ from harness.workload.model import (
 from harness.workload.moe import MoEContext, moe_scalars
 from harness.workload.optim import all_reduce_grads, clip_grads_, global_grad_norm, make_optimizer
 from harness.workload.packing import StepPlan, plan_step
-from harness.workload.pipeline import MicrobatchInput, run_step
+from harness.workload.pipeline import MicrobatchInput, StepTotals, run_step
 from harness.workload.runtime import ProcessGroups, RankContext, build_groups, communicator_for
 from harness.workload.transfer import to_device
 
@@ -225,6 +225,86 @@ def _restore(s: _Setup, opt: torch.optim.Optimizer, state: dict[str, Any], case:
     opt.load_state_dict(state["optimizer"])
 
 
+def _reduce_and_update(case: Case, s: _Setup, opt: torch.optim.Optimizer,
+                       totals: StepTotals) -> tuple[float, float, float, bool]:
+    """After the microbatches: gradients reduced, the global grad norm, the loss and aux loss
+    summed over the world, and the optimizer step (clipped; skipped when the norm is not
+    finite). Returns (loss, aux loss, grad norm, skipped)."""
+    train, pool_rank = case.train, s.groups.pool_rank
+    all_reduce_grads(s.dense, s.groups.pool)
+    all_reduce_grads(s.expert, s.groups.expert_dp)
+    # Each replica counted once over the world; an emulated rank (alone) counts all it
+    # holds, else a rank holding only replicas counted elsewhere would report 0.
+    alone = s.groups.world.comm.alone
+    norm = global_grad_norm(
+        s.dense, s.expert, alone or pool_rank == 0, alone or pool_rank < case.parallel.ep,
+        s.groups.world, s.device,
+    )
+    sums = torch.tensor([totals.loss_sum, totals.aux_sum], dtype=torch.float64, device=s.device)
+    all_reduce_(sums, s.groups.world)
+    loss, aux = float(sums[0]), float(sums[1]) / case.model.layers
+    skipped = not math.isfinite(norm)
+    if not skipped:
+        clip = train.optimizer.grad_clip
+        if clip is not None:
+            clip_grads_(s.dense + s.expert, norm, clip)
+        opt.step()
+    return loss, aux, norm, skipped
+
+
+def _train_step(case: Case, ctx: RankContext, s: _Setup, opt: torch.optim.Optimizer, step: int,
+                table: Table, slot: _GraphSlot, autocast: Optional[torch.dtype], *,
+                memory_probe: bool, graph_stats: Optional[GraphStats],
+                resumed_from: int) -> StepRecord:
+    """One training step of this rank (packed, run through the pipeline, reduced, the optimizer
+    stepped) and its record."""
+    if s.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(s.device)
+    t0 = time.perf_counter()
+    plan = plan_step(case, step)
+    if slot.graphs is not None:
+        slot.graphs.check_step(len(plan.microbatches))
+    opt.zero_grad(set_to_none=False)
+    totals = run_step(
+        s.chunks,
+        s.groups,
+        s.layout.pp,
+        s.layout.group,
+        len(plan.microbatches),
+        lambda m: _microbatch_input(case, plan, m, s, table, slot),
+        plan.total_tokens,
+        case.model.hidden,
+        autocast,
+        s.device,
+    )
+    loss, aux, norm, skipped = _reduce_and_update(case, s, opt, totals)
+    finite = math.isfinite(loss) and math.isfinite(norm)
+    if s.device.type == "cuda":
+        torch.cuda.synchronize(s.device)
+    elapsed = time.perf_counter() - t0
+    return StepRecord(
+        step=step,
+        loss=loss,
+        aux_loss=aux,
+        grad_norm=norm,
+        nan=not finite,
+        skipped=skipped,
+        tokens=plan.total_tokens,
+        microbatches=len(plan.microbatches),
+        cp_sizes=tuple(mb.group_of(s.groups.pool_rank).size for mb in plan.microbatches),
+        lr=case.train.lr,
+        step_time_s=elapsed,
+        device=ctx.device,
+        graphed=slot.graphs is not None,
+        memory_probe=_probe(s.device) if memory_probe else None,
+        graph_stats=graph_stats,
+        replays=slot.graphs.take_replays() if slot.graphs is not None else (),
+        packed=plan.packed(),
+        resumed_from=resumed_from or None,
+        **_memory(s.device),
+    )
+
+
 def train_arm(
     case: Case,
     ctx: RankContext,
@@ -251,8 +331,7 @@ def train_arm(
                          f"1..{train.steps - 1}")
     with _determinism(train.deterministic, train.seed):
         s = _setup(case, ctx, chunk_builder)
-        params = s.dense + s.expert
-        opt = make_optimizer(params, train)
+        opt = make_optimizer(s.dense + s.expert, train)
         start = ckpt.agreed_resume_step(checkpoint_dir, ctx.rank, s.groups.world)
         if start > 0:
             assert checkpoint_dir is not None
@@ -260,7 +339,6 @@ def train_arm(
         last = train.steps if stop_after is None else min(stop_after, train.steps)
         table = successor_table(train.seed, case.model.vocab).tolist()  # read once, not per sequence
         autocast = _autocast(case)
-        pool_rank = s.groups.pool_rank
         slot = _GraphSlot()
         probe_step = train.memory_probe_step or train.steps
         try:
@@ -269,68 +347,9 @@ def train_arm(
                 if graphed and slot.graphs is None and step > case.graphs.warmup_steps:  # type: ignore[union-attr]
                     slot.graphs = _capture(case, s)
                     stats = slot.graphs.stats
-                if s.device.type == "cuda":
-                    torch.cuda.reset_peak_memory_stats(s.device)
-                t0 = time.perf_counter()
-                plan = plan_step(case, step)
-                if slot.graphs is not None:
-                    slot.graphs.check_step(len(plan.microbatches))
-                opt.zero_grad(set_to_none=False)
-                totals = run_step(
-                    s.chunks,
-                    s.groups,
-                    s.layout.pp,
-                    s.layout.group,
-                    len(plan.microbatches),
-                    lambda m: _microbatch_input(case, plan, m, s, table, slot),
-                    plan.total_tokens,
-                    case.model.hidden,
-                    autocast,
-                    s.device,
-                )
-                all_reduce_grads(s.dense, s.groups.pool)
-                all_reduce_grads(s.expert, s.groups.expert_dp)
-                # Each replica counted once over the world; an emulated rank (alone) counts all it
-                # holds, else a rank holding only replicas counted elsewhere would report 0.
-                alone = s.groups.world.comm.alone
-                norm = global_grad_norm(
-                    s.dense, s.expert, alone or pool_rank == 0, alone or pool_rank < case.parallel.ep,
-                    s.groups.world, s.device,
-                )
-                sums = torch.tensor([totals.loss_sum, totals.aux_sum], dtype=torch.float64, device=s.device)
-                all_reduce_(sums, s.groups.world)
-                loss, aux = float(sums[0]), float(sums[1]) / case.model.layers
-                finite = math.isfinite(loss) and math.isfinite(norm)
-                skipped = not math.isfinite(norm)
-                if not skipped:
-                    clip = train.optimizer.grad_clip
-                    if clip is not None:
-                        clip_grads_(params, norm, clip)
-                    opt.step()
-                if s.device.type == "cuda":
-                    torch.cuda.synchronize(s.device)
-                elapsed = time.perf_counter() - t0
-                record = StepRecord(
-                    step=step,
-                    loss=loss,
-                    aux_loss=aux,
-                    grad_norm=norm,
-                    nan=not finite,
-                    skipped=skipped,
-                    tokens=plan.total_tokens,
-                    microbatches=len(plan.microbatches),
-                    cp_sizes=tuple(mb.group_of(pool_rank).size for mb in plan.microbatches),
-                    lr=train.lr,
-                    step_time_s=elapsed,
-                    device=ctx.device,
-                    graphed=slot.graphs is not None,
-                    memory_probe=_probe(s.device) if step == probe_step else None,
-                    graph_stats=stats,
-                    replays=slot.graphs.take_replays() if slot.graphs is not None else (),
-                    packed=plan.packed(),
-                    resumed_from=start or None,
-                    **_memory(s.device),
-                )
+                record = _train_step(case, ctx, s, opt, step, table, slot, autocast,
+                                     memory_probe=step == probe_step, graph_stats=stats,
+                                     resumed_from=start)
                 # Record first, then checkpoint: a rank stopped in between re-runs this step on
                 # resume (same values; the results store drops the duplicate record), whereas the
                 # other order could resume after a step that was never recorded.

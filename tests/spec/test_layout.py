@@ -99,3 +99,13 @@ def test_rank_arithmetic_places_pp_outermost_and_blocks_contiguously() -> None:
     assert lay.ep_blocks(1) == [(4, 5), (6, 7)]
     assert lay.expert_dp_groups(0) == [(0, 2), (1, 3)]
     assert lay.ep_rank(7) == 1
+
+
+def test_sequences_per_dp_rank_and_most_microbatches() -> None:
+    fixed = layout(gpus_per_node=8, pp=2, cp_sizes=(2,), global_batch=12)  # dp 2
+    assert (fixed.dp, fixed.sequences_per_dp_rank, fixed.most_microbatches) == (2, 6, 6)
+    dynamic = layout(gpus_per_node=8, pp=2, cp_sizes=(1, 2), dynamic=True, global_batch=12,
+                     max_seqlen_per_rank=32)  # dp 4: the whole DP x CP pool
+    assert (dynamic.sequences_per_dp_rank, dynamic.most_microbatches) == (3, 12)
+    uneven = layout(gpus_per_node=6, pp=2, cp_sizes=(2,), global_batch=12)  # 6 % (2 * 2) != 0
+    assert not uneven.exact and uneven.most_microbatches == 12

@@ -15,6 +15,7 @@ import math
 from typing import Callable, Literal, Mapping, Optional
 
 from harness.results import GraphStats
+from harness.spec.names import DCP_VS_FIXED_CP
 from harness.spec.schema import DcpVsFixedCpContract
 
 from ..pair import Pair
@@ -97,7 +98,7 @@ def _pool_figures(data: Mapping[str, Steps], arms: tuple[str, str],
                            f"graph pool reserved, {arms[0]} vs {arms[1]}: " + ", ".join(parts))
 
 
-@contract("dcp_vs_fixed_cp", DcpVsFixedCpContract)
+@contract(DCP_VS_FIXED_CP, DcpVsFixedCpContract)
 def dcp_vs_fixed_cp(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     p: DcpVsFixedCpContract = pair.params
     arms = pair.two_arms()

@@ -33,6 +33,7 @@ from harness.golden import (
     platform_of,
     resolve_environment,
 )
+from harness.spec.names import GOLDEN
 from harness.spec.schema import GoldenContract, LossBound
 
 from ..pair import Pair
@@ -119,7 +120,7 @@ def _golden_check(name: str, metric: str, run: Mapping[int, float], golden: Gold
     return replace(check, detail=f"{check.detail} (bound: {source})")
 
 
-@contract("golden", GoldenPairParams)
+@contract(GOLDEN, GoldenPairParams)
 def golden(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     """One arm against its committed golden values (``compare.golden``; ``harness.golden``):
     LM loss, aux loss and grad norm per step, step time and memory two-sided, against the

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
+from harness.spec.names import GRAPH_POOLS
 from harness.spec.schema import GraphPoolsContract
 
 from ..pair import Pair
@@ -17,7 +18,7 @@ from ..series import MIB, Steps, graph_stats, series_check
 from ..verdicts import Check
 
 
-@contract("graph_pools", GraphPoolsContract)
+@contract(GRAPH_POOLS, GraphPoolsContract)
 def graph_pools(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     """Slot-shared pool over the largest single variant's pool (the largest separate pool)."""
     p: GraphPoolsContract = pair.params

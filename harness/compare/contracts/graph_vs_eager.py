@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
+from harness.spec.names import GRAPH_VS_EAGER
 from harness.spec.schema import GraphVsEagerContract
 
 from ..pair import Pair
@@ -55,7 +56,7 @@ def _replays(graph: Steps, rank_name: Callable[[int], str]) -> tuple[Check, Chec
             Check("variants_replayed", float(worst), 0.0, worst == 0, "; ".join(parts)))
 
 
-@contract("graph_vs_eager", GraphVsEagerContract)
+@contract(GRAPH_VS_EAGER, GraphVsEagerContract)
 def graph_vs_eager(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     p: GraphVsEagerContract = pair.params
     arms = pair.two_arms()

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.results import PackedMicrobatch
 from harness.spec.layout import padded_length, sequence_multiple
+from harness.spec.names import REFERENCE_CONTRACT
 from harness.spec.schema import LossBound, ReferenceContract
 from harness.textfmt import collapse_runs
 
@@ -198,7 +199,7 @@ def microbatches_check(p: ReferencePairParams, arms: tuple[str, str], data: Mapp
     return check, k, why
 
 
-@contract("reference", ReferencePairParams)
+@contract(REFERENCE_CONTRACT, ReferencePairParams)
 def reference(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     """A candidate layout against the single-rank ``reference`` arm (``compare.reference``).
 

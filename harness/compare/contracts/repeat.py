@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from harness.spec.names import REPEAT
 from harness.spec.schema import RepeatContract
 
 from ..pair import Pair
@@ -13,7 +14,7 @@ from ..series import Steps, series_check
 from ..verdicts import Check
 
 
-@contract("repeat", RepeatContract)
+@contract(REPEAT, RepeatContract)
 def repeat(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     p: RepeatContract = pair.params
     arms = pair.two_arms()

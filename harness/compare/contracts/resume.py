@@ -18,6 +18,7 @@ from typing import Mapping
 from pydantic import Field
 
 from harness.results import StepRecord
+from harness.spec.names import RESUME
 from harness.spec.schema import ResumeContract
 
 from ..pair import Pair
@@ -95,7 +96,7 @@ def _recaptured_check(arm: str, steps: Steps, after: int) -> Check:
     return Check("recaptured", float(len(missing)), 0.0, not missing, detail)
 
 
-@contract("resume", ResumePairParams)
+@contract(RESUME, ResumePairParams)
 def resume(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     p: ResumePairParams = pair.params
     arms = pair.two_arms()  # (resumed, uninterrupted)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from harness.spec.names import SLOT_RING
 from harness.spec.schema import SlotRingContract
 
 from ..pair import Pair
@@ -24,7 +25,7 @@ class SlotRingPairParams(SlotRingContract):
     counts: list[int]
 
 
-@contract("slot_ring", SlotRingPairParams)
+@contract(SLOT_RING, SlotRingPairParams)
 def slot_ring(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     p: SlotRingPairParams = pair.params
     if len(p.counts) != len(pair.arms):

@@ -11,6 +11,7 @@ from typing import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness.spec.names import SLOT_RING_PLAN
 from harness.spec.schema import SlotRingContract
 
 from ..pair import Pair
@@ -48,7 +49,7 @@ class SlotRingPlanParams(SlotRingContract):
     planned: list[CountRing]
 
 
-@contract("slot_ring_plan", SlotRingPlanParams)
+@contract(SLOT_RING_PLAN, SlotRingPlanParams)
 def slot_ring_plan(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     p: SlotRingPlanParams = pair.params
     by_count = {c.microbatches: c for c in p.planned}
