@@ -325,12 +325,17 @@ def _run_cases(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
     shown = _Serialized(shown) if second else shown
     shown.sweep_started(len(plans))
     failure: list[BaseException] = []
+    interrupted = threading.Event()
+
+    def second_arm(arm: PlannedArm) -> Any:
+        if interrupted.is_set():  # the first lane was interrupted: start nothing more
+            raise KeyboardInterrupt
+        return quiet.arm()
 
     def second_lane() -> None:
         try:
             for i, plan in second:
-                _run_case(i, len(plans), plan, out_dir, launcher, shown, tally,
-                          lambda arm: quiet.arm())
+                _run_case(i, len(plans), plan, out_dir, launcher, shown, tally, second_arm)
         except BaseException as exc:  # re-raised by the first lane's thread
             failure.append(exc)
 
@@ -345,9 +350,11 @@ def _run_cases(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
         if second:
             worker.join()
     except BaseException:
+        interrupted.set()
         stop = getattr(launcher, "stop", None)
         if second and stop is not None:
             stop()
+        if second and worker.is_alive():
             worker.join()
         raise
     finally:

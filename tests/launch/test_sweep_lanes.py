@@ -83,12 +83,14 @@ def test_cpu_cases_run_beside_the_others_but_never_beside_a_judged_step_time(cas
 
 
 def test_ctrl_c_in_one_lane_stops_the_other(cases, tmp_path):
-    launcher = TimedLauncher(hold_s=5.0, interrupt=("gpu-plain", "eager"))
+    launcher = TimedLauncher(hold_s=3.0, interrupt=("gpu-plain", "eager"))
     begun = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         run_sweep(cases, tmp_path / "out", launcher, beside=beside)
     assert launcher.stopped.is_set()
-    assert time.monotonic() - begun < 15  # the CPU lane did not run on to its end (20 s of arms)
+    cpu_done = [s for s in launcher.spans if s[0].startswith("cpu-")]
+    assert len(cpu_done) < 4  # the CPU lane did not run on to its end
+    assert time.monotonic() - begun < 60  # and nothing waited for it
 
 
 def test_without_a_second_lane_nothing_changes(cases, tmp_path):
