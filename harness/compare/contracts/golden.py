@@ -143,7 +143,11 @@ def golden(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     refresh = (f"`dcp-harness golden record {SWEEP_MARK} --case {p.case_id} --platform {platform} "
                f"--repeats {max(3, max(values.repeats.values(), default=1))}`")
     why_not = _not_bitwise(p.deterministic_fp32, platform, values, steps, refresh)
-    checks = [_golden_check(name, metric, metric_series(steps, metric), values, bound, why_not,
+    # A series the plan marks not applicable (e.g. a command whose metrics have no aux loss) is
+    # recorded as such with the plan's reason, never looked up in a file that cannot have it.
+    absent = pair.not_applicable_checks
+    checks = [Check.not_applicable(name, absent[name]) if name in absent else
+              _golden_check(name, metric, metric_series(steps, metric), values, bound, why_not,
                             arm, p.steps)
               for name, metric, bound in (("loss", "lm loss", p.loss),
                                           ("aux_loss", "aux loss", p.aux_loss),
