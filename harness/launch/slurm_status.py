@@ -90,9 +90,9 @@ def case_status(case_dir: Path, ref: JobRef, view: SchedulerView, now: Optional[
 
 
 def skipped_status(case_id: str, reason: str, arms_total: int = 0) -> CaseStatus:
-    """A case ``submit`` did not queue: it cannot run on the profile's nodes."""
+    """A case ``submit`` did not queue: it cannot run on the profile's nodes (none of its arms ran)."""
     return CaseStatus(case_id=case_id, job_id="-", state="skipped", slurm_state="not submitted",
-                      arms_done=arms_total, arms_total=arms_total, terminal=True, detail=reason)
+                      arms_done=0, arms_total=arms_total, terminal=True, detail=reason)
 
 
 def sweep_status(sweep_dir: Path, runner: Runner = run_command,
