@@ -51,7 +51,7 @@ class ManifestCase(_Frozen):
 class SweepStart(_Frozen):
     """One invocation that wrote into the sweep: what it selected and where it ran."""
 
-    command: Literal["run", "submit", "prepare"]
+    command: Literal["run", "submit"]
     started: str  # UTC, ISO 8601
     paths: tuple[str, ...] = ()
     k: Optional[str] = None

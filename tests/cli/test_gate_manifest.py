@@ -126,6 +126,14 @@ def test_a_sweep_without_its_manifest_does_not_pass(copy: Path, capsys) -> None:
     assert code == 2 and "has no manifest.json" in out
 
 
+def test_an_unreadable_or_foreign_manifest_does_not_pass(copy: Path, capsys) -> None:
+    (copy / "manifest.json").write_text('{"version": 1, "cases": [{"id": 3}]}')
+    code, out = gate(capsys, copy)
+    assert code == 2 and "manifest cannot be read" in out and "cases.0" in out
+    (copy / "manifest.json").write_text("{not json")
+    assert gate(capsys, copy)[0] == 2
+
+
 def test_a_case_folder_the_manifest_does_not_list_is_an_error(copy: Path, tmp_path: Path,
                                                                   capsys) -> None:
     shutil.copytree(copy / "one-rank", copy / "one-rank-copied")
