@@ -10,6 +10,7 @@ from harness.compare import DEFAULT_ALLOWED_SKIPS
 from harness.results import PathLike, lock_holder
 
 from .load import PlanCheck, SweepView, load_sweep
+from .text import entry_why
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
@@ -45,9 +46,9 @@ def gate_result(sweep: SweepView) -> GateResult:
     for case, p in sweep.rows:  # a case of emulated ranks is named with them (case.title)
         if case.parked is not None:
             continue  # one line per parked case, below
-        if p.status == "fail":
-            names = ", ".join(x.name for x in p.failed_checks) or "(no check named)"
-            lines.append(f"  FAIL  {case.title} / {p.pair}: {names}")
+        if p.status == "fail":  # the failed checks, and the cause of an arm that ended badly
+            lines.append(f"  FAIL  {case.title} / {p.pair}: "
+                         f"{entry_why(case, p) or '(no check named)'}")
         elif p.status == "error":
             lines.append(f"  ERROR {case.title} / {p.pair}: {p.error}")
         elif p.status == "skipped":

@@ -98,6 +98,9 @@ def test_a_failure_with_a_crashed_arm_names_the_cause_too(crashed, tmp_path, cap
                                                 f"arm 'eager-repeat' failed: {CAUSE}")
     failures = (damaged / "summary.md").read_text().split("## Failures", 1)[1]
     assert f"{_describe(damaged, 'eager')}; {_describe(damaged, 'eager-repeat')}" in failures
+    assert main(["gate", str(damaged)]) == 1  # the gate's FAIL line names the cause too
+    (fail,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  FAIL")]
+    assert fail.endswith(f"loss; arm 'eager' failed: {CAUSE}; arm 'eager-repeat' failed: {CAUSE}")
 
 
 def test_a_sweep_from_before_the_cause_is_judged_as_before(crashed, tmp_path, capsys) -> None:
