@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.launch.rules import case_rules  # noqa: E402
+from harness.launch.rules import check_stored_plan  # noqa: E402
 from harness.report import load_sweep  # noqa: E402
 from harness.report.emulated import emulated_tables  # noqa: E402
 from harness.results import dumps  # noqa: E402
@@ -127,7 +127,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return _fit(args)
     if not args.sweeps:
         ap.error("give sweep folders, or --fit CASE")
-    text = "\n\n".join(t for t in (emulated_tables(load_sweep(s, case_rules)) for s in args.sweeps)
+    text = "\n\n".join(t for t in (emulated_tables(load_sweep(s, check_stored_plan)) for s in args.sweeps)
                        if t)
     if not text:
         print(f"no case of emulated ranks in {' '.join(args.sweeps)}", file=sys.stderr)
