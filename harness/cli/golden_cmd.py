@@ -153,17 +153,18 @@ def _run_repeats(plan: CasePlan, arm: PlannedArm, case_dir: Path, repeats: int
         root.mkdir(parents=True, exist_ok=True)
         hash_file.write_text(plan.case_hash + "\n")
     folders = []
-    for k in range(2, repeats + 1):
-        arm_dir = root / f"repeat{k}" / arm.name
-        folders.append(arm_dir)
-        if arm_is_complete(arm, arm_dir):
-            print(f"      {plan.case_id}: repeat {k}/{repeats} of arm '{arm.name}' already complete "
-                  f"({arm_dir})")
-            continue
-        print(f"      {plan.case_id}: repeat {k}/{repeats} of arm '{arm.name}' -> {arm_dir}", flush=True)
-        outcome = run_arm_into(LocalLauncher(), plan, arm, arm_dir, case_dir / CASE_FILE)
-        if not outcome.ok or not arm_is_complete(arm, arm_dir):
-            return folders, f"repeat {k} of arm '{arm.name}' {outcome.describe()} (log: {arm_dir / 'log.txt'})"
+    with LocalLauncher() as launcher:
+        for k in range(2, repeats + 1):
+            arm_dir = root / f"repeat{k}" / arm.name
+            folders.append(arm_dir)
+            if arm_is_complete(arm, arm_dir):
+                print(f"      {plan.case_id}: repeat {k}/{repeats} of arm '{arm.name}' already complete "
+                      f"({arm_dir})")
+                continue
+            print(f"      {plan.case_id}: repeat {k}/{repeats} of arm '{arm.name}' -> {arm_dir}", flush=True)
+            outcome = run_arm_into(launcher, plan, arm, arm_dir, case_dir / CASE_FILE)
+            if not outcome.ok or not arm_is_complete(arm, arm_dir):
+                return folders, f"repeat {k} of arm '{arm.name}' {outcome.describe()} (log: {arm_dir / 'log.txt'})"
     return folders, None
 
 

@@ -48,6 +48,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_emulate_argument(p)
     p.add_argument("--timeout-min", type=float, default=None, metavar="M",
                    help="per-arm time limit in minutes (default: each case's resources.time_min)")
+    p.add_argument("--cold-start", action="store_true",
+                   help="start every rank process afresh instead of forking it from a warm process "
+                        "that imported torch and the workload once (slower; the records are the "
+                        "same: docs/design.md)")
     add_allow_skip_argument(p)
     p.set_defaults(func=run)
 
@@ -131,10 +135,11 @@ def _run(args: argparse.Namespace) -> int:
     gpus = cuda_device_count()
     start = sweep_start("run", cases, gpus, paths=args.paths, k=args.k,
                         tags=args.tags, emulate_ranks=args.emulate_ranks)
-    result = run_sweep(plans, out, LocalLauncher(timeout_min=args.timeout_min),
-                       progress=make_progress(sys.stderr, plans, RESULTS_ROOT / LATEST),
-                       start=start, allowed_skips=allowed,
-                       beside=lambda plan: runs_beside_gpu_arms(plan, gpus))
+    with LocalLauncher(timeout_min=args.timeout_min, warm=not args.cold_start) as launcher:
+        result = run_sweep(plans, out, launcher,
+                           progress=make_progress(sys.stderr, plans, RESULTS_ROOT / LATEST),
+                           start=start, allowed_skips=allowed,
+                           beside=lambda plan: runs_beside_gpu_arms(plan, gpus))
     if args.out is None:
         point_latest(RESULTS_ROOT, out)
     files = result.summary  # the sweep's reports, from the verdicts it judged once

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import functools
 import math
 import os
 import shlex
@@ -34,7 +35,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Deque, Mapping, Optional, Sequence
+from typing import IO, Deque, Mapping, Optional, Sequence, Union
 
 from harness.caseplan import CasePlan, PlannedArm
 from harness.errors import ConfigError
@@ -44,6 +45,7 @@ from harness.launch.placement import runs_on_cuda, skip_reason
 from harness.launch.ports import is_addr_in_use, pick_free_port
 from harness.launch.rank_main import (LAUNCHER_PID_ENV, arm_legs, read_plan_beside,
                                       remove_empty_stacks, stacks_path)
+from harness.launch.warm import WarmProcess, WarmStarter
 from harness.results import LOG_FILE, ArmOutcome, read_steps, write_outcome
 
 TAIL_LINES = 60
@@ -97,7 +99,7 @@ class _Rank:
     """A running rank (mutable: its reader thread records when its output ended)."""
 
     rank: int
-    proc: subprocess.Popen
+    proc: Union[subprocess.Popen, WarmProcess]
     tail: Deque[str] = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
     reader: Optional[threading.Thread] = None
     output_closed_at: Optional[float] = None  # ~ when it exited; orders simultaneous failures
@@ -180,7 +182,7 @@ def _pump(r: _Rank, log: IO[str], lock: threading.Lock, redact: tuple[str, ...])
     stream.close()
 
 
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+def _signal_group(proc: Union[subprocess.Popen, WarmProcess], sig: int) -> None:
     try:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
@@ -193,8 +195,10 @@ def _steps_recorded(arm_dir: Path) -> int:
 
 # --------------------------------------------------------------------------- the process group
 def run_ranks(cmd: RankCommand, *, stack_wait_s: float = 3.0, kill_grace_s: float = 5.0,
-              port_retries: int = 3, poll_s: float = 0.05) -> ArmOutcome:
-    """Spawn ``cmd.world_size`` processes of ``cmd.argv`` and wait for them (see module doc)."""
+              port_retries: int = 3, poll_s: float = 0.05,
+              starter: Optional[WarmStarter] = None) -> ArmOutcome:
+    """Spawn ``cmd.world_size`` processes of ``cmd.argv`` and wait for them (see module doc);
+    ``starter``: fork them from its warm servers where it can (``harness.launch.warm``)."""
     arm_dir = Path(cmd.arm_dir)
     arm_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -205,7 +209,7 @@ def run_ranks(cmd: RankCommand, *, stack_wait_s: float = 3.0, kill_grace_s: floa
             port = int(fixed) if fixed else pick_free_port()
             steps_before = _steps_recorded(arm_dir)
             outcome, attempt_text = _attempt(cmd, port, log, started, stack_wait_s, kill_grace_s,
-                                             poll_s)
+                                             poll_s, starter)
             # Only a rendezvous failure (no step made) is retried on another port.
             retry = (not fixed and outcome.status in ("failed", "infra") and restarts < port_retries
                      and is_addr_in_use(attempt_text) and _steps_recorded(arm_dir) == steps_before)
@@ -222,8 +226,24 @@ def run_ranks(cmd: RankCommand, *, stack_wait_s: float = 3.0, kill_grace_s: floa
     )
 
 
+def _spawn(cmd: RankCommand, rank: int, port: int, starter: Optional[WarmStarter]
+           ) -> tuple[Union[subprocess.Popen, WarmProcess], Optional[str]]:
+    """Rank ``rank``'s process: forked warm by ``starter`` where it can, else started cold (and
+    why, when a warm start was refused)."""
+    argv, env = cmd.argv_of(rank), cmd.env_of(os.environ, rank, port)
+    why = None
+    if starter is not None:
+        proc, why = starter.start(argv, env, str(cmd.cwd) if cmd.cwd is not None else None)
+        if proc is not None:
+            return proc, None
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True, env=env,
+                            cwd=cmd.cwd), why
+
+
 def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wait_s: float,
-             kill_grace_s: float, poll_s: float) -> tuple[ArmOutcome, str]:
+             kill_grace_s: float, poll_s: float, starter: Optional[WarmStarter] = None
+             ) -> tuple[ArmOutcome, str]:
     arm_dir = Path(cmd.arm_dir)
     for k in cmd.started:
         stacks_path(arm_dir, k).unlink(missing_ok=True)
@@ -236,11 +256,11 @@ def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wa
     ranks: list[_Rank] = []
     try:
         for k in cmd.started:
-            proc = subprocess.Popen(
-                cmd.argv_of(k), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, start_new_session=True,
-                env=cmd.env_of(os.environ, k, port), cwd=cmd.cwd,
-            )
+            proc, cold_why = _spawn(cmd, k, port, starter)
+            if cold_why is not None:
+                with lock:
+                    log.write(f"[launcher] rank {k} started cold: {cold_why}\n")
+                    log.flush()
             r = _Rank(k, proc)
             r.reader = threading.Thread(target=_pump, args=(r, log, lock, cmd.redact),
                                         daemon=True)
@@ -295,6 +315,8 @@ def _wait(ranks: list[_Rank], deadline: float, poll_s: float, timeout_s: float,
         bad = [(r.rank, c) for r, c in zip(ranks, codes) if c not in (None, 0)]
         if bad:
             time.sleep(poll_s)  # let the readers see the end of the output of ranks that just died
+            # and count the ranks that ended meanwhile (a peer's failure ends the others soon)
+            bad = [(r.rank, c) for r in ranks if (c := r.proc.poll()) not in (None, 0)]
             closed = {r.rank: r.output_closed_at for r in ranks}
             bad.sort(key=lambda b: (closed[b[0]] or math.inf, b[0]))
             rank, code = bad[0]
@@ -364,15 +386,36 @@ def repro_command(python: str, case_json: Path, arm_name: str, case_id: str) -> 
 
 @dataclass(frozen=True)
 class LocalLauncher:
-    """Runs arms on this machine. ``timeout_min`` overrides ``case.resources.time_min``."""
+    """Runs arms on this machine. ``timeout_min`` overrides ``case.resources.time_min``.
+    ``warm``: fork the built-in workload's rank processes from warm servers that imported torch
+    and the workload once (``harness.launch.warm``); False starts every one afresh. Use it as a
+    context manager (or call :meth:`close`) so the servers end with the sweep."""
 
     timeout_min: Optional[float] = None
     python: str = sys.executable
     stack_wait_s: float = 3.0
     kill_grace_s: float = 5.0
     port_retries: int = 3
+    warm: bool = True
     # Set by stop(): the arms running in other threads end their ranks (Ctrl-C reaches only one).
     stop_event: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+    starter: Optional[WarmStarter] = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.warm and self.starter is None:
+            object.__setattr__(self, "starter", WarmStarter(python=self.python))
+
+    def __enter__(self) -> "LocalLauncher":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the warm servers (a later arm starts new ones)."""
+        if self.starter is not None:
+            self.starter.close()
+            object.__setattr__(self, "starter", WarmStarter(python=self.python))
 
     def stop(self) -> None:
         """End the ranks of every arm this launcher runs in another thread (the sweep was
@@ -406,6 +449,7 @@ class LocalLauncher:
                 plan, arm, arm_dir, case_json,
                 gpus=visible_gpus(os.environ, gpus) if runs_on_cuda(plan, gpus) else [],
                 timeout_s=self.timeout_s(plan), python=self.python, repro=repro,
+                run=functools.partial(run_ranks, starter=self.starter),
                 stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s)
         extra, where = device_env(world, gpus, plan.largest_arm.world_size)
         assert runs_on_cuda(plan, gpus) == (not extra)  # one rule for every arm of the case
@@ -425,7 +469,8 @@ class LocalLauncher:
                               world_size=world, arm_dir=arm_dir, timeout_s=max(left, 1.0),
                               env=extra, repro=repro, stop=self.stop_event)
             outcomes.append(run_ranks(cmd, stack_wait_s=self.stack_wait_s,
-                                      kill_grace_s=self.kill_grace_s, port_retries=self.port_retries))
+                                      kill_grace_s=self.kill_grace_s, port_retries=self.port_retries,
+                                      starter=self.starter))
             if not outcomes[-1].ok:
                 break
         return _joined(outcomes, arm_legs(arm))
@@ -461,7 +506,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    outcome = LocalLauncher(timeout_min=args.timeout_min).run_arm(plan, arm, args.out, args.case)
+    with LocalLauncher(timeout_min=args.timeout_min) as launcher:
+        outcome = launcher.run_arm(plan, arm, args.out, args.case)
     write_outcome(args.out, outcome)
     print(f"{plan.case_id} / {arm.name}: {outcome.describe()}  (log: {args.out / LOG_FILE})")
     if not outcome.ok:

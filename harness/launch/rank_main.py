@@ -433,6 +433,26 @@ def run_emulated_rank(arm: PlannedArm, arm_dir: Path, rank: Optional[int],
         _write_phases(phases, arm_dir, rank)
 
 
+def preload() -> None:
+    """Import what a rank imports before its first step, creating no CUDA context and starting no
+    thread: a warm server (``harness.launch.forkserver``) runs it once and forks ranks after."""
+    import torch
+    import torch._dynamo  # noqa: F401  each optimizer imports it
+    import torch.distributed  # noqa: F401
+
+    import harness.caseplan  # noqa: F401
+    import harness.environment  # noqa: F401
+    import harness.results.phases  # noqa: F401
+    import harness.sites  # noqa: F401
+    import harness.spec.places  # noqa: F401
+    import harness.workload  # noqa: F401
+    import harness.workload.checkpoint  # noqa: F401
+    import harness.workload.emulate  # noqa: F401
+    import harness.workload.model  # noqa: F401
+
+    del torch
+
+
 def arm_legs(arm: PlannedArm) -> tuple[Optional[int], ...]:
     """How the launchers run a planned arm: one leg (``(None,)``), or, for an arm the harness
     interrupts (``Execution.interrupt_after = K``: the ``-resumed`` arms of ``compare.resume``),
