@@ -56,9 +56,10 @@ ROWS: tuple[PerfRow, ...] = (
         "leak-per-microbatch", "harness/workload/pipeline.py",
         "one extra [tokens x hidden] fp32 buffer per microbatch is kept forever (a leak that grows "
         "with every microbatch)",
-        "                del inputs[m]",
-        "                setattr(run_step, 'leak', getattr(run_step, 'leak', []) + [torch.empty("
-        "tokens, hidden, device=device)]); del inputs[m]",
+        "            del self.inputs[m]",
+        "            setattr(run_step, 'leak', getattr(run_step, 'leak', []) + [torch.empty("
+        "self.inputs[m].inputs.shape[0], self.links.hidden, device=self.links.device)]); "
+        "del self.inputs[m]",
         select=CASE, gpu=True), ("mem_",)),
 )
 

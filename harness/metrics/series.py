@@ -36,11 +36,6 @@ class StepMetrics:
         """The steps with a value, ascending."""
         return sorted(set(self.shared).union(*(set(s) for s in self.per_rank.values())))
 
-    def fields(self) -> frozenset[str]:
-        """The fields any step has a value of."""
-        rows = list(self.shared.values()) + [v for s in self.per_rank.values() for v in s.values()]
-        return frozenset(k for row in rows for k in row)
-
 
 def _typed(name: str, value: float) -> object:
     if name in _FLAG_FIELDS:

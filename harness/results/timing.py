@@ -28,7 +28,7 @@ exit, the launcher's own work between legs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
 from .files import PathLike
@@ -59,10 +59,6 @@ class Phases:
     checkpoint: Optional[float] = None
     records: Optional[float] = None
     other: Optional[float] = None
-
-    def known(self) -> float:
-        """The sum of the phases that are known."""
-        return sum(v for v in (getattr(self, f.name) for f in fields(self)) if v is not None)
 
 
 def add_phases(items: Iterable[Phases]) -> Phases:

@@ -258,15 +258,6 @@ def group_storage(
     return StorageGroups(tuple(entries), tuple(places), sizes)
 
 
-def group_saves(
-    saves: Sequence[Observation],
-    widen: Mapping[int, tuple[int, int]] | None = None,
-) -> tuple[tuple[SavedEntry, ...], tuple[int, ...]]:
-    """:func:`group_storage` for saves alone: ``(entries, component sizes)``."""
-    g = group_storage(saves, (), widen)
-    return g.saved, g.components
-
-
 @dataclass(frozen=True)
 class FrameLayout:
     inputs: tuple[int, ...]  # byte offsets inside the frame (-1: staged in another frame's region)

@@ -44,15 +44,3 @@ def dsatur(adjacency: Sequence[int]) -> tuple[int, ...]:
                 seen[u] |= bit
                 heapq.heappush(heap, (-seen[u].bit_count(), -degree[u], u))
     return tuple(colour)
-
-
-def is_proper(adjacency: Sequence[int], colours: Sequence[int]) -> bool:
-    """True when no edge of ``adjacency`` joins two vertices of the same colour."""
-    for v, mask in enumerate(adjacency):
-        m = mask
-        while m:
-            low = m & -m
-            if colours[low.bit_length() - 1] == colours[v]:
-                return False
-            m ^= low
-    return True

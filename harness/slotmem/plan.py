@@ -116,10 +116,6 @@ class SlotPlan:
     def variants(self) -> int:
         return len(self.cp_sizes)
 
-    @property
-    def canonical_cp(self) -> int:
-        return self.cp_sizes[0]
-
     def capture_events(self) -> tuple[CaptureEvent, ...]:
         """The lockstep order decoded into typed events (same length and order)."""
         out: list[CaptureEvent] = []

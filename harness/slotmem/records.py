@@ -109,9 +109,3 @@ class CaptureEvent:
     cp_size: int
     microbatch: int
     slot: int
-
-    def entry(self, chunks: int) -> int:
-        """The lockstep order entry: ``±(chunk + 1 + variant * chunks)``; each variant appears to
-        a Megatron-style consumer as its own set of model chunks."""
-        value = self.chunk + 1 + self.variant * chunks
-        return value if self.forward else -value

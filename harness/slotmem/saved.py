@@ -114,11 +114,6 @@ class SaveObserver:
         """Saved entries, output places and components of the saves and outputs observed."""
         return group_storage(self.raw, self.outputs, widen)
 
-    def plan(self, widen: Mapping[int, tuple[int, int]] | None = None) -> tuple[tuple[SavedEntry, ...], tuple[int, ...]]:
-        """``(saved entries, component sizes)``; see :meth:`groups`."""
-        g = self.groups(widen)
-        return g.saved, g.components
-
 
 class ArenaPacker:
     """Pack hook for capture: the k-th save is copied into its planned arena view (unless it is

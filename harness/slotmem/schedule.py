@@ -35,7 +35,6 @@ __all__ = [
     "check_order",
     "group_problem",
     "lockstep_order",
-    "max_outstanding",
     "microbatch_count_problem",
     "order_events",
     "order_from_chunks",
@@ -58,10 +57,6 @@ class OrderEvent:
     forward: bool
     chunk: int
     microbatch: int
-
-    def entry(self) -> int:
-        """The Megatron ``_order`` entry: ``+(chunk+1)`` or ``-(chunk+1)``."""
-        return self.chunk + 1 if self.forward else -(self.chunk + 1)
 
 
 def _positive(name: str, value: int) -> None:
@@ -289,20 +284,6 @@ def check_order(order: Sequence[int], chunks: int) -> None:
             )
     if len(set(fwd)) > 1:
         raise ScheduleError(f"chunks run different microbatch counts: {fwd}")
-
-
-def max_outstanding(order: Sequence[int], chunks: int) -> tuple[int, ...]:
-    """Per chunk, the most forwards whose backward has not run yet, at any point of the order."""
-    live = [0] * chunks
-    peak = [0] * chunks
-    for entry in order:
-        c = abs(entry) - 1
-        if entry > 0:
-            live[c] += 1
-            peak[c] = max(peak[c], live[c])
-        else:
-            live[c] -= 1
-    return tuple(peak)
 
 
 def lockstep_order(order: Sequence[int], chunks: int, variants: int) -> tuple[int, ...]:

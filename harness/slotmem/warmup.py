@@ -84,21 +84,6 @@ def warmup_steps(
     return tuple(steps)
 
 
-def held_frames(steps: Sequence[WarmupStep]) -> tuple[int, ...]:
-    """Frames held after each step (a forward adds one, its backward releases it); pure, for
-    checking that warmup releases consumed outputs."""
-    held: set[tuple[int, int, int, int, int]] = set()
-    out: list[int] = []
-    for s in steps:
-        key = (s.iteration, *s.frame)
-        if s.forward:
-            held.add(key)
-        else:
-            held.discard(key)
-        out.append(len(held))
-    return tuple(out)
-
-
 def as_tuple(out: object) -> tuple[torch.Tensor, ...]:
     if isinstance(out, torch.Tensor):
         return (out,)

@@ -29,12 +29,7 @@ class LocalBatch:
     key_positions: torch.Tensor  # [T * cp] positions of the gathered keys
     key_segments: torch.Tensor  # [T * cp]
     cp_size: int
-    cp_rank: int
     unit_tokens: int  # real tokens of the whole CP group's share
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.inputs.shape[0])
 
     @property
     def real_tokens(self) -> int:
@@ -96,7 +91,6 @@ def local_batch(
         key_positions=torch.cat(key_pos),
         key_segments=torch.cat(key_segs),
         cp_size=cp,
-        cp_rank=r,
         unit_tokens=group.tokens,
     )
 

@@ -18,7 +18,6 @@ reference and golden checks do not apply to it.
 from __future__ import annotations
 
 import gc
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Callable, Iterable, Optional
 import torch
 
 from harness.results import StepRecord
-from harness.spec.places import RankPlace, rank_place, stage_ranks
+from harness.spec.places import rank_place
 from harness.spec.schema import Case, ResolvedModel
 from harness.workload.allocsites import SiteBytes, summarize_segments
 from harness.workload.loopback import BACKEND
@@ -35,8 +34,7 @@ from harness.workload.model import ModelChunk, build_chunk, chunk_layouts
 from harness.workload.runtime import RankContext
 
 StepCallback = Callable[[StepRecord], None]
-__all__ = ["EmulatedArm", "RankPlace", "WeightCache", "emulate_rank", "emulated_context",
-           "rank_place", "stage_ranks"]
+__all__ = ["EmulatedArm", "WeightCache", "emulate_rank", "emulated_context", "rank_place"]
 
 
 def emulated_context(case: Case, rank: int, device: Optional[str] = None) -> RankContext:
@@ -89,20 +87,12 @@ class WeightCache:
         par, place = case.parallel, rank_place(case, rank)
         return self._key(case.model, case.train.seed, par.pp, par.vpp, place.pp_rank, par.ep, place.ep_rank)
 
-    def prefetch(self, case: Case, ranks: Iterable[int]) -> None:
-        """Initialise the weights of ``ranks`` of ``case`` now (all chunks in parallel)."""
-        self._fill([self._rank_key(case, r) for r in ranks])
-
     def param_bytes(self, case: Case, rank: int) -> int:
         """Bytes of ``rank``'s parameters (fp32 master weights; gradients take as much again and
         Adam's two moments twice as much)."""
         key = self._rank_key(case, rank)
         self._fill([key])
         return sum(t.numel() * t.element_size() for sd in self._states[key] for t in sd.values())
-
-    def drop(self, case: Case, rank: int) -> None:
-        """Forget the CPU copies of ``rank`` (free host memory once its arms have run)."""
-        self._states.pop(self._rank_key(case, rank), None)
 
     def build(self, m: ResolvedModel, seed: int, pp: int = 1, vpp: int = 1, pp_rank: int = 0,
               ep_size: int = 1, ep_rank: int = 0, device: Optional[torch.device] = None) -> list[ModelChunk]:
@@ -123,25 +113,19 @@ class WeightCache:
 class EmulatedArm:
     """What one emulated rank of one arm left besides its step records."""
 
-    place: RankPlace
-    arm: str
-    wall_s: float
     sites: Optional[tuple[SiteBytes, ...]]  # live blocks by pool and site at the memory probe
-    baseline_device_used_bytes: Optional[int]  # whole-device used before the arm built anything
 
 
-def _clean(device: torch.device) -> Optional[int]:
-    """Free what earlier work left in this process; whole-device used bytes afterwards."""
+def _clean(device: torch.device) -> None:
+    """Free what earlier work left in this process."""
     gc.collect()
     if device.type != "cuda":
-        return None
+        return
     from harness.slotmem.allocator import clear_cublas_workspaces
 
     torch.cuda.synchronize(device)
     clear_cublas_workspaces(device)
     torch.cuda.empty_cache()
-    free, total = torch.cuda.mem_get_info(device)
-    return int(total - free)
 
 
 def emulate_rank(case: Case, rank: int, on_step: StepCallback, *, device: Optional[str] = None,
@@ -160,7 +144,7 @@ def emulate_rank(case: Case, rank: int, on_step: StepCallback, *, device: Option
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     want_sites = sites and dev.type == "cuda"
-    baseline = _clean(dev)
+    _clean(dev)
     found: list[tuple[SiteBytes, ...]] = []
 
     def step(record: StepRecord) -> None:
@@ -170,7 +154,6 @@ def emulate_rank(case: Case, rank: int, on_step: StepCallback, *, device: Option
             found.append(summarize_segments(allocator_segments()))
         on_step(record)
 
-    t0 = time.perf_counter()
     if want_sites:
         from harness.slotmem.allocator import record_allocation_sites
 
@@ -182,5 +165,4 @@ def emulate_rank(case: Case, rank: int, on_step: StepCallback, *, device: Option
         if want_sites:
             record_allocation_sites(False)
         _clean(dev)
-    return EmulatedArm(rank_place(case, rank), case.arm or "", time.perf_counter() - t0,
-                       found[-1] if found else None, baseline)
+    return EmulatedArm(found[-1] if found else None)

@@ -181,9 +181,8 @@ class ModelChunk(nn.Module):
 
 @dataclass(frozen=True)
 class ChunkLayout:
-    """Which layers virtual stage ``virtual`` holds."""
+    """Which layers one virtual stage holds, and whether it is the first or the last."""
 
-    virtual: int
     layers: range
     first: bool
     last: bool
@@ -198,7 +197,7 @@ def chunk_layouts(layers: int, pp: int, vpp: int, pp_rank: int) -> list[ChunkLay
     out = []
     for c in range(vpp):
         v = c * pp + pp_rank
-        out.append(ChunkLayout(v, range(v * per, (v + 1) * per), v == 0, v == stages - 1))
+        out.append(ChunkLayout(range(v * per, (v + 1) * per), v == 0, v == stages - 1))
     return out
 
 

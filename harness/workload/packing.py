@@ -53,10 +53,6 @@ class GroupWork:
     def tokens(self) -> int:
         return sum(s.length for s in self.sequences)
 
-    @property
-    def padded_tokens(self) -> int:
-        return sum(padded_length(s.length, self.size) for s in self.sequences)
-
 
 @dataclass(frozen=True)
 class MicrobatchPlan:

@@ -16,7 +16,7 @@ order is forward, backward, ... on one rank.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Callable
 
@@ -59,6 +59,124 @@ def _tag(microbatch: int, virtual: int, stages: int, backward: bool) -> int:
     return (microbatch * stages + virtual) * 2 + int(backward)
 
 
+@dataclass(frozen=True)
+class _Links:
+    """This PP rank's point-to-point messages: which rank, channel and tag carry chunk ``c``'s
+    activations (to virtual stage ``v+1``) and gradients (to ``v-1``)."""
+
+    groups: ProcessGroups
+    pp: int
+    stages: int
+    hidden: int
+    device: torch.device
+
+    def _neighbour(self, c: int, step: int) -> tuple[int, int]:
+        """(global rank, PP stage) of virtual stage ``v + step``, ``v`` that of chunk ``c``."""
+        s = (c * self.pp + self.groups.pp_rank + step) % self.pp
+        return self.groups.pp.ranks[s], s
+
+    def recv(self, c: int, m: int, tokens: int, backward: bool) -> torch.Tensor:
+        """Chunk ``c``'s input activation of microbatch ``m`` (from ``v-1``), or the gradient of
+        its output (from ``v+1``); blocks."""
+        kind, step = ("grad", 1) if backward else ("act", -1)
+        src, src_stage = self._neighbour(c, step)
+        buf = torch.empty(tokens, self.hidden, dtype=torch.float32, device=self.device)
+        me = self.groups.pp_rank
+        channel = self.groups.p2p[(src_stage, me, kind)]
+        self.groups.comm.recv(buf, src, channel, _tag(m, c * self.pp + me, self.stages, backward))
+        return buf
+
+    def send(self, c: int, m: int, tensor: torch.Tensor, backward: bool) -> Work:
+        """Chunk ``c``'s output of microbatch ``m`` to ``v+1``, or its input gradient to ``v-1``;
+        non-blocking."""
+        kind, step = ("grad", -1) if backward else ("act", 1)
+        dst, dst_stage = self._neighbour(c, step)
+        me = self.groups.pp_rank
+        channel = self.groups.p2p[(me, dst_stage, kind)]
+        tag = _tag(m, c * self.pp + me + step, self.stages, backward)
+        return self.groups.comm.isend(tensor, dst, channel, tag)
+
+
+def _autocast(device: torch.device, dtype: torch.dtype | None) -> AbstractContextManager:
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext()
+
+
+def _masked_loss(out: torch.Tensor, mb: MicrobatchInput, step_tokens: int) -> torch.Tensor:
+    """The microbatch's cross-entropy over its real tokens, divided by the step's tokens."""
+    ce = F.cross_entropy(out.float(), mb.targets, reduction="none")
+    ce_sum = (ce * mb.valid.to(ce.dtype)).sum()
+    return ce_sum / step_tokens
+
+
+class _StepRun:
+    """One step's forwards and backwards on this rank, and what is in flight between them.
+
+    Loss and aux pieces add up on the device (fp64, in the order a host sum would take them: the
+    same bits) and are read once, in :meth:`finish`: no host sync per microbatch."""
+
+    def __init__(self, chunks: list[ModelChunk], links: _Links, get_input: Callable[[int], MicrobatchInput],
+                 step_tokens: int, autocast_dtype: torch.dtype | None, microbatches: int) -> None:
+        self.chunks, self.links, self.get_input = chunks, links, get_input
+        self.step_tokens, self.autocast_dtype = step_tokens, autocast_dtype
+        self.loss_acc = torch.zeros((), dtype=torch.float64, device=links.device)
+        self.aux_acc = torch.zeros((), dtype=torch.float64, device=links.device)
+        self.inputs: dict[int, MicrobatchInput] = {}
+        self.saved: dict[tuple[int, int], tuple[torch.Tensor | None, torch.Tensor]] = {}
+        self.backwards_left = {m: len(chunks) for m in range(microbatches)}
+        self.pending: list[tuple[Work, torch.Tensor]] = []
+
+    def _input(self, m: int) -> MicrobatchInput:
+        if m not in self.inputs:
+            self.inputs[m] = self.get_input(m)
+        return self.inputs[m]
+
+    def forward(self, c: int, m: int) -> None:
+        chunk, mb = self.chunks[c], self._input(m)
+        if chunk.first:
+            x_in, x = None, mb.inputs
+        else:
+            x_in = self.links.recv(c, m, mb.inputs.shape[0], backward=False).requires_grad_()
+            x = x_in
+        with _autocast(self.links.device, self.autocast_dtype):
+            out = chunk(x, mb.ctx)
+        if chunk.last:
+            loss = _masked_loss(out, mb, self.step_tokens)
+            self.loss_acc += loss.detach().double()
+            self.saved[(c, m)] = (x_in, loss)
+        else:
+            send = out.detach().float().contiguous()
+            self.pending.append((self.links.send(c, m, send, backward=False), send))
+            self.saved[(c, m)] = (x_in, out)
+
+    def backward(self, c: int, m: int) -> None:
+        mb = self._input(m)
+        x_in, out = self.saved.pop((c, m))
+        if self.chunks[c].last:
+            out.backward()
+        else:
+            grad = self.links.recv(c, m, mb.inputs.shape[0], backward=True)
+            out.backward(grad.to(out.dtype))
+        if x_in is not None:
+            g = x_in.grad.detach().float().contiguous()
+            self.pending.append((self.links.send(c, m, g, backward=True), g))
+        # Drop the buffers of sends that already completed (the rest wait at the step's end).
+        self.pending = [(w, t) for w, t in self.pending if not w.is_completed()]
+        self.backwards_left[m] -= 1
+        if self.backwards_left[m] == 0:
+            self.aux_acc += _ordered_sum(self.inputs[m].ctx.moe.aux_sink, self.links.device)
+            del self.inputs[m]
+
+    def finish(self) -> StepTotals:
+        """Wait for the sends still in flight; this rank's totals (one host read)."""
+        for work, _ in self.pending:
+            work.wait()
+        if self.saved or self.inputs:
+            raise RuntimeError(f"pipeline order left work behind: saved {sorted(self.saved)}, "
+                               f"inputs {sorted(self.inputs)}")
+        loss_sum, aux_sum = torch.stack([self.loss_acc, self.aux_acc]).tolist()
+        return StepTotals(loss_sum=loss_sum, aux_sum=aux_sum)
+
+
 def run_step(
     chunks: list[ModelChunk],
     groups: ProcessGroups,
@@ -73,95 +191,12 @@ def run_step(
 ) -> StepTotals:
     """Run every forward and backward of the step on this rank; gradients accumulate in place."""
     vpp = len(chunks)
-    stages = pp * vpp
-    pp_rank = groups.pp_rank
-    order = pipeline_order(pp, vpp, group, pp_rank, microbatches)
-    # Loss and aux pieces add up on the device (fp64, in the order a host sum would take them:
-    # the same bits) and are read once, at the end: no host sync per microbatch.
-    loss_acc = torch.zeros((), dtype=torch.float64, device=device)
-    aux_acc = torch.zeros((), dtype=torch.float64, device=device)
-    inputs: dict[int, MicrobatchInput] = {}
-    saved: dict[tuple[int, int], tuple[torch.Tensor | None, torch.Tensor]] = {}
-    backwards_left = {m: vpp for m in range(microbatches)}
-    pending: list[tuple[Work, torch.Tensor]] = []
-    comm = groups.comm
-
-    def prev_of(c: int) -> tuple[int, int]:  # (global rank, PP stage) of virtual stage v-1
-        s = (c * pp + pp_rank - 1) % pp
-        return groups.pp.ranks[s], s
-
-    def next_of(c: int) -> tuple[int, int]:  # (global rank, PP stage) of virtual stage v+1
-        s = (c * pp + pp_rank + 1) % pp
-        return groups.pp.ranks[s], s
-
-    def channel(src: int, dst: int, kind: str) -> object:
-        return groups.p2p[(src, dst, kind)]
-
-    def mb_input(m: int) -> MicrobatchInput:
-        if m not in inputs:
-            inputs[m] = get_input(m)
-        return inputs[m]
-
+    order = pipeline_order(pp, vpp, group, groups.pp_rank, microbatches)
+    links = _Links(groups, pp, pp * vpp, hidden, device)
+    run = _StepRun(chunks, links, get_input, step_tokens, autocast_dtype, microbatches)
     for ev in order_events(order, vpp):
-        c, m = ev.chunk, ev.microbatch
-        v = c * pp + pp_rank
-        chunk = chunks[c]
-        mb = mb_input(m)
-        tokens = mb.inputs.shape[0]
-        if ev.forward:
-            if chunk.first:
-                x_in, x = None, mb.inputs
-            else:
-                src, src_stage = prev_of(c)
-                buf = torch.empty(tokens, hidden, dtype=torch.float32, device=device)
-                comm.recv(buf, src, channel(src_stage, pp_rank, "act"), _tag(m, v, stages, False))
-                x_in = buf.requires_grad_()
-                x = x_in
-            amp = (
-                torch.autocast(device.type, dtype=autocast_dtype)
-                if autocast_dtype is not None
-                else nullcontext()
-            )
-            with amp:
-                out = chunk(x, mb.ctx)
-            if chunk.last:
-                ce = F.cross_entropy(out.float(), mb.targets, reduction="none")
-                ce_sum = (ce * mb.valid.to(ce.dtype)).sum()
-                loss = ce_sum / step_tokens
-                loss_acc += loss.detach().double()
-                saved[(c, m)] = (x_in, loss)
-            else:
-                send = out.detach().float().contiguous()
-                dst, dst_stage = next_of(c)
-                work = comm.isend(send, dst, channel(pp_rank, dst_stage, "act"), _tag(m, v + 1, stages, False))
-                pending.append((work, send))
-                saved[(c, m)] = (x_in, out)
-        else:
-            x_in, out = saved.pop((c, m))
-            if chunk.last:
-                out.backward()
-            else:
-                grad = torch.empty(tokens, hidden, dtype=torch.float32, device=device)
-                src, src_stage = next_of(c)
-                comm.recv(grad, src, channel(src_stage, pp_rank, "grad"), _tag(m, v, stages, True))
-                out.backward(grad.to(out.dtype))
-            if x_in is not None:
-                dst, dst_stage = prev_of(c)
-                g = x_in.grad.detach().float().contiguous()
-                work = comm.isend(g, dst, channel(pp_rank, dst_stage, "grad"), _tag(m, v - 1, stages, True))
-                pending.append((work, g))
-            # Drop the buffers of sends that already completed (the rest wait at the step's end).
-            pending = [(w, t) for w, t in pending if not w.is_completed()]
-            backwards_left[m] -= 1
-            if backwards_left[m] == 0:
-                aux_acc += _ordered_sum(inputs[m].ctx.moe.aux_sink, device)
-                del inputs[m]
-    for work, _ in pending:
-        work.wait()
-    if saved or inputs:
-        raise RuntimeError(f"pipeline order left work behind: saved {sorted(saved)}, inputs {sorted(inputs)}")
-    loss_sum, aux_sum = torch.stack([loss_acc, aux_acc]).tolist()
-    return StepTotals(loss_sum=loss_sum, aux_sum=aux_sum)
+        (run.forward if ev.forward else run.backward)(ev.chunk, ev.microbatch)
+    return run.finish()
 
 
 def _ordered_sum(pieces: list[torch.Tensor], device: torch.device) -> torch.Tensor:

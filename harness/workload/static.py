@@ -48,7 +48,6 @@ class StaticLayout:
 
     tokens: int  # T
     cp_size: int
-    cp_rank: int
     positions: torch.Tensor  # [T] int64 (0 on padding)
     segments: torch.Tensor  # [T] int64 sequence ordinal (-1 on padding)
     valid: torch.Tensor  # [T] bool
@@ -117,7 +116,7 @@ def static_layout(lengths: list[int], cp: int, cp_rank: int, tokens: int, max_se
         valid = segments >= 0
         cu = _cu(list(lengths) + [t - off], max_seqs)
         call = VarlenCall(0, t, cu, cu.clone(), None)
-        return StaticLayout(t, cp, cp_rank, positions, segments, valid, (call,), sum(lengths))
+        return StaticLayout(t, cp, positions, segments, valid, (call,), sum(lengths))
     half = t // 2
     chunks = [p // (2 * cp) for p in padded]
     starts = [sum(chunks[:i]) for i in range(len(chunks))]  # offset of sequence i in each half
@@ -155,4 +154,4 @@ def static_layout(lengths: list[int], cp: int, cp_rank: int, tokens: int, max_se
         index = torch.zeros(cap, dtype=torch.int64)
         index[: len(k_rows)] = torch.tensor(k_rows, dtype=torch.int64)
         calls.append(VarlenCall(h * half, half, _cu(q_lens, max_seqs), _cu(k_lens, max_seqs), index))
-    return StaticLayout(t, cp, cp_rank, positions, segments, valid, tuple(calls), sum(lengths))
+    return StaticLayout(t, cp, positions, segments, valid, tuple(calls), sum(lengths))

@@ -19,7 +19,7 @@ from harness.slotmem.arenas import (
     arena_sizes,
     frame_layout,
     grad_layout,
-    group_saves,
+    group_storage,
     pack_backing,
     view_at,
 )
@@ -55,7 +55,7 @@ def test_extent_of_strided_and_empty_tensors() -> None:
     assert meta((4, 8), offset=8).start_byte == 32
 
 
-def test_group_saves_packs_overlapping_views_of_one_storage_together() -> None:
+def test_group_storage_packs_overlapping_saved_views_of_one_storage_together() -> None:
     h = torch.empty(4, 8)
     a, b = h.chunk(2, dim=-1)
     saves = [
@@ -65,7 +65,8 @@ def test_group_saves_packs_overlapping_views_of_one_storage_together() -> None:
         (NATIVE, 3, meta((5,)), -1),
         (INPUT, 4, meta((4, 8)), 0),
     ]
-    entries, comps = group_saves(saves)
+    g = group_storage(saves)
+    entries, comps = g.saved, g.components
     assert [e.kind for e in entries] == [NATIVE, EXTERNAL, NATIVE, NATIVE, INPUT]
     assert comps == (h.numel() * 4, 20)  # a covers bytes [0, 112), b [16, 128): one 128-byte component
     assert entries[0].component == entries[2].component == 0 and entries[3].component == 1
@@ -73,14 +74,15 @@ def test_group_saves_packs_overlapping_views_of_one_storage_together() -> None:
     assert entries[4].source == 0
 
 
-def test_group_saves_rejects_misaligned_mixed_dtype_views() -> None:
+def test_group_storage_rejects_misaligned_mixed_dtype_views() -> None:
     ok = [(NATIVE, 1, meta((4,), dtype=torch.uint8), -1), (NATIVE, 1, TensorMeta((1,), (1,), torch.int16, 1), -1)]
-    entries, comps = group_saves(ok)
+    g = group_storage(ok)
+    entries, comps = g.saved, g.components
     assert [e.rel_byte for e in entries] == [0, 2] and comps == (4,)
     bad = [(NATIVE, 1, meta((1,), dtype=torch.uint8, offset=1), -1),
            (NATIVE, 1, TensorMeta((1,), (1,), torch.int16, 1), -1)]
     with pytest.raises(ValueError, match="element size"):
-        group_saves(bad)
+        group_storage(bad)
 
 
 def _plan(inputs=((4, 8),), outputs=((4, 8),), comps=(100, 300), grads=(True,)) -> ForwardPlan:
@@ -145,7 +147,8 @@ def test_observer_and_packer_copy_native_saves_into_arena_views() -> None:
     obs = SaveObserver({w.untyped_storage().data_ptr()}, [x])
     with torch.autograd.graph.saved_tensors_hooks(obs.pack, obs.unpack):
         ref = _glu(x, w)
-    entries, comps = obs.plan()
+    g = obs.groups()
+    entries, comps = g.saved, g.components
     kinds = [e.kind for e in entries]
     assert INPUT in kinds and EXTERNAL in kinds and kinds.count(NATIVE) >= 2
     gx_ref, gw_ref = torch.autograd.grad(ref.sum(), [x, w])
@@ -180,7 +183,7 @@ def test_packer_rejects_a_forward_that_saves_differently() -> None:
     obs = SaveObserver({w.untyped_storage().data_ptr()}, [x])
     with torch.autograd.graph.saved_tensors_hooks(obs.pack, obs.unpack):
         _glu(x, w)
-    entries, _ = obs.plan()
+    entries = obs.groups().saved
     packer = ArenaPacker("glu", entries, [None] * len(entries), {w.untyped_storage().data_ptr()}, [x])
     with pytest.raises(CaptureMismatch):
         with torch.autograd.graph.saved_tensors_hooks(packer.pack, packer.unpack):

@@ -418,7 +418,9 @@ def test_failed_capture_restores_process_state() -> None:
 
 
 def test_capture_warms_up_in_schedule_order_one_variant_at_a_time() -> None:
-    from harness.slotmem.warmup import held_frames, warmup_steps
+    from harness.slotmem.warmup import warmup_steps
+
+    from tests.slotmem.oracles import held_frames
 
     plan = plan_pipeline(2, 2, (4, 6, 8), (1, 2), 2).ranks[0]
     model = make_layers((2, 2), torch.float32)

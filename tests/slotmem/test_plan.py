@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.slotmem.colouring import dsatur, is_proper
+from harness.slotmem.colouring import dsatur
 from harness.slotmem.liveness import ConflictBuilder, OrderSet, OutstandingCounter, walk_orders
 from harness.slotmem.plan import (
     PipelinePlan,
@@ -25,10 +25,16 @@ from harness.slotmem.planerrors import PlanError, ScheduleError, SlotPeriodError
 from harness.slotmem.records import COMPACT_FIELDS, SlotRecord
 from harness.slotmem.schedule import (
     allowed_microbatch_counts,
-    max_outstanding,
     order_events,
     rank_order,
 )
+
+from tests.slotmem.oracles import is_proper, max_outstanding
+
+
+def test_the_outstanding_oracle_counts_forwards_in_flight() -> None:
+    assert max_outstanding(rank_order(2, 0, 4, 1, 2), 1) == (2,)
+    assert max_outstanding(rank_order(1, 0, 4, 1, 1), 1) == (1,)
 
 
 def _naive_slots(pp: int, vpp: int, group: int, counts: Sequence[int]) -> int:
@@ -247,9 +253,11 @@ def test_lockstep_order_megatron_example() -> None:
 def test_capture_events_and_records_in_lockstep() -> None:
     plan = plan_pipeline(2, 2, [2, 4], (4, 1, 2), layers_per_chunk=2)
     p = plan.ranks[0]
-    assert p.cp_sizes == (1, 2, 4) and p.canonical_cp == 1
+    assert p.cp_sizes == (1, 2, 4)
     events = p.capture_events()
-    assert tuple(e.entry(p.chunks) for e in events) == p.lockstep_order
+    # each variant appears to a Megatron-style consumer as its own set of chunks
+    entries = tuple((1 if e.forward else -1) * (e.chunk + 1 + e.variant * p.chunks) for e in events)
+    assert entries == p.lockstep_order
     assert [e.variant for e in events[:3]] == [0, 1, 2]  # canonical first, back to back
     assert len({(e.forward, e.chunk, e.microbatch) for e in events[:3]}) == 1
     first = p.records[:6]  # first forward event: 3 variants x 2 layers

@@ -105,7 +105,7 @@ def test_a_saved_wrapper_subclass_is_module_state_or_refused() -> None:
     assert obs.raw[0][0] == EXTERNAL
     with pytest.raises(WarmupError, match="wrapper tensor subclass whose bytes are not module state"):
         obs.pack(Wrapper(torch.zeros(4)))
-    entries, _ = obs.plan()
+    entries = obs.groups().saved
     packer = ArenaPacker("w", entries, [None], {state.untyped_storage().data_ptr()}, [])
     assert packer.pack(Wrapper(state)) is not None
 
@@ -213,7 +213,8 @@ def test_an_expanded_save_is_copied_into_its_arena_view() -> None:
     obs = SaveObserver(set(), [x])
     with torch.autograd.graph.saved_tensors_hooks(obs.pack, obs.unpack):
         ExpandedSave.apply(x)
-    entries, comps = obs.plan()
+    g = obs.groups()
+    entries, comps = g.saved, g.components
     assert comps == (16 * 4,) and entries[0].meta.stride == (0, 1)
     backing = torch.zeros(align(comps[0]), dtype=torch.uint8)
     view = view_at(backing, entries[0].rel_byte, entries[0].meta)

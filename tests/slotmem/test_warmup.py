@@ -12,7 +12,9 @@ from harness.slotmem.plan import plan_pipeline
 from harness.slotmem.planerrors import ScheduleError
 from harness.slotmem.protocol import build_slot_map
 from harness.slotmem.schedule import order_events, rank_order
-from harness.slotmem.warmup import WarmupError, WarmupStep, held_frames, ordered_warmup, warmup_steps
+from harness.slotmem.warmup import WarmupError, WarmupStep, ordered_warmup, warmup_steps
+
+from tests.slotmem.oracles import held_frames
 
 
 @pytest.fixture(scope="module")

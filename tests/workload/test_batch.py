@@ -1,4 +1,3 @@
-import torch
 
 from harness.workload.batch import local_batch, shard_layout
 from harness.workload.data import Sequence, successor_table
@@ -30,17 +29,17 @@ def test_local_batches_reassemble_the_sequences_and_mask_padding():
     table = successor_table(3, 50)
     group = GroupWork(0, 2, (Sequence(0, 7), Sequence(4, 12)))
     full = local_batch(GroupWork(0, 1, group.sequences), 0, 3, 1, 50, table)
-    assert full.valid.all() and full.num_tokens == 19
+    assert full.valid.all() and full.inputs.shape[0] == 19
     tokens = {}
     for r in range(2):
         b = local_batch(group, r, 3, 1, 50, table)
         assert b.unit_tokens == 19
-        assert b.key_positions.shape[0] == 2 * b.num_tokens
-        for i in range(b.num_tokens):
+        assert b.key_positions.shape[0] == 2 * b.inputs.shape[0]
+        for i in range(b.inputs.shape[0]):
             key = (int(b.segments[i]), int(b.positions[i]))
             assert bool(b.valid[i]) == (key[1] < (7, 12)[key[0]])
             if b.valid[i]:
                 tokens[key] = (int(b.inputs[i]), int(b.targets[i]))
     expect = {(int(full.segments[i]), int(full.positions[i])): (int(full.inputs[i]), int(full.targets[i]))
-              for i in range(full.num_tokens)}
+              for i in range(full.inputs.shape[0])}
     assert tokens == expect

@@ -10,8 +10,9 @@ import torch
 import torch.distributed as dist
 
 from harness.errors import ConfigError
+from harness.spec.places import stage_ranks
 from harness.spec.schema import Case
-from harness.workload.emulate import WeightCache, emulate_rank, emulated_context, rank_place, stage_ranks
+from harness.workload.emulate import WeightCache, emulate_rank, emulated_context, rank_place
 from harness.workload.model import build_chunks
 
 from tests.workload.factories import make_case
@@ -122,11 +123,11 @@ def test_the_weight_cache_gives_bitwise_the_weights_of_build_chunks():
             cache.build(*args)[0].state_dict()["layers.0.attn.q_proj.weight"].data_ptr()
 
 
-def test_emulate_rank_reports_its_place_and_runs_without_a_process_group():
+def test_emulate_rank_runs_without_a_process_group():
     case = _case(static=True)
     records: list = []
     out = emulate_rank(case, 3, records.append, device="cpu", weights=WeightCache(threads=1), sites=True)
-    assert out.place == rank_place(case, 3) and out.sites is None  # sites need CUDA
+    assert out.sites is None  # sites need CUDA
     assert [r.step for r in records] == [1, 2] and not any(r.nan or r.skipped for r in records)
     assert all(r.replays == () for r in records)  # an eager arm replays nothing
     assert not dist.is_initialized()
