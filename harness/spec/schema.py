@@ -1,8 +1,10 @@
 """The case-file schema (pydantic v2). Unknown keys are errors everywhere.
 
 A YAML case file holds one :class:`CaseFile`. ``matrix:`` expansion and preset
-resolution turn it into one or more :class:`Case` objects (see ``expand.py``),
-which is what every other part of the harness consumes.
+resolution turn it into one or more :class:`Case` objects (see ``expand.py``): the user's cases,
+which the harness plans. Each arm of a case runs an :class:`ArmCase`, derived from it
+(``harness.spec.derive``). The ``compare:`` section (:class:`CompareSpec`) takes one section per
+registered comparison (``harness.spec.comparisons``; each comparison's module defines its own).
 """
 
 from __future__ import annotations
