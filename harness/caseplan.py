@@ -32,12 +32,13 @@ from harness.results import (
 )
 from harness.spec.names import ARM_KINDS, ArmKind
 from harness.spec.places import emulated_labels, emulated_title
-from harness.spec.schema import Case, SanitySpec
+from harness.spec.schema import ArmCase, Case, SanitySpec
 
 PLAN_FILE = "plan.json"
 # 2: arms say whether they are emulated (``emulated``: each rank's label), pairs may be skipped or
-# have checks marked not applicable when the plan is made.
-PLAN_VERSION = 2
+# have checks marked not applicable when the plan is made. 3: an arm's case is an ``ArmCase``
+# (its ``arm`` and ``execution``, no ``compare`` section).
+PLAN_VERSION = 3
 # case.json fields that do not change what runs (the path the case file was given by).
 UNHASHED_FIELDS = ("source",)
 
@@ -55,7 +56,7 @@ def case_hash(case_json: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class PlannedArm:
-    """One arm of a case. ``case`` is the derived case it runs (its layout and execution),
+    """One arm of a case. ``case`` is the arm's case it runs (its layout and execution),
     ``world_size`` the ranks of that layout, ``ranks`` the ranks that run here and record steps
     (every rank of the layout, or the emulated ones: :attr:`emulated`), ``kind`` one of
     :data:`ARM_KINDS` and ``repeat`` whether it is the second run of a ``repeat`` pair. ``name``
@@ -63,7 +64,7 @@ class PlannedArm:
 
     name: str
     kind: ArmKind
-    case: Case
+    case: ArmCase
     world_size: int
     ranks: tuple[int, ...]
     repeat: bool = False
@@ -105,7 +106,7 @@ class PlannedArm:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PlannedArm":
         arm = cls(name=str(data["name"]), kind=str(data["kind"]),
-                  case=Case.model_validate(data["case"]), world_size=int(data["world_size"]),
+                  case=ArmCase.model_validate(data["case"]), world_size=int(data["world_size"]),
                   ranks=tuple(int(r) for r in data["ranks"]), repeat=bool(data.get("repeat")))
         said = data.get("emulated")
         if (list(said) if said is not None else None) != (list(arm.labels) if arm.emulated else None):

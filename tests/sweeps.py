@@ -10,20 +10,23 @@ from harness.caseplan import CasePlan, PlannedArm, case_hash, write_plan
 from harness.compare import Pair
 from harness.launch.sweep import prepare_case_dir, record_manifest
 from harness.results import write_json_atomic
+from harness.spec.derive import with_execution
 from harness.spec.loader import cases_from_text
 from harness.spec.schema import Case
 
 
 def hand_plan(case_id: str, pairs: Sequence[Pair], arms: Sequence[str], *, steps: int = 4,
               ranks: int = 2, tags: Sequence[str] = ("focused",)) -> CasePlan:
-    """A plan of ``arms`` (each the case itself, eager, on every rank) and ``pairs``."""
+    """A plan of ``arms`` (each the case itself as an arm's case, eager, on every rank) and
+    ``pairs``."""
     text = (f"name: {case_id}\ntags: [{', '.join(tags)}]\n"
             f"train: {{steps: {steps}, global_batch: 8, seq_length: 16, lr: 1.0e-3}}\n"
             "data: {lengths: {min: 4, max: 16}}\n"
             f"resources: {{gpus_per_node: {ranks}}}\n")
     (loaded,) = cases_from_text(text, "case.yaml")
     case = loaded.case
-    planned = tuple(PlannedArm(a, "eager", case, ranks, tuple(range(ranks))) for a in arms)
+    planned = tuple(PlannedArm(a, "eager", with_execution(case, a, graphed=False), ranks,
+                               tuple(range(ranks))) for a in arms)
     return CasePlan(case, case_hash(case.model_dump(mode="json")), "case.yaml", planned,
                     tuple(pairs))
 

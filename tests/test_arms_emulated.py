@@ -76,7 +76,7 @@ def test_plan_json_says_each_arm_is_emulated_and_reads_back(tmp_path):
     plan = plan_case(emulated(make_case(compare=FULL, graphs=GRAPHS)))
     case_dir = prepare_case_dir(plan, tmp_path)
     stored = json.loads((case_dir / "plan.json").read_text())
-    assert stored["version"] == PLAN_VERSION == 2
+    assert stored["version"] == PLAN_VERSION == 3
     arm = stored["arms"][0]
     assert arm["ranks"] == [0, 3] and arm["world_size"] == 4
     assert arm["emulated"] == ["emulated rank 0 of 4 (PP stage 0 of 1, pool rank 0)",

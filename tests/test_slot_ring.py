@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import harness.arms as arms
+import harness.compare.contracts.slot_ring as slot_ring
 from harness.arms import plan_case
 from harness.compare import Pair, evaluate_case
 from harness.compare.ring import growth, wrapping_from
@@ -52,14 +52,14 @@ def test_the_focused_case_plans_flat_figures_and_one_graph_arm_per_count() -> No
 
 
 def test_a_planner_that_grows_with_the_count_fails(monkeypatch) -> None:
-    real = arms.ring_figures
+    real = slot_ring.ring_figures
 
     def per_microbatch(case):  # one slot (and saved arena) per microbatch: the old problem
         out = real(case)
         m = case.train.microbatches
         return [{**r, "saved_arenas": r["saved_arenas"] + m} for r in out]
 
-    monkeypatch.setattr(arms, "ring_figures", per_microbatch)
+    monkeypatch.setattr(slot_ring, "ring_figures", per_microbatch)
     (case,) = load_cases([RING])
     plan = plan_case(case)
     v = evaluate_case(case.id, plan.pairs[:1], {}, expected_steps=case.train.steps)

@@ -12,7 +12,8 @@ import pytest
 from harness.compare import Pair, regroup_step, sanity_checks
 from harness.golden import (GoldenError, golden_file, golden_values, platform_key, platform_of,
                             read_golden, snapshot_golden, write_golden)
-from harness.spec.schema import ReferenceContract, SanitySpec
+from harness.compare.contracts.reference import ReferenceContract
+from harness.spec.schema import SanitySpec
 
 from harness.results import ArmOutcome, PackedGroup, PackedMicrobatch
 

@@ -16,11 +16,12 @@ Modules, one job each (this package is a leaf: no torch, no launch, no workload)
 * ``packing``: what an arm packed against what its case asks for (``PackingRule``,
   ``packing_rule``, ``packing_check``: ``<arm>.packing``);
 * ``pair``: ``Pair`` (arms, contract, the contract's typed settings);
-* ``registry``: contract name -> settings model and check function (``contract`` registers one,
-  ``CONTRACTS``, ``PAIR_PARAMS``), ``ContractSkipped``;
-* ``contracts/``: one module per contract (``repeat``, ``graph_vs_eager``, ``dcp_vs_fixed_cp``,
-  ``graph_pools``, ``reference``, ``golden``, ``resume``, ``slot_ring``, ``slot_ring_plan``),
-  each registering itself; a new contract is one new module there;
+* ``registry``: one ``Comparison`` object per comparison, owning its ``compare.<name>`` settings,
+  preflight rules, planned arms and pairs, checks and figures (``register``, ``comparisons``,
+  ``COMPARISONS``; per contract ``JUDGED``, ``CONTRACTS``, ``PAIR_PARAMS``), ``ContractSkipped``;
+* ``contracts/``: one module per comparison (``repeat``, ``graph_vs_eager``, ``dcp_vs_fixed_cp``,
+  ``graph_pools``, ``reference``, ``golden``, ``resume``, ``slot_ring``), each registering
+  itself; a new comparison is one new module there;
 * ``golden_perf``: the golden contract's two-sided step-time and memory checks;
 * ``ring``: the slot ring's fill rule (``compare.slot_ring``);
 * ``evaluate``: ``evaluate_pair``, ``evaluate_case``, ``pair_status``.
@@ -37,12 +38,26 @@ from .arm_checks import COMPLETENESS, LOSS_SANITY_CHECKS, RankSet, arm_checks, s
 from .contracts.golden import GoldenMissing, GoldenPairParams
 from .contracts.reference import ReferencePairParams, StaticBins, regroup_step
 from .contracts.resume import ResumePairParams
-from .contracts.slot_ring import SlotRingPairParams
-from .contracts.slot_ring_plan import SlotRingPlanParams
+from .contracts.slot_ring import SlotRingPairParams, SlotRingPlanParams
 from .evaluate import ArmData, ExpectedRanks, evaluate_case, evaluate_pair, pair_status
 from .packing import PackingRule, PackingRules, describe_packing, packing_check, packing_rule
 from .pair import Pair
-from .registry import CONTRACTS, PAIR_PARAMS, ContractFn, ContractSkipped, contract
+from .registry import (
+    COMPARISONS,
+    CONTRACTS,
+    EMULATED_LOSSES,
+    JUDGED,
+    PAIR_PARAMS,
+    Comparison,
+    ContractFn,
+    ContractSkipped,
+    Judged,
+    Planner,
+    SummarySection,
+    comparison_of,
+    comparisons,
+    register,
+)
 from .series import (
     MIB,
     Record,
@@ -69,11 +84,13 @@ from .verdicts import (
 
 __all__ = [
     "ARM_CHECKS_CONTRACT", "ARM_CHECKS_PAIR", "ArmData", "DEFAULT_ALLOWED_SKIPS", "SKIP_KINDS", "COMPLETENESS", "CONTRACTS", "CaseVerdict",
+    "COMPARISONS", "Comparison", "EMULATED_LOSSES", "JUDGED", "Judged", "Planner", "SummarySection",
+    "comparison_of", "comparisons", "register",
     "Check", "ContractFn", "ContractSkipped", "ExpectedRanks", "GoldenMissing", "GoldenPairParams",
     "LOSS_SANITY_CHECKS", "MIB", "PAIR_PARAMS", "PAIR_STATUSES", "PackingRule", "PairStatus", "SkipKind", "PackingRules",
     "Pair", "PairVerdict", "RankSet", "Record", "ReferencePairParams", "ResumePairParams",
     "SWEEP_MARK", "SlotRingPairParams", "SlotRingPlanParams", "StaticBins", "Steps",
-    "arm_checks", "combine_status", "compare_series", "contract", "contracts", "describe_packing",
+    "arm_checks", "combine_status", "compare_series", "contracts", "describe_packing",
     "evaluate_case", "evaluate_pair", "field_of", "first_rank_records", "packing_check",
     "packing_rule", "pair_status", "read_verdict", "regroup_step", "sanity_checks", "step_series",
     "write_verdict",

@@ -20,7 +20,7 @@ the default below; docs/internals.md ("Step time and memory bounds") says where 
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from harness.environment import describe, differences
 from harness.golden import (
@@ -37,10 +37,11 @@ from harness.golden import (
     steady_window,
     window_median,
 )
-from harness.spec.schema import GoldenContract
-
 from .series import Steps
 from .verdicts import Check
+
+if TYPE_CHECKING:
+    from .contracts.golden import GoldenContract
 
 # Defaults where neither the case nor the golden file give a bound, or the file's step-time rtol
 # was measured on other devices (docs/internals.md): step time moved by up to 17.1 % between two

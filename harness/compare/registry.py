@@ -1,14 +1,23 @@
-"""The contract registry: contract name -> the typed settings of its pairs and its check function.
+"""The comparison registry: one object per comparison, owning every part of it.
 
-A contract is one module of :mod:`harness.compare.contracts` that registers itself::
+A comparison is one module of :mod:`harness.compare.contracts` holding a :class:`Comparison`
+subclass and registering an instance of it (:func:`register`). The object owns:
 
-    @contract(REPEAT, RepeatContract)
-    def repeat(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
-        ...
+* ``name`` and ``settings``: the ``compare.<name>`` section of a case file and its settings model
+  (registered into the case schema: ``harness.spec.comparisons``), and ``order``, where its
+  section and its pairs sit among the others';
+* :meth:`Comparison.rules`: its preflight rules (``harness.spec.preflight`` runs them);
+* :meth:`Comparison.plan`: the arms and pairs it plans, through a :class:`Planner`
+  (``harness.arms.plan_case`` hands it one); :meth:`Comparison.fixed_cp_sizes`: CP sizes its
+  fixed-CP arms add to the arms a case can have;
+* ``judged``: contract name -> :class:`Judged` (the typed settings of its pairs, the check
+  function, whether its checks are figures of the summary); most comparisons judge one contract,
+  named after them, ``slot_ring`` two;
+* ``summary``: a section of ``summary.md`` of its own (:class:`SummarySection`), if any;
+* ``emulated_skip`` / ``emulated_not_comparable``: what an emulated case does not judge of it.
 
-``harness.compare`` imports every module of that package, so a new contract is one new file
-(its settings model goes into the case schema, ``spec/schema.py``, and the planner, ``arms.py``,
-makes its pairs). The function gets the pair (``pair.params`` an instance of the registered
+``harness.compare`` imports every module of that package, so a new comparison is one new file
+and its tests. A check function gets the pair (``pair.params`` an instance of its ``params``
 model) and arm -> rank -> step records of the pair's arms, and returns the contract's checks;
 the arm and sanity checks are added by :mod:`harness.compare.evaluate`. It raises
 :class:`ContractSkipped` when the contract does not apply to this run, and ValueError, KeyError
@@ -17,12 +26,18 @@ or TypeError when it cannot be evaluated (an ``error`` entry naming the reason).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional, Protocol, Sequence
 
 from pydantic import BaseModel
 
+from harness.errors import CaseError
+from harness.spec.comparisons import CompareSection, add_section
+from harness.spec.derive import ArmSpec
 from harness.spec.names import ARM_CHECKS_CONTRACT
+from harness.spec.problems import Problem
+from harness.spec.schema import ArmCase, Case
 
 from .series import Steps
 from .verdicts import Check
@@ -32,30 +47,135 @@ if TYPE_CHECKING:
 
 ContractFn = Callable[["Pair", Mapping[str, Steps]], tuple[Check, ...]]
 
+# Why an emulated case does not judge losses (said in its verdict entries).
+EMULATED_LOSSES = ("an emulated rank's loss and grad norm are its own local figures, not the "
+                   "model's: its communication is a loopback (harness/workload/loopback.py)")
+
+
+@dataclass(frozen=True)
+class Judged:
+    """How the pairs of one contract are judged: their settings model (``Pair.params``), the
+    check function, and whether ``summary.md`` lists its checks under its graph and memory
+    figures (``figures``)."""
+
+    params: type[BaseModel]
+    check: ContractFn
+    figures: bool = False
+
+
+@dataclass(frozen=True)
+class SummarySection:
+    """A section of ``summary.md`` of a comparison's own: under ``title`` and ``intro``, one line
+    per verdict entry of the comparison with a check named ``check`` (its detail)."""
+
+    title: str
+    intro: str
+    check: str
+
+
+class Planner(Protocol):
+    """What a comparison plans with (``harness.arms`` hands one to :meth:`Comparison.plan`)."""
+
+    @property
+    def pairs(self) -> Sequence["Pair"]:
+        """The pairs planned so far (the comparisons before this one, in order)."""
+
+    def arm(self, name: str, field: str) -> str:
+        """The canonical name of the arm a case file calls ``name`` (derived once and
+        preflighted); a CaseError at ``field`` when the case cannot have it."""
+
+    def add(self, spec: ArmSpec) -> str:
+        """The name of the arm ``spec`` (one beyond the names a case file may use: a resumed
+        twin, an arm at a microbatch count), derived once and preflighted."""
+
+    def spec_of(self, name: str) -> ArmSpec:
+        """What the planned arm ``name`` runs."""
+
+    def case_of(self, name: str) -> ArmCase:
+        """The case the planned arm ``name`` runs."""
+
+
+class Comparison:
+    """One comparison: its settings, rules, plan, checks and figures (see the module docstring).
+    A subclass sets the class attributes and overrides :meth:`plan` (and :meth:`rules`,
+    :meth:`fixed_cp_sizes` where it has any)."""
+
+    name: ClassVar[str]
+    settings: ClassVar[type[BaseModel]]
+    order: ClassVar[int]
+    judged: ClassVar[Mapping[str, Judged]]
+    summary: ClassVar[Optional[SummarySection]] = None
+    # An emulated case skips its pairs, with this reason (None: they are judged, rank by rank).
+    emulated_skip: ClassVar[Optional[str]] = None
+    # Checks an emulated case does not judge (not applicable), and why.
+    emulated_not_comparable: ClassVar[tuple[tuple[str, ...], str]] = ((), "")
+
+    def rules(self, case: Case, settings: Any) -> list[Problem]:
+        """The problems of ``settings`` in ``case`` (a command case too: the rules that need the
+        built-in workload check ``case.command``)."""
+        return []
+
+    def plan(self, case: Case, settings: Any, planner: Planner) -> list["Pair"]:
+        """The pairs of ``settings`` in ``case``, their arms made through ``planner``."""
+        raise NotImplementedError(f"comparison '{self.name}' plans no pairs")
+
+    def fixed_cp_sizes(self, case: Case, settings: Any) -> tuple[int, ...]:
+        """CP sizes of fixed-CP arms this comparison adds to the arms ``case`` can have."""
+        return ()
+
+    def error(self, case: Case, field: str, message: str) -> CaseError:
+        """A CaseError at ``field`` of ``case`` (a pair the case cannot have)."""
+        return CaseError(message, file=case.source, case=case.id, field=field)
+
+
+_comparisons: dict[str, Comparison] = {}
+_judged: dict[str, Judged] = {}
+_owner: dict[str, str] = {}  # contract -> the comparison that judges it
 _checks: dict[str, ContractFn] = {}
 _params: dict[str, type[BaseModel]] = {}
 
-# Read-only views, filled as the contract modules are imported (``harness.compare.contracts``).
+# Read-only views, filled as the comparison modules are imported (``harness.compare.contracts``):
+# comparison name -> its object; contract -> how it is judged, its check function, its pairs'
+# settings model.
+COMPARISONS: Mapping[str, Comparison] = MappingProxyType(_comparisons)
+JUDGED: Mapping[str, Judged] = MappingProxyType(_judged)
 CONTRACTS: Mapping[str, ContractFn] = MappingProxyType(_checks)
 PAIR_PARAMS: Mapping[str, type[BaseModel]] = MappingProxyType(_params)
 
 
-def contract(name: str, params: type[BaseModel]) -> Callable[[ContractFn], ContractFn]:
-    """Register the decorated function as contract ``name``, its pairs' settings a ``params``.
-    A name registered by another function is a ValueError naming both modules."""
-
-    def register(fn: ContractFn) -> ContractFn:
+def register(comparison: Comparison) -> Comparison:
+    """Register ``comparison``: its section of the case schema, its contracts. A name another
+    class registered is a ValueError naming both; the same class again replaces itself."""
+    taken = {comparison.name: _comparisons.get(comparison.name)}
+    taken.update({c: _comparisons.get(_owner.get(c, "")) for c in comparison.judged})
+    for name, old in taken.items():
         if name == ARM_CHECKS_CONTRACT:
             raise ValueError(f"'{ARM_CHECKS_CONTRACT}' is the arm-checks entry, not a contract name")
-        old = _checks.get(name)
-        if old is not None and (old.__module__, old.__qualname__) != (fn.__module__, fn.__qualname__):
-            raise ValueError(f"contract '{name}' is registered twice: {old.__module__}.{old.__qualname__} "
-                             f"and {fn.__module__}.{fn.__qualname__}")
-        _checks[name] = fn
-        _params[name] = params
-        return fn
+        if old is not None and _qualname(old) != _qualname(comparison):
+            raise ValueError(f"contract '{name}' is registered twice: {_qualname(old)} and "
+                             f"{_qualname(comparison)}")
+    _comparisons[comparison.name] = comparison
+    for contract, judged in comparison.judged.items():
+        _judged[contract], _owner[contract] = judged, comparison.name
+        _checks[contract], _params[contract] = judged.check, judged.params
+    add_section(CompareSection(comparison.name, comparison.settings, comparison.order,
+                               comparison.rules))
+    return comparison
 
-    return register
+
+def comparisons() -> tuple[Comparison, ...]:
+    """Every registered comparison, in order (the order of the plan's pairs)."""
+    return tuple(sorted(_comparisons.values(), key=lambda c: (c.order, c.name)))
+
+
+def comparison_of(contract: str) -> Optional[Comparison]:
+    """The comparison that judges ``contract`` (None: not a registered contract)."""
+    owner = _owner.get(contract)
+    return _comparisons[owner] if owner is not None else None
+
+
+def _qualname(comparison: Comparison) -> str:
+    return f"{type(comparison).__module__}.{type(comparison).__qualname__}"
 
 
 class ContractSkipped(Exception):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from harness.arms import golden_dir
+from harness.compare.contracts.golden import golden_dir
 from harness.errors import ConfigError
 from harness.spec.loader import find_case_files, load_case_file
 from harness.spec.schema import Case

@@ -2,14 +2,7 @@
 
 from __future__ import annotations
 
-from harness.spec.names import (
-    DCP_VS_FIXED_CP,
-    GRAPH_POOLS,
-    GRAPH_VS_EAGER,
-    REFERENCE_CONTRACT,
-    SLOT_RING,
-    SLOT_RING_PLAN,
-)
+from harness.compare import JUDGED, comparisons
 
 from .emulated import emulated_sections
 from .load import SweepView
@@ -30,11 +23,6 @@ def _md(text: str) -> str:
     return _line(text).replace("|", "\\|")
 
 
-# Contracts whose check details are worth a section of their own (memory, pools, graph parity).
-FIGURE_CONTRACTS = (GRAPH_VS_EAGER, DCP_VS_FIXED_CP, GRAPH_POOLS, SLOT_RING, SLOT_RING_PLAN)
-GROUPING_CHECK = "microbatches"  # the reference contract's grouping check (its own section)
-
-
 def _line(text: str) -> str:
     return " ".join(text.split("\n"))
 
@@ -48,7 +36,7 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
         return "\n".join(out) + "\n"
     out += _table(sweep)
     out += emulated_sections(sweep)
-    for section in (_figures, _groupings, _failures_and_errors, _parked, _skipped):
+    for section in (_figures, _comparison_sections, _failures_and_errors, _parked, _skipped):
         section(sweep, out)
     return "\n".join(out).rstrip("\n") + "\n"
 
@@ -91,10 +79,17 @@ def _table(sweep: SweepView) -> list[str]:
     return out
 
 
+def _is_figure(contract: str) -> bool:
+    """Whether a contract's check details are figures (``Judged.figures``: memory, pools, graph
+    parity), listed in a section of their own."""
+    judged = JUDGED.get(contract)
+    return judged is not None and judged.figures
+
+
 def _figures(sweep: SweepView, out: list[str]) -> None:
     """The checks of the graph and memory contracts that passed or failed, and step times."""
     figures = [(c, p) for c, p in sweep.rows
-               if p.contract in FIGURE_CONTRACTS and p.status in ("pass", "fail")]
+               if _is_figure(p.contract) and p.status in ("pass", "fail")]
     if figures:
         out += ["", "## Graph and memory figures", ""]
         for case, p in figures:
@@ -111,19 +106,20 @@ def _figures(sweep: SweepView, out: list[str]) -> None:
             out.append("")
 
 
-def _groupings(sweep: SweepView, out: list[str]) -> None:
-    """The reference pairs' microbatch-grouping checks."""
-    groupings = [(c, p, check) for c, p in sweep.rows if p.contract == REFERENCE_CONTRACT
-                 for check in p.checks if check.name == GROUPING_CHECK]
-    if groupings:
-        out += ["", "## Microbatch groupings (reference pairs)", ""] if out[-1] != "" else \
-            ["## Microbatch groupings (reference pairs)", ""]
-        out.append("Whether each layout packs the single rank's microbatches or, where it "
-                   "regroups tokens, why, from which step, and both groupings (sequence indices "
-                   "and real tokens per CP group).")
-        out.append("")
-        out += [f"- {case.case_id} / {p.pair}: {_line(check_line(c))}" for case, p, c in groupings]
-        out.append("")
+def _comparison_sections(sweep: SweepView, out: list[str]) -> None:
+    """Each comparison's section of its own (``Comparison.summary``; the reference pairs'
+    microbatch groupings), where a verdict entry has its check."""
+    for comparison in comparisons():
+        section = comparison.summary
+        if section is None:
+            continue
+        lines = [(case, p, check) for case, p in sweep.rows if p.contract in comparison.judged
+                 for check in p.checks if check.name == section.check]
+        if lines:
+            out += ["", f"## {section.title}", ""] if out[-1] != "" else [f"## {section.title}", ""]
+            out += [section.intro, ""]
+            out += [f"- {case.case_id} / {p.pair}: {_line(check_line(c))}" for case, p, c in lines]
+            out.append("")
 
 
 def _failures_and_errors(sweep: SweepView, out: list[str]) -> None:

@@ -39,8 +39,9 @@ from harness.spec.names import (
     REPEAT_ROLE,
     SEPARATE_POOLS,
 )
+from harness.spec.comparisons import settings_of
 from harness.spec.problems import Loc, Problem
-from harness.spec.schema import Case, CommandSpec, RankStart
+from harness.spec.schema import BaseCase, CommandSpec, RankStart
 
 PLACEHOLDERS = ("arm_dir", "steps", "world_size", "seed", "case_dir", "nnodes", "nproc_per_node",
                 "fixed_cp", "master_addr", "master_port", "node_rank")
@@ -76,21 +77,21 @@ def arm_argv(command: CommandSpec, kind: str, repeat: bool, values: Mapping[str,
     return [fill(a, values) for a in list(command.argv) + role_args(command, kind, repeat)]
 
 
-def _needed_roles(case: Case) -> list[tuple[str, str, str]]:
+def _needed_roles(case: BaseCase) -> list[tuple[str, str, str]]:
     """(role, compare field, why) of each role whose arguments the case's pairs need."""
-    c, cmd = case.compare, case.command
+    cmd = case.command
     assert cmd is not None
     out = []
-    if c.graph_vs_eager is not None or c.graph_pools is not None:
-        out.append((GRAPH, GRAPH_VS_EAGER if c.graph_vs_eager else GRAPH_POOLS,
-                    "the graph arm runs it"))
-    if c.graph_pools is not None:
+    gve, pools = settings_of(case, GRAPH_VS_EAGER), settings_of(case, GRAPH_POOLS)
+    if gve is not None or pools is not None:
+        out.append((GRAPH, GRAPH_VS_EAGER if gve else GRAPH_POOLS, "the graph arm runs it"))
+    if pools is not None:
         out.append((SEPARATE_POOLS, GRAPH_POOLS, "the separate-pools arm runs it"))
-    if c.dcp_vs_fixed_cp is not None:
+    if settings_of(case, DCP_VS_FIXED_CP) is not None:
         role = GRAPH_FIXED_CP if GRAPH in cmd.arms else FIXED_CP
         out.append((role, DCP_VS_FIXED_CP, "the fixed-CP arm runs it (e.g. "
                                            "[--context-parallel-size, '{fixed_cp}'])"))
-    if c.reference is not None:
+    if settings_of(case, REFERENCE_CONTRACT) is not None:
         out.append((REFERENCE, REFERENCE_CONTRACT, "the single-rank reference arm runs it"))
     return out
 
@@ -130,7 +131,7 @@ def _placeholder_problems(cmd: CommandSpec) -> list[Problem]:
     return problems
 
 
-def check_command(case: Case) -> list[Problem]:
+def check_command(case: BaseCase) -> list[Problem]:
     """The rules of the module doc (nothing for a built-in case)."""
     cmd = case.command
     if cmd is None:
@@ -144,9 +145,8 @@ def check_command(case: Case) -> list[Problem]:
                           ("compare.slot_ring", "it runs the built-in graph pool per microbatch "
                                                 "count"),
                           ("compare.resume", "a command's stop and resume is not planned yet")):
-        node: object = case
-        for part in section.split("."):
-            node = getattr(node, part)
+        part, _, name = section.partition(".")
+        node = settings_of(case, name) if part == "compare" else getattr(case, section)
         if node is not None:
             problems.append(Problem(_at(section), f"is the built-in workload's, not a command "
                                                   f"case's ({what}): drop it"))

@@ -12,9 +12,10 @@ size divides the DP x CP ranks of a stage" is written once, in ``harness.spec.la
 * :func:`with_microbatches` -- an arm at a given microbatch count (``graph-mb<M>``);
 * :func:`interrupted` -- an arm the harness stops after a step and resumes (``<arm>-resumed``).
 
-A derived arm case keeps the parent's id and shape; its ``compare`` section is empty (pairs belong
-to the parent) and its ``arm`` field names the arm. One derivation is of a whole case, before its
-arms are planned:
+A derived arm case is an :class:`~harness.spec.schema.ArmCase`: the parent's id and shape, its
+``arm`` (the configuration's name) and ``execution``, and no ``compare`` section (pairs belong to
+the user's case). :class:`ArmSpec` names what one arm runs and :func:`derive_arm_case` derives its
+case. One derivation is of a whole case, before its arms are planned:
 
 * :func:`as_emulated` -- the case with chosen ranks emulated (``emulate.ranks``; what
   ``--emulate-ranks`` makes): its id, pairs and everything else stay the case's.
@@ -24,15 +25,89 @@ Pure: no torch.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import Optional, Sequence, TypeVar, Union
 
 from harness.errors import CaseError
-from harness.spec.names import REFERENCE
+from harness.spec.names import (
+    DCP,
+    EAGER,
+    FIXED_CP_KINDS,
+    GRAPH,
+    GRAPH_FIXED_CP,
+    MICROBATCHES_INFIX,
+    REFERENCE,
+    REPEAT_SUFFIX,
+    RESUMED_SUFFIX,
+    SEPARATE_POOLS,
+    ArmKind,
+)
 from harness.spec.preflight import preflight, reference_layout_problem
-from harness.spec.schema import Case, CompareSpec, EmulateSpec, Execution, Pools
+from harness.spec.schema import ArmCase, BaseCase, Case, EmulateSpec, Execution, Pools
+
+AnyCase = Union[Case, ArmCase]
+_C = TypeVar("_C", Case, ArmCase)
 
 
-def _checked(parent: Case, derived: Case, field: str, what: str) -> Case:
+@dataclass(frozen=True)
+class ArmSpec:
+    """What one arm runs: its kind (``harness.spec.names.ARM_KINDS``), the CP size of a fixed-CP
+    kind, whether it is the second run of a repeat pair, the microbatch count it is held at
+    (``compare.slot_ring``) and the step after which the harness stops and resumes it
+    (``compare.resume``)."""
+
+    kind: ArmKind
+    fixed_cp: Optional[int] = None
+    repeat: bool = False
+    microbatches: Optional[int] = None
+    resumed_at: Optional[int] = None
+
+    @property
+    def base(self) -> str:
+        """The configuration's name (the derived case's ``arm``)."""
+        if self.kind in FIXED_CP_KINDS:
+            name = f"{self.kind}{self.fixed_cp}"
+        else:
+            name = self.kind
+        return name + (f"{MICROBATCHES_INFIX}{self.microbatches}" if self.microbatches else "")
+
+    @property
+    def name(self) -> str:
+        """The arm's name and results folder."""
+        return (self.base + (REPEAT_SUFFIX if self.repeat else "")
+                + (RESUMED_SUFFIX if self.resumed_at is not None else ""))
+
+
+def has_graph_arms(case: BaseCase) -> bool:
+    """Whether ``case`` can have graph arms: a ``graphs:`` section, or a command case's
+    ``command.arms.graph`` arguments."""
+    return case.graphs is not None or (case.command is not None and GRAPH in case.command.arms)
+
+
+def derive_arm_case(case: Case, spec: ArmSpec) -> ArmCase:
+    """The derived case arm ``spec`` runs (passes the same preflight; CaseError naming the field
+    otherwise)."""
+    base = spec.base
+    if spec.kind in (EAGER, DCP):
+        derived = with_execution(case, base, graphed=False)
+    elif spec.kind == GRAPH:
+        derived = with_execution(case, base, graphed=True)
+    elif spec.kind == SEPARATE_POOLS:
+        derived = with_execution(case, base, graphed=True, pools=Pools.SEPARATE)
+    elif spec.kind == REFERENCE:
+        derived = as_reference(case, base)
+    else:
+        assert spec.fixed_cp is not None
+        fixed = as_fixed_cp(case, spec.fixed_cp, base)
+        derived = with_execution(fixed, base, graphed=spec.kind == GRAPH_FIXED_CP)
+    if spec.microbatches is not None:
+        derived = with_microbatches(derived, spec.microbatches, base)
+    if spec.resumed_at is not None:
+        derived = interrupted(derived, spec.resumed_at, base)
+    return derived
+
+
+def _checked(parent: AnyCase, derived: _C, field: str, what: str) -> _C:
     problems = preflight(derived)
     if problems:
         listed = "; ".join(f"{p.field or 'case'}: {p.message}" for p in problems)
@@ -41,26 +116,28 @@ def _checked(parent: Case, derived: Case, field: str, what: str) -> Case:
     return derived
 
 
-def _derive(case: Case, arm: str, **changes: object) -> Case:
-    data = case.model_dump(mode="python")
+def _derive(case: AnyCase, arm: str, **changes: object) -> ArmCase:
+    """An arm's case from ``case`` (a user's case or an arm's): its sections, ``changes`` and the
+    arm's name; a user's case's pairs (``compare``) stay behind."""
+    data = case.model_dump(mode="python", exclude={"compare"})
     data.update(changes)
-    data["compare"] = CompareSpec()
     data["arm"] = arm
-    return Case.model_validate(data)
+    return ArmCase.model_validate(data)
 
 
-def as_fixed_cp(case: Case, cp: int, arm: str, field: str = "compare.dcp_vs_fixed_cp.fixed_cp") -> Case:
+def as_fixed_cp(case: AnyCase, cp: int, arm: str,
+                field: str = "compare.dcp_vs_fixed_cp.fixed_cp") -> ArmCase:
     """The case's data with every microbatch at CP size ``cp`` (``parallel.cp``; the dynamic-CP
     fields dropped): its layout is ``case.layout.at_fixed_cp(cp)``. Its per-rank token buffer is
     ``seq_length / cp`` in static-shape mode."""
     par = case.parallel.model_copy(update={"cp": cp, "dynamic_cp": None})
     train = case.train.model_copy(update={"max_seqlen_per_rank": None})
-    derived = _derive(case, arm, parallel=par, train=train, execution=case.execution)
+    derived = _derive(case, arm, parallel=par, train=train)
     return _checked(case, derived, field, f"arm '{arm}' (the case at fixed CP {cp})")
 
 
-def with_execution(case: Case, arm: str, graphed: bool,
-                   pools: Pools = Pools.SHARED) -> Case:
+def with_execution(case: AnyCase, arm: str, graphed: bool,
+                   pools: Pools = Pools.SHARED) -> ArmCase:
     """The case run eagerly (``graphed=False``) or with slot-shared CUDA graphs (needs a
     ``graphs:`` section), every CP variant in one MemPool (``shared``) or one per CP size."""
     if graphed and case.graphs is None and case.command is None:  # a command: command.arms.graph
@@ -71,7 +148,7 @@ def with_execution(case: Case, arm: str, graphed: bool,
     return _checked(case, derived, "graphs" if graphed else "compare", f"arm '{arm}'")
 
 
-def as_reference(case: Case, arm: str = REFERENCE, field: str = "compare.reference") -> Case:
+def as_reference(case: Case, arm: str = REFERENCE, field: str = "compare.reference") -> ArmCase:
     """The case's model, data and training on ONE rank: ``pp = vpp = ep = 1``, no CP or dynamic
     CP, one node with one rank, eager, and the ordinary dynamic-shape path (no ``graphs:``, no
     ``shapes:``): in a static-shape case every other arm runs the static-shape path (fixed buffers, device-side metadata,
@@ -92,22 +169,25 @@ def as_reference(case: Case, arm: str = REFERENCE, field: str = "compare.referen
     return _checked(case, derived, field, f"arm '{arm}' (the case on one rank)")
 
 
-def with_microbatches(case: Case, microbatches: int, arm: str,
-                      field: str = "compare.slot_ring.microbatches") -> Case:
+def with_microbatches(case: ArmCase, microbatches: int, arm: str,
+                      field: str = "compare.slot_ring.microbatches") -> ArmCase:
     """An arm case run at ``microbatches`` per step (``train.microbatches``; the ``graph-mb<M>``
     arms of ``compare.slot_ring``)."""
     train = case.train.model_copy(update={"microbatches": microbatches})
-    derived = _derive(case, arm, train=train, execution=case.execution)
+    derived = _derive(case, arm, train=train)
     return _checked(case, derived, field, f"arm '{arm}' (the case at {microbatches} microbatches "
                                           "per step)")
 
 
-def interrupted(case: Case, after: int, arm: str, field: str = "compare.resume.at_step") -> Case:
+def interrupted(case: ArmCase, after: int, arm: str,
+                field: str = "compare.resume.at_step") -> ArmCase:
     """An arm case the harness stops after step ``after`` and starts again from that step's
     checkpoint (``Execution.interrupt_after``; the ``-resumed`` arms of ``compare.resume``)."""
     execution = case.execution.model_copy(update={"interrupt_after": after})
     derived = _derive(case, arm, execution=execution)
     return _checked(case, derived, field, f"arm '{arm}' (stopped after step {after} and resumed)")
+
+
 def as_emulated(case: Case, ranks: Sequence[int], given: Optional[str] = None) -> Case:
     """``case`` with ``ranks`` emulated: each runs alone on one device as rank r of the case's
     world (``emulate.ranks``; replaces the case's own ``emulate``). ``given`` names where the

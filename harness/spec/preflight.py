@@ -32,30 +32,19 @@ problem names the field to change. Rules (``world = resources.nodes * resources.
   shortest)))``. Given ``train.microbatches``, it must be ``>= need``; derived, some accepted
   count must lie in ``[need, global_batch / dp]`` (``data.lengths``), as the runtime takes the
   smallest accepted count that packs. Exact for ``fixed`` lengths (equal sequences pack round
-  robin); for random lengths only the certain failures are caught. The fixed-CP arm of
-  ``compare.dcp_vs_fixed_cp`` is checked the same way on its layout (``dp = dp_cp / fixed_cp``).
-* ``compare.dcp_vs_fixed_cp`` needs ``parallel.dynamic_cp``; its ``fixed_cp`` is a power of two
-  dividing ``dp_cp``, and the problems the fixed-CP arm's layout (``layout.at_fixed_cp``) has
-  beyond the case's own (e.g. ``global_batch`` not divisible by ``dp_cp / fixed_cp``) are reported
-  at ``compare.dcp_vs_fixed_cp.fixed_cp``. The arm case itself (``harness.spec.derive``) passes
-  this same preflight when it is derived.
-* ``compare.repeat`` with ``loss: exact`` needs ``train.deterministic: true``.
-* ``compare.reference`` needs a layout other than the single-rank one it is compared with (more
-  than one rank, or PP, CP or EP), or static shapes (its reference runs dynamic shapes);
-  ``compare.golden.dir`` is relative (to the case file's folder).
-* ``compare.resume``: the stop step ``at_step`` (default ``steps // 2``) lies in ``1..steps-1``;
-  ``exact`` bounds need ``train.deterministic``; with graph arms it is after the graphs'
-  warmup steps (so the resumed arm captures again).
-* ``compare.slot_ring``: a graph case with fixed CP and ``pp >= 2``; every count is one the
-  schedule accepts and at most ``global_batch / dp``.
+  robin); for random lengths only the certain failures are caught (:func:`fixed_fill`, which a
+  comparison with a fixed-CP arm runs on that arm's layout too).
+* Each comparison the case's ``compare:`` section sets: its own rules, in its module
+  (``harness.compare.contracts.<name>``; :func:`check_comparisons` runs them). An arm's case
+  (``harness.spec.derive``) has no ``compare:`` section and passes the other rules here when it
+  is derived.
 * Static shapes (``Case.static_scope``: a graph case, or ``shapes: {mode: static}``; not both
   sections): ``train.max_seqs_per_microbatch`` given (the cu_seqlens capacity; a fixed-CP bin
   then holds at most that many sequences), scope ``full`` only with ``ep == 1``.
-* Graphs (``graphs:``): dtype bf16, ``warmup_steps < steps``;
-  ``compare.graph_vs_eager`` / ``compare.graph_pools`` need a ``graphs:`` section, and
-  ``graph_pools`` two or more dynamic CP sizes. ``train.memory_probe_step <= steps``.
+* Graphs (``graphs:``): dtype bf16, ``warmup_steps < steps``. ``train.memory_probe_step <= steps``.
   Whether CUDA is there is decided by the launcher (a case that cannot run here is skipped).
-* A command case (``command:``): the layout, compare and golden-window rules above, then
+* A command case (``command:``): the layout rules and the comparisons' (each says which of its
+  rules apply to a command case), then
   ``harness.spec.command.check_command`` in place of the built-in workload's model,
   microbatch, shape and graph rules (:data:`COMMAND_CHECKS`).
 * Emulated ranks (``emulate.ranks``): at least one, each listed once (it records into its own
@@ -65,23 +54,22 @@ problem names the field to change. Rules (``world = resources.nodes * resources.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from harness.spec.command import check_command
-from harness.spec.layout import ParallelLayout, cp_size_problem
-from harness.spec.names import GRAPH, GRAPH_POOLS, GRAPH_VS_EAGER
+from harness.spec.comparisons import sections, settings_of
+from harness.spec.layout import ParallelLayout
 from harness.spec.problems import Problem
 from harness.spec.problems import at as _at
-from harness.spec.schema import Case, DType, GraphScope, LengthDistribution
+from harness.spec.schema import BaseCase, Case, DType, GraphScope, LengthDistribution
 
 
-def check_layout(case: Case) -> list[Problem]:
+def check_layout(case: BaseCase) -> list[Problem]:
     """The parallel layout's own rules (``harness.spec.layout``)."""
     return case.layout.problems()
 
 
-def check_layers(case: Case) -> list[Problem]:
+def check_layers(case: BaseCase) -> list[Problem]:
     p, m = case.parallel, case.model
     chunks = case.layout.model_chunks
     if m.layers % chunks:
@@ -91,7 +79,7 @@ def check_layers(case: Case) -> list[Problem]:
     return []
 
 
-def check_experts(case: Case) -> list[Problem]:
+def check_experts(case: BaseCase) -> list[Problem]:
     p, m = case.parallel, case.model
     problems: list[Problem] = []
     if m.experts % p.ep:
@@ -104,7 +92,7 @@ def check_experts(case: Case) -> list[Problem]:
     return problems
 
 
-def check_attention(case: Case) -> list[Problem]:
+def check_attention(case: BaseCase) -> list[Problem]:
     m = case.model
     problems: list[Problem] = []
     if m.heads % m.kv_heads:
@@ -116,7 +104,7 @@ def check_attention(case: Case) -> list[Problem]:
     return problems
 
 
-def check_sequences(case: Case) -> list[Problem]:
+def check_sequences(case: BaseCase) -> list[Problem]:
     t = case.train
     longest = case.data.lengths.max
     if longest > t.seq_length:
@@ -129,7 +117,7 @@ def check_sequences(case: Case) -> list[Problem]:
     return []
 
 
-def check_microbatches(case: Case) -> list[Problem]:
+def check_microbatches(case: BaseCase) -> list[Problem]:
     lay, t = case.layout, case.train
     problems: list[Problem] = []
     m = t.microbatches
@@ -173,7 +161,7 @@ def _smallest_count(lay: ParallelLayout) -> int:
     return found if found is not None else lay.group
 
 
-def _shortest(case: Case) -> tuple[int, str]:
+def _shortest(case: BaseCase) -> tuple[int, str]:
     """A lower bound on every sequence's length, and how to describe the sequences."""
     spec, seq_length = case.data.lengths, case.train.seq_length
     longest = min(spec.max, seq_length)
@@ -183,7 +171,7 @@ def _shortest(case: Case) -> tuple[int, str]:
     return shortest, f"at least {shortest} tokens (data.lengths.min)"
 
 
-def _per_bin(case: Case, shortest: int) -> int:
+def _per_bin(case: BaseCase, shortest: int) -> int:
     """Most sequences a fixed-CP bin of ``seq_length`` tokens can hold (at most
     ``train.max_seqs_per_microbatch`` in a graph case, whose metadata buffers are that big)."""
     per_bin = case.train.seq_length // shortest
@@ -191,7 +179,7 @@ def _per_bin(case: Case, shortest: int) -> int:
     return min(per_bin, cap) if cap is not None and case.static_shapes else per_bin
 
 
-def _fixed_count(case: Case, lay: ParallelLayout, global_batch: int) -> Optional[int]:
+def _fixed_count(case: BaseCase, lay: ParallelLayout, global_batch: int) -> Optional[int]:
     """The derived microbatch count of a fixed-CP step at this global batch (a lower bound unless
     lengths are fixed), or None when no accepted count both packs and fills every bin."""
     dp = lay.dp
@@ -200,7 +188,7 @@ def _fixed_count(case: Case, lay: ParallelLayout, global_batch: int) -> Optional
     return _first_accepted(lay, need, global_batch // dp)
 
 
-def _working_batches(case: Case, lay: ParallelLayout) -> str:
+def _working_batches(case: BaseCase, lay: ParallelLayout) -> str:
     """The nearest global batches (multiples of ``dp``) around the case's that would pack."""
     gbs, dp = case.train.global_batch, lay.dp
     below = next((g for g in range(gbs - dp, 0, -dp) if _fixed_count(case, lay, g) is not None),
@@ -211,8 +199,9 @@ def _working_batches(case: Case, lay: ParallelLayout) -> str:
     return f"{below} or {above}" if below is not None else f"{above}"
 
 
-def _fixed_fill(case: Case, lay: ParallelLayout, arm: str) -> list[Problem]:
-    """The microbatch-fill rules of a fixed-CP step of layout ``lay`` (see the docstring)."""
+def fixed_fill(case: BaseCase, lay: ParallelLayout, arm: str) -> list[Problem]:
+    """The microbatch-fill rules of a fixed-CP step of layout ``lay`` (see the docstring);
+    ``arm`` names the arm whose layout it is in the messages ('' for the case's own)."""
     t, dp = case.train, lay.dp
     gbs, mbs = t.global_batch, t.microbatches
     if gbs % dp:
@@ -257,27 +246,19 @@ def _fixed_fill(case: Case, lay: ParallelLayout, arm: str) -> list[Problem]:
     return []
 
 
-def _fixed_arm(case: Case) -> Optional[ParallelLayout]:
-    """The layout of the fixed-CP arm of ``compare.dcp_vs_fixed_cp``, where it has one (a
-    dynamic-CP case whose ``fixed_cp`` is a power of two dividing the pool)."""
-    pair, lay = case.compare.dcp_vs_fixed_cp, case.layout
-    if pair is None or not lay.dynamic or lay.world % lay.pp:
-        return None
-    if cp_size_problem(pair.fixed_cp, lay.dp_cp) is not None:
-        return None  # reported by check_compare
-    return lay.at_fixed_cp(pair.fixed_cp)
+def microbatch_fill_applies(case: BaseCase) -> bool:
+    """Whether the microbatch-fill rules apply: a layout without problems of its own that
+    ``check_layout`` reports (an inexact split, a microbatch group below pp)."""
+    lay = case.layout
+    return lay.exact and not (lay.vpp > 1 and lay.group < lay.pp)
 
 
-def _fixed_arm_text(fixed: ParallelLayout) -> str:
-    return f"the fixed-CP arm (compare.dcp_vs_fixed_cp.fixed_cp {fixed.max_cp}, dp={fixed.dp}): "
-
-
-def check_microbatch_fill(case: Case) -> list[Problem]:
+def check_microbatch_fill(case: BaseCase) -> list[Problem]:
     lay, t = case.layout, case.train
-    if not lay.exact or (lay.vpp > 1 and lay.group < lay.pp):
+    if not microbatch_fill_applies(case):
         return []  # reported by check_layout
     if not lay.dynamic:
-        return _fixed_fill(case, lay, "")
+        return fixed_fill(case, lay, "")
     problems: list[Problem] = []
     smallest = _smallest_count(lay)
     if t.global_batch < smallest:
@@ -285,13 +266,10 @@ def check_microbatch_fill(case: Case) -> list[Problem]:
             f"global_batch {t.global_batch} cannot make the {smallest} microbatches the "
             f"interleaved schedule ({_schedule_text(lay)}) needs at least (every microbatch "
             f"needs a sequence); use train.global_batch >= {max(smallest, lay.dp_cp)}")))
-    fixed = _fixed_arm(case)
-    if fixed is not None:
-        problems.extend(_fixed_fill(case, fixed, _fixed_arm_text(fixed)))
     return problems
 
 
-def reference_layout_problem(case: Case) -> Optional[str]:
+def reference_layout_problem(case: BaseCase) -> Optional[str]:
     """Why ``case`` has no single-rank reference arm distinct from itself (None: it has one). A
     static-shape case (a graph case, or ``shapes: {mode: static}``) always has one: its
     reference runs the dynamic-shape eager path, which its static arms do not share."""
@@ -301,41 +279,7 @@ def reference_layout_problem(case: Case) -> Optional[str]:
     return None
 
 
-def check_compare(case: Case) -> list[Problem]:
-    lay, t, c = case.layout, case.train, case.compare
-    problems: list[Problem] = []
-    pair = c.dcp_vs_fixed_cp
-    if pair is not None:
-        field = _at("compare.dcp_vs_fixed_cp.fixed_cp")
-        if not lay.dynamic:
-            problems.append(Problem(_at("compare.dcp_vs_fixed_cp"),
-                                    "needs parallel.dynamic_cp (a dynamic-CP case)"))
-        elif lay.world % lay.pp == 0:
-            why = cp_size_problem(pair.fixed_cp, lay.dp_cp)
-            if why is not None:
-                problems.append(Problem(field, f"fixed_cp={pair.fixed_cp}: {why}"))
-            else:
-                # The arm's layout rules, at this field: only what it adds to the case's own
-                # problems (check_layout reports those).
-                fixed, own = lay.at_fixed_cp(pair.fixed_cp), lay.problems()
-                problems.extend(Problem(field, f"{_fixed_arm_text(fixed)}{p.field}: {p.message}")
-                                for p in fixed.problems() if p not in own)
-    if c.reference is not None:
-        why = reference_layout_problem(case)
-        if why is not None:
-            problems.append(Problem(_at("compare.reference"), why))
-    if c.golden is not None and Path(c.golden.dir).is_absolute():
-        problems.append(Problem(_at("compare.golden.dir"), (
-            f"{c.golden.dir} is absolute; golden files are committed next to the case files, so "
-            "give a folder relative to the case file's folder (e.g. golden)")))
-    if c.repeat is not None and c.repeat.loss == "exact" and not t.deterministic:
-        problems.append(Problem(
-            _at("compare.repeat.loss"),
-            "an exact repeat needs train.deterministic: true (or give a tolerance)"))
-    return problems
-
-
-def check_shapes(case: Case) -> list[Problem]:
+def check_shapes(case: BaseCase) -> list[Problem]:
     """The static-shape path (a graph case, or ``shapes: {mode: static}``): the metadata
     capacity, scope ``full`` only with ``ep == 1``; ``shapes:`` and ``graphs:`` not both."""
     t, p = case.train, case.parallel
@@ -361,17 +305,12 @@ def check_shapes(case: Case) -> list[Problem]:
     return problems
 
 
-def check_graphs(case: Case) -> list[Problem]:
-    """Graph cases and the contracts that need graph arms (the static-shape rules they share
-    with ``shapes:`` are :func:`check_shapes`')."""
-    g, t, c = case.graphs, case.train, case.compare
+def check_graphs(case: BaseCase) -> list[Problem]:
+    """Graph cases (the static-shape rules they share with ``shapes:`` are
+    :func:`check_shapes`')."""
+    g, t = case.graphs, case.train
     problems: list[Problem] = []
     if g is None:
-        for name in (GRAPH_VS_EAGER, GRAPH_POOLS):
-            if getattr(c, name) is not None:
-                problems.append(Problem(_at(f"compare.{name}"),
-                                        "compares CUDA-graph arms: add a `graphs:` section "
-                                        "(e.g. graphs: {scope: attn, warmup_steps: 2})"))
         return problems
     if t.dtype is not DType.BF16:
         problems.append(Problem(_at("train.dtype"), (
@@ -382,80 +321,33 @@ def check_graphs(case: Case) -> list[Problem]:
         problems.append(Problem(_at("graphs.warmup_steps"), (
             f"{g.warmup_steps} eager warmup steps leave none of the {t.steps} train.steps for the "
             "graphs; use fewer warmup steps or more steps")))
-    if c.graph_pools is not None and len(case.layout.cp_sizes) < 2:
-        problems.append(Problem(_at("compare.graph_pools"), (
-            "compares one MemPool for every CP variant with one pool per CP size: needs "
-            "parallel.dynamic_cp with two or more sizes")))
     return problems
 
 
-def check_resume(case: Case) -> list[Problem]:
-    """``compare.resume``: a stop step inside the run, bitwise only when deterministic, and for
-    graph arms a stop after the capture (so the resumed arm captures its graphs again)."""
-    spec, t = case.compare.resume, case.train
-    if spec is None:
-        return []
-    problems: list[Problem] = []
-    at = spec.step(t.steps)
-    if not 1 <= at < t.steps:
-        problems.append(Problem(_at("compare.resume.at_step"), (
-            f"the arm is stopped after step {at} and must resume before the last of the "
-            f"{t.steps} train.steps: use 1 <= at_step < {t.steps} (or more steps)")))
-    exact = [f for f in ("loss", "aux_loss", "grad_norm") if getattr(spec, f) == "exact"]
-    if not t.deterministic and exact:
-        problems.append(Problem(_at(f"compare.resume.{exact[0]}"), (
-            "an exact resume check needs train.deterministic: true (or give a tolerance)")))
-    graph_arms = [a for a in spec.arm_names(case.graphs is not None) if a.startswith(GRAPH)]
-    if case.graphs is not None and graph_arms and at <= case.graphs.warmup_steps:
-        problems.append(Problem(_at("compare.resume.at_step"), (
-            f"the graph arm captures after its {case.graphs.warmup_steps} eager warmup steps; "
-            f"stopping it after step {at} resumes before any capture, so the recapture on "
-            f"resume is not tested: use at_step > {case.graphs.warmup_steps}")))
-    return problems
-
-
-def check_slot_ring(case: Case) -> list[Problem]:
-    """``compare.slot_ring``: graph arms of a fixed-CP PP case, one per schedulable count."""
-    spec = case.compare.slot_ring
-    if spec is None:
-        return []
-    lay = case.layout
-    field = _at("compare.slot_ring")
-    if case.graphs is None:
-        return [Problem(field, "runs one CUDA-graph arm per microbatch count: add a `graphs:` "
-                               "section (e.g. graphs: {scope: attn, warmup_steps: 2})")]
-    if lay.dynamic:
-        return [Problem(field, "needs a fixed microbatch count per step, so fixed CP "
-                               "(parallel.cp, not parallel.dynamic_cp): a dynamic-CP graph arm "
-                               "plans every count the packer can reach")]
-    if lay.pp < 2:
-        return [Problem(field, "the slot ring matters for pipelined schedules: needs "
-                               "parallel.pp >= 2 (and vpp >= 1)")]
-    problems: list[Problem] = []
-    most = lay.most_microbatches
-    for m in spec.microbatches:
-        why = lay.microbatch_count_problem(m)
-        if why is None and m > most:
-            why = (f"more microbatches than sequences per DP rank (global_batch "
-                   f"{case.train.global_batch} / dp {lay.dp} = {most})")
-        if why is not None:
-            problems.append(Problem(_at("compare.slot_ring.microbatches"), f"count {m}: {why}"))
-    return problems
-
-
-def check_golden_window(case: Case) -> list[Problem]:
-    """``compare.golden.step_time.window``: a window the run reaches, whole (a window cut to the
-    steps would judge other steps than the case says)."""
-    golden = case.compare.golden
-    window = golden.step_time.window if golden is not None and golden.step_time is not None else None
-    if window is not None and window[1] > case.train.steps:
-        return [Problem(_at("compare.golden.step_time.window"), (
-            f"steps {window[0]}..{window[1]} run past the last of the {case.train.steps} "
-            f"train.steps: end the window at step {case.train.steps} at most (or run more steps)"))]
+def graph_arms_problem(case: BaseCase, field: str) -> list[Problem]:
+    """A comparison of CUDA-graph arms (at ``field``) in a built-in case without ``graphs:`` (a
+    command case has graph arms through ``command.arms.graph``)."""
+    if case.graphs is None and case.command is None:
+        return [Problem(_at(field), "compares CUDA-graph arms: add a `graphs:` section (e.g. "
+                                    "graphs: {scope: attn, warmup_steps: 2})")]
     return []
 
 
-def check_memory_probe(case: Case) -> list[Problem]:
+def check_comparisons(case: BaseCase) -> list[Problem]:
+    """The rules of each comparison the case's ``compare:`` section sets, in the sections'
+    order (each comparison's module owns its rules: ``harness.spec.comparisons``). An arm's
+    case has no ``compare:`` section."""
+    problems: list[Problem] = []
+    if not isinstance(case, Case):
+        return problems
+    for section in sections():
+        settings = settings_of(case, section.name)
+        if settings is not None:
+            problems.extend(section.rules(case, settings))
+    return problems
+
+
+def check_memory_probe(case: BaseCase) -> list[Problem]:
     step = case.train.memory_probe_step
     if step is not None and step > case.train.steps:
         return [Problem(_at("train.memory_probe_step"),
@@ -463,7 +355,7 @@ def check_memory_probe(case: Case) -> list[Problem]:
     return []
 
 
-def check_emulate(case: Case) -> list[Problem]:
+def check_emulate(case: BaseCase) -> list[Problem]:
     """``emulate.ranks``: what an emulated rank needs (see the module docstring)."""
     spec = case.emulate
     if spec is None:
@@ -494,7 +386,7 @@ def check_emulate(case: Case) -> list[Problem]:
     return problems
 
 
-CHECKS: tuple[Callable[[Case], list[Problem]], ...] = (
+CHECKS: tuple[Callable[[BaseCase], list[Problem]], ...] = (
     check_layout,
     check_layers,
     check_experts,
@@ -502,25 +394,23 @@ CHECKS: tuple[Callable[[Case], list[Problem]], ...] = (
     check_sequences,
     check_microbatches,
     check_microbatch_fill,
-    check_compare,
+    check_comparisons,
     check_shapes,
     check_graphs,
-    check_resume,
-    check_slot_ring,
-    check_golden_window,
     check_memory_probe,
     check_emulate,
 )
 
 # A command case (``command:``): its own rules (``harness.spec.command``) in place of the built-in
 # workload's model, microbatch, shape and graph rules.
-COMMAND_CHECKS: tuple[Callable[[Case], list[Problem]], ...] = (
-    check_layout, check_compare, check_golden_window, check_command)
+COMMAND_CHECKS: tuple[Callable[[BaseCase], list[Problem]], ...] = (
+    check_layout, check_comparisons, check_command)
 
 
-def preflight(case: Case, checks: Optional[Sequence[Callable[[Case], list[Problem]]]] = None
+def preflight(case: BaseCase, checks: Optional[Sequence[Callable[[BaseCase], list[Problem]]]] = None
               ) -> list[Problem]:
-    """Every problem found in ``case`` (empty when it may run), in check order."""
+    """Every problem found in ``case`` (a user's case or an arm's; empty when it may run), in
+    check order."""
     found: list[Problem] = []
     if checks is None:
         checks = COMMAND_CHECKS if case.command is not None else CHECKS

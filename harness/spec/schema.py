@@ -1,8 +1,10 @@
 """The case-file schema (pydantic v2). Unknown keys are errors everywhere.
 
 A YAML case file holds one :class:`CaseFile`. ``matrix:`` expansion and preset
-resolution turn it into one or more :class:`Case` objects (see ``expand.py``),
-which is what every other part of the harness consumes.
+resolution turn it into one or more :class:`Case` objects (see ``expand.py``): the user's cases,
+which the harness plans. Each arm of a case runs an :class:`ArmCase`, derived from it
+(``harness.spec.derive``). The ``compare:`` section (:class:`CompareSpec`) takes one section per
+registered comparison (``harness.spec.comparisons``; each comparison's module defines its own).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pydantic import (
     Field,
     ValidationInfo,
     field_validator,
+    SerializationInfo,
     model_serializer,
     model_validator,
 )
@@ -26,7 +29,6 @@ from pydantic import (
 from harness.spec.layout import ParallelLayout
 # Upper bounds of sizes (le=): limits.py says why each is what it is.
 from harness.spec.limits import limit
-from harness.spec.names import EAGER, GRAPH
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 
@@ -44,8 +46,11 @@ def _has_bool(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and any(isinstance(v, bool) for v in value)
 
 
-class _Strict(BaseModel):
-    # Unknown keys are errors; inf/nan are never valid settings (lr: .inf, max_abs: .nan).
+class Strict(BaseModel):
+    """The base of every section of a case file (a comparison's settings too): unknown keys are
+    errors; inf/nan are never valid settings (lr: .inf, max_abs: .nan); a number field given a
+    YAML boolean is an error."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     @field_validator("*", mode="before")
@@ -133,7 +138,7 @@ class RankStart(Choice):
     LAUNCHER = "launcher"  # one process per node (torchrun), started with NNODES / NODE_RANK set
 
 
-class MetricsSpec(_Strict):
+class MetricsSpec(Strict):
     """Where a command's metrics come from: ``path`` is relative to the arm's folder (defaults:
     ``tensorboard``, ``log.txt`` (the ranks' output), ``metrics/rank{rank}.jsonl``); ``tags``
     maps step-record fields to TensorBoard tags or Megatron log keys, over Megatron's."""
@@ -143,7 +148,7 @@ class MetricsSpec(_Strict):
     tags: Optional[dict[MetricField, str]] = None
 
 
-class CommandSpec(_Strict):
+class CommandSpec(Strict):
     """A training command run in place of the built-in workload (docs/command-cases.md).
     ``argv`` is a list (never a shell string); ``{arm_dir}``, ``{steps}``, ``{world_size}``,
     ``{seed}``, ``{case_dir}``, ``{fixed_cp}`` (fixed-CP arms) in ``argv``, ``env`` values and
@@ -168,7 +173,7 @@ class CommandSpec(_Strict):
 
 
 # --------------------------------------------------------------------------- model
-class ModelSpec(_Strict):
+class ModelSpec(Strict):
     """Model shape: a preset plus optional overrides of any of its fields."""
 
     preset: str = "tiny"
@@ -188,7 +193,7 @@ class ModelSpec(_Strict):
     aux_loss_coeff: float = Field(default=1e-2, ge=0)
 
 
-class ModelPreset(_Strict):
+class ModelPreset(Strict):
     """Every shape field of a model (a named preset); a case's ``model:`` section may override
     any of them."""
 
@@ -213,7 +218,7 @@ class ResolvedModel(ModelPreset):
 
 
 # --------------------------------------------------------------------------- parallel
-class ParallelSpec(_Strict):
+class ParallelSpec(Strict):
     """Parallel degrees as written. DP is derived: world / (pp * cp) for fixed CP; with dynamic CP
     the world / pp ranks of a stage form one DP x CP pool that each microbatch carves into CP
     groups. The derived sizes and their rules: ``Case.layout`` (``harness.spec.layout``)."""
@@ -248,7 +253,7 @@ class ParallelSpec(_Strict):
 
 
 # --------------------------------------------------------------------------- train / data
-class OptimizerSpec(_Strict):
+class OptimizerSpec(Strict):
     name: OptimizerName = OptimizerName.ADAMW
     beta1: float = Field(default=0.9, ge=0, lt=1)
     beta2: float = Field(default=0.95, ge=0, lt=1)
@@ -258,7 +263,7 @@ class OptimizerSpec(_Strict):
     grad_clip: Optional[float] = Field(default=1.0, gt=0)
 
 
-class TrainSpec(_Strict):
+class TrainSpec(Strict):
     steps: int = Field(ge=1, le=limit("train.steps"))
     # Sequences per optimizer step (the whole DP x CP world together).
     global_batch: int = Field(ge=1, le=limit("train.global_batch"))
@@ -289,7 +294,7 @@ class TrainSpec(_Strict):
     optimizer: OptimizerSpec = OptimizerSpec()
 
 
-class LengthSpec(_Strict):
+class LengthSpec(Strict):
     distribution: LengthDistribution = LengthDistribution.LOGNORMAL
     min: int = Field(default=16, ge=1, le=limit("data.lengths.min"))
     max: int = Field(default=256, ge=1, le=limit("data.lengths.max"))
@@ -304,12 +309,12 @@ class LengthSpec(_Strict):
         return self
 
 
-class DataSpec(_Strict):
+class DataSpec(Strict):
     lengths: LengthSpec = LengthSpec()
 
 
 # --------------------------------------------------------------------------- compare
-class Tolerance(_Strict):
+class Tolerance(Strict):
     max_abs: Optional[float] = Field(default=None, ge=0)
     max_rel: Optional[float] = Field(default=None, ge=0)
 
@@ -323,203 +328,7 @@ class Tolerance(_Strict):
 LossBound = Union[Literal["exact"], Tolerance]
 
 
-class RepeatContract(_Strict):
-    """Run the same arm twice with the same seed; deterministic runs must match bitwise."""
-
-    arm: str = EAGER
-    loss: LossBound = "exact"
-
-
-class GraphVsEagerContract(_Strict):
-    """The ``graph`` arm against the eager arm of the same (static-shape) case: LM loss, aux loss
-    and grad norm per step; ``exact`` = bitwise (deterministic mode)."""
-
-    loss: LossBound = "exact"
-    # Bounds of the aux loss and grad norm; None: the loss bound.
-    aux_loss: Optional[LossBound] = None
-    grad_norm: Optional[LossBound] = None
-
-
-class DcpVsFixedCpContract(_Strict):
-    """The dynamic-CP arm against the same data at one fixed CP size: LM loss, aux loss and grad
-    norm per step, and memory deltas. Dynamic CP regroups tokens into other microbatches, which
-    changes the per-microbatch aux loss (and through its gradient every later step) legitimately;
-    the default bounds are the measured clean differences of the focused cases with a margin
-    (docs/internals.md, "Measured noise")."""
-
-    fixed_cp: int = Field(ge=1)
-    loss: LossBound = Tolerance(max_rel=1e-3)
-    aux_loss: LossBound = Tolerance(max_rel=0.03)
-    grad_norm: LossBound = Tolerance(max_rel=2e-4)
-    # Memory deltas (CUDA only), per rank, measured after train.memory_probe_step and
-    # torch.cuda.empty_cache(), one-sided (DCP arm minus fixed-CP arm): whole-device used memory
-    # in percent of the device's memory (None: +0.10 between graph arms, TE PR #3353's figure;
-    # between eager arms a figure, reported, not checked),
-    device_delta_pct: Optional[float] = Field(default=None, ge=0)
-    # allocated (active) bytes and reserved bytes in percent of the fixed-CP arm's figure (None:
-    # a figure, reported, not checked).
-    active_delta_pct: Optional[float] = Field(default=None, ge=0)
-    reserved_delta_pct: Optional[float] = Field(default=None, ge=0)
-
-
-class GraphPoolsContract(_Strict):
-    """``graph`` (every CP variant in ONE MemPool) against ``graph-separate-pools`` (one pool per
-    CP size): graph-pool bytes of the slot-shared arm over the largest single variant's pool
-    (the largest of the separate pools), per rank; the sum of the separate pools is reported."""
-
-    max_ratio: float = Field(default=1.05, gt=0)
-    # Both arms run the same layout and kernels (only the pool layout differs): LM loss and grad
-    # norm per step, ``exact`` = bitwise; grad_norm None: the loss bound.
-    loss: LossBound = "exact"
-    grad_norm: Optional[LossBound] = None
-
-
-class ReferenceContract(_Strict):
-    """Candidate arms against the ``reference`` arm: the same model, data and training on ONE rank
-    (pp = vpp = ep = 1, no CP; ``harness.spec.derive.as_reference``). What the math allows is
-    compared per candidate (``harness.compare``): until the first step the candidate groups its
-    tokens into other microbatches than the single rank (step 1 with DP, EP over DP or dynamic
-    CP; for a layout without DP the first step whose microbatch count differs, e.g. raised for
-    the interleaved schedule; never, otherwise) every metric must match under ``loss``,
-    ``grad_norm``, ``aux_loss``; from that step on the per-microbatch aux loss is not comparable
-    and, with the aux loss on, its gradient moves the weights apart, so loss (after that step)
-    and grad norm (from it) are compared under ``regrouped_loss`` / ``regrouped_grad_norm``
-    (with ``aux_loss_coeff: 0``: still under ``loss`` / ``grad_norm``). Default bounds: measured
-    fp32 deterministic CPU noise x 10 (docs/internals.md, "Measured noise"); a bf16 case
-    (e.g. a graph case, whose reference arm keeps its static shapes) must declare its own."""
-
-    # Candidate arms; None: the case's eager arm (``dcp`` in a dynamic-CP case) and, with
-    # compare.dcp_vs_fixed_cp, its fixed-CP arm.
-    arms: Optional[list[str]] = None
-    loss: LossBound = Tolerance(max_rel=1e-6)
-    grad_norm: LossBound = Tolerance(max_rel=1e-6)
-    aux_loss: LossBound = Tolerance(max_rel=1e-6)
-    regrouped_loss: LossBound = Tolerance(max_rel=1e-3)
-    regrouped_grad_norm: LossBound = Tolerance(max_rel=2e-4)
-
-
-class StepTimeSpec(_Strict):
-    """Step time against the golden values (``compare.golden.step_time``), as Megatron-LM checks
-    ``iteration-time``: the median over a steady window of steps of the arm's step time (the
-    slowest rank's time of each step) against the golden file's median over the same window,
-    two-sided: slower by more than ``worse`` fails (a regression), faster by more than ``better``
-    fails too and asks for a refresh of the golden values (the command is in the check), as
-    Megatron's inference tests do with throughput. A bound left out is the golden file's
-    ``rtol`` (derived from ``dcp-harness golden record --repeats N``), else the default
-    (docs/internals.md, "Step time and memory bounds")."""
-
-    # First and last step of the steady window; None: Megatron's (steps 5..20, or 30..45 when
-    # the golden values run past step 25), cut to the case's steps.
-    window: Optional[tuple[int, int]] = None
-    worse: Optional[float] = Field(default=None, gt=0)
-    better: Optional[float] = Field(default=None, gt=0)
-    # Check step time on CPU ranks too. Off by default: the focused CPU cases share two cores
-    # with everything else on the machine, and their step time moves by more between repeats than
-    # any slowdown worth catching (docs/internals.md, "Step time and memory bounds").
-    on_cpu: bool = False
-
-    @field_validator("window")
-    @classmethod
-    def _ordered_window(cls, v: Optional[tuple[int, int]]) -> Optional[tuple[int, int]]:
-        if v is not None and not 1 <= v[0] <= v[1]:
-            raise ValueError(f"window must be [first, last] with 1 <= first <= last, got {list(v)}")
-        return v
-
-
-class MemorySpec(_Strict):
-    """Memory against the golden values (``compare.golden.memory``; CUDA runs only): allocated,
-    max allocated and reserved bytes per step (largest over ranks), the graph pool of the capture
-    step, and the whole device used after ``empty_cache`` at the memory probe, each two-sided
-    like the step time (more than ``worse`` fails; less than ``better`` fails and asks for a
-    refresh). A bound left out is the golden file's ``rtol``, else the default."""
-
-    worse: Optional[float] = Field(default=None, gt=0)
-    better: Optional[float] = Field(default=None, gt=0)
-
-
-class GoldenContract(_Strict):
-    """One arm's per-step LM loss, aux loss and grad norm, its step time and (where CUDA recorded
-    them) its memory against committed golden values, as Megatron-LM's functional tests keep them:
-    ``<dir>/<case id>/golden_values_<key>.json`` (``dcp-harness golden record``), one file per
-    platform (``cpu``, ``h200``, ``gb200``, ...: numerics differ between GPU generations), the key
-    ``<environment>_<platform>`` when ``environment`` is set (Megatron's ``{environment}_{platform}``).
-    A key without a file is skipped with the reason and the record command (an error with
-    ``required: true``); a missing metric or step, or an unreadable file, is an error, never a
-    pass. The sweep keeps a copy of the files as they were when it ran."""
-
-    # Folder of the golden files, relative to the case file's folder.
-    dir: str = "golden"
-    arm: str = EAGER
-    # Platform of the golden file; None: the platform the arm ran on (its records' ``platform``:
-    # ``cpu``, or the GPU from its CUDA device name, e.g. ``h200``).
-    platform: Optional[str] = Field(default=None, pattern=NAME_PATTERN)
-    # Environment part of the key (``golden_values_<environment>_<platform>.json``): a name of
-    # your own (``dev``, ``lts``) or ``auto``: the one the arm's records give (torch and CUDA
-    # versions, ``harness.golden.environment_key``, e.g. ``torch2.11-cu13.0``); None: no
-    # environment in the key (``golden_values_<platform>.json``).
-    environment: Optional[str] = Field(default=None, pattern=NAME_PATTERN)
-    # True: a platform without a golden file is an error (exit 2) instead of a skipped entry.
-    required: bool = False
-    # Bounds of the LM loss, aux loss and grad norm; None: ``exact`` for a deterministic fp32 arm
-    # against a CPU golden file (the spread of its repeats where they did not agree bitwise),
-    # else max_rel 1e-5, 1e-5, 1e-4 (``harness.golden.loss_bound``).
-    loss: Optional[LossBound] = None
-    aux_loss: Optional[LossBound] = None
-    grad_norm: Optional[LossBound] = None
-    # Step time (median over a steady window) and memory, two-sided; null switches one off.
-    step_time: Optional[StepTimeSpec] = StepTimeSpec()
-    memory: Optional[MemorySpec] = MemorySpec()
-
-
-class ResumeContract(_Strict):
-    """Resume consistency, as Megatron-LM's ``ckpt-resume`` tests: each arm (``arms``; default the
-    eager arm, and ``graph`` in a graph case, whose graphs are captured again after the resume) is
-    run a second time as ``<arm>-resumed``, stopped by the harness after step ``at_step``
-    (its processes exit after saving their checkpoint) and started again from that checkpoint;
-    from the step after it on, its LM loss, aux loss and grad norm must match the uninterrupted
-    arm's (``exact`` = bitwise, which needs ``train.deterministic``)."""
-
-    arms: Optional[list[str]] = Field(default=None, min_length=1)
-    # Step after which the arm is stopped; None: half the steps (train.steps // 2, at least 1).
-    at_step: Optional[int] = Field(default=None, ge=1, le=limit("train.steps"))
-    loss: LossBound = "exact"
-    # Bounds of the aux loss and grad norm; None: the loss bound.
-    aux_loss: Optional[LossBound] = None
-    grad_norm: Optional[LossBound] = None
-
-    def step(self, steps: int) -> int:
-        """The step after which the arm is stopped (``at_step``, else half of ``steps``)."""
-        return self.at_step if self.at_step is not None else max(1, steps // 2)
-
-    def arm_names(self, graph_case: bool) -> list[str]:
-        """The arms resumed: ``arms``, else the eager arm and, in a graph case, ``graph``."""
-        return list(self.arms) if self.arms is not None else [EAGER] + ([GRAPH] if graph_case else [])
-
-
-class SlotRingContract(_Strict):
-    """Graph memory flat in the microbatch count (a graph case with fixed CP and PP/VPP): one graph
-    arm ``graph-mb<M>`` per count in ``microbatches`` (``train.microbatches = M``). Once a count
-    outnumbers the slot ring (microbatches share physical slots), a larger count must not grow
-    the plan's physical slots, saved-arena or input-grad-arena counts (checked from the slot
-    planner, on any machine: entry ``slot_ring-plan``), nor the graph pool's and arenas' bytes of
-    any rank (CUDA: entry ``slot_ring``) by more than ``max_growth`` (relative)."""
-
-    microbatches: list[int] = Field(min_length=2)
-    max_growth: float = Field(default=0.01, ge=0)
-
-    @field_validator("microbatches")
-    @classmethod
-    def _sorted_counts(cls, v: list[int]) -> list[int]:
-        if any(m < 1 for m in v):
-            raise ValueError("microbatch counts must be >= 1")
-        if len(set(v)) != len(v):
-            raise ValueError(f"microbatches has repeated counts: {v}")
-        if any(m > limit("train.microbatches") for m in v):
-            raise ValueError(f"a count is above {limit('train.microbatches')} (train.microbatches' bound)")
-        return sorted(v)
-
-
-class SanitySpec(_Strict):
+class SanitySpec(Strict):
     """Run sanity checks every arm gets (each on by default, each switchable): a model that
     stopped learning (grad norm exactly zero, or loss that never moves from its first value) or
     blew up (loss above ``loss_spike_factor`` x the lowest loss of the earlier steps)."""
@@ -532,21 +341,17 @@ class SanitySpec(_Strict):
     loss_spike_factor: Optional[float] = Field(default=1.5, gt=1)
 
 
-class CompareSpec(_Strict):
-    repeat: Optional[RepeatContract] = None
-    graph_vs_eager: Optional[GraphVsEagerContract] = None
-    dcp_vs_fixed_cp: Optional[DcpVsFixedCpContract] = None
-    graph_pools: Optional[GraphPoolsContract] = None
-    reference: Optional[ReferenceContract] = None
-    golden: Optional[GoldenContract] = None
-    resume: Optional[ResumeContract] = None
-    slot_ring: Optional[SlotRingContract] = None
+class CompareSpec(Strict):
+    """The ``compare:`` section: one optional section per registered comparison
+    (``compare.<name>``, its settings model; ``harness.spec.comparisons`` adds them, each
+    comparison's module registers its own: ``harness.compare.registry``), then ``sanity``."""
+
     # Run sanity checks of every arm; None: all on with their defaults.
     sanity: Optional[SanitySpec] = None
 
 
 # --------------------------------------------------------------------------- graphs
-class GraphSpec(_Strict):
+class GraphSpec(Strict):
     """Slot-shared CUDA graphs (Megatron's cuda_graph_scope / cuda_graph_warmup_steps). A case with
     this section runs every arm with static shapes (fixed per-rank token buffers, fixed-size
     sequence metadata), its graph arms captured after ``warmup_steps`` eager steps."""
@@ -564,7 +369,7 @@ class ShapeMode(Choice):
     STATIC = "static"  # fixed per-rank buffers and metadata: the path graph arms replay
 
 
-class ShapesSpec(_Strict):
+class ShapesSpec(Strict):
     """How the eager arms lay a microbatch out. ``static`` runs the static-shape path of the
     graph cases (fixed per-rank token buffers, fixed-size sequence metadata, the static
     attention, and with scope ``full`` the static MoE) without CUDA graphs, so it runs eagerly
@@ -577,7 +382,7 @@ class ShapesSpec(_Strict):
     scope: GraphScope = GraphScope.ATTN
 
 
-class Execution(_Strict):
+class Execution(Strict):
     """How an arm runs a case: set by arm derivation (``harness.spec.derive``), never by files."""
 
     graphed: bool = False
@@ -589,7 +394,7 @@ class Execution(_Strict):
 
 
 # --------------------------------------------------------------------------- resources
-class ResourcesSpec(_Strict):
+class ResourcesSpec(Strict):
     nodes: int = Field(default=1, ge=1, le=limit("resources.nodes"))
     # Ranks per node. Without GPUs the local launcher runs this many CPU (gloo) processes.
     gpus_per_node: int = Field(default=1, ge=1, le=limit("resources.gpus_per_node"))
@@ -608,7 +413,7 @@ class ParkedStatus(Choice):
     XFAIL = "xfail"  # expected to fail (Megatron's TEST_EVALUATION: xpass); a pass is an XPASS
 
 
-class Expectation(_Strict):
+class Expectation(Strict):
     """A parked case (``expect:``): it still runs and every report shows its verdict with the
     status and reason, but the gate does not count it. An ``xfail`` case that passes is reported
     as XPASS; with ``strict: true`` an XPASS fails the gate (pytest's strict xfail: the known
@@ -636,7 +441,7 @@ class Expectation(_Strict):
 
 
 # --------------------------------------------------------------------------- emulated ranks
-class EmulateSpec(_Strict):
+class EmulateSpec(Strict):
     """Emulated ranks: each listed global rank of the case's world (``resources.nodes x
     gpus_per_node``) runs alone on one device as rank r of that world, with the real layout,
     groups, data shard, packing and CP choice, schedule, slot plan, capture and replay; its
@@ -651,7 +456,7 @@ class EmulateSpec(_Strict):
 
 
 # --------------------------------------------------------------------------- file / case
-class CaseFile(_Strict):
+class CaseFile(Strict):
     """One YAML file as written by a user (before matrix expansion and preset resolution)."""
 
     name: str = Field(pattern=NAME_PATTERN)
@@ -661,7 +466,7 @@ class CaseFile(_Strict):
     parallel: ParallelSpec = ParallelSpec()
     train: TrainSpec
     data: DataSpec = DataSpec()
-    compare: CompareSpec = CompareSpec()
+    compare: CompareSpec = Field(default_factory=CompareSpec)
     graphs: Optional[GraphSpec] = None
     shapes: Optional[ShapesSpec] = None
     resources: ResourcesSpec = ResourcesSpec()
@@ -676,8 +481,17 @@ class CaseFile(_Strict):
     matrix: Optional[dict[str, list]] = None
 
 
-class Case(_Strict):
-    """One runnable case: matrix expanded, preset resolved, preflight passed."""
+def _without_no_command(data: Any) -> Any:
+    """A built-in case is dumped without ``command`` (its ``case.json`` and hash as before)."""
+    if isinstance(data, dict) and data.get("command", 0) is None:
+        del data["command"]
+    return data
+
+
+class BaseCase(Strict):
+    """What a case and an arm's case share: matrix expanded, preset resolved, preflight passed.
+    The user's case is :class:`Case` (its ``compare:`` section); an arm's case is
+    :class:`ArmCase` (its arm and how it runs), derived by ``harness.spec.derive``."""
 
     id: str = Field(pattern=NAME_PATTERN)
     name: str
@@ -688,7 +502,6 @@ class Case(_Strict):
     parallel: ParallelSpec
     train: TrainSpec
     data: DataSpec
-    compare: CompareSpec
     graphs: Optional[GraphSpec] = None
     shapes: Optional[ShapesSpec] = None
     resources: ResourcesSpec
@@ -696,19 +509,12 @@ class Case(_Strict):
     # Emulated ranks (each alone on one device, loopback communication); None: a real run.
     emulate: Optional[EmulateSpec] = None
     command: Optional[CommandSpec] = None  # a training command instead of the built-in workload
-
-    @model_serializer(mode="wrap")
-    def _leave_out_no_command(self, handler: Any) -> Any:
-        """A built-in case is dumped without ``command`` (its ``case.json`` and hash as before)."""
-        data = handler(self)
-        if isinstance(data, dict) and data.get("command", 0) is None:
-            del data["command"]
-        return data
     # The matrix values that produced this case (dotted path -> value), for ids and reports.
     matrix_values: dict[str, object] = {}
-    # Set only on a derived arm case (harness.spec.derive): its arm name and how it runs.
-    arm: Optional[str] = None
-    execution: Execution = Execution()
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: Any, info: SerializationInfo) -> Any:
+        return _without_no_command(handler(self))
 
     @property
     def static_scope(self) -> Optional[GraphScope]:
@@ -741,3 +547,46 @@ class Case(_Strict):
         """The parallel layout: degrees, world, derived sizes (``dp_cp``, ``dp``,
         ``tokens_per_rank``, ...) and their rules (``harness.spec.layout``)."""
         return ParallelLayout.of(self)
+
+
+# ``case.json`` keeps the keys in this order, and an arm case's two keys, ``arm`` null and the
+# default ``execution``: the case hashes of earlier sweeps and golden folders hold (a user's case
+# has neither field; ``Case`` drops the two when it reads such a file back).
+_CASE_JSON_ORDER = ("id", "name", "source", "description", "tags", "model", "parallel", "train",
+                    "data", "compare", "graphs", "shapes", "resources", "expect", "emulate",
+                    "command", "matrix_values", "arm", "execution")
+
+
+class Case(BaseCase):
+    """The user's case: one matrix point of a case file, with its ``compare:`` section (the pairs
+    its arms form belong to it, never to an arm's case)."""
+
+    compare: CompareSpec = Field(default_factory=CompareSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_arm_keys(cls, data: Any) -> Any:
+        """``case.json``'s ``arm: null`` and default ``execution`` (see ``_CASE_JSON_ORDER``)."""
+        if isinstance(data, dict) and ("arm" in data or "execution" in data):
+            data = dict(data)
+            if data.get("arm", 0) is None:
+                del data["arm"]
+            if "execution" in data and Execution.model_validate(data["execution"]) == Execution():
+                del data["execution"]
+        return data
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: Any, info: SerializationInfo) -> Any:
+        data = _without_no_command(handler(self))
+        if not isinstance(data, dict):
+            return data
+        data = {**data, "arm": None, "execution": Execution().model_dump(mode=info.mode)}
+        return {k: data[k] for k in _CASE_JSON_ORDER if k in data}
+
+
+class ArmCase(BaseCase):
+    """The case one arm runs, derived from the user's case (``harness.spec.derive``): the same
+    id and shape, its own layout and sections, no pairs."""
+
+    arm: str = Field(min_length=1)  # the arm's configuration name (``harness.spec.derive.ArmSpec.base``)
+    execution: Execution = Execution()

@@ -1,5 +1,7 @@
-"""harness.spec's public surface, and that it stays a leaf: no torch, and nothing else of harness
-but the pure-Python schedule rules of the core (``harness.slotmem.schedule``)."""
+"""harness.spec's public surface, and what importing it loads: no torch, and of the rest of
+harness only the comparisons (``harness.compare`` and the packages below it), which ``harness``
+imports so that every case is read with their ``compare.<name>`` sections (its own modules
+import nothing above floor 1: tests/test_layers.py)."""
 
 from __future__ import annotations
 
@@ -22,10 +24,21 @@ def test_importing_spec_does_not_import_torch() -> None:
     code = (
         "import sys, harness.spec; "
         "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.') "
-        "or (m.startswith('harness.') and m.split('.')[1] not in ('spec', 'errors', 'slotmem'))); "
+        "or (m.startswith('harness.') and m.split('.')[1] not in ("
+        "'spec', 'errors', 'slotmem', 'textfmt', 'results', 'graphplan', 'golden', 'environment', "
+        "'compare'))); "
         "print(bad); sys.exit(1 if bad else 0)"
     )
     root = Path(harness.__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, cwd=root)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_importing_spec_registers_every_comparison_s_section() -> None:
+    code = ("import harness.spec.schema as s; print(','.join(s.CompareSpec.model_fields))")
+    root = Path(harness.__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=root)
+    assert done.stdout.split() == ["repeat,graph_vs_eager,dcp_vs_fixed_cp,graph_pools,reference,"
+                                   "golden,resume,slot_ring,sanity"], done.stderr

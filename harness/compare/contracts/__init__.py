@@ -1,6 +1,8 @@
-"""The contracts, one module each; importing this package imports every module in it, and each
-registers its contract (``harness.compare.registry.contract``). A new contract is one new
-module here (modules whose name starts with ``_`` are not imported)."""
+"""The comparisons, one module each; importing this package imports every module in it, and each
+registers its comparison (``harness.compare.registry.register``): its ``compare.<name>`` section
+of the case schema, its preflight rules, the arms and pairs it plans, its checks and its figures.
+A new comparison is one new module here and its tests (modules whose name starts with ``_`` are
+not imported); docs/adding-a-comparison.md says how."""
 
 from __future__ import annotations
 

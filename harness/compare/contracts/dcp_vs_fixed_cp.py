@@ -14,14 +14,43 @@ from __future__ import annotations
 import math
 from typing import Callable, Literal, Mapping, Optional
 
+from pydantic import Field
+
 from harness.results import GraphStats
-from harness.spec.names import DCP_VS_FIXED_CP
-from harness.spec.schema import DcpVsFixedCpContract
+from harness.spec.derive import ArmSpec, has_graph_arms
+from harness.spec.layout import ParallelLayout, cp_size_problem
+from harness.spec.names import DCP, DCP_VS_FIXED_CP, FIXED_CP, GRAPH, GRAPH_FIXED_CP
+from harness.spec.preflight import fixed_fill, microbatch_fill_applies
+from harness.spec.problems import Problem, at
+from harness.spec.schema import Case, LossBound, Strict, Tolerance
 
 from ..pair import Pair
-from ..registry import contract
+from ..registry import EMULATED_LOSSES, Comparison, Judged, Planner, register
 from ..series import MIB, Steps, graph_stats, memory_probes, ran_on_cuda, records_of, series_check
 from ..verdicts import Check
+
+
+class DcpVsFixedCpContract(Strict):
+    """The dynamic-CP arm against the same data at one fixed CP size: LM loss, aux loss and grad
+    norm per step, and memory deltas. Dynamic CP regroups tokens into other microbatches, which
+    changes the per-microbatch aux loss (and through its gradient every later step) legitimately;
+    the default bounds are the measured clean differences of the focused cases with a margin
+    (docs/internals.md, "Measured noise")."""
+
+    # The CP size of the fixed-CP arm (a power of two dividing the DP x CP ranks of a stage).
+    fixed_cp: int = Field(ge=1)
+    loss: LossBound = Tolerance(max_rel=1e-3)
+    aux_loss: LossBound = Tolerance(max_rel=0.03)
+    grad_norm: LossBound = Tolerance(max_rel=2e-4)
+    # Memory deltas (CUDA only), per rank, measured after train.memory_probe_step and
+    # torch.cuda.empty_cache(), one-sided (DCP arm minus fixed-CP arm): whole-device used memory
+    # in percent of the device's memory (None: +0.10 between graph arms, TE PR #3353's figure;
+    # between eager arms a figure, reported, not checked),
+    device_delta_pct: Optional[float] = Field(default=None, ge=0)
+    # allocated (active) bytes and reserved bytes in percent of the fixed-CP arm's figure (None:
+    # a figure, reported, not checked).
+    active_delta_pct: Optional[float] = Field(default=None, ge=0)
+    reserved_delta_pct: Optional[float] = Field(default=None, ge=0)
 
 ProbeFigure = Literal["device_used_bytes", "active_bytes", "reserved_bytes"]  # MemoryProbe fields
 
@@ -98,8 +127,7 @@ def _pool_figures(data: Mapping[str, Steps], arms: tuple[str, str],
                            f"graph pool reserved, {arms[0]} vs {arms[1]}: " + ", ".join(parts))
 
 
-@contract(DCP_VS_FIXED_CP, DcpVsFixedCpContract)
-def dcp_vs_fixed_cp(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
+def check_dcp_vs_fixed_cp(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     p: DcpVsFixedCpContract = pair.params
     arms = pair.two_arms()
     where = "compare.dcp_vs_fixed_cp."
@@ -114,3 +142,68 @@ def dcp_vs_fixed_cp(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
                          (p.reserved_delta_pct, where + "reserved_delta_pct"), False,
                          pair.rank_name),
             _pool_figures(data, arms, pair.rank_name))
+
+
+FIELD = "compare.dcp_vs_fixed_cp.fixed_cp"
+# Why an emulated case does not compare the losses of the two layouts.
+_NOT_COMPARABLE = ("the DCP and fixed-CP arms lay the tokens over other ranks, so their local "
+                   "figures differ by more than the model's (the memory checks stand)")
+
+
+def _arm_text(fixed: ParallelLayout) -> str:
+    return f"the fixed-CP arm (compare.dcp_vs_fixed_cp.fixed_cp {fixed.max_cp}, dp={fixed.dp}): "
+
+
+def _fixed_layout(case: Case, settings: DcpVsFixedCpContract) -> Optional[ParallelLayout]:
+    """The fixed-CP arm's layout, where it has one (a dynamic-CP case whose ``fixed_cp`` is a
+    power of two dividing the pool)."""
+    lay = case.layout
+    if not lay.dynamic or lay.world % lay.pp or cp_size_problem(settings.fixed_cp, lay.dp_cp):
+        return None
+    return lay.at_fixed_cp(settings.fixed_cp)
+
+
+class DcpVsFixedCp(Comparison):
+    name = DCP_VS_FIXED_CP
+    settings = DcpVsFixedCpContract
+    order = 30
+    judged = {DCP_VS_FIXED_CP: Judged(DcpVsFixedCpContract, check_dcp_vs_fixed_cp, figures=True)}
+    emulated_not_comparable = (("loss", "aux_loss", "grad_norm"),
+                               f"{EMULATED_LOSSES}: {_NOT_COMPARABLE}")
+
+    def rules(self, case: Case, settings: DcpVsFixedCpContract) -> list[Problem]:
+        """A dynamic-CP case; ``fixed_cp`` a power of two dividing the pool; the problems the
+        fixed-CP arm's layout has beyond the case's own, and (built-in workload) its microbatch
+        fill, at ``fixed_cp``. The arm's case passes the whole preflight when it is derived."""
+        lay = case.layout
+        fixed = _fixed_layout(case, settings)
+        problems: list[Problem] = []
+        if fixed is not None and case.command is None and microbatch_fill_applies(case):
+            problems += fixed_fill(case, fixed, _arm_text(fixed))
+        if not lay.dynamic:
+            problems.append(Problem(at("compare.dcp_vs_fixed_cp"),
+                                    "needs parallel.dynamic_cp (a dynamic-CP case)"))
+        elif lay.world % lay.pp == 0:
+            why = cp_size_problem(settings.fixed_cp, lay.dp_cp)
+            if why is not None:
+                problems.append(Problem(at(FIELD), f"fixed_cp={settings.fixed_cp}: {why}"))
+            elif fixed is not None:
+                own = lay.problems()  # reported by the layout rules
+                problems += [Problem(at(FIELD), f"{_arm_text(fixed)}{p.field}: {p.message}")
+                             for p in fixed.problems() if p not in own]
+        return problems
+
+    def plan(self, case: Case, settings: DcpVsFixedCpContract, planner: Planner) -> list[Pair]:
+        if not case.layout.dynamic:
+            raise self.error(case, "compare.dcp_vs_fixed_cp", "dcp_vs_fixed_cp needs a dynamic-CP "
+                             "case: set parallel.dynamic_cp (not parallel.cp)")
+        graphed = has_graph_arms(case)
+        fixed = ArmSpec(GRAPH_FIXED_CP if graphed else FIXED_CP, settings.fixed_cp).name
+        arms = (planner.arm(GRAPH if graphed else DCP, FIELD), planner.arm(fixed, FIELD))
+        return [Pair(DCP_VS_FIXED_CP, DCP_VS_FIXED_CP, arms, settings)]
+
+    def fixed_cp_sizes(self, case: Case, settings: DcpVsFixedCpContract) -> tuple[int, ...]:
+        return (settings.fixed_cp,)
+
+
+register(DcpVsFixedCp())

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from harness.environment import differences
 from harness.golden import (
@@ -32,15 +32,90 @@ from harness.golden import (
     metric_series,
     platform_of,
     resolve_environment,
+    snapshot_golden,
 )
-from harness.spec.names import GOLDEN
-from harness.spec.schema import GoldenContract, LossBound
+from harness.spec.names import EAGER, GOLDEN
+from harness.spec.problems import Problem, at
+from harness.spec.schema import NAME_PATTERN, ArmCase, Case, DType, LossBound, Strict
 
+from ..golden_perf import memory_checks, step_time_check
 from ..pair import Pair
-from ..registry import ContractSkipped, contract
+from ..registry import EMULATED_LOSSES, Comparison, ContractSkipped, Judged, Planner, register
 from ..series import Steps, compare_series
 from ..verdicts import SWEEP_MARK, Check
-from ..golden_perf import memory_checks, step_time_check
+
+
+class StepTimeSpec(Strict):
+    """Step time against the golden values (``compare.golden.step_time``), as Megatron-LM checks
+    ``iteration-time``: the median over a steady window of steps of the arm's step time (the
+    slowest rank's time of each step) against the golden file's median over the same window,
+    two-sided: slower by more than ``worse`` fails (a regression), faster by more than ``better``
+    fails too and asks for a refresh of the golden values (the command is in the check), as
+    Megatron's inference tests do with throughput. A bound left out is the golden file's
+    ``rtol`` (derived from ``dcp-harness golden record --repeats N``), else the default
+    (docs/internals.md, "Step time and memory bounds")."""
+
+    # First and last step of the steady window; None: Megatron's (steps 5..20, or 30..45 when
+    # the golden values run past step 25), cut to the case's steps.
+    window: Optional[tuple[int, int]] = None
+    worse: Optional[float] = Field(default=None, gt=0)
+    better: Optional[float] = Field(default=None, gt=0)
+    # Check step time on CPU ranks too. Off by default: the focused CPU cases share two cores
+    # with everything else on the machine, and their step time moves by more between repeats than
+    # any slowdown worth catching (docs/internals.md, "Step time and memory bounds").
+    on_cpu: bool = False
+
+    @field_validator("window")
+    @classmethod
+    def _ordered_window(cls, v: Optional[tuple[int, int]]) -> Optional[tuple[int, int]]:
+        if v is not None and not 1 <= v[0] <= v[1]:
+            raise ValueError(f"window must be [first, last] with 1 <= first <= last, got {list(v)}")
+        return v
+
+
+class MemorySpec(Strict):
+    """Memory against the golden values (``compare.golden.memory``; CUDA runs only): allocated,
+    max allocated and reserved bytes per step (largest over ranks), the graph pool of the capture
+    step, and the whole device used after ``empty_cache`` at the memory probe, each two-sided
+    like the step time (more than ``worse`` fails; less than ``better`` fails and asks for a
+    refresh). A bound left out is the golden file's ``rtol``, else the default."""
+
+    worse: Optional[float] = Field(default=None, gt=0)
+    better: Optional[float] = Field(default=None, gt=0)
+
+
+class GoldenContract(Strict):
+    """One arm's per-step LM loss, aux loss and grad norm, its step time and (where CUDA recorded
+    them) its memory against committed golden values, as Megatron-LM's functional tests keep them:
+    ``<dir>/<case id>/golden_values_<key>.json`` (``dcp-harness golden record``), one file per
+    platform (``cpu``, ``h200``, ``gb200``, ...: numerics differ between GPU generations), the key
+    ``<environment>_<platform>`` when ``environment`` is set (Megatron's ``{environment}_{platform}``).
+    A key without a file is skipped with the reason and the record command (an error with
+    ``required: true``); a missing metric or step, or an unreadable file, is an error, never a
+    pass. The sweep keeps a copy of the files as they were when it ran."""
+
+    # Folder of the golden files, relative to the case file's folder.
+    dir: str = "golden"
+    arm: str = EAGER
+    # Platform of the golden file; None: the platform the arm ran on (its records' ``platform``:
+    # ``cpu``, or the GPU from its CUDA device name, e.g. ``h200``).
+    platform: Optional[str] = Field(default=None, pattern=NAME_PATTERN)
+    # Environment part of the key (``golden_values_<environment>_<platform>.json``): a name of
+    # your own (``dev``, ``lts``) or ``auto``: the one the arm's records give (torch and CUDA
+    # versions, ``harness.golden.environment_key``, e.g. ``torch2.11-cu13.0``); None: no
+    # environment in the key (``golden_values_<platform>.json``).
+    environment: Optional[str] = Field(default=None, pattern=NAME_PATTERN)
+    # True: a platform without a golden file is an error (exit 2) instead of a skipped entry.
+    required: bool = False
+    # Bounds of the LM loss, aux loss and grad norm; None: ``exact`` for a deterministic fp32 arm
+    # against a CPU golden file (the spread of its repeats where they did not agree bitwise),
+    # else max_rel 1e-5, 1e-5, 1e-4 (``harness.golden.loss_bound``).
+    loss: Optional[LossBound] = None
+    aux_loss: Optional[LossBound] = None
+    grad_norm: Optional[LossBound] = None
+    # Step time (median over a steady window) and memory, two-sided; null switches one off.
+    step_time: Optional[StepTimeSpec] = StepTimeSpec()
+    memory: Optional[MemorySpec] = MemorySpec()
 
 
 class GoldenPairParams(GoldenContract):
@@ -120,8 +195,7 @@ def _golden_check(name: str, metric: str, run: Mapping[int, float], golden: Gold
     return replace(check, detail=f"{check.detail} (bound: {source})")
 
 
-@contract(GOLDEN, GoldenPairParams)
-def golden(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
+def check_golden(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     """One arm against its committed golden values (``compare.golden``; ``harness.golden``):
     LM loss, aux loss and grad norm per step, step time and memory two-sided, against the
     sweep's copy of the file of the key the arm ran on. No file for that key:
@@ -155,3 +229,55 @@ def golden(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     checks.append(step_time_check(p, arm, steps, values, refresh))
     checks.extend(memory_checks(p, arm, steps, values, refresh))
     return tuple(checks)
+
+
+def golden_dir(case: Case) -> Path:
+    """Folder of the case's golden files, absolute: ``compare.golden.dir`` relative to the case
+    file's folder (resolved from the current directory, as the case file's path was given)."""
+    spec = case.compare.golden
+    assert spec is not None
+    return (Path(case.source).parent / spec.dir).resolve()
+
+
+def _deterministic_fp32(arm_case: ArmCase) -> bool:
+    """Whether the arm trains deterministically in fp32 (on CPU it repeats bitwise)."""
+    return arm_case.train.deterministic and arm_case.train.dtype is DType.FP32
+
+
+class GoldenComparison(Comparison):
+    name = GOLDEN
+    settings = GoldenContract
+    order = 60
+    judged = {GOLDEN: Judged(GoldenPairParams, check_golden)}
+    emulated_skip = (f"not run for emulated ranks: {EMULATED_LOSSES}; golden values are the "
+                     "model's losses")
+
+    def rules(self, case: Case, settings: GoldenContract) -> list[Problem]:
+        """A folder relative to the case file's; a step-time window the run reaches, whole (a
+        window cut to the steps would judge other steps than the case says)."""
+        problems = []
+        if Path(settings.dir).is_absolute():
+            problems.append(Problem(at("compare.golden.dir"), (
+                f"{settings.dir} is absolute; golden files are committed next to the case files, "
+                "so give a folder relative to the case file's folder (e.g. golden)")))
+        window = settings.step_time.window if settings.step_time is not None else None
+        if window is not None and window[1] > case.train.steps:
+            problems.append(Problem(at("compare.golden.step_time.window"), (
+                f"steps {window[0]}..{window[1]} run past the last of the {case.train.steps} "
+                f"train.steps: end the window at step {case.train.steps} at most (or run more "
+                "steps)")))
+        return problems
+
+    def plan(self, case: Case, settings: GoldenContract, planner: Planner) -> list[Pair]:
+        """One pair of one arm; the case's golden files are copied into the plan now
+        (``harness.golden.snapshot_golden``, the only files it reads)."""
+        name = planner.arm(settings.arm, "compare.golden.arm")
+        where = golden_dir(case)
+        params = GoldenPairParams(**{**dict(settings), "arm": name}, case_id=case.id,
+                                  golden_dir=str(where), steps=case.train.steps,
+                                  files=snapshot_golden(where, case.id),
+                                  deterministic_fp32=_deterministic_fp32(planner.case_of(name)))
+        return [Pair(GOLDEN, GOLDEN, (name,), params)]
+
+
+register(GoldenComparison())

@@ -7,19 +7,34 @@ detail); loss and grad norm per step, by default bitwise."""
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Mapping, Optional
 
-from harness.spec.names import GRAPH_POOLS
-from harness.spec.schema import GraphPoolsContract
+from pydantic import Field
+
+from harness.spec.names import GRAPH, GRAPH_POOLS, SEPARATE_POOLS
+from harness.spec.preflight import graph_arms_problem
+from harness.spec.problems import Problem, at
+from harness.spec.schema import Case, LossBound, Strict
 
 from ..pair import Pair
-from ..registry import contract
+from ..registry import Comparison, Judged, Planner, register
 from ..series import MIB, Steps, graph_stats, series_check
 from ..verdicts import Check
 
 
-@contract(GRAPH_POOLS, GraphPoolsContract)
-def graph_pools(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
+class GraphPoolsContract(Strict):
+    """``graph`` (every CP variant in ONE MemPool) against ``graph-separate-pools`` (one pool per
+    CP size): graph-pool bytes of the slot-shared arm over the largest single variant's pool
+    (the largest of the separate pools), per rank; the sum of the separate pools is reported."""
+
+    max_ratio: float = Field(default=1.05, gt=0)
+    # Both arms run the same layout and kernels (only the pool layout differs): LM loss and grad
+    # norm per step, ``exact`` = bitwise; grad_norm None: the loss bound.
+    loss: LossBound = "exact"
+    grad_norm: Optional[LossBound] = None
+
+
+def check_graph_pools(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     """Slot-shared pool over the largest single variant's pool (the largest separate pool)."""
     p: GraphPoolsContract = pair.params
     arms = pair.two_arms()
@@ -41,3 +56,27 @@ def graph_pools(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
                      f"{largest / MIB:.0f} MiB)")
     return (Check("pool_ratio", worst, p.max_ratio, worst <= p.max_ratio,
                   "graph pool / largest single variant's pool: " + ", ".join(parts)),) + numerics
+
+
+class GraphPools(Comparison):
+    name = GRAPH_POOLS
+    settings = GraphPoolsContract
+    order = 40
+    judged = {GRAPH_POOLS: Judged(GraphPoolsContract, check_graph_pools, figures=True)}
+
+    def rules(self, case: Case, settings: GraphPoolsContract) -> list[Problem]:
+        """Graph arms (a ``graphs:`` section) and two or more dynamic CP sizes."""
+        if case.graphs is None or case.command is not None:
+            return graph_arms_problem(case, "compare.graph_pools")
+        if len(case.layout.cp_sizes) < 2:
+            return [Problem(at("compare.graph_pools"), (
+                "compares one MemPool for every CP variant with one pool per CP size: needs "
+                "parallel.dynamic_cp with two or more sizes"))]
+        return []
+
+    def plan(self, case: Case, settings: GraphPoolsContract, planner: Planner) -> list[Pair]:
+        arms = (planner.arm(GRAPH, "graphs"), planner.arm(SEPARATE_POOLS, "graphs"))
+        return [Pair(GRAPH_POOLS, GRAPH_POOLS, arms, settings)]
+
+
+register(GraphPools())

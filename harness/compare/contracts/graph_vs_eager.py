@@ -8,15 +8,27 @@ detail."""
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Optional
 
-from harness.spec.names import GRAPH_VS_EAGER
-from harness.spec.schema import GraphVsEagerContract
+from harness.spec.names import EAGER, GRAPH, GRAPH_VS_EAGER
+from harness.spec.preflight import graph_arms_problem
+from harness.spec.problems import Problem
+from harness.spec.schema import Case, LossBound, Strict
 
 from ..pair import Pair
-from ..registry import contract
+from ..registry import Comparison, Judged, Planner, register
 from ..series import Steps, graph_stats, series_check
 from ..verdicts import Check
+
+
+class GraphVsEagerContract(Strict):
+    """The ``graph`` arm against the eager arm of the same (static-shape) case: LM loss, aux loss
+    and grad norm per step; ``exact`` = bitwise (deterministic mode)."""
+
+    loss: LossBound = "exact"
+    # Bounds of the aux loss and grad norm; None: the loss bound.
+    aux_loss: Optional[LossBound] = None
+    grad_norm: Optional[LossBound] = None
 
 
 def frame_replays(steps: Steps) -> dict[int, dict[tuple[int, int], int]]:
@@ -56,8 +68,7 @@ def _replays(graph: Steps, rank_name: Callable[[int], str]) -> tuple[Check, Chec
             Check("variants_replayed", float(worst), 0.0, worst == 0, "; ".join(parts)))
 
 
-@contract(GRAPH_VS_EAGER, GraphVsEagerContract)
-def graph_vs_eager(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
+def check_graph_vs_eager(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     p: GraphVsEagerContract = pair.params
     arms = pair.two_arms()
     aux = p.aux_loss if p.aux_loss is not None else p.loss
@@ -66,3 +77,20 @@ def graph_vs_eager(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
             series_check("aux_loss", "aux_loss", data, arms, aux, pair),
             series_check("grad_norm", "grad_norm", data, arms, gn, pair),
             *_replays(data[arms[0]], pair.rank_name))
+
+
+class GraphVsEager(Comparison):
+    name = GRAPH_VS_EAGER
+    settings = GraphVsEagerContract
+    order = 20
+    judged = {GRAPH_VS_EAGER: Judged(GraphVsEagerContract, check_graph_vs_eager, figures=True)}
+
+    def rules(self, case: Case, settings: GraphVsEagerContract) -> list[Problem]:
+        return graph_arms_problem(case, f"compare.{self.name}")
+
+    def plan(self, case: Case, settings: GraphVsEagerContract, planner: Planner) -> list[Pair]:
+        arms = (planner.arm(GRAPH, "graphs"), planner.arm(EAGER, "compare.graph_vs_eager"))
+        return [Pair(GRAPH_VS_EAGER, GRAPH_VS_EAGER, arms, settings)]
+
+
+register(GraphVsEager())

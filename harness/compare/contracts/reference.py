@@ -1,7 +1,7 @@
 """``reference``: a candidate layout against the single-rank ``reference`` arm
 (``compare.reference``), compared where the math says the two must agree.
 
-A regrouping is explained, never assumed. The planner (``harness.arms``) says per candidate
+A regrouping is explained, never assumed. The plan (:meth:`Reference.plan`) says per candidate
 whether it regroups tokens (DP, EP over DP, dynamic CP: ``regroup_reason``) or must pack the
 single rank's microbatches (PP, VPP, CP, EP inside CP, the fixed-CP arms). Each step record
 lists the step's microbatches (``StepRecord.packed``), so the contract sees the groupings:
@@ -25,16 +25,45 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.results import PackedMicrobatch
 from harness.spec.layout import padded_length, sequence_multiple
-from harness.spec.names import REFERENCE_CONTRACT
-from harness.spec.schema import LossBound, ReferenceContract
+from harness.spec.names import DCP_VS_FIXED_CP, EAGER, REFERENCE, REFERENCE_CONTRACT, pair_name
+from harness.spec.preflight import reference_layout_problem
+from harness.spec.problems import Problem, at
+from harness.spec.schema import ArmCase, Case, LossBound, Strict, Tolerance
 from harness.textfmt import collapse_runs
 
 from ..packing import describe_packing, packed_series
 from ..pair import Pair
-from ..registry import contract
+from ..registry import EMULATED_LOSSES, Comparison, Judged, Planner, SummarySection, register
 from ..series import Steps, series_check_on, step_series
 from ..verdicts import Check
 
+
+class ReferenceContract(Strict):
+    """Candidate arms against the ``reference`` arm: the same model, data and training on ONE rank
+    (pp = vpp = ep = 1, no CP; ``harness.spec.derive.as_reference``). What the math allows is
+    compared per candidate (``harness.compare``): until the first step the candidate groups its
+    tokens into other microbatches than the single rank (step 1 with DP, EP over DP or dynamic
+    CP; for a layout without DP the first step whose microbatch count differs, e.g. raised for
+    the interleaved schedule; never, otherwise) every metric must match under ``loss``,
+    ``grad_norm``, ``aux_loss``; from that step on the per-microbatch aux loss is not comparable
+    and, with the aux loss on, its gradient moves the weights apart, so loss (after that step)
+    and grad norm (from it) are compared under ``regrouped_loss`` / ``regrouped_grad_norm``
+    (with ``aux_loss_coeff: 0``: still under ``loss`` / ``grad_norm``). Default bounds: measured
+    fp32 deterministic CPU noise x 10 (docs/internals.md, "Measured noise"); a bf16 case
+    (e.g. a graph case, whose reference arm keeps its static shapes) must declare its own."""
+
+    # Candidate arms; None: the case's eager arm (``dcp`` in a dynamic-CP case) and, with
+    # compare.dcp_vs_fixed_cp, its fixed-CP arm.
+    arms: Optional[list[str]] = None
+    loss: LossBound = Tolerance(max_rel=1e-6)
+    grad_norm: LossBound = Tolerance(max_rel=1e-6)
+    aux_loss: LossBound = Tolerance(max_rel=1e-6)
+    regrouped_loss: LossBound = Tolerance(max_rel=1e-3)
+    regrouped_grad_norm: LossBound = Tolerance(max_rel=2e-4)
+
+
+# The check of the microbatch groupings (a section of summary.md of its own).
+GROUPING_CHECK = "microbatches"
 # The checks of the per-step metrics (each one's value: the worst relative difference over the
 # steps it compares); bench/noise.py reads these from the verdicts.
 SERIES_CHECKS = ("loss", "grad_norm", "aux_loss", "loss_regrouped", "grad_norm_regrouped")
@@ -69,8 +98,8 @@ class StaticBins(BaseModel):
 
 
 class ReferencePairParams(ReferenceContract):
-    """A reference pair's settings: the case's ``compare.reference`` bounds plus what the planner
-    (``harness.arms``) knows about the candidate: whether its layout groups tokens like the single
+    """A reference pair's settings: the case's ``compare.reference`` bounds plus what the plan
+    knows about the candidate: whether its layout groups tokens like the single
     rank (``dp == 1``, no dynamic CP), and if not why (``regroup_reason``); the bounds of its
     static-shape bins (``static_bins``); the aux-loss coefficient."""
 
@@ -160,13 +189,13 @@ def microbatches_check(p: ReferencePairParams, arms: tuple[str, str], data: Mapp
         else:
             why = (f"{arms[0]} regroups tokens into other microbatches ({reason}), from step {k}")
         if lost:
-            check = Check("microbatches", float(len(lost)), 0.0, False,
+            check = Check(GROUPING_CHECK, float(len(lost)), 0.0, False,
                           f"{why}; but at step(s) {collapse_runs(lost)} its microbatches do not "
                           f"hold the single rank's sequences and tokens{_both(lost[0], arms, a, b)}")
         else:
             same = "the same sequences every step; " if composed else ""
             shown = _both(k, arms, a, b) if k is not None else ""
-            check = Check("microbatches", 0.0, 0.0, True,
+            check = Check(GROUPING_CHECK, 0.0, 0.0, True,
                           f"{why}; {same}{len(differ)} of {len(common)} steps grouped otherwise"
                           f"{how}{shown}")
         return check, k, why
@@ -176,7 +205,7 @@ def microbatches_check(p: ReferencePairParams, arms: tuple[str, str], data: Mapp
     must = (f"{arms[0]} must pack the single rank's microbatches (no DP, no dynamic CP"
             + (": static bins hold them where they fit" if p.static_bins is not None else "") + ")")
     if unexplained:
-        check = Check("microbatches", float(len(unexplained)), 0.0, False,
+        check = Check(GROUPING_CHECK, float(len(unexplained)), 0.0, False,
                       f"{must} but packs others at step(s) {collapse_runs(unexplained)}{how}: "
                       f"microbatches {arms[0]} vs {arms[1]}: {counts(unexplained)}"
                       f"{_both(unexplained[0], arms, a, b)}")
@@ -184,11 +213,11 @@ def microbatches_check(p: ReferencePairParams, arms: tuple[str, str], data: Mapp
         assert p.static_bins is not None and k is not None
         notes = "; ".join(f"step {s}: {next(w for w in map(p.static_bins.breaks, b[s]) if w)}"
                           for s in explained[:3])
-        check = Check("microbatches", 0.0, 0.0, True,
+        check = Check(GROUPING_CHECK, 0.0, 0.0, True,
                       f"{must}; it packs others at step(s) {collapse_runs(explained)}, where the "
                       f"single rank's microbatches exceed its static bins ({notes}){_both(k, arms, a, b)}")
     else:
-        check = Check("microbatches", 0.0, 0.0, True,
+        check = Check(GROUPING_CHECK, 0.0, 0.0, True,
                       f"{must}: it does on all {len(common)} steps{how}")
     if k is not None:
         why = f"{arms[0]} packs other microbatches than the single rank from step {k} (static bins)"
@@ -199,8 +228,7 @@ def microbatches_check(p: ReferencePairParams, arms: tuple[str, str], data: Mapp
     return check, k, why
 
 
-@contract(REFERENCE_CONTRACT, ReferencePairParams)
-def reference(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
+def check_reference(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     """A candidate layout against the single-rank ``reference`` arm (``compare.reference``).
 
     ``microbatches`` (module docstring), then with ``k`` its explained regrouping step: loss on
@@ -240,3 +268,74 @@ def reference(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
         checks.append(check("grad_norm_regrouped", "grad_norm", p.regrouped_grad_norm,
                             lambda s: s >= k, "from the regrouping"))
     return tuple(checks)
+
+
+def regrouping(arm: ArmCase) -> tuple[Optional[str], Optional[StaticBins]]:
+    """Why an arm case groups tokens into other microbatches than the single-rank reference
+    (None: it must pack the very same ones), and the bounds of its static-shape bins (which may
+    not hold a microbatch the single rank packs). DP gives each DP group a bin of its own (EP
+    over DP: expert all-to-alls across them); dynamic CP carves the pool per microbatch; PP,
+    VPP, CP and EP inside CP pack the single rank's bins."""
+    lay = arm.layout
+    if lay.dynamic:
+        return (f"dynamic CP {list(lay.cp_sizes)}: each microbatch carves the {lay.dp_cp} DP x CP "
+                "ranks into CP groups of their own sequences"), None
+    if lay.dp > 1:
+        ep = f", EP {lay.ep} over DP" if lay.ep > lay.max_cp else ""
+        return f"DP {lay.dp}{ep}: each microbatch packs one bin per DP group", None
+    if arm.static_shapes:
+        return None, StaticBins(cp=lay.max_cp, seq_length=lay.seq_length,
+                                max_seqs=arm.train.max_seqs_per_microbatch)
+    return None, None
+
+
+class Reference(Comparison):
+    name = REFERENCE_CONTRACT
+    settings = ReferenceContract
+    order = 50
+    judged = {REFERENCE_CONTRACT: Judged(ReferencePairParams, check_reference)}
+    summary = SummarySection(
+        "Microbatch groupings (reference pairs)",
+        "Whether each layout packs the single rank's microbatches or, where it regroups tokens, "
+        "why, from which step, and both groupings (sequence indices and real tokens per CP "
+        "group).", GROUPING_CHECK)
+    emulated_skip = (f"not run for emulated ranks: {EMULATED_LOSSES}; the single-rank reference "
+                     "arm trains the real model, so it is not run")
+
+    def rules(self, case: Case, settings: ReferenceContract) -> list[Problem]:
+        why = reference_layout_problem(case)
+        return [Problem(at("compare.reference"), why)] if why is not None else []
+
+    def plan(self, case: Case, settings: ReferenceContract, planner: Planner) -> list[Pair]:
+        """One pair per candidate: ``reference`` (the first), ``reference-<arm>`` (the others)."""
+        ref = planner.arm(REFERENCE, "compare.reference")
+        pairs = []
+        for i, cand in enumerate(self._candidates(case, settings, planner)):
+            reason, bins = regrouping(planner.case_of(cand))
+            params = ReferencePairParams(**dict(settings), groups_like_reference=reason is None,
+                                         aux_loss_coeff=case.model.aux_loss_coeff,
+                                         regroup_reason=reason, static_bins=bins)
+            pairs.append(Pair(pair_name(REFERENCE_CONTRACT, i, cand), REFERENCE_CONTRACT,
+                              (cand, ref), params))
+        return pairs
+
+    def _candidates(self, case: Case, settings: ReferenceContract, planner: Planner
+                    ) -> tuple[str, ...]:
+        """``compare.reference.arms``, else the eager arm and the fixed-CP arm of the
+        ``dcp_vs_fixed_cp`` pair."""
+        field = "compare.reference.arms"
+        if settings.arms is not None:
+            names = [planner.arm(a, field) for a in settings.arms]
+        else:
+            names = [planner.arm(EAGER, "compare.reference")]
+            names += [p.arms[1] for p in planner.pairs if p.contract == DCP_VS_FIXED_CP]
+        out: list[str] = []
+        for name in names:
+            if name.startswith(REFERENCE):
+                raise self.error(case, field, "the reference arm is not a candidate")
+            if name not in out:
+                out.append(name)
+        return tuple(out)
+
+
+register(Reference())

@@ -13,22 +13,50 @@ graph arm also that it captured its graphs again on that step (``recaptured``);
 
 from __future__ import annotations
 
-from typing import Mapping
+from dataclasses import replace
+from typing import Mapping, Optional
 
 from pydantic import Field
 
 from harness.results import StepRecord
-from harness.spec.names import RESUME
-from harness.spec.schema import ResumeContract
+from harness.spec.limits import limit
+from harness.spec.names import EAGER, GRAPH, RESUME, pair_name
+from harness.spec.problems import Problem, at
+from harness.spec.schema import Case, LossBound, Strict
 
 from ..pair import Pair
-from ..registry import contract
+from ..registry import Comparison, Judged, Planner, register
 from ..series import Steps, series_check_on
 from ..verdicts import Check
 
 
+class ResumeContract(Strict):
+    """Resume consistency, as Megatron-LM's ``ckpt-resume`` tests: each arm (``arms``; default the
+    eager arm, and ``graph`` in a graph case, whose graphs are captured again after the resume) is
+    run a second time as ``<arm>-resumed``, stopped by the harness after step ``at_step``
+    (its processes exit after saving their checkpoint) and started again from that checkpoint;
+    from the step after it on, its LM loss, aux loss and grad norm must match the uninterrupted
+    arm's (``exact`` = bitwise, which needs ``train.deterministic``)."""
+
+    arms: Optional[list[str]] = Field(default=None, min_length=1)
+    # Step after which the arm is stopped; None: half the steps (train.steps // 2, at least 1).
+    at_step: Optional[int] = Field(default=None, ge=1, le=limit("train.steps"))
+    loss: LossBound = "exact"
+    # Bounds of the aux loss and grad norm; None: the loss bound.
+    aux_loss: Optional[LossBound] = None
+    grad_norm: Optional[LossBound] = None
+
+    def step(self, steps: int) -> int:
+        """The step after which the arm is stopped (``at_step``, else half of ``steps``)."""
+        return self.at_step if self.at_step is not None else max(1, steps // 2)
+
+    def arm_names(self, graph_case: bool) -> list[str]:
+        """The arms resumed: ``arms``, else the eager arm and, in a graph case, ``graph``."""
+        return list(self.arms) if self.arms is not None else [EAGER] + ([GRAPH] if graph_case else [])
+
+
 class ResumePairParams(ResumeContract):
-    """A resume pair's settings: the case's ``compare.resume`` plus the step the planner stops
+    """A resume pair's settings: the case's ``compare.resume`` plus the step the plan stops
     the candidate arm after (``at_step``, else half the steps)."""
 
     after: int = Field(ge=1)
@@ -96,8 +124,7 @@ def _recaptured_check(arm: str, steps: Steps, after: int) -> Check:
     return Check("recaptured", float(len(missing)), 0.0, not missing, detail)
 
 
-@contract(RESUME, ResumePairParams)
-def resume(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
+def check_resume(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     p: ResumePairParams = pair.params
     arms = pair.two_arms()  # (resumed, uninterrupted)
     k = p.after
@@ -116,3 +143,53 @@ def resume(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
         series_check_on("grad_norm", "grad_norm", data, arms, grad, lambda s: s > k, after),
     ]
     return tuple(checks)
+
+
+class Resume(Comparison):
+    name = RESUME
+    settings = ResumeContract
+    order = 70
+    judged = {RESUME: Judged(ResumePairParams, check_resume)}
+    emulated_skip = ("not run for emulated ranks: the launcher does not stop and resume an "
+                     "emulated rank (run the case without emulate.ranks)")
+
+    def rules(self, case: Case, settings: ResumeContract) -> list[Problem]:
+        """(Built-in workload) a stop step inside the run, bitwise only when deterministic, and
+        for graph arms a stop after the capture (so the resumed arm captures its graphs again)."""
+        t = case.train
+        if case.command is not None:
+            return []
+        problems: list[Problem] = []
+        stop = settings.step(t.steps)
+        if not 1 <= stop < t.steps:
+            problems.append(Problem(at("compare.resume.at_step"), (
+                f"the arm is stopped after step {stop} and must resume before the last of the "
+                f"{t.steps} train.steps: use 1 <= at_step < {t.steps} (or more steps)")))
+        exact = [f for f in ("loss", "aux_loss", "grad_norm") if getattr(settings, f) == "exact"]
+        if not t.deterministic and exact:
+            problems.append(Problem(at(f"compare.resume.{exact[0]}"), (
+                "an exact resume check needs train.deterministic: true (or give a tolerance)")))
+        graph_arms = [a for a in settings.arm_names(case.graphs is not None) if a.startswith(GRAPH)]
+        if case.graphs is not None and graph_arms and stop <= case.graphs.warmup_steps:
+            warmup = case.graphs.warmup_steps
+            problems.append(Problem(at("compare.resume.at_step"), (
+                f"the graph arm captures after its {warmup} eager warmup steps; stopping it after "
+                f"step {stop} resumes before any capture, so the recapture on resume is not "
+                f"tested: use at_step > {warmup}")))
+        return problems
+
+    def plan(self, case: Case, settings: ResumeContract, planner: Planner) -> list[Pair]:
+        """Each arm (default the eager arm, and ``graph`` with ``graphs:``) and its ``-resumed``
+        twin (``Execution.interrupt_after``), one pair each: ``resume``, ``resume-<arm>``."""
+        field = "compare.resume.arms"
+        after = settings.step(case.train.steps)
+        pairs: list[Pair] = []
+        wanted = settings.arm_names(case.graphs is not None)
+        for name in dict.fromkeys(planner.arm(a, field) for a in wanted):
+            twin = planner.add(replace(planner.spec_of(name), resumed_at=after))
+            params = ResumePairParams(**dict(settings), after=after)
+            pairs.append(Pair(pair_name(RESUME, len(pairs), name), RESUME, (twin, name), params))
+        return pairs
+
+
+register(Resume())
