@@ -70,7 +70,11 @@ def fork_problem() -> Optional[str]:
     A thread that a fork leaves behind in the parent is one the children lack but may rely on
     (an OpenMP pool, a Python thread). Threads whose owner shuts them down at every fork are
     fine: OpenBLAS (numpy's BLAS, started by its import) does, through ``pthread_atfork``. So
-    the count is taken after one probe fork, whose child exits at once."""
+    the count is taken after one probe fork, whose child exits at once. The count also sees a
+    call into CUDA: ``import torch`` maps libcuda but calls nothing (a child forked then uses
+    CUDA), while ``torch.cuda.device_count()`` or ``is_available()`` leaves a driver thread
+    behind (measured on an H100, torch 2.11: one more thread, and after ``is_available()`` the
+    child's CUDA refuses to start)."""
     import threading
 
     try:
@@ -225,4 +229,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # no interpreter teardown: it unloads torch's modules for nothing (~1-2 s)

@@ -11,12 +11,12 @@ output on the launcher's pipe, its own environment, ``rank_main`` run as ``__mai
 Why no judged figure changes (checked by ``tests/launch/test_warm.py`` on CPU and on a GPU by
 ``bench/warm_vs_cold.py``: every step record equal but its timings):
 
-* a server is keyed by the rank's whole environment but the rendezvous variables (``RANK``,
-  ``MASTER_PORT``, ...), which nothing reads at import; so what the imports read (``OMP_*``,
+* a server is keyed by the rank's whole environment but the variables no import reads
+  (:data:`NOT_READ_AT_IMPORT`: the rendezvous); so what the imports read (``OMP_*``,
   ``CUDA_VISIBLE_DEVICES``, ``PYTHONPATH``, a test's start-up hooks) is what a cold rank reads;
-* the server refuses to serve (and ranks start cold, said once in the arm's log) when its
-  imports left a second thread or a CUDA context, or off Linux: a fork copies one thread only,
-  and a CUDA context cannot cross a fork;
+* the server refuses to serve (and ranks start cold, said in the arm's log) when its imports
+  left a thread that survives a fork (a CUDA driver call leaves one), created a CUDA context, or
+  off Linux: a fork copies one thread only, and CUDA state cannot cross a fork;
 * no CUDA, NCCL, OpenMP or memory state exists before the fork: each rank creates its own.
 
 The rank's parent is the server, so its orphan watchdog (``rank_main``) watches the server;
@@ -42,9 +42,12 @@ from harness.launch.rank_main import LAUNCHER_PID_ENV
 
 # The rank entry points a warm server runs (anything else starts cold).
 WARM_MODULES = ("harness.launch.rank_main",)
-# Variables set per rank, read only when the rank joins its process group (never at import).
-PER_RANK = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-            LAUNCHER_PID_ENV)
+# Variables no import reads, left out of a server's key: set per rank, read when the rank joins
+# its process group. (CUDA_VISIBLE_DEVICES stays in the key: CUDA reads it when it starts, after
+# the fork, but whether the driver library, mapped by ``import torch``, reads it when loaded is
+# not something measured here; a second server costs one import.)
+NOT_READ_AT_IMPORT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                      "MASTER_PORT", LAUNCHER_PID_ENV)
 _READY_TIMEOUT_S = 300.0  # the server's imports (10-12 s on a GPU host; more on a loaded one)
 
 
@@ -172,11 +175,15 @@ class _Server:
                 self._answered.wait(1.0)
             return self._answers.pop(ident)
 
-    def close(self) -> None:
+    def hang_up(self) -> None:
+        """Close the launcher's end: the server ends its ranks and exits."""
         try:
             self.sock.close()
         except OSError:
             pass
+
+    def close(self) -> None:
+        self.hang_up()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -202,7 +209,7 @@ class WarmStarter:
         weakref.finalize(self, _close_slots, self._slots)
 
     def key(self, env: Mapping[str, str]) -> tuple:
-        return tuple(sorted((k, v) for k, v in env.items() if k not in PER_RANK))
+        return tuple(sorted((k, v) for k, v in env.items() if k not in NOT_READ_AT_IMPORT))
 
     def runs(self, argv: Sequence[str]) -> bool:
         """Whether ``argv`` is a program a warm server runs: ``python [-u] -m MODULE ...``."""
@@ -249,11 +256,16 @@ class WarmStarter:
 def _close_slots(slots: dict[tuple, "_Slot"]) -> None:
     taken = list(slots.values())
     slots.clear()
+    servers = []
     for slot in taken:
         with slot.lock:
             if slot.server is not None:
-                slot.server.close()
+                servers.append(slot.server)
                 slot.server = None
+    for server in servers:  # every server told first, then waited for: they end side by side
+        server.hang_up()
+    for server in servers:
+        server.close()
 
 
 @dataclass

@@ -335,7 +335,11 @@ def train_arm(
         start = ckpt.agreed_resume_step(checkpoint_dir, ctx.rank, s.groups.world)
         if start > 0:
             assert checkpoint_dir is not None
+            restore_started = time.monotonic()
             _restore(s, opt, ckpt.load(checkpoint_dir, ctx.rank, start), case, ctx.rank)
+            took = time.monotonic() - restore_started
+            if took >= ckpt.SLOW_S:
+                print(f"[checkpoint r{ctx.rank}] step {start}: restored in {took:.1f}s", flush=True)
         last = train.steps if stop_after is None else min(stop_after, train.steps)
         table = successor_table(train.seed, case.model.vocab).tolist()  # read once, not per sequence
         autocast = _autocast(case)

@@ -18,8 +18,23 @@ def _rank_files(sweep: Path) -> dict[Path, tuple[int, int]]:
     return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(sweep.rglob("rank*.jsonl"))}
 
 
+def _open_files(entry: Path) -> str:
+    """The paths a process holds open (a rank forked by a warm server has the server's command
+    line, but holds its arm's stack file open: ``rank_main.register_stack_dump``)."""
+    names = []
+    try:
+        for fd in (entry / "fd").iterdir():
+            try:
+                names.append(os.readlink(fd))
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return " ".join(names)
+
+
 def _processes_naming(text: str) -> list[str]:
-    """cmdlines of live processes (not zombies) whose arguments mention ``text``."""
+    """cmdlines of live processes (not zombies) whose arguments or open files mention ``text``."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -29,8 +44,8 @@ def _processes_naming(text: str) -> list[str]:
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if text in cmdline and state != "Z":
-            found.append(f"{entry.name}: {cmdline}")
+        if state != "Z" and (text in cmdline or text in _open_files(entry)):
+            found.append(f"{entry.name}: {cmdline} (open: {_open_files(entry)})")
     return found
 
 
@@ -47,7 +62,7 @@ def test_sigterm_stops_the_ranks_like_ctrl_c(tmp_path: Path) -> None:
         # Until the first arm's rank runs (its own session). Its first record can take 20 s on a
         # loaded 2-core machine; a rank still importing torch is orphaned all the same.
         deadline = time.monotonic() + 60
-        while not [c for c in _processes_naming(str(sweep)) if "harness.launch.rank_main" in c]:
+        while not [c for c in _processes_naming(str(sweep)) if "stacks.rank" in c]:
             assert proc.poll() is None, proc.stdout.read().decode(errors="replace")
             assert time.monotonic() < deadline, "the first arm's rank did not start within 60 s"
             time.sleep(0.1)

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from harness.arms import plan_cases
-from harness.launch.forkserver import fork_problem
 from harness.launch.local import LocalLauncher, RankCommand, run_ranks
 from harness.launch.sweep import run_sweep
 from harness.launch.warm import WarmProcess, WarmStarter
@@ -102,28 +101,28 @@ def _gone(pid: int, within_s: float = 5.0) -> bool:
     return False
 
 
-def test_the_server_of_this_machine_is_safe_to_fork_after_the_real_preload():
-    code = ("from harness.launch import rank_main; rank_main.preload(); "
-            "from harness.launch.forkserver import fork_problem; print(fork_problem())")
+def _fork_problem_in_a_fresh_process(code: str) -> str:
     import subprocess
 
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
-    assert out.stdout.strip() == "None"
+    out = subprocess.run([sys.executable, "-c", code + "; from harness.launch.forkserver import "
+                          "fork_problem; print(fork_problem())"], capture_output=True, text=True,
+                         check=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    return out.stdout.strip()
 
 
-def test_a_preload_that_leaves_a_thread_is_refused(tmp_path):
-    import threading
+def test_the_server_of_this_machine_is_safe_to_fork_after_the_real_preload():
+    assert _fork_problem_in_a_fresh_process(
+        "from harness.launch import rank_main; rank_main.preload()") == "None"
 
-    stop = threading.Event()
-    thread = threading.Thread(target=stop.wait, daemon=True)
-    thread.start()
-    try:
-        assert "thread" in (fork_problem() or "")
-    finally:
-        stop.set()
-        thread.join()
-    assert fork_problem() is None
+
+def test_a_preload_that_leaves_a_thread_is_refused_and_one_that_ends_it_is_not():
+    start = "import threading, time; t = threading.Thread(target=time.sleep, args=(30,)); t.start()"
+    assert "thread" in _fork_problem_in_a_fresh_process(start + "; t.daemon")
+    assert _fork_problem_in_a_fresh_process(
+        "import threading; t = threading.Thread(target=int); t.start(); t.join()") == "None"
+    # an OpenMP pool (torch's intra-op threads) survives a fork: refused
+    assert "thread" in _fork_problem_in_a_fresh_process(
+        "import torch; torch.set_num_threads(2); (torch.randn(256, 256) @ torch.randn(256, 256))")
 
 
 def test_warm_ranks_are_forked_by_one_server_with_their_own_environment(probe):

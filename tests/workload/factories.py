@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from harness.spec.schema import Case, ResolvedModel
+from harness.spec.names import DCP, EAGER
+from harness.spec.schema import ArmCase, Case, ResolvedModel
 
 TINY = dict(
     preset="tiny", layers=4, hidden=32, heads=4, kv_heads=2, head_dim=8, experts=4,
@@ -37,3 +38,14 @@ def make_case(
         )
     )
 
+
+
+def eager_arm(case: Case | ArmCase) -> ArmCase:
+    """What ``train_arm`` / ``emulate_rank`` run for a user's case built here: the same case as
+    an eager arm's case (named ``dcp`` in a dynamic-CP case), without the arm preflight (some of
+    these cases exist to run layouts a case file may not declare); an arm's case as it is."""
+    if isinstance(case, ArmCase):
+        return case
+    data = case.model_dump()
+    data.pop("compare")
+    return ArmCase.model_validate({**data, "arm": DCP if case.layout.dynamic else EAGER})

@@ -64,10 +64,12 @@ def train_jobs(ctx, jobs: list[tuple[str, dict, dict]]) -> dict[str, list[dict]]
     """Run each ``(name, case json, options)`` job (see :func:`job_case`); ``{name: records}``."""
     from harness.workload import train_arm
 
+    from tests.workload.factories import eager_arm
+
     results: dict[str, list[dict]] = {}
     for name, case_json, options in jobs:
         records: list[dict] = []
-        train_arm(job_case(case_json, options), ctx, lambda r: records.append(r.to_dict()))
+        train_arm(eager_arm(job_case(case_json, options)), ctx, lambda r: records.append(r.to_dict()))
         results[name] = records
     return results
 

@@ -15,7 +15,7 @@ from harness.spec.schema import Case
 from harness.workload.emulate import WeightCache, emulate_rank, emulated_context, rank_place
 from harness.workload.model import build_chunks
 
-from tests.workload.factories import make_case
+from tests.workload.factories import eager_arm, make_case
 from tests.workload.spawn import job_case, run_spawned
 
 PARALLEL = {"pp": 2, "vpp": 2, "dynamic_cp": [1, 2], "ep": 2}
@@ -59,7 +59,7 @@ def trace(ctx, case_json: dict) -> dict:
     train._setup, train._microbatch_input = traced_setup, traced_input
     records: list = []
     try:
-        train.train_arm(case, ctx, records.append)
+        train.train_arm(eager_arm(case), ctx, records.append)
     finally:
         train._setup, train._microbatch_input = setup, make_input
     seen["records"] = [[r.step, r.microbatches, list(r.cp_sizes), r.tokens, r.nan, r.skipped,
@@ -126,7 +126,7 @@ def test_the_weight_cache_gives_bitwise_the_weights_of_build_chunks():
 def test_emulate_rank_runs_without_a_process_group():
     case = _case(static=True)
     records: list = []
-    out = emulate_rank(case, 3, records.append, device="cpu", weights=WeightCache(threads=1), sites=True)
+    out = emulate_rank(eager_arm(case), 3, records.append, device="cpu", weights=WeightCache(threads=1), sites=True)
     assert out.sites is None  # sites need CUDA
     assert [r.step for r in records] == [1, 2] and not any(r.nan or r.skipped for r in records)
     assert all(r.replays == () for r in records)  # an eager arm replays nothing
@@ -152,6 +152,6 @@ def test_an_emulated_rank_counts_every_gradient_it_holds_in_its_grad_norm(monkey
 
     monkeypatch.setattr(train, "global_grad_norm", spy)
     records: list = []
-    emulate_rank(case, 3, records.append, device="cpu", weights=WeightCache(threads=1))
+    emulate_rank(eager_arm(case), 3, records.append, device="cpu", weights=WeightCache(threads=1))
     assert len(seen) == 2 and all(s > 0 for s in seen)
     assert [r.grad_norm for r in records] == pytest.approx(seen, rel=1e-12)

@@ -3,7 +3,7 @@ import pytest
 from harness.errors import ConfigError
 from harness.workload.packing import dynamic_cp_need, padded_length, plan_step
 
-from tests.workload.factories import make_case
+from tests.workload.factories import eager_arm, make_case
 
 
 def _padded_tokens(group) -> int:
@@ -138,12 +138,12 @@ def test_a_fixed_cp_that_is_no_power_of_two_still_packs():
 
 
 def test_static_shapes_cap_sequences_per_group_and_count_padded_tokens():
-    from harness.spec.schema import GraphSpec
+    from harness.spec.schema import ShapesSpec
     from harness.workload.packing import padded_length
 
     def static(case, most):
         train = case.train.model_copy(update={"max_seqs_per_microbatch": most})
-        return case.model_copy(update={"graphs": GraphSpec(), "train": train})
+        return case.model_copy(update={"shapes": ShapesSpec(scope="attn"), "train": train})
 
     fixed = static(make_case(world=2, parallel={"cp": 2},
                              train={"global_batch": 16, "seq_length": 64},
@@ -168,18 +168,18 @@ def test_the_packing_check_counts_capacity_as_the_packer_does():
     fixed CP and static shapes alike: one padding rule for both."""
     from harness.compare import packing_check, packing_rule
     from harness.results import StepRecord
-    from harness.spec.schema import GraphSpec
+    from harness.spec.schema import ShapesSpec
 
     def static(case):
         train = case.train.model_copy(update={"max_seqs_per_microbatch": 4})
-        return case.model_copy(update={"graphs": GraphSpec(), "train": train})
+        return case.model_copy(update={"shapes": ShapesSpec(scope="attn"), "train": train})
 
     lognormal = {"lengths": {"distribution": "lognormal", "min": 3, "max": 64}}
     dyn = make_case(world=2, parallel={"dynamic_cp": [1, 2]}, data=lognormal,
                     train={"global_batch": 16, "seq_length": 64, "max_seqlen_per_rank": 32})
     fixed = make_case(world=2, parallel={"cp": 2}, data=lognormal,
                       train={"global_batch": 16, "seq_length": 64})
-    for case in (dyn, fixed, static(dyn), static(fixed)):
+    for case in map(eager_arm, (dyn, fixed, static(dyn), static(fixed))):
         plans = [plan_step(case, step) for step in range(1, 7)]
         for p in plans:
             for mb, packed in zip(p.microbatches, p.packed()):

@@ -14,7 +14,7 @@ import torch
 
 from harness.workload import RankContext, train_arm
 
-from tests.workload.factories import make_case
+from tests.workload.factories import eager_arm, make_case
 from tests.workload.spawn import run_spawned, run_train_jobs
 
 RTOL = 1e-5
@@ -56,7 +56,7 @@ def _case(world, parallel, model=None, steps=TRAIN["steps"], train=None):
 
 def _single(model=None, train=None):
     records = []
-    train_arm(_case(1, {}, model, train=train), RankContext(0, 1, 0, "cpu", "none"),
+    train_arm(eager_arm(_case(1, {}, model, train=train)), RankContext(0, 1, 0, "cpu", "none"),
               lambda r: records.append(r.to_dict()))
     return records
 
@@ -101,7 +101,7 @@ def runs(tmp_path_factory):
         recs: list[dict] = []
         case = job_case(_case(1, {}, NOAUX).model_dump(mode="json"),
                         {"static": {"scope": scope, "max_seqs": 16}})
-        train_arm(case, RankContext(0, 1, 0, "cpu", "none"), lambda r: recs.append(r.to_dict()))
+        train_arm(eager_arm(case), RankContext(0, 1, 0, "cpu", "none"), lambda r: recs.append(r.to_dict()))
         static_single.append(recs)
     out["ref/static-attn"], out["ref/static-full"] = static_single
     return out
@@ -217,7 +217,7 @@ def resume_probe(ctx: RankContext, case_json: dict, root: str) -> dict:
 
     from harness.spec.schema import Case
 
-    case = Case.model_validate(case_json)
+    case = eager_arm(Case.model_validate(case_json))
     whole: list[dict] = []
     train_arm(case, ctx, lambda r: whole.append(r.to_dict()))
 

@@ -7,7 +7,7 @@ from harness.errors import ConfigError
 from harness.spec import load_cases
 from harness.workload import RankContext, train_arm
 
-from tests.workload.factories import make_case
+from tests.workload.factories import eager_arm, make_case
 
 CPU = RankContext(0, 1, 0, "cpu", "none")
 KEYS = {
@@ -27,7 +27,7 @@ def run(case, checkpoint_dir=None, stop_after=None):
             raise KeyboardInterrupt  # simulate a kill right after a completed step
 
     try:
-        train_arm(case, CPU, on_step, checkpoint_dir=checkpoint_dir)
+        train_arm(eager_arm(case), CPU, on_step, checkpoint_dir=checkpoint_dir)
     except KeyboardInterrupt:
         pass
     return records
@@ -160,7 +160,7 @@ def test_cuda_run_reports_memory_and_matches_cpu():
         pytest.skip("needs a CUDA GPU")
     case = make_case(train={"steps": 2})
     cuda = []
-    train_arm(case, RankContext(0, 1, 0, "cuda:0", "none"), lambda r: cuda.append(r.to_dict()))
+    train_arm(eager_arm(case), RankContext(0, 1, 0, "cuda:0", "none"), lambda r: cuda.append(r.to_dict()))
     cpu = run(case)
     for g, c in zip(cuda, cpu):
         assert g["device"] == "cuda:0"
@@ -172,7 +172,7 @@ def test_stop_after_checkpoints_that_step_even_with_checkpoint_every_zero(tmp_pa
     case = make_case(train={"steps": 5, "checkpoint_every": 0})
     whole = run(case)
     first = []
-    train_arm(case, CPU, lambda r: first.append(r.to_dict()), checkpoint_dir=tmp_path, stop_after=3)
+    train_arm(eager_arm(case), CPU, lambda r: first.append(r.to_dict()), checkpoint_dir=tmp_path, stop_after=3)
     assert [r["step"] for r in first] == [1, 2, 3] and all(r["resumed_from"] is None for r in first)
     assert sorted(p.name for p in (tmp_path / "rank0").iterdir()) == ["step00000003.pt"]
     rest = run(case, checkpoint_dir=tmp_path)
@@ -180,7 +180,7 @@ def test_stop_after_checkpoints_that_step_even_with_checkpoint_every_zero(tmp_pa
     key = lambda rs: [(r["loss"], r["grad_norm"]) for r in rs]
     assert key(first + rest) == key(whole)  # bitwise after the stop
     again = []
-    train_arm(case, CPU, lambda r: again.append(r), checkpoint_dir=tmp_path, stop_after=3)
+    train_arm(eager_arm(case), CPU, lambda r: again.append(r), checkpoint_dir=tmp_path, stop_after=3)
     assert again == []  # past the stop already: nothing to do
     with pytest.raises(ValueError, match="stop_after=5 needs a checkpoint folder and a step in 1..4"):
-        train_arm(case, CPU, lambda r: None, checkpoint_dir=tmp_path, stop_after=5)
+        train_arm(eager_arm(case), CPU, lambda r: None, checkpoint_dir=tmp_path, stop_after=5)
