@@ -21,12 +21,14 @@ from harness.compare import DEFAULT_ALLOWED_SKIPS
 from harness.launch.rules import check_stored_plan
 from harness.launch.slurm import JobRef, latest_jobs
 from harness.launch.rank_main import remove_empty_stacks
-from harness.launch.slurm_job import arm_needs_run, read_events, repro_line
+from harness.launch.repro import repro_line
+from harness.launch.slurm_job import arm_needs_run, read_events
 from harness.launch.slurm_poll import Runner, SchedState, SchedulerPoller, run_command
 from harness.launch.slurm_status import CaseStatus, case_status, statuses_in_view
 from harness.launch.sweep import finalize_case, load_plan, remove_checkpoints_if_complete
 from harness.report import write_reports
-from harness.results import LOG_FILE, ArmOutcome, read_outcome, read_steps, write_outcome
+from harness.results import (CASE_FILE, LOG_FILE, ArmOutcome, read_outcome, read_steps,
+                             write_outcome)
 
 
 def job_log_text(ref: JobRef, lines: int = 80) -> str:
@@ -71,6 +73,7 @@ def outcomes_for_ended_job(case_dir: Path, ref: JobRef, sched: Optional[SchedSta
     for planned in plan.arms:
         arm = planned.name
         arm_dir = case_dir / arm
+        repro = repro_line(plan, planned, case_dir / CASE_FILE)
         if not arm_needs_run(planned, arm_dir):
             prior = read_outcome(arm_dir)
             if prior is not None and not prior.ok:
@@ -82,13 +85,13 @@ def outcomes_for_ended_job(case_dir: Path, ref: JobRef, sched: Optional[SchedSta
             out[arm] = ArmOutcome(
                 status=how.status, returncode=None, wall_s=arm_wall_s(arm_dir, arm, events),
                 log_tail=f"{arm_log}\n{logs}".strip()[-12000:],
-                repro=repro_line(case_dir, arm), restarts=restarts,
+                repro=repro, restarts=restarts,
                 detail=f"slurm job {ref.job_id} ended ({state}"
                        f"{', exit ' + code if code else ''}): {how.reason}")
             blame = f"arm '{arm}' {how.status}: {how.reason}"
         else:
             why = blame or f"slurm job {ref.job_id} ended ({state}) before it started"
-            out[arm] = ArmOutcome(status="infra", repro=repro_line(case_dir, arm),
+            out[arm] = ArmOutcome(status="infra", repro=repro,
                                   restarts=restarts, detail=f"not run: {why}",
                                   log_tail=logs[-4000:])
     return out

@@ -45,7 +45,6 @@ import io
 import json
 import os
 import random
-import shlex
 import sys
 import threading
 import time
@@ -57,9 +56,10 @@ from typing import TYPE_CHECKING, Callable, Optional, TextIO
 from harness.caseplan import CasePlan, PlannedArm
 from harness.launch.failures import infra_reason, log_cause, tail_text
 from harness.launch import rank_main
+from harness.launch.repro import repro_line
 from harness.launch.sweep import arm_is_complete, load_plan
-from harness.results import (LOG_FILE, OUTCOME_FILE, ArmOutcome, read_outcome, read_steps,
-                             write_outcome)
+from harness.results import (CASE_FILE, LOG_FILE, OUTCOME_FILE, ArmOutcome, read_outcome,
+                             read_steps, write_outcome)
 
 if TYPE_CHECKING:
     from submitit.core.utils import DelayedSubmission
@@ -124,11 +124,6 @@ def arm_needs_run(arm: PlannedArm, arm_dir: Path) -> bool:
     if outcome.status in FINAL_STATUSES:
         return False
     return not arm_is_complete(arm, arm_dir)
-
-
-def repro_line(case_dir: Path, arm: str) -> str:
-    return (f"python -m harness.launch.local --case {shlex.quote(str(case_dir / 'case.json'))} "
-            f"--arm {arm} --out /tmp/dcp-repro/{case_dir.name}/{arm}")
 
 
 def append_event(case_dir: Path, event: dict) -> None:
@@ -300,7 +295,7 @@ def run_case_arms(plan: CasePlan, case_dir: Path, ident: TaskIdentity, retry_rou
                                     "time": time.time()})
         arm_ident = TaskIdentity(ident.job_id, ident.rank, ident.local_rank, world,
                                  ident.master_addr, restarts)
-        repro = repro_line(case_dir, arm.name)
+        repro = repro_line(plan, arm, case_dir / CASE_FILE)
         started = time.monotonic()
         out, err = sys.stdout, sys.stderr
         tee_out = _TeeLines(out, arm_dir / LOG_FILE, f"[rank {ident.rank}] ")
@@ -363,7 +358,7 @@ def run_command_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
     a task beyond the arm's processes (it sits the arm out)."""
     from harness.launch.command import (Rendezvous, arm_command, failed_outcome,
                                         prepare_metrics, record_metrics, rendezvous_env,
-                                        repro_line, starters)
+                                        starters)
     from harness.launch.local import RankCommand, cuda_device_count, run_ranks
 
     arm_dir = case_dir / arm.name
@@ -375,7 +370,7 @@ def run_command_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
     place = Rendezvous(ident.master_addr, arm_port(ident.job_id, arm.name, ident.restarts),
                        ident.rank, ident.local_rank)
     cmd = arm_command(plan, arm, arm_dir, place, device={})  # the GPUs Slurm gave the task
-    repro = repro_line(plan, arm)
+    repro = repro_line(plan, arm, case_dir / CASE_FILE)
     log_start = 0
     if ident.rank == 0:
         (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome in flight
@@ -436,10 +431,10 @@ def run_emulated_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
     gpus = cuda_device_count()
     started = time.monotonic()
     outcome = run_emulated_arm(
-        plan, arm, arm_dir, case_dir / "case.json",
+        plan, arm, arm_dir, case_dir / CASE_FILE,
         gpus=visible_gpus(os.environ, gpus) if runs_on_cuda(plan, gpus) else [],
         timeout_s=60.0 * plan.case.resources.time_min, python=sys.executable,
-        repro=repro_line(case_dir, arm.name))
+        repro=repro_line(plan, arm, case_dir / CASE_FILE))
     outcome = dataclasses.replace(outcome, restarts=ident.restarts,
                                   detail=f"{outcome.detail} (slurm job {ident.job_id})")
     write_outcome(arm_dir, outcome)
