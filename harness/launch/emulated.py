@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from harness.caseplan import CasePlan, PlannedArm
-from harness.results import LOG_FILE, ArmOutcome, read_steps
+from harness.launch.completion import rank_is_complete
+from harness.results import LOG_FILE, ArmOutcome
 from harness.spec.places import rank_place
 
 # The outcome of an arm whose ranks ended differently: the first of these among them.
@@ -49,13 +50,6 @@ class RankRun:
     rank: int
     label: str
     outcome: ArmOutcome
-
-
-def rank_is_complete(arm: PlannedArm, arm_dir: Path, rank: int) -> bool:
-    """Whether ``rank`` of the arm recorded every step already (a resumed or requeued arm runs
-    only its other ranks again)."""
-    want = set(range(1, arm.case.train.steps + 1))
-    return want <= {r.step for r in read_steps(arm_dir).get(rank, [])}
 
 
 def combine(runs: Sequence[RankRun], repro: str) -> ArmOutcome:

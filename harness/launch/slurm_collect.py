@@ -22,7 +22,8 @@ from harness.launch.rules import check_stored_plan
 from harness.launch.slurm import JobRef, latest_jobs
 from harness.launch.rank_main import remove_empty_stacks
 from harness.launch.repro import repro_line
-from harness.launch.slurm_job import arm_needs_run, read_events
+from harness.launch.completion import arm_needs_run
+from harness.launch.slurm_job import read_events
 from harness.launch.slurm_poll import Runner, SchedState, SchedulerPoller, run_command
 from harness.launch.slurm_status import CaseStatus, case_status, statuses_in_view
 from harness.launch.sweep import finalize_case, load_plan, remove_checkpoints_if_complete
@@ -74,7 +75,7 @@ def outcomes_for_ended_job(case_dir: Path, ref: JobRef, sched: Optional[SchedSta
         arm = planned.name
         arm_dir = case_dir / arm
         repro = repro_line(plan, planned, case_dir / CASE_FILE)
-        if not arm_needs_run(planned, arm_dir):
+        if not arm_needs_run(planned, arm_dir, retry_final=False):
             prior = read_outcome(arm_dir)
             if prior is not None and not prior.ok:
                 blame = blame or f"arm '{arm}' {prior.status}"

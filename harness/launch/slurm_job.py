@@ -8,9 +8,9 @@ torch.distributed variables for the arm (``CUDA_VISIBLE_DEVICES`` is left as Slu
 calls :func:`harness.launch.rank_main.run_rank`, which resumes after the last completed step.
 Tasks beyond an arm's ranks (the one-rank reference arm) sit that arm out.
 
-* An arm whose outcome is final (``ok`` with every step on its ranks, ``failed``, ``timeout``,
-  ``skipped`` at submit time) is skipped, so a requeued or retried job continues where the last
-  one stopped.
+* An arm that is done (``completion.arm_needs_run`` with final outcomes kept: ``ok`` with every
+  step on its ranks, ``failed``, ``timeout``, ``skipped`` at submit time) is skipped, so a
+  requeued or retried job continues where the last one stopped.
 * An arm that raises on some rank gets a ``failed`` outcome with the traceback and its cause
   (``ExcType: message``, ``failures.log_cause``) and the job ends
   (srun ``--kill-on-bad-exit`` stops the other ranks; a crashed process cannot run more arms).
@@ -56,8 +56,9 @@ from typing import TYPE_CHECKING, Callable, Optional, TextIO
 from harness.caseplan import CasePlan, PlannedArm
 from harness.launch.failures import infra_reason, log_cause, tail_text
 from harness.launch import rank_main
+from harness.launch.completion import arm_needs_run
 from harness.launch.repro import repro_line
-from harness.launch.sweep import arm_is_complete, load_plan
+from harness.launch.sweep import load_plan
 from harness.results import (CASE_FILE, LOG_FILE, OUTCOME_FILE, ArmOutcome, read_outcome,
                              read_steps, write_outcome)
 
@@ -67,7 +68,6 @@ if TYPE_CHECKING:
 EVENTS_FILE = "slurm_events.jsonl"
 TAIL_LINES = 60
 TIMEOUT_EXIT_CODE = 124
-FINAL_STATUSES = ("failed", "timeout", "skipped")
 
 
 @dataclass(frozen=True)
@@ -112,18 +112,6 @@ def distributed_env(ident: TaskIdentity, port: int) -> dict[str, str]:
         "LOCAL_RANK": str(ident.local_rank), "MASTER_ADDR": ident.master_addr,
         "MASTER_PORT": str(port),
     }
-
-
-def arm_needs_run(arm: PlannedArm, arm_dir: Path) -> bool:
-    """False when the arm's outcome is final: ``ok`` with every step on each rank the arm records
-    on (its own ranks, not the job's: the reference arm records on one), or ``failed`` /
-    ``timeout`` / ``skipped``."""
-    outcome = read_outcome(arm_dir)
-    if outcome is None or outcome.status == "infra":
-        return True
-    if outcome.status in FINAL_STATUSES:
-        return False
-    return not arm_is_complete(arm, arm_dir)
 
 
 def append_event(case_dir: Path, event: dict) -> None:
@@ -266,7 +254,7 @@ def run_case_arms(plan: CasePlan, case_dir: Path, ident: TaskIdentity, retry_rou
     ran, skipped = [], []
     for arm in plan.arms:
         arm_dir = case_dir / arm.name
-        if not arm_needs_run(arm, arm_dir):
+        if not arm_needs_run(arm, arm_dir, retry_final=False):
             skipped.append(arm.name)
             continue
         arm_dir.mkdir(parents=True, exist_ok=True)

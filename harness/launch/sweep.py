@@ -2,9 +2,9 @@
 
 Each case comes planned (``harness.arms.plan_case``). For each: ``prepare_case_dir`` writes
 ``case.json`` and the plan (``plan.json``, with the case's golden values as they are now); each
-planned arm runs unless its outcome says ``ok`` and every rank it records on holds every step (an
-arm that failed, timed out or was interrupted runs again and resumes after its last checkpointed
-step); ``finalize_case`` evaluates the planned pairs and writes ``verdict.json``. At the end
+planned arm runs unless it is complete (``completion.arm_needs_run``: its outcome says ``ok`` and
+every rank it records on holds every step; an arm that failed, timed out or was interrupted runs
+again and resumes after its last checkpointed step); ``finalize_case`` evaluates the planned pairs and writes ``verdict.json``. At the end
 ``write_reports`` writes ``summary.md``, ``junit.xml``, ``index.json``. A failing arm never stops
 the sweep; only Ctrl-C does.
 """
@@ -32,6 +32,7 @@ from harness.compare import (
 )
 from harness.errors import ConfigError
 from harness.judge import judge, read_arms
+from harness.launch.completion import arm_is_complete, arm_needs_run
 from harness.launch.rules import check_stored_plan
 from harness.launch.progress import NullProgress, SweepProgress
 from harness.launch.rank_main import CHECKPOINT_DIR
@@ -44,8 +45,6 @@ from harness.results import (
     SweepStart,
     add_to_manifest,
     read_json,
-    read_outcome,
-    read_steps,
     sweep_lock,
     write_json_atomic,
     write_outcome,
@@ -131,16 +130,6 @@ def prepare_case_dir(plan: CasePlan, out_dir: Path) -> Path:
 def load_plan(case_dir: Path) -> CasePlan:
     """The plan of a case folder (``harness.caseplan.read_plan``)."""
     return read_plan(case_dir)
-
-
-def arm_is_complete(arm: PlannedArm, arm_dir: Path) -> bool:
-    """The arm's outcome says ok and every rank it records on holds every step."""
-    outcome = read_outcome(arm_dir)
-    if outcome is None or not outcome.ok:
-        return False
-    steps = read_steps(arm_dir)
-    want = set(range(1, arm.case.train.steps + 1))
-    return all(want <= {r.step for r in steps.get(rank, [])} for rank in arm.ranks)
 
 
 def remove_checkpoints_if_complete(arm: PlannedArm, arm_dir: Path) -> bool:
@@ -294,7 +283,7 @@ def _run_case(index: int, total: int, plan: CasePlan, out_dir: Path, launcher: A
     shown.case_started(title, index, len(plan.arms))
     for arm in plan.arms:
         arm_dir = case_dir / arm.name
-        if arm_is_complete(arm, arm_dir):
+        if not arm_needs_run(arm, arm_dir, retry_final=True):
             tally.skipped += 1
             shown.arm_skipped(title, arm.name, "already complete")
             continue

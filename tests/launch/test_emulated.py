@@ -11,7 +11,8 @@ import pytest
 
 from harness.arms import plan_case
 from harness.cli import main
-from harness.launch.emulated import combine, rank_is_complete, run_emulated_arm, visible_gpus
+from harness.launch.completion import rank_is_complete
+from harness.launch.emulated import combine, run_emulated_arm, visible_gpus
 from harness.launch.placement import profile_skip_reason, runs_on_cuda, skip_reason
 from harness.launch.profiles import Profile
 from harness.launch.slurm import case_time_min, shape_of

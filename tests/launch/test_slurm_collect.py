@@ -10,7 +10,8 @@ import time
 
 from harness.launch.rank_main import CHECKPOINT_DIR
 from harness.launch.slurm_collect import arm_wall_s, collect, outcomes_for_ended_job
-from harness.launch.slurm_job import append_event, arm_needs_run
+from harness.launch.completion import arm_needs_run
+from harness.launch.slurm_job import append_event
 from harness.launch.slurm_poll import query_scheduler
 from harness.launch.slurm_retry import infra_cases, reset_infra
 from harness.launch.slurm_status import case_status
@@ -48,7 +49,7 @@ def test_arm_that_failed_in_the_job_keeps_its_outcome(sweep):
     outs = outcomes_for_ended_job(case_dir, ref, view.get("41"))
     assert set(outs) == {"eager-repeat"}
     assert outs["eager-repeat"].detail == "not run: arm 'eager' failed"
-    assert not arm_needs_run(case.arm("eager"), case_dir / "eager")
+    assert not arm_needs_run(case.arm("eager"), case_dir / "eager", retry_final=False)
 
 
 def test_collect_writes_outcomes_verdict_and_reports(sweep):

@@ -12,13 +12,13 @@ from harness.launch.slurm_job import (
     CaseJob,
     TaskIdentity,
     _TeeLines,
-    arm_needs_run,
     arm_port,
     distributed_env,
     read_events,
     run_case_arms,
 )
 from harness.arms import plan_case
+from harness.launch.completion import arm_needs_run
 from harness.launch.sweep import prepare_case_dir
 from harness.results import ArmOutcome, read_outcome, write_outcome
 from tests.launch.cases import REPEAT, UNIFORM, load_case_file
@@ -58,17 +58,6 @@ def test_tee_prefixes_complete_lines(tmp_path, capsys):
     tee.close()  # closing twice is harmless
     assert (tmp_path / "log.txt").read_text() == "[rank 3] a\n[rank 3] bc\n[rank 3] tail\n"
     assert capsys.readouterr().out == "a\nbc\ntail"
-
-
-def test_arm_needs_run_follows_the_outcome(tmp_path):
-    plan, case_dir = make_case(tmp_path)
-    arm = case_dir / "eager"
-    assert arm_needs_run(plan.arm("eager"), arm)
-    for status, again in (("infra", True), ("failed", False), ("timeout", False), ("skipped", False),
-                          ("ok", True)):
-        write_outcome(arm, ArmOutcome(status=status))
-        # "ok" without its steps runs again; "skipped" at submit time never runs
-        assert arm_needs_run(plan.arm("eager"), arm) is again, status
 
 
 def test_case_job_pickles_and_checkpoints_itself(tmp_path):
@@ -126,7 +115,8 @@ def test_raising_rank_is_classified_and_an_infra_arm_runs_again(tmp_path, monkey
     assert outcome.status == status and "slurm job 9" in outcome.detail
     assert outcome.cause == f"RuntimeError: {error}"
     # a requeued job runs an infra arm again and skips a failed one
-    assert arm_needs_run(plan.arm("eager"), case_dir / "eager") is (status == "infra")
+    assert arm_needs_run(plan.arm("eager"), case_dir / "eager",
+                         retry_final=False) is (status == "infra")
 
 
 def test_arm_past_its_limit_times_out_with_stacks(tmp_path):
