@@ -32,8 +32,9 @@ Tasks beyond an arm's ranks (the one-rank reference arm) sit that arm out.
   rank with the arm's time limit; a requeued job runs only the ranks that lack steps.
 
 Every line a rank prints during an arm is also appended to ``<arm>/log.txt`` as ``[rank k] ...``,
-like the local launcher does. Rank 0 appends one JSON line per arm start/end to
-``<case>/slurm_events.jsonl`` (job id, restart, the step it resumed after).
+like the local launcher does. Rank 0 appends a typed event per arm start/end (and each task of a
+command arm one per process end) to ``<case>/slurm_events.jsonl`` (``slurm_events``: job id,
+restart, the step it resumed after).
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ import dataclasses
 import faulthandler
 import importlib
 import io
-import json
 import os
 import random
 import sys
@@ -51,13 +51,14 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, TextIO
+from typing import TYPE_CHECKING, Callable, Optional, TextIO, TypeVar
 
 from harness.caseplan import CasePlan, PlannedArm
 from harness.launch.failures import infra_reason, log_cause, tail_text
 from harness.launch import rank_main
 from harness.launch.completion import arm_needs_run
 from harness.launch.repro import repro_line
+from harness.launch.slurm_events import ArmEnd, ArmStart, ProcessEnd, append_event, read_events
 from harness.launch.sweep import load_plan
 from harness.results import (CASE_FILE, LOG_FILE, OUTCOME_FILE, ArmOutcome, read_outcome,
                              read_steps, write_outcome)
@@ -65,7 +66,6 @@ from harness.results import (CASE_FILE, LOG_FILE, OUTCOME_FILE, ArmOutcome, read
 if TYPE_CHECKING:
     from submitit.core.utils import DelayedSubmission
 
-EVENTS_FILE = "slurm_events.jsonl"
 TAIL_LINES = 60
 TIMEOUT_EXIT_CODE = 124
 
@@ -112,29 +112,6 @@ def distributed_env(ident: TaskIdentity, port: int) -> dict[str, str]:
         "LOCAL_RANK": str(ident.local_rank), "MASTER_ADDR": ident.master_addr,
         "MASTER_PORT": str(port),
     }
-
-
-def append_event(case_dir: Path, event: dict) -> None:
-    line = (json.dumps(event, sort_keys=True) + "\n").encode()
-    fd = os.open(case_dir / EVENTS_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
-
-
-def read_events(case_dir: Path) -> list[dict]:
-    try:
-        text = (Path(case_dir) / EVENTS_FILE).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue  # a torn last line
-    return out
 
 
 class _TeeLines(io.TextIOBase):
@@ -278,9 +255,7 @@ def run_case_arms(plan: CasePlan, case_dir: Path, ident: TaskIdentity, retry_rou
         if ident.rank == 0:
             (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome in flight
             done = read_steps(arm_dir).get(0, [])
-            append_event(case_dir, {"event": "arm_start", "arm": arm.name, "job_id": ident.job_id,
-                                    "restarts": restarts, "resumed_after_step": len(done),
-                                    "time": time.time()})
+            append_event(case_dir, ArmStart(**_stamp(ident, arm), resumed_after_step=len(done)))
         arm_ident = TaskIdentity(ident.job_id, ident.rank, ident.local_rank, world,
                                  ident.master_addr, restarts)
         repro = repro_line(plan, arm, case_dir / CASE_FILE)
@@ -314,16 +289,23 @@ def run_case_arms(plan: CasePlan, case_dir: Path, ident: TaskIdentity, retry_rou
                 write_outcome(arm_dir, ArmOutcome(
                     status="ok", returncode=0, wall_s=wall, repro=repro, restarts=restarts,
                     detail=f"slurm job {ident.job_id}"))
-            append_event(case_dir, {"event": "arm_end", "arm": arm.name, "job_id": ident.job_id,
-                                    "restarts": restarts, "wall_s": wall, "time": time.time()})
+            append_event(case_dir, ArmEnd(**_stamp(ident, arm), wall_s=wall))
         ran.append(arm.name)
     return {"case": plan.case_id, "rank": ident.rank, "ran": ran, "skipped": skipped}
 
 
-def _arm_events(case_dir: Path, event: str, arm: str, ident: TaskIdentity) -> list[dict]:
-    """The ``event`` events of ``arm`` in this start of the job."""
-    return [e for e in read_events(case_dir) if e.get("event") == event and e.get("arm") == arm
-            and e.get("job_id") == ident.job_id and e.get("restarts") == ident.restarts]
+def _stamp(ident: TaskIdentity, arm: PlannedArm) -> dict:
+    """What every event of ``arm`` in this start of the job says (``slurm_events``)."""
+    return dict(arm=arm.name, job_id=ident.job_id, restarts=ident.restarts, time=time.time())
+
+
+_E = TypeVar("_E", ArmStart, ProcessEnd, ArmEnd)
+
+
+def _arm_events(case_dir: Path, kind: type[_E], arm: PlannedArm, ident: TaskIdentity) -> list[_E]:
+    """The events of type ``kind`` of ``arm`` in this start of the job."""
+    return [e for e in read_events(case_dir) if isinstance(e, kind) and e.arm == arm.name
+            and e.job_id == ident.job_id and e.restarts == ident.restarts]
 
 
 def _wait_for(what: str, ready: Callable[[], bool], limit_s: float, poll_s: float = 0.5) -> None:
@@ -363,12 +345,10 @@ def run_command_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
     if ident.rank == 0:
         (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome in flight
         log_start = prepare_metrics(plan, arm, arm_dir, cmd.metrics_path)
-        append_event(case_dir, {"event": "arm_start", "arm": arm.name, "job_id": ident.job_id,
-                                "restarts": ident.restarts, "processes": count,
-                                "time": time.time()})
+        append_event(case_dir, ArmStart(**_stamp(ident, arm), processes=count))
     else:
         _wait_for(f"task 0 starting arm '{arm.name}'",
-                  lambda: bool(_arm_events(case_dir, "arm_start", arm.name, ident)), limit_s)
+                  lambda: bool(_arm_events(case_dir, ArmStart, arm, ident)), limit_s)
     outcome = (failed_outcome(arm, arm_dir, cmd.problem, repro) if cmd.problem else run_ranks(
         RankCommand(argv=cmd.argv, world_size=count, arm_dir=arm_dir, timeout_s=limit_s,
                     env=cmd.env, repro=repro, ranks=(ident.rank,), cwd=cmd.cwd,
@@ -377,9 +357,8 @@ def run_command_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
     outcome = dataclasses.replace(outcome, restarts=ident.restarts, detail=(
         f"{outcome.detail} (slurm job {ident.job_id})" if outcome.detail
         else f"slurm job {ident.job_id}"))
-    append_event(case_dir, {"event": "process_end", "arm": arm.name, "job_id": ident.job_id,
-                            "restarts": ident.restarts, "process": ident.rank,
-                            "status": outcome.status, "time": time.time()})
+    append_event(case_dir, ProcessEnd(**_stamp(ident, arm), process=ident.rank,
+                                      status=outcome.status))
     if not outcome.ok:
         if read_outcome(arm_dir) is None:  # the first failing process is usually the cause
             write_outcome(arm_dir, outcome)
@@ -388,17 +367,16 @@ def run_command_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
         _sit_out(arm_dir, limit_s + 120.0)  # task 0 records the metrics, then the next arm
         return True
     _wait_for(f"every process of arm '{arm.name}' ending", lambda: len(
-        {e.get("process") for e in _arm_events(case_dir, "process_end", arm.name, ident)})
-        == count, limit_s + 120.0)
-    bad = [e for e in _arm_events(case_dir, "process_end", arm.name, ident) if e["status"] != "ok"]
+        {e.process for e in _arm_events(case_dir, ProcessEnd, arm, ident)}) == count,
+        limit_s + 120.0)
+    bad = [e for e in _arm_events(case_dir, ProcessEnd, arm, ident) if e.status != "ok"]
     if bad:
-        raise RuntimeError(f"arm '{arm.name}': process {bad[0]['process']} {bad[0]['status']}")
+        raise RuntimeError(f"arm '{arm.name}': process {bad[0].process} {bad[0].status}")
     outcome = record_metrics(plan, arm, arm_dir, outcome, cmd.metrics_path, log_start,
                              on_cuda=cuda_device_count() > 0)
     write_outcome(arm_dir, outcome)
-    append_event(case_dir, {"event": "arm_end", "arm": arm.name, "job_id": ident.job_id,
-                            "restarts": ident.restarts, "status": outcome.status,
-                            "wall_s": outcome.wall_s, "time": time.time()})
+    append_event(case_dir, ArmEnd(**_stamp(ident, arm), status=outcome.status,
+                                  wall_s=outcome.wall_s))
     return True
 
 
@@ -412,10 +390,9 @@ def run_emulated_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
 
     arm_dir = case_dir / arm.name
     (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome in flight
-    append_event(case_dir, {"event": "arm_start", "arm": arm.name, "job_id": ident.job_id,
-                            "restarts": ident.restarts, "emulated": list(arm.ranks),
-                            "recorded_steps": {str(r): len(v) for r, v in read_steps(arm_dir).items()},
-                            "time": time.time()})
+    append_event(case_dir, ArmStart(
+        **_stamp(ident, arm), emulated=tuple(arm.ranks),
+        recorded_steps={str(r): len(v) for r, v in read_steps(arm_dir).items()}))
     gpus = cuda_device_count()
     started = time.monotonic()
     outcome = run_emulated_arm(
@@ -426,9 +403,8 @@ def run_emulated_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
     outcome = dataclasses.replace(outcome, restarts=ident.restarts,
                                   detail=f"{outcome.detail} (slurm job {ident.job_id})")
     write_outcome(arm_dir, outcome)
-    append_event(case_dir, {"event": "arm_end", "arm": arm.name, "job_id": ident.job_id,
-                            "restarts": ident.restarts, "status": outcome.status,
-                            "wall_s": round(time.monotonic() - started, 3), "time": time.time()})
+    append_event(case_dir, ArmEnd(**_stamp(ident, arm), status=outcome.status,
+                                  wall_s=round(time.monotonic() - started, 3)))
     return outcome
 
 

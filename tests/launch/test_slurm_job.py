@@ -14,9 +14,9 @@ from harness.launch.slurm_job import (
     _TeeLines,
     arm_port,
     distributed_env,
-    read_events,
     run_case_arms,
 )
+from harness.launch.slurm_events import ArmStart, read_events
 from harness.arms import plan_case
 from harness.launch.completion import arm_needs_run
 from harness.launch.sweep import prepare_case_dir
@@ -90,7 +90,8 @@ def test_crashing_arm_gets_a_failed_outcome_and_ends_the_job(tmp_path, monkeypat
     assert "Traceback" in (case_dir / "eager" / "log.txt").read_text()
     assert read_outcome(case_dir / "eager-repeat") is None  # never started
     (start,) = read_events(case_dir)
-    assert (start["arm"], start["restarts"], start["resumed_after_step"]) == ("eager", 3, 0)
+    assert isinstance(start, ArmStart)
+    assert (start.arm, start.restarts, start.resumed_after_step) == ("eager", 3, 0)
 
 
 @pytest.mark.parametrize("error, status", [
