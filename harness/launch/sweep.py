@@ -65,8 +65,6 @@ class ArmLauncher(Protocol):
 class SweepResult:
     out_dir: Path
     verdicts: tuple[CaseVerdict, ...]
-    arms_run: int
-    arms_skipped: int
     summary: Any = None  # what harness.report.write_reports returned (for console_table)
 
 
@@ -202,12 +200,10 @@ def run_sweep(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
     check_resumable([p.case for p in plans], out_dir)
     with sweep_lock(out_dir):
         record_manifest(plans, out_dir, start)
-        verdicts, ran, skipped = _run_cases(plans, out_dir, launcher, progress or NullProgress(),
-                                            beside)
+        verdicts = _run_cases(plans, out_dir, launcher, progress or NullProgress(), beside)
         summary = write_reports(out_dir, check_plan=check_stored_plan, allowed_skips=allowed_skips,
                                 judged={v.case_id: v for v in verdicts})
-    return SweepResult(out_dir=out_dir, verdicts=tuple(verdicts), arms_run=ran,
-                       arms_skipped=skipped, summary=summary)
+    return SweepResult(out_dir=out_dir, verdicts=tuple(verdicts), summary=summary)
 
 
 def timing_judged_arms(plan: CasePlan) -> frozenset[str]:
@@ -267,15 +263,9 @@ class _Serialized:
         return call
 
 
-@dataclass
-class _Tally:
-    verdicts: dict[str, CaseVerdict]
-    ran: int = 0
-    skipped: int = 0
-
-
 def _run_case(index: int, total: int, plan: CasePlan, out_dir: Path, launcher: ArmLauncher,
-              shown: SweepProgress, tally: _Tally, hold: Callable[[PlannedArm], Any]) -> None:
+              shown: SweepProgress, verdicts: dict[str, CaseVerdict],
+              hold: Callable[[PlannedArm], Any]) -> None:
     """Run the case's arms not yet complete, one after another, then judge it. ``hold(arm)`` is
     the context an arm runs in (the lanes' rule of what may run beside it)."""
     case_dir = prepare_case_dir(plan, out_dir)
@@ -284,7 +274,6 @@ def _run_case(index: int, total: int, plan: CasePlan, out_dir: Path, launcher: A
     for arm in plan.arms:
         arm_dir = case_dir / arm.name
         if not arm_needs_run(arm, arm_dir, retry_final=True):
-            tally.skipped += 1
             shown.arm_skipped(title, arm.name, "already complete")
             continue
         (case_dir / VERDICT_FILE).unlink(missing_ok=True)
@@ -292,21 +281,20 @@ def _run_case(index: int, total: int, plan: CasePlan, out_dir: Path, launcher: A
             outcome = run_arm_into(
                 launcher, plan, arm, arm_dir, case_dir / CASE_FILE,
                 on_start=lambda: shown.arm_started(title, arm.name, arm_dir, plan.steps))
-        tally.ran += 1
         shown.arm_finished(title, arm.name, outcome)
     verdict = _finalize_or_error(plan.case_id, case_dir)
-    tally.verdicts[plan.case_id] = verdict
+    verdicts[plan.case_id] = verdict
     shown.case_finished(title, verdict)
 
 
 def _run_cases(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
                shown: SweepProgress, beside: Callable[[CasePlan], bool] = lambda plan: False
-               ) -> tuple[list[CaseVerdict], int, int]:
+               ) -> list[CaseVerdict]:
     """Every case, in plan order. Cases ``beside`` selects (CPU ranks on a machine with GPUs) run
     in a second lane beside the others, one after another there too; the first lane asks the
     second to stand still while an arm whose step time is judged runs. Ctrl-C stops both lanes
     (``launcher.stop()`` ends the second lane's ranks)."""
-    tally = _Tally({})
+    verdicts: dict[str, CaseVerdict] = {}
     indexed = list(enumerate(plans))
     second = [(i, p) for i, p in indexed if beside(p)]
     first = [(i, p) for i, p in indexed if not beside(p)]
@@ -324,7 +312,7 @@ def _run_cases(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
     def second_lane() -> None:
         try:
             for i, plan in second:
-                _run_case(i, len(plans), plan, out_dir, launcher, shown, tally, second_arm)
+                _run_case(i, len(plans), plan, out_dir, launcher, shown, verdicts, second_arm)
         except BaseException as exc:  # re-raised by the first lane's thread
             failure.append(exc)
 
@@ -334,7 +322,7 @@ def _run_cases(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
             worker.start()
         for i, plan in first:
             judged = timing_judged_arms(plan)
-            _run_case(i, len(plans), plan, out_dir, launcher, shown, tally,
+            _run_case(i, len(plans), plan, out_dir, launcher, shown, verdicts,
                       lambda arm: quiet.quiet() if arm.name in judged else nullcontext())
         if second:
             worker.join()
@@ -350,5 +338,4 @@ def _run_cases(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
         shown.close()
     if failure:
         raise failure[0]
-    verdicts = [tally.verdicts[p.case_id] for p in plans if p.case_id in tally.verdicts]
-    return verdicts, tally.ran, tally.skipped
+    return [verdicts[p.case_id] for p in plans if p.case_id in verdicts]

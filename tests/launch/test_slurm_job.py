@@ -20,7 +20,7 @@ from harness.launch.slurm_events import ArmStart, read_events
 from harness.arms import plan_case
 from harness.launch.completion import arm_needs_run
 from harness.launch.sweep import prepare_case_dir
-from harness.results import ArmOutcome, read_outcome, write_outcome
+from harness.results import read_outcome
 from tests.launch.cases import REPEAT, UNIFORM, load_case_file
 from tests.launch.faults import Fault, fault_env, with_fault
 
