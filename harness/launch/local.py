@@ -39,7 +39,7 @@ from typing import IO, Deque, Mapping, Optional, Sequence, Union
 
 from harness.caseplan import CasePlan, PlannedArm
 from harness.errors import ConfigError
-from harness.launch.emulated import run_emulated_arm, visible_gpus
+from harness.launch.emulated import EmulatedLauncher
 from harness.launch.failures import classify_exit, rank_cause, tail_text
 from harness.launch.command import run_command_arm
 from harness.launch.placement import runs_on_cuda, skip_reason
@@ -437,12 +437,11 @@ class LocalLauncher:
             return run_command_arm(plan, arm, arm_dir, self.timeout_s(plan), gpus, repro,
                                    stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s)
         if arm.emulated:  # each emulated rank alone, on one GPU (side by side on several) or CPU
-            return run_emulated_arm(
-                plan, arm, arm_dir, case_json,
-                gpus=visible_gpus(os.environ, gpus) if runs_on_cuda(plan, gpus) else [],
-                timeout_s=self.timeout_s(plan), python=self.python, repro=repro,
+            return EmulatedLauncher(
+                gpus, self.timeout_s(plan), self.python,
                 run=functools.partial(run_ranks, starter=self.starter),
-                stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s)
+                stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s,
+            ).run_arm(plan, arm, arm_dir, case_json)
         extra, where = device_env(world, gpus, plan.largest_arm.world_size)
         assert runs_on_cuda(plan, gpus) == (not extra)  # one rule for every arm of the case
         with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:

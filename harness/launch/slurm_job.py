@@ -56,6 +56,8 @@ from typing import TYPE_CHECKING, Callable, Optional, TextIO, TypeVar
 from harness.caseplan import CasePlan, PlannedArm
 from harness.launch.failures import infra_reason, log_cause, tail_text
 from harness.launch import rank_main
+from harness.launch.command import (Rendezvous, arm_command, failed_outcome, prepare_metrics,
+                                    record_metrics, rendezvous_env, starters)
 from harness.launch.completion import arm_needs_run
 from harness.launch.repro import repro_line
 from harness.launch.slurm_events import ArmEnd, ArmStart, ProcessEnd, append_event, read_events
@@ -217,17 +219,14 @@ def _sit_out(arm_dir: Path, limit_s: float, poll_s: float = 2.0) -> None:
 
 
 def run_case_arms(plan: CasePlan, case_dir: Path, ident: TaskIdentity, retry_round: int = 0) -> dict:
-    """Run every planned arm of the case that still needs it, as this task's rank (see module
-    doc)."""
+    """Run every planned arm of the case that still needs it (``completion.arm_needs_run``, final
+    outcomes kept) through this task's :class:`TaskLauncher` (see module doc)."""
     case_dir = Path(case_dir)
     # Load the workload (torch) before any arm's clock starts: the per-arm limit is for training,
     # not for this task's one-off imports (harness.workload loads lazily).
     if plan.case.command is None:
         importlib.import_module("harness.workload.train")
-    restarts = ident.restarts + retry_round
-    ident = TaskIdentity(ident.job_id, ident.rank, ident.local_rank, ident.world_size,
-                         ident.master_addr, restarts)
-    time_min = plan.case.resources.time_min
+    launcher = TaskLauncher(dataclasses.replace(ident, restarts=ident.restarts + retry_round))
     ran, skipped = [], []
     for arm in plan.arms:
         arm_dir = case_dir / arm.name
@@ -235,63 +234,96 @@ def run_case_arms(plan: CasePlan, case_dir: Path, ident: TaskIdentity, retry_rou
             skipped.append(arm.name)
             continue
         arm_dir.mkdir(parents=True, exist_ok=True)
+        launcher.run_arm(plan, arm, arm_dir, case_dir / CASE_FILE)
+        (ran if launcher.takes_part(plan, arm) else skipped).append(arm.name)
+    return {"case": plan.case_id, "rank": launcher.ident.rank, "ran": ran, "skipped": skipped}
+
+
+@dataclass(frozen=True)
+class TaskLauncher:
+    """The launcher (``launch.launcher.ArmLauncher``) of one task of a Slurm job: its share of an
+    arm (its rank of a built-in arm, its process of a command arm, every rank of an emulated arm
+    on task 0), or, for a task beyond the arm's, sitting the arm out until task 0 wrote the
+    arm's outcome. ``run_arm`` returns the arm's outcome as this task knows it, and raises when
+    the arm failed here: the job ends (srun stops the other tasks)."""
+
+    ident: TaskIdentity
+
+    def takes_part(self, plan: CasePlan, arm: PlannedArm) -> bool:
+        """Whether this task runs a share of ``arm``."""
         if plan.case.command is not None:
-            ran_here = run_command_arm_in_job(plan, arm, case_dir, ident)
-            (ran if ran_here else skipped).append(arm.name)
-            continue
+            return self.ident.rank < starters(plan, arm)
+        if arm.emulated:  # an emulated case's job has one task; any other sits it out
+            return self.ident.rank == 0
+        return self.ident.rank < arm.world_size  # the reference arm runs fewer ranks than the job
+
+    def run_arm(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path,
+                case_json: Path) -> ArmOutcome:
+        case_dir = Path(arm_dir).parent
+        if not self.takes_part(plan, arm):
+            limit_s = 60.0 * plan.case.resources.time_min
+            _sit_out(arm_dir, limit_s * (len(arm.ranks) if arm.emulated else 1) + 120.0)
+            return _written_outcome(arm_dir)
+        if plan.case.command is not None:
+            return run_command_arm_in_job(plan, arm, case_dir, self.ident)
         if arm.emulated:
-            if ident.rank == 0:
-                run_emulated_arm_in_job(plan, arm, case_dir, ident)
-                ran.append(arm.name)
-            else:  # an emulated case's job has one task; any other sits it out
-                _sit_out(arm_dir, 60.0 * time_min * len(arm.ranks) + 120.0)
-                skipped.append(arm.name)
-            continue
-        world = arm.world_size  # an arm may run fewer ranks than the job (the reference arm)
-        if ident.rank >= world:
-            _sit_out(arm_dir, 60.0 * time_min + 120.0)
-            skipped.append(arm.name)
-            continue
-        if ident.rank == 0:
-            (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome in flight
-            done = read_steps(arm_dir).get(0, [])
-            append_event(case_dir, ArmStart(**_stamp(ident, arm), resumed_after_step=len(done)))
-        arm_ident = TaskIdentity(ident.job_id, ident.rank, ident.local_rank, world,
-                                 ident.master_addr, restarts)
-        repro = repro_line(plan, arm, case_dir / CASE_FILE)
-        started = time.monotonic()
-        out, err = sys.stdout, sys.stderr
-        tee_out = _TeeLines(out, arm_dir / LOG_FILE, f"[rank {ident.rank}] ")
-        tee_err = _TeeLines(err, arm_dir / LOG_FILE, f"[rank {ident.rank}] ")
-        sys.stdout, sys.stderr = tee_out, tee_err
-        try:
-            with _ArmWatchdog(60.0 * time_min, arm_dir, ident, started, repro):
-                # An interrupted arm (compare.resume) runs in two legs: the first stops after its
-                # step and tears its process group down, the second resumes from the checkpoint.
-                for leg, stop in enumerate(rank_main.arm_legs(arm)):
-                    name = arm.name if leg == 0 else f"{arm.name}/leg{leg}"
-                    os.environ.update(distributed_env(arm_ident, arm_port(ident.job_id, name, restarts)))
-                    rank_main.run_rank(arm, arm_dir, resume=True, stop_after=stop)
-        except Exception as exc:
-            tb = traceback.format_exc()
-            print(tb, file=sys.stderr, flush=True)
-            if read_outcome(arm_dir) is None:  # the first failing rank is usually the cause
-                write_outcome(arm_dir, raised_outcome(exc, tb, ident, arm_dir, repro,
-                                                      round(time.monotonic() - started, 3)))
-            raise
-        finally:
-            sys.stdout, sys.stderr = out, err
-            tee_out.close()
-            tee_err.close()
-        wall = round(time.monotonic() - started, 3)
-        if ident.rank == 0:
-            if read_outcome(arm_dir) is None:
-                write_outcome(arm_dir, ArmOutcome(
-                    status="ok", returncode=0, wall_s=wall, repro=repro, restarts=restarts,
-                    detail=f"slurm job {ident.job_id}"))
-            append_event(case_dir, ArmEnd(**_stamp(ident, arm), wall_s=wall))
-        ran.append(arm.name)
-    return {"case": plan.case_id, "rank": ident.rank, "ran": ran, "skipped": skipped}
+            return run_emulated_arm_in_job(plan, arm, case_dir, self.ident)
+        return run_rank_in_job(plan, arm, case_dir, self.ident)
+
+
+def _written_outcome(arm_dir: Path) -> ArmOutcome:
+    outcome = read_outcome(arm_dir)
+    if outcome is None:
+        raise RuntimeError(f"{arm_dir}: the arm's outcome.json is gone")
+    return outcome
+
+
+def run_rank_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
+                    ident: TaskIdentity) -> ArmOutcome:
+    """This task's rank of the built-in ``arm``, in this process (``rank_main.run_rank``, resuming
+    after the last completed step), its output teed into the arm's log, within the arm's limit
+    (:class:`_ArmWatchdog`); task 0 records the arm's start, end and outcome. A raising rank
+    writes the arm's outcome (the first to fail) and raises (module doc)."""
+    arm_dir = case_dir / arm.name
+    if ident.rank == 0:
+        (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome in flight
+        done = read_steps(arm_dir).get(0, [])
+        append_event(case_dir, ArmStart(**_stamp(ident, arm), resumed_after_step=len(done)))
+    arm_ident = dataclasses.replace(ident, world_size=arm.world_size)
+    repro = repro_line(plan, arm, case_dir / CASE_FILE)
+    started = time.monotonic()
+    out, err = sys.stdout, sys.stderr
+    tee_out = _TeeLines(out, arm_dir / LOG_FILE, f"[rank {ident.rank}] ")
+    tee_err = _TeeLines(err, arm_dir / LOG_FILE, f"[rank {ident.rank}] ")
+    sys.stdout, sys.stderr = tee_out, tee_err
+    try:
+        with _ArmWatchdog(60.0 * plan.case.resources.time_min, arm_dir, ident, started, repro):
+            # An interrupted arm (compare.resume) runs in two legs: the first stops after its
+            # step and tears its process group down, the second resumes from the checkpoint.
+            for leg, stop in enumerate(rank_main.arm_legs(arm)):
+                name = arm.name if leg == 0 else f"{arm.name}/leg{leg}"
+                os.environ.update(distributed_env(arm_ident, arm_port(ident.job_id, name,
+                                                                      ident.restarts)))
+                rank_main.run_rank(arm, arm_dir, resume=True, stop_after=stop)
+    except Exception as exc:
+        tb = traceback.format_exc()
+        print(tb, file=sys.stderr, flush=True)
+        if read_outcome(arm_dir) is None:  # the first failing rank is usually the cause
+            write_outcome(arm_dir, raised_outcome(exc, tb, ident, arm_dir, repro,
+                                                  round(time.monotonic() - started, 3)))
+        raise
+    finally:
+        sys.stdout, sys.stderr = out, err
+        tee_out.close()
+        tee_err.close()
+    wall = round(time.monotonic() - started, 3)
+    outcome = ArmOutcome(status="ok", returncode=0, wall_s=wall, repro=repro,
+                         restarts=ident.restarts, detail=f"slurm job {ident.job_id}")
+    if ident.rank == 0:
+        if read_outcome(arm_dir) is None:
+            write_outcome(arm_dir, outcome)
+        append_event(case_dir, ArmEnd(**_stamp(ident, arm), wall_s=wall))
+    return outcome
 
 
 def _stamp(ident: TaskIdentity, arm: PlannedArm) -> dict:
@@ -317,26 +349,20 @@ def _wait_for(what: str, ready: Callable[[], bool], limit_s: float, poll_s: floa
 
 
 def run_command_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
-                           ident: TaskIdentity) -> bool:
+                           ident: TaskIdentity) -> ArmOutcome:
     """This task's process of the command arm ``arm`` (``launch.command``): its rank
     (``ranks: per_rank``, one task per rank) or its node's launcher (``launcher``, one task per
     node), started once task 0 has cleaned the metrics source (its ``arm_start`` event), with the
     job's rendezvous. Each task appends a ``process_end`` event; a process that cannot start or
     fails gets the arm's outcome (the first to fail) and ends the job, as a raising built-in rank
     does. Task 0 waits for every process's end, then reads the metrics into ``rank<k>.jsonl``
-    (``command.record_metrics``) and writes the outcome; the other tasks wait for it. False for
-    a task beyond the arm's processes (it sits the arm out)."""
-    from harness.launch.command import (Rendezvous, arm_command, failed_outcome,
-                                        prepare_metrics, record_metrics, rendezvous_env,
-                                        starters)
+    (``command.record_metrics``) and writes the outcome; the other tasks wait for it. The arm's
+    outcome."""
     from harness.launch.local import RankCommand, cuda_device_count, run_ranks
 
     arm_dir = case_dir / arm.name
     limit_s = 60.0 * plan.case.resources.time_min
     count = starters(plan, arm)
-    if ident.rank >= count:
-        _sit_out(arm_dir, limit_s + 120.0)
-        return False
     place = Rendezvous(ident.master_addr, arm_port(ident.job_id, arm.name, ident.restarts),
                        ident.rank, ident.local_rank)
     cmd = arm_command(plan, arm, arm_dir, place, device={})  # the GPUs Slurm gave the task
@@ -365,7 +391,7 @@ def run_command_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
         raise RuntimeError(f"arm '{arm.name}' process {ident.rank}: {outcome.describe()}")
     if ident.rank != 0:
         _sit_out(arm_dir, limit_s + 120.0)  # task 0 records the metrics, then the next arm
-        return True
+        return _written_outcome(arm_dir)
     _wait_for(f"every process of arm '{arm.name}' ending", lambda: len(
         {e.process for e in _arm_events(case_dir, ProcessEnd, arm, ident)}) == count,
         limit_s + 120.0)
@@ -377,29 +403,24 @@ def run_command_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
     write_outcome(arm_dir, outcome)
     append_event(case_dir, ArmEnd(**_stamp(ident, arm), status=outcome.status,
                                   wall_s=outcome.wall_s))
-    return True
+    return outcome
 
 
 def run_emulated_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
                             ident: TaskIdentity) -> ArmOutcome:
-    """Run the emulated ``arm`` on this task's GPUs (``launch.emulated``), record its outcome and
-    the arm's start and end events."""
-    from harness.launch.emulated import run_emulated_arm, visible_gpus
+    """Run the emulated ``arm`` on this task's GPUs (``emulated.EmulatedLauncher``), record its
+    outcome and the arm's start and end events."""
+    from harness.launch.emulated import EmulatedLauncher
     from harness.launch.local import cuda_device_count
-    from harness.launch.placement import runs_on_cuda
 
     arm_dir = case_dir / arm.name
     (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome in flight
     append_event(case_dir, ArmStart(
         **_stamp(ident, arm), emulated=tuple(arm.ranks),
         recorded_steps={str(r): len(v) for r, v in read_steps(arm_dir).items()}))
-    gpus = cuda_device_count()
     started = time.monotonic()
-    outcome = run_emulated_arm(
-        plan, arm, arm_dir, case_dir / CASE_FILE,
-        gpus=visible_gpus(os.environ, gpus) if runs_on_cuda(plan, gpus) else [],
-        timeout_s=60.0 * plan.case.resources.time_min, python=sys.executable,
-        repro=repro_line(plan, arm, case_dir / CASE_FILE))
+    outcome = EmulatedLauncher(cuda_device_count(), 60.0 * plan.case.resources.time_min).run_arm(
+        plan, arm, arm_dir, case_dir / CASE_FILE)
     outcome = dataclasses.replace(outcome, restarts=ident.restarts,
                                   detail=f"{outcome.detail} (slurm job {ident.job_id})")
     write_outcome(arm_dir, outcome)

@@ -19,7 +19,7 @@ from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from harness.caseplan import UNHASHED_FIELDS, CasePlan, PlannedArm, read_plan, write_plan
 from harness.compare import (
@@ -33,6 +33,7 @@ from harness.compare import (
 from harness.errors import ConfigError
 from harness.judge import judge, read_arms
 from harness.launch.completion import arm_is_complete, arm_needs_run
+from harness.launch.launcher import ArmLauncher
 from harness.launch.rules import check_stored_plan
 from harness.launch.progress import NullProgress, SweepProgress
 from harness.launch.rank_main import CHECKPOINT_DIR
@@ -51,14 +52,6 @@ from harness.results import (
 )
 from harness.spec.names import GOLDEN
 from harness.spec.schema import Case
-
-
-class ArmLauncher(Protocol):
-    """Runs every rank of one planned arm and reports how it ended (never raises for a failing
-    arm). ``plan`` is the arm's case plan (every arm of a case runs on one kind of device)."""
-
-    def run_arm(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path,
-                case_json: Path) -> ArmOutcome: ...
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import pytest
 from harness.launch.slurm_job import (
     CaseJob,
     TaskIdentity,
+    TaskLauncher,
     _TeeLines,
     arm_port,
     distributed_env,
@@ -20,7 +21,7 @@ from harness.launch.slurm_events import ArmStart, read_events
 from harness.arms import plan_case
 from harness.launch.completion import arm_needs_run
 from harness.launch.sweep import prepare_case_dir
-from harness.results import read_outcome
+from harness.results import ArmOutcome, read_outcome, write_outcome
 from tests.launch.cases import REPEAT, UNIFORM, load_case_file
 from tests.launch.faults import Fault, fault_env, with_fault
 
@@ -58,6 +59,18 @@ def test_tee_prefixes_complete_lines(tmp_path, capsys):
     tee.close()  # closing twice is harmless
     assert (tmp_path / "log.txt").read_text() == "[rank 3] a\n[rank 3] bc\n[rank 3] tail\n"
     assert capsys.readouterr().out == "a\nbc\ntail"
+
+
+def test_a_task_beyond_an_arms_ranks_sits_it_out_and_gets_the_outcome_task_0_wrote(tmp_path):
+    plan, case_dir = make_case(tmp_path)
+    arm = plan.arm("eager")  # one rank
+    second = TaskLauncher(TaskIdentity("9", 1, 1, 2, "127.0.0.1", restarts=0))
+    assert not second.takes_part(plan, arm)
+    assert TaskLauncher(TaskIdentity("9", 0, 0, 2, "127.0.0.1", restarts=0)).takes_part(plan, arm)
+    written = ArmOutcome(status="ok", returncode=0, detail="slurm job 9")
+    write_outcome(case_dir / "eager", written)
+    assert second.run_arm(plan, arm, case_dir / "eager", case_dir / "case.json") == written
+    assert not (case_dir / "eager" / "log.txt").exists()  # nothing of its own ran
 
 
 def test_case_job_pickles_and_checkpoints_itself(tmp_path):
