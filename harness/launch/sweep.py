@@ -4,9 +4,9 @@ Each case comes planned (``harness.arms.plan_case``). For each: ``prepare_case_d
 ``case.json`` and the plan (``plan.json``, with the case's golden values as they are now); each
 planned arm runs unless it is complete (``completion.arm_needs_run``: its outcome says ``ok`` and
 every rank it records on holds every step; an arm that failed, timed out or was interrupted runs
-again and resumes after its last checkpointed step); ``finalize_case`` evaluates the planned pairs and writes ``verdict.json``. At the end
-``write_reports`` writes ``summary.md``, ``junit.xml``, ``index.json``. A failing arm never stops
-the sweep; only Ctrl-C does.
+again and resumes after its last checkpointed step); ``finalize_case`` evaluates the planned
+pairs and writes ``verdict.json``. At the end ``write_reports`` writes ``summary.md``,
+``junit.xml``, ``index.json``. A failing arm never stops the sweep; only Ctrl-C does.
 """
 
 from __future__ import annotations
