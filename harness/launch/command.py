@@ -2,8 +2,8 @@
 built-in workload, then its metrics read into ``<arm>/rank<k>.jsonl``. The local launcher
 (:func:`run_command_arm`) and a Slurm job (``slurm_job``, each task its own rank or node) share
 what is here: the arm's command (:func:`arm_command`), its rendezvous variables
-(:func:`rendezvous_env`), its repro line (:func:`repro_line`), the metrics clean-up before the
-start (:func:`prepare_metrics`) and the conversion after it (:func:`record_metrics`).
+(:func:`rendezvous_env`), the metrics clean-up before the start (:func:`prepare_metrics`) and the
+conversion after it (:func:`record_metrics`); its repro line is ``launch.repro``'s.
 
 The arm's argument vector is ``command.argv`` plus its role's arguments, placeholders filled
 (``harness.spec.command``); it starts in ``command.cwd`` (relative to the case file's folder).
@@ -23,14 +23,13 @@ Once every process exited 0 the metrics source is read (``harness.metrics.read_s
 rank's records are written to ``rank<k>.jsonl``. A command that is not found, exits non-zero,
 writes no metrics or metrics that cannot be read fails the arm with the reason naming the arm;
 fewer steps than planned or NaN are the arm checks' FAIL (``steps_complete``, ``no_nan_inf``).
-The repro line is the command itself, every rank of it, with the variables the harness set
-(rendezvous on 127.0.0.1:29500, ``{arm_dir}`` in ``/tmp/dcp-repro``).
+The repro line (``launch.repro``) is the command itself, every rank of it, with the variables
+the harness set (rendezvous on 127.0.0.1:29500, ``{arm_dir}`` in ``/tmp/dcp-repro``).
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,6 @@ from typing import Mapping, Optional
 
 from harness.caseplan import CasePlan, PlannedArm
 from harness.golden import platform_key
-from harness.launch.local import RankCommand, device_env, run_ranks
 from harness.launch.ports import pick_free_port
 from harness.metrics import (METRICS_DIR_ENV, MetricsError, read_source, source_path,
                              stale_files)
@@ -47,7 +45,6 @@ from harness.spec.command import FIXED_CP_ROLES, arm_argv, fill
 from harness.spec.schema import CommandSpec, MetricsSource, RankStart
 
 METRICS_DIR = "metrics"
-REPRO_ROOT = Path("/tmp/dcp-repro")
 REPRO_PORT = 29500  # torchrun's default
 
 
@@ -130,7 +127,7 @@ def find_program(program: str, cwd: Path, path: Optional[str]) -> Optional[str]:
     return shutil.which(program, path=path)
 
 
-def _shown_env(command: CommandSpec, values: Mapping[str, object],
+def shown_env(command: CommandSpec, values: Mapping[str, object],
                arm_dir: Path) -> dict[str, str]:
     """The environment the case adds (no secrets), with the record API's folder."""
     shown = {k: fill(v, values) for k, v in command.env.items()}
@@ -148,7 +145,7 @@ def arm_command(plan: CasePlan, arm: PlannedArm, arm_dir: Path, place: Rendezvou
     argv = arm_argv(command, arm.kind, arm.repeat, values)
     cwd = command_cwd(plan, command)
     secrets = {k: os.environ[k] for k in command.secret_env if k in os.environ}
-    env = {**device, **_shown_env(command, values, arm_dir), **secrets}
+    env = {**device, **shown_env(command, values, arm_dir), **secrets}
     missing = [k for k in command.secret_env if k not in os.environ]
     problem = None
     if missing:
@@ -161,29 +158,6 @@ def arm_command(plan: CasePlan, arm: PlannedArm, arm_dir: Path, place: Rendezvou
     return ArmCommand(argv=tuple(argv), cwd=cwd, env=env,
                       secrets=tuple(v for v in secrets.values() if v), metrics_path=path,
                       problem=problem)
-
-
-def repro_line(plan: CasePlan, arm: PlannedArm) -> str:
-    """One shell line that runs the arm's command on its own, every process of it on this
-    machine with the variables the harness sets (secret ones left to the caller's shell), into
-    a fresh folder."""
-    command = plan.case.command
-    assert command is not None
-    arm_dir = REPRO_ROOT / plan.case_id / arm.name
-    values = placeholder_values(plan, arm, arm_dir)
-    run = shlex.join(arm_argv(command, arm.kind, arm.repeat, values))
-    count = starters(plan, arm)
-    env = {**rendezvous_env(plan, arm, Rendezvous()), **_shown_env(command, values, arm_dir)}
-    if not launcher_mode(plan):
-        env["LOCAL_WORLD_SIZE"] = str(count)  # every rank on this machine
-    per_process = ("NODE_RANK", "PET_NODE_RANK") if launcher_mode(plan) else ("RANK", "LOCAL_RANK")
-    head = (f"mkdir -p {shlex.quote(str(arm_dir / METRICS_DIR))} && "
-            f"cd {shlex.quote(str(command_cwd(plan, command)))} && ")
-    if count == 1:
-        return head + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + f" {run}"
-    assigns = " ".join(f"{k}={'$k' if k in per_process else shlex.quote(v)}"
-                       for k, v in env.items())
-    return head + f"for k in {' '.join(map(str, range(count)))}; do {assigns} {run} & done; wait"
 
 
 def prepare_metrics(plan: CasePlan, arm: PlannedArm, arm_dir: Path, path: str) -> int:
@@ -212,9 +186,12 @@ def _platform(on_cuda: bool) -> str:
 
 
 def run_command_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, timeout_s: float, gpus: int,
-                    *, stack_wait_s: float = 3.0, kill_grace_s: float = 5.0) -> ArmOutcome:
+                    repro: str, *, stack_wait_s: float = 3.0, kill_grace_s: float = 5.0
+                    ) -> ArmOutcome:
     """Run arm ``arm`` of command case ``plan`` here and record its metrics (module doc); never
     raises for a failing arm."""
+    from harness.launch.local import RankCommand, device_env, run_ranks  # local imports this module
+
     arm_dir = Path(arm_dir)
     arm_dir.mkdir(parents=True, exist_ok=True)
     device, where = device_env(arm.world_size, gpus, plan.largest_arm.world_size)
@@ -223,7 +200,6 @@ def run_command_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, timeout_s: f
     # processes get theirs from run_ranks, which tries another when it is taken.
     place = Rendezvous(master_port=pick_free_port()) if launcher else Rendezvous()
     cmd = arm_command(plan, arm, arm_dir, place, device)
-    repro = repro_line(plan, arm)
     if cmd.problem:
         return failed_outcome(arm, arm_dir, cmd.problem, repro)
     log_start = prepare_metrics(plan, arm, arm_dir, cmd.metrics_path)

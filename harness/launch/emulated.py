@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import os
 import queue
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from harness.caseplan import CasePlan, PlannedArm
-from harness.results import LOG_FILE, ArmOutcome, read_steps
+from harness.launch.completion import rank_is_complete
+from harness.launch.placement import runs_on_cuda
+from harness.launch.repro import repro_line
+from harness.results import LOG_FILE, ArmOutcome
 from harness.spec.places import rank_place
 
 # The outcome of an arm whose ranks ended differently: the first of these among them.
@@ -49,13 +53,6 @@ class RankRun:
     rank: int
     label: str
     outcome: ArmOutcome
-
-
-def rank_is_complete(arm: PlannedArm, arm_dir: Path, rank: int) -> bool:
-    """Whether ``rank`` of the arm recorded every step already (a resumed or requeued arm runs
-    only its other ranks again)."""
-    want = set(range(1, arm.case.train.steps + 1))
-    return want <= {r.step for r in read_steps(arm_dir).get(rank, [])}
 
 
 def combine(runs: Sequence[RankRun], repro: str) -> ArmOutcome:
@@ -127,3 +124,30 @@ def run_emulated_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, case_json: 
         with ThreadPoolExecutor(max_workers=side) as pool:
             runs = list(pool.map(one, arm.ranks))
     return combine(runs, repro)
+
+
+@dataclass(frozen=True)
+class EmulatedLauncher:
+    """The launcher (``launch.launcher.ArmLauncher``) of an emulated arm, for this machine and for
+    a Slurm job's task alike: its ranks on the ``gpus`` CUDA GPUs this process sees where the case
+    runs on CUDA (``placement.runs_on_cuda``), else on the CPU; each rank with ``timeout_s``; the
+    repro line of ``launch.repro``. ``run``: ``local.run_ranks`` (the default) or one with a
+    warm starter."""
+
+    gpus: int
+    timeout_s: float
+    python: str = sys.executable
+    run: Optional[RunRanks] = None
+    stack_wait_s: float = 3.0
+    kill_grace_s: float = 5.0
+
+    def run_arm(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path,
+                case_json: Path) -> ArmOutcome:
+        """Every rank of emulated ``arm`` (:func:`run_emulated_arm`); never raises for a failing
+        rank."""
+        seen = visible_gpus(os.environ, self.gpus) if runs_on_cuda(plan, self.gpus) else []
+        return run_emulated_arm(plan, arm, arm_dir, case_json, gpus=seen, timeout_s=self.timeout_s,
+                                python=self.python, repro=repro_line(plan, arm, case_json,
+                                                                     self.python),
+                                run=self.run, stack_wait_s=self.stack_wait_s,
+                                kill_grace_s=self.kill_grace_s)

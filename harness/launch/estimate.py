@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Literal, Optional, Sequence
 
 from harness.caseplan import PLAN_FILE, CasePlan, PlanError, PlannedArm, read_plan
 from harness.launch.placement import runs_on_cuda, skip_reason
@@ -30,7 +30,7 @@ from harness.launch.rank_main import arm_legs
 from harness.results import ResultsError
 from harness.results.timing import ArmTiming, arm_timing, checkpoint_rule
 
-BASES = ("measured", "similar", "skipped", "unknown")
+Basis = Literal["measured", "similar", "skipped", "unknown"]  # how an estimate is known
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class Estimate:
     """Seconds an arm (or a case: the sum of its arms) will take, and how that is known."""
 
     seconds: Optional[float]
-    basis: str  # one of BASES
+    basis: Basis
     detail: str = ""
 
 

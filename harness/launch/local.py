@@ -39,18 +39,19 @@ from typing import IO, Deque, Mapping, Optional, Sequence, Union
 
 from harness.caseplan import CasePlan, PlannedArm
 from harness.errors import ConfigError
-from harness.launch.emulated import run_emulated_arm, visible_gpus
+from harness.launch.emulated import EmulatedLauncher
 from harness.launch.failures import classify_exit, rank_cause, tail_text
+from harness.launch.command import run_command_arm
 from harness.launch.placement import runs_on_cuda, skip_reason
 from harness.launch.ports import is_addr_in_use, pick_free_port
 from harness.launch.rank_main import (LAUNCHER_PID_ENV, arm_legs, read_plan_beside,
                                       remove_empty_stacks, stacks_path)
+from harness.launch.repro import REPO_ROOT, repro_line
 from harness.launch.warm import WarmProcess, WarmStarter
 from harness.results import LOG_FILE, ArmOutcome, read_steps, write_outcome
 
 TAIL_LINES = 60
 STACK_LINES = 80
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -148,8 +149,8 @@ def rank_env(base: Mapping[str, str], rank: int, world_size: int, port: int,
         # (bench/arm_phases.py). The thread count, hence every figure, stays the same.
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     path = env.get("PYTHONPATH", "")
-    if str(_REPO_ROOT) not in path.split(os.pathsep):
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), path) if p)
+    if str(REPO_ROOT) not in path.split(os.pathsep):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), path) if p)
     return env
 
 
@@ -159,8 +160,8 @@ def alone_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, st
     env.update(extra)
     env.update(PYTHONUNBUFFERED="1", **{LAUNCHER_PID_ENV: str(os.getpid())})
     path = env.get("PYTHONPATH", "")
-    if str(_REPO_ROOT) not in path.split(os.pathsep):
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), path) if p)
+    if str(REPO_ROOT) not in path.split(os.pathsep):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), path) if p)
     return env
 
 
@@ -377,13 +378,6 @@ def _terminate(live: list[_Rank], grace_s: float) -> None:
 
 
 # --------------------------------------------------------------------------- the launcher
-def repro_command(python: str, case_json: Path, arm_name: str, case_id: str) -> str:
-    """One shell line that re-runs just this arm into a fresh folder."""
-    argv = [python, "-m", "harness.launch.local", "--case", str(case_json),
-            "--arm", arm_name, "--out", f"/tmp/dcp-repro/{case_id}/{arm_name}"]
-    return f"cd {shlex.quote(str(_REPO_ROOT))} && {shlex.join(argv)}"
-
-
 @dataclass(frozen=True)
 class LocalLauncher:
     """Runs arms on this machine. ``timeout_min`` overrides ``case.resources.time_min``.
@@ -438,19 +432,16 @@ class LocalLauncher:
             with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
                 log.write(f"[launcher] case {plan.case_id} arm {arm.name}: skipped: {skip}\n")
             return ArmOutcome(status="skipped", detail=skip)
+        repro = repro_line(plan, arm, case_json, self.python)
         if plan.case.command is not None:  # a training command instead of the built-in workload
-            from harness.launch.command import run_command_arm
-
-            return run_command_arm(plan, arm, arm_dir, self.timeout_s(plan), gpus,
+            return run_command_arm(plan, arm, arm_dir, self.timeout_s(plan), gpus, repro,
                                    stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s)
-        repro = repro_command(self.python, Path(case_json).resolve(), arm.name, plan.case_id)
         if arm.emulated:  # each emulated rank alone, on one GPU (side by side on several) or CPU
-            return run_emulated_arm(
-                plan, arm, arm_dir, case_json,
-                gpus=visible_gpus(os.environ, gpus) if runs_on_cuda(plan, gpus) else [],
-                timeout_s=self.timeout_s(plan), python=self.python, repro=repro,
+            return EmulatedLauncher(
+                gpus, self.timeout_s(plan), self.python,
                 run=functools.partial(run_ranks, starter=self.starter),
-                stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s)
+                stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s,
+            ).run_arm(plan, arm, arm_dir, case_json)
         extra, where = device_env(world, gpus, plan.largest_arm.world_size)
         assert runs_on_cuda(plan, gpus) == (not extra)  # one rule for every arm of the case
         with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:

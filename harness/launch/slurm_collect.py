@@ -14,19 +14,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
 from harness.launch.failures import classify_failure, tail_text
 from harness.compare import DEFAULT_ALLOWED_SKIPS
 from harness.launch.rules import check_stored_plan
 from harness.launch.slurm import JobRef, latest_jobs
 from harness.launch.rank_main import remove_empty_stacks
-from harness.launch.slurm_job import arm_needs_run, read_events, repro_line
+from harness.launch.repro import repro_line
+from harness.launch.completion import arm_needs_run
+from harness.launch.slurm_events import ArmStart, SlurmEvent, read_events
 from harness.launch.slurm_poll import Runner, SchedState, SchedulerPoller, run_command
 from harness.launch.slurm_status import CaseStatus, case_status, statuses_in_view
 from harness.launch.sweep import finalize_case, load_plan, remove_checkpoints_if_complete
 from harness.report import write_reports
-from harness.results import LOG_FILE, ArmOutcome, read_outcome, read_steps, write_outcome
+from harness.results import (CASE_FILE, LOG_FILE, ArmOutcome, read_outcome, read_steps,
+                             write_outcome)
 
 
 def job_log_text(ref: JobRef, lines: int = 80) -> str:
@@ -40,16 +43,15 @@ def job_log_text(ref: JobRef, lines: int = 80) -> str:
     return "\n".join(parts)
 
 
-def _arm_started(case_dir: Path, arm: str, events: Sequence[Mapping]) -> bool:
-    return (any(e.get("event") == "arm_start" and e.get("arm") == arm for e in events)
+def _arm_started(case_dir: Path, arm: str, events: Sequence[SlurmEvent]) -> bool:
+    return (any(isinstance(e, ArmStart) and e.arm == arm for e in events)
             or bool(read_steps(case_dir / arm)))
 
 
-def arm_wall_s(arm_dir: Path, arm: str, events: Sequence[Mapping]) -> float:
+def arm_wall_s(arm_dir: Path, arm: str, events: Sequence[SlurmEvent]) -> float:
     """Seconds from the arm's last ``arm_start`` event to the newest file in its folder (its
     last sign of life); 0.0 when it has no start event or no files."""
-    starts = [float(e["time"]) for e in events if e.get("event") == "arm_start"
-              and e.get("arm") == arm and isinstance(e.get("time"), (int, float))]
+    starts = [e.time for e in events if isinstance(e, ArmStart) and e.arm == arm]
     files = [p for p in Path(arm_dir).iterdir() if p.is_file()] if Path(arm_dir).is_dir() else []
     if not starts or not files:
         return 0.0
@@ -62,7 +64,7 @@ def outcomes_for_ended_job(case_dir: Path, ref: JobRef, sched: Optional[SchedSta
     classified status, arms that never started ``infra`` ("not run")."""
     plan = load_plan(case_dir)
     events = read_events(case_dir)
-    restarts = max((int(e.get("restarts", 0)) for e in events), default=0)
+    restarts = max((e.restarts for e in events), default=0)
     logs = job_log_text(ref)
     state = sched.state if sched else "GONE"
     code = sched.exit_code if sched else ""
@@ -71,7 +73,8 @@ def outcomes_for_ended_job(case_dir: Path, ref: JobRef, sched: Optional[SchedSta
     for planned in plan.arms:
         arm = planned.name
         arm_dir = case_dir / arm
-        if not arm_needs_run(planned, arm_dir):
+        repro = repro_line(plan, planned, case_dir / CASE_FILE)
+        if not arm_needs_run(planned, arm_dir, retry_final=False):
             prior = read_outcome(arm_dir)
             if prior is not None and not prior.ok:
                 blame = blame or f"arm '{arm}' {prior.status}"
@@ -82,13 +85,13 @@ def outcomes_for_ended_job(case_dir: Path, ref: JobRef, sched: Optional[SchedSta
             out[arm] = ArmOutcome(
                 status=how.status, returncode=None, wall_s=arm_wall_s(arm_dir, arm, events),
                 log_tail=f"{arm_log}\n{logs}".strip()[-12000:],
-                repro=repro_line(case_dir, arm), restarts=restarts,
+                repro=repro, restarts=restarts,
                 detail=f"slurm job {ref.job_id} ended ({state}"
                        f"{', exit ' + code if code else ''}): {how.reason}")
             blame = f"arm '{arm}' {how.status}: {how.reason}"
         else:
             why = blame or f"slurm job {ref.job_id} ended ({state}) before it started"
-            out[arm] = ArmOutcome(status="infra", repro=repro_line(case_dir, arm),
+            out[arm] = ArmOutcome(status="infra", repro=repro,
                                   restarts=restarts, detail=f"not run: {why}",
                                   log_tail=logs[-4000:])
     return out
@@ -123,12 +126,12 @@ def collect(sweep_dir: Path, runner: Runner = run_command, reports: bool = True,
             remove_empty_stacks(case_dir / arm.name, arm.ranks)  # ranks ended by a signal
         if status.verdict:
             continue
-        for arm, outcome in outcomes_for_ended_job(case_dir, ref, view.get(ref.job_id)).items():
-            write_outcome(case_dir / arm, outcome)
-        try:
+        try:  # a damaged events file or unreadable results: the report counts the case as an error
+            for arm, outcome in outcomes_for_ended_job(case_dir, ref, view.get(ref.job_id)).items():
+                write_outcome(case_dir / arm, outcome)
             finalize_case(case_dir)
             finalized.append(cid)
-        except Exception as exc:  # unreadable results: the report counts the case as an error
+        except Exception as exc:
             problems.append(f"{cid}: could not evaluate: {type(exc).__name__}: {exc}")
     if reports:
         write_reports(sweep_dir, check_plan=check_stored_plan, allowed_skips=allowed_skips)

@@ -8,9 +8,9 @@ torch.distributed variables for the arm (``CUDA_VISIBLE_DEVICES`` is left as Slu
 calls :func:`harness.launch.rank_main.run_rank`, which resumes after the last completed step.
 Tasks beyond an arm's ranks (the one-rank reference arm) sit that arm out.
 
-* An arm whose outcome is final (``ok`` with every step on its ranks, ``failed``, ``timeout``,
-  ``skipped`` at submit time) is skipped, so a requeued or retried job continues where the last
-  one stopped.
+* An arm that is done (``completion.arm_needs_run`` with final outcomes kept: ``ok`` with every
+  step on its ranks, ``failed``, ``timeout``, ``skipped`` at submit time) is skipped, so a
+  requeued or retried job continues where the last one stopped.
 * An arm that raises on some rank gets a ``failed`` outcome with the traceback and its cause
   (``ExcType: message``, ``failures.log_cause``) and the job ends
   (srun ``--kill-on-bad-exit`` stops the other ranks; a crashed process cannot run more arms).
@@ -32,8 +32,9 @@ Tasks beyond an arm's ranks (the one-rank reference arm) sit that arm out.
   rank with the arm's time limit; a requeued job runs only the ranks that lack steps.
 
 Every line a rank prints during an arm is also appended to ``<arm>/log.txt`` as ``[rank k] ...``,
-like the local launcher does. Rank 0 appends one JSON line per arm start/end to
-``<case>/slurm_events.jsonl`` (job id, restart, the step it resumed after).
+like the local launcher does. Rank 0 appends a typed event per arm start/end (and each task of a
+command arm one per process end) to ``<case>/slurm_events.jsonl`` (``slurm_events``: job id,
+restart, the step it resumed after).
 """
 
 from __future__ import annotations
@@ -42,32 +43,33 @@ import dataclasses
 import faulthandler
 import importlib
 import io
-import json
 import os
 import random
-import shlex
 import sys
 import threading
 import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, TextIO
+from typing import TYPE_CHECKING, Callable, Optional, TextIO, TypeVar
 
 from harness.caseplan import CasePlan, PlannedArm
 from harness.launch.failures import infra_reason, log_cause, tail_text
 from harness.launch import rank_main
-from harness.launch.sweep import arm_is_complete, load_plan
-from harness.results import (LOG_FILE, OUTCOME_FILE, ArmOutcome, read_outcome, read_steps,
-                             write_outcome)
+from harness.launch.command import (Rendezvous, arm_command, failed_outcome, prepare_metrics,
+                                    record_metrics, rendezvous_env, starters)
+from harness.launch.completion import arm_needs_run
+from harness.launch.repro import repro_line
+from harness.launch.slurm_events import ArmEnd, ArmStart, ProcessEnd, append_event, read_events
+from harness.launch.sweep import load_plan
+from harness.results import (CASE_FILE, LOG_FILE, OUTCOME_FILE, ArmOutcome, read_outcome,
+                             read_steps, write_outcome)
 
 if TYPE_CHECKING:
     from submitit.core.utils import DelayedSubmission
 
-EVENTS_FILE = "slurm_events.jsonl"
 TAIL_LINES = 60
 TIMEOUT_EXIT_CODE = 124
-FINAL_STATUSES = ("failed", "timeout", "skipped")
 
 
 @dataclass(frozen=True)
@@ -112,46 +114,6 @@ def distributed_env(ident: TaskIdentity, port: int) -> dict[str, str]:
         "LOCAL_RANK": str(ident.local_rank), "MASTER_ADDR": ident.master_addr,
         "MASTER_PORT": str(port),
     }
-
-
-def arm_needs_run(arm: PlannedArm, arm_dir: Path) -> bool:
-    """False when the arm's outcome is final: ``ok`` with every step on each rank the arm records
-    on (its own ranks, not the job's: the reference arm records on one), or ``failed`` /
-    ``timeout`` / ``skipped``."""
-    outcome = read_outcome(arm_dir)
-    if outcome is None or outcome.status == "infra":
-        return True
-    if outcome.status in FINAL_STATUSES:
-        return False
-    return not arm_is_complete(arm, arm_dir)
-
-
-def repro_line(case_dir: Path, arm: str) -> str:
-    return (f"python -m harness.launch.local --case {shlex.quote(str(case_dir / 'case.json'))} "
-            f"--arm {arm} --out /tmp/dcp-repro/{case_dir.name}/{arm}")
-
-
-def append_event(case_dir: Path, event: dict) -> None:
-    line = (json.dumps(event, sort_keys=True) + "\n").encode()
-    fd = os.open(case_dir / EVENTS_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
-
-
-def read_events(case_dir: Path) -> list[dict]:
-    try:
-        text = (Path(case_dir) / EVENTS_FILE).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue  # a torn last line
-    return out
 
 
 class _TeeLines(io.TextIOBase):
@@ -257,90 +219,125 @@ def _sit_out(arm_dir: Path, limit_s: float, poll_s: float = 2.0) -> None:
 
 
 def run_case_arms(plan: CasePlan, case_dir: Path, ident: TaskIdentity, retry_round: int = 0) -> dict:
-    """Run every planned arm of the case that still needs it, as this task's rank (see module
-    doc)."""
+    """Run every planned arm of the case that still needs it (``completion.arm_needs_run``, final
+    outcomes kept) through this task's :class:`TaskLauncher` (see module doc)."""
     case_dir = Path(case_dir)
     # Load the workload (torch) before any arm's clock starts: the per-arm limit is for training,
     # not for this task's one-off imports (harness.workload loads lazily).
     if plan.case.command is None:
         importlib.import_module("harness.workload.train")
-    restarts = ident.restarts + retry_round
-    ident = TaskIdentity(ident.job_id, ident.rank, ident.local_rank, ident.world_size,
-                         ident.master_addr, restarts)
-    time_min = plan.case.resources.time_min
+    launcher = TaskLauncher(dataclasses.replace(ident, restarts=ident.restarts + retry_round))
     ran, skipped = [], []
     for arm in plan.arms:
         arm_dir = case_dir / arm.name
-        if not arm_needs_run(arm, arm_dir):
+        if not arm_needs_run(arm, arm_dir, retry_final=False):
             skipped.append(arm.name)
             continue
         arm_dir.mkdir(parents=True, exist_ok=True)
+        launcher.run_arm(plan, arm, arm_dir, case_dir / CASE_FILE)
+        (ran if launcher.takes_part(plan, arm) else skipped).append(arm.name)
+    return {"case": plan.case_id, "rank": launcher.ident.rank, "ran": ran, "skipped": skipped}
+
+
+@dataclass(frozen=True)
+class TaskLauncher:
+    """The launcher (``launch.launcher.ArmLauncher``) of one task of a Slurm job: its share of an
+    arm (its rank of a built-in arm, its process of a command arm, every rank of an emulated arm
+    on task 0), or, for a task beyond the arm's, sitting the arm out until task 0 wrote the
+    arm's outcome. ``run_arm`` returns the arm's outcome as this task knows it, and raises when
+    the arm failed here: the job ends (srun stops the other tasks)."""
+
+    ident: TaskIdentity
+
+    def takes_part(self, plan: CasePlan, arm: PlannedArm) -> bool:
+        """Whether this task runs a share of ``arm``."""
         if plan.case.command is not None:
-            ran_here = run_command_arm_in_job(plan, arm, case_dir, ident)
-            (ran if ran_here else skipped).append(arm.name)
-            continue
+            return self.ident.rank < starters(plan, arm)
+        if arm.emulated:  # an emulated case's job has one task; any other sits it out
+            return self.ident.rank == 0
+        return self.ident.rank < arm.world_size  # the reference arm runs fewer ranks than the job
+
+    def run_arm(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path,
+                case_json: Path) -> ArmOutcome:
+        case_dir = Path(arm_dir).parent
+        if not self.takes_part(plan, arm):
+            limit_s = 60.0 * plan.case.resources.time_min
+            _sit_out(arm_dir, limit_s * (len(arm.ranks) if arm.emulated else 1) + 120.0)
+            return _written_outcome(arm_dir)
+        if plan.case.command is not None:
+            return run_command_arm_in_job(plan, arm, case_dir, self.ident)
         if arm.emulated:
-            if ident.rank == 0:
-                run_emulated_arm_in_job(plan, arm, case_dir, ident)
-                ran.append(arm.name)
-            else:  # an emulated case's job has one task; any other sits it out
-                _sit_out(arm_dir, 60.0 * time_min * len(arm.ranks) + 120.0)
-                skipped.append(arm.name)
-            continue
-        world = arm.world_size  # an arm may run fewer ranks than the job (the reference arm)
-        if ident.rank >= world:
-            _sit_out(arm_dir, 60.0 * time_min + 120.0)
-            skipped.append(arm.name)
-            continue
-        if ident.rank == 0:
-            (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome in flight
-            done = read_steps(arm_dir).get(0, [])
-            append_event(case_dir, {"event": "arm_start", "arm": arm.name, "job_id": ident.job_id,
-                                    "restarts": restarts, "resumed_after_step": len(done),
-                                    "time": time.time()})
-        arm_ident = TaskIdentity(ident.job_id, ident.rank, ident.local_rank, world,
-                                 ident.master_addr, restarts)
-        repro = repro_line(case_dir, arm.name)
-        started = time.monotonic()
-        out, err = sys.stdout, sys.stderr
-        tee_out = _TeeLines(out, arm_dir / LOG_FILE, f"[rank {ident.rank}] ")
-        tee_err = _TeeLines(err, arm_dir / LOG_FILE, f"[rank {ident.rank}] ")
-        sys.stdout, sys.stderr = tee_out, tee_err
-        try:
-            with _ArmWatchdog(60.0 * time_min, arm_dir, ident, started, repro):
-                # An interrupted arm (compare.resume) runs in two legs: the first stops after its
-                # step and tears its process group down, the second resumes from the checkpoint.
-                for leg, stop in enumerate(rank_main.arm_legs(arm)):
-                    name = arm.name if leg == 0 else f"{arm.name}/leg{leg}"
-                    os.environ.update(distributed_env(arm_ident, arm_port(ident.job_id, name, restarts)))
-                    rank_main.run_rank(arm, arm_dir, resume=True, stop_after=stop)
-        except Exception as exc:
-            tb = traceback.format_exc()
-            print(tb, file=sys.stderr, flush=True)
-            if read_outcome(arm_dir) is None:  # the first failing rank is usually the cause
-                write_outcome(arm_dir, raised_outcome(exc, tb, ident, arm_dir, repro,
-                                                      round(time.monotonic() - started, 3)))
-            raise
-        finally:
-            sys.stdout, sys.stderr = out, err
-            tee_out.close()
-            tee_err.close()
-        wall = round(time.monotonic() - started, 3)
-        if ident.rank == 0:
-            if read_outcome(arm_dir) is None:
-                write_outcome(arm_dir, ArmOutcome(
-                    status="ok", returncode=0, wall_s=wall, repro=repro, restarts=restarts,
-                    detail=f"slurm job {ident.job_id}"))
-            append_event(case_dir, {"event": "arm_end", "arm": arm.name, "job_id": ident.job_id,
-                                    "restarts": restarts, "wall_s": wall, "time": time.time()})
-        ran.append(arm.name)
-    return {"case": plan.case_id, "rank": ident.rank, "ran": ran, "skipped": skipped}
+            return run_emulated_arm_in_job(plan, arm, case_dir, self.ident)
+        return run_rank_in_job(plan, arm, case_dir, self.ident)
 
 
-def _arm_events(case_dir: Path, event: str, arm: str, ident: TaskIdentity) -> list[dict]:
-    """The ``event`` events of ``arm`` in this start of the job."""
-    return [e for e in read_events(case_dir) if e.get("event") == event and e.get("arm") == arm
-            and e.get("job_id") == ident.job_id and e.get("restarts") == ident.restarts]
+def _written_outcome(arm_dir: Path) -> ArmOutcome:
+    outcome = read_outcome(arm_dir)
+    if outcome is None:
+        raise RuntimeError(f"{arm_dir}: the arm's outcome.json is gone")
+    return outcome
+
+
+def run_rank_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
+                    ident: TaskIdentity) -> ArmOutcome:
+    """This task's rank of the built-in ``arm``, in this process (``rank_main.run_rank``, resuming
+    after the last completed step), its output teed into the arm's log, within the arm's limit
+    (:class:`_ArmWatchdog`); task 0 records the arm's start, end and outcome. A raising rank
+    writes the arm's outcome (the first to fail) and raises (module doc)."""
+    arm_dir = case_dir / arm.name
+    if ident.rank == 0:
+        (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome in flight
+        done = read_steps(arm_dir).get(0, [])
+        append_event(case_dir, ArmStart(**_stamp(ident, arm), resumed_after_step=len(done)))
+    arm_ident = dataclasses.replace(ident, world_size=arm.world_size)
+    repro = repro_line(plan, arm, case_dir / CASE_FILE)
+    started = time.monotonic()
+    out, err = sys.stdout, sys.stderr
+    tee_out = _TeeLines(out, arm_dir / LOG_FILE, f"[rank {ident.rank}] ")
+    tee_err = _TeeLines(err, arm_dir / LOG_FILE, f"[rank {ident.rank}] ")
+    sys.stdout, sys.stderr = tee_out, tee_err
+    try:
+        with _ArmWatchdog(60.0 * plan.case.resources.time_min, arm_dir, ident, started, repro):
+            # An interrupted arm (compare.resume) runs in two legs: the first stops after its
+            # step and tears its process group down, the second resumes from the checkpoint.
+            for leg, stop in enumerate(rank_main.arm_legs(arm)):
+                name = arm.name if leg == 0 else f"{arm.name}/leg{leg}"
+                os.environ.update(distributed_env(arm_ident, arm_port(ident.job_id, name,
+                                                                      ident.restarts)))
+                rank_main.run_rank(arm, arm_dir, resume=True, stop_after=stop)
+    except Exception as exc:
+        tb = traceback.format_exc()
+        print(tb, file=sys.stderr, flush=True)
+        if read_outcome(arm_dir) is None:  # the first failing rank is usually the cause
+            write_outcome(arm_dir, raised_outcome(exc, tb, ident, arm_dir, repro,
+                                                  round(time.monotonic() - started, 3)))
+        raise
+    finally:
+        sys.stdout, sys.stderr = out, err
+        tee_out.close()
+        tee_err.close()
+    wall = round(time.monotonic() - started, 3)
+    outcome = ArmOutcome(status="ok", returncode=0, wall_s=wall, repro=repro,
+                         restarts=ident.restarts, detail=f"slurm job {ident.job_id}")
+    if ident.rank == 0:
+        if read_outcome(arm_dir) is None:
+            write_outcome(arm_dir, outcome)
+        append_event(case_dir, ArmEnd(**_stamp(ident, arm), wall_s=wall))
+    return outcome
+
+
+def _stamp(ident: TaskIdentity, arm: PlannedArm) -> dict:
+    """What every event of ``arm`` in this start of the job says (``slurm_events``)."""
+    return dict(arm=arm.name, job_id=ident.job_id, restarts=ident.restarts, time=time.time())
+
+
+_E = TypeVar("_E", ArmStart, ProcessEnd, ArmEnd)
+
+
+def _arm_events(case_dir: Path, kind: type[_E], arm: PlannedArm, ident: TaskIdentity) -> list[_E]:
+    """The events of type ``kind`` of ``arm`` in this start of the job."""
+    return [e for e in read_events(case_dir) if isinstance(e, kind) and e.arm == arm.name
+            and e.job_id == ident.job_id and e.restarts == ident.restarts]
 
 
 def _wait_for(what: str, ready: Callable[[], bool], limit_s: float, poll_s: float = 0.5) -> None:
@@ -352,40 +349,32 @@ def _wait_for(what: str, ready: Callable[[], bool], limit_s: float, poll_s: floa
 
 
 def run_command_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
-                           ident: TaskIdentity) -> bool:
+                           ident: TaskIdentity) -> ArmOutcome:
     """This task's process of the command arm ``arm`` (``launch.command``): its rank
     (``ranks: per_rank``, one task per rank) or its node's launcher (``launcher``, one task per
     node), started once task 0 has cleaned the metrics source (its ``arm_start`` event), with the
     job's rendezvous. Each task appends a ``process_end`` event; a process that cannot start or
     fails gets the arm's outcome (the first to fail) and ends the job, as a raising built-in rank
     does. Task 0 waits for every process's end, then reads the metrics into ``rank<k>.jsonl``
-    (``command.record_metrics``) and writes the outcome; the other tasks wait for it. False for
-    a task beyond the arm's processes (it sits the arm out)."""
-    from harness.launch.command import (Rendezvous, arm_command, failed_outcome,
-                                        prepare_metrics, record_metrics, rendezvous_env,
-                                        repro_line, starters)
+    (``command.record_metrics``) and writes the outcome; the other tasks wait for it. The arm's
+    outcome."""
     from harness.launch.local import RankCommand, cuda_device_count, run_ranks
 
     arm_dir = case_dir / arm.name
     limit_s = 60.0 * plan.case.resources.time_min
     count = starters(plan, arm)
-    if ident.rank >= count:
-        _sit_out(arm_dir, limit_s + 120.0)
-        return False
     place = Rendezvous(ident.master_addr, arm_port(ident.job_id, arm.name, ident.restarts),
                        ident.rank, ident.local_rank)
     cmd = arm_command(plan, arm, arm_dir, place, device={})  # the GPUs Slurm gave the task
-    repro = repro_line(plan, arm)
+    repro = repro_line(plan, arm, case_dir / CASE_FILE)
     log_start = 0
     if ident.rank == 0:
         (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome in flight
         log_start = prepare_metrics(plan, arm, arm_dir, cmd.metrics_path)
-        append_event(case_dir, {"event": "arm_start", "arm": arm.name, "job_id": ident.job_id,
-                                "restarts": ident.restarts, "processes": count,
-                                "time": time.time()})
+        append_event(case_dir, ArmStart(**_stamp(ident, arm), processes=count))
     else:
         _wait_for(f"task 0 starting arm '{arm.name}'",
-                  lambda: bool(_arm_events(case_dir, "arm_start", arm.name, ident)), limit_s)
+                  lambda: bool(_arm_events(case_dir, ArmStart, arm, ident)), limit_s)
     outcome = (failed_outcome(arm, arm_dir, cmd.problem, repro) if cmd.problem else run_ranks(
         RankCommand(argv=cmd.argv, world_size=count, arm_dir=arm_dir, timeout_s=limit_s,
                     env=cmd.env, repro=repro, ranks=(ident.rank,), cwd=cmd.cwd,
@@ -394,58 +383,49 @@ def run_command_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
     outcome = dataclasses.replace(outcome, restarts=ident.restarts, detail=(
         f"{outcome.detail} (slurm job {ident.job_id})" if outcome.detail
         else f"slurm job {ident.job_id}"))
-    append_event(case_dir, {"event": "process_end", "arm": arm.name, "job_id": ident.job_id,
-                            "restarts": ident.restarts, "process": ident.rank,
-                            "status": outcome.status, "time": time.time()})
+    append_event(case_dir, ProcessEnd(**_stamp(ident, arm), process=ident.rank,
+                                      status=outcome.status))
     if not outcome.ok:
         if read_outcome(arm_dir) is None:  # the first failing process is usually the cause
             write_outcome(arm_dir, outcome)
         raise RuntimeError(f"arm '{arm.name}' process {ident.rank}: {outcome.describe()}")
     if ident.rank != 0:
         _sit_out(arm_dir, limit_s + 120.0)  # task 0 records the metrics, then the next arm
-        return True
+        return _written_outcome(arm_dir)
     _wait_for(f"every process of arm '{arm.name}' ending", lambda: len(
-        {e.get("process") for e in _arm_events(case_dir, "process_end", arm.name, ident)})
-        == count, limit_s + 120.0)
-    bad = [e for e in _arm_events(case_dir, "process_end", arm.name, ident) if e["status"] != "ok"]
+        {e.process for e in _arm_events(case_dir, ProcessEnd, arm, ident)}) == count,
+        limit_s + 120.0)
+    bad = [e for e in _arm_events(case_dir, ProcessEnd, arm, ident) if e.status != "ok"]
     if bad:
-        raise RuntimeError(f"arm '{arm.name}': process {bad[0]['process']} {bad[0]['status']}")
+        raise RuntimeError(f"arm '{arm.name}': process {bad[0].process} {bad[0].status}")
     outcome = record_metrics(plan, arm, arm_dir, outcome, cmd.metrics_path, log_start,
                              on_cuda=cuda_device_count() > 0)
     write_outcome(arm_dir, outcome)
-    append_event(case_dir, {"event": "arm_end", "arm": arm.name, "job_id": ident.job_id,
-                            "restarts": ident.restarts, "status": outcome.status,
-                            "wall_s": outcome.wall_s, "time": time.time()})
-    return True
+    append_event(case_dir, ArmEnd(**_stamp(ident, arm), status=outcome.status,
+                                  wall_s=outcome.wall_s))
+    return outcome
 
 
 def run_emulated_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
                             ident: TaskIdentity) -> ArmOutcome:
-    """Run the emulated ``arm`` on this task's GPUs (``launch.emulated``), record its outcome and
-    the arm's start and end events."""
-    from harness.launch.emulated import run_emulated_arm, visible_gpus
+    """Run the emulated ``arm`` on this task's GPUs (``emulated.EmulatedLauncher``), record its
+    outcome and the arm's start and end events."""
+    from harness.launch.emulated import EmulatedLauncher
     from harness.launch.local import cuda_device_count
-    from harness.launch.placement import runs_on_cuda
 
     arm_dir = case_dir / arm.name
     (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome in flight
-    append_event(case_dir, {"event": "arm_start", "arm": arm.name, "job_id": ident.job_id,
-                            "restarts": ident.restarts, "emulated": list(arm.ranks),
-                            "recorded_steps": {str(r): len(v) for r, v in read_steps(arm_dir).items()},
-                            "time": time.time()})
-    gpus = cuda_device_count()
+    append_event(case_dir, ArmStart(
+        **_stamp(ident, arm), emulated=tuple(arm.ranks),
+        recorded_steps={str(r): len(v) for r, v in read_steps(arm_dir).items()}))
     started = time.monotonic()
-    outcome = run_emulated_arm(
-        plan, arm, arm_dir, case_dir / "case.json",
-        gpus=visible_gpus(os.environ, gpus) if runs_on_cuda(plan, gpus) else [],
-        timeout_s=60.0 * plan.case.resources.time_min, python=sys.executable,
-        repro=repro_line(case_dir, arm.name))
+    outcome = EmulatedLauncher(cuda_device_count(), 60.0 * plan.case.resources.time_min).run_arm(
+        plan, arm, arm_dir, case_dir / CASE_FILE)
     outcome = dataclasses.replace(outcome, restarts=ident.restarts,
                                   detail=f"{outcome.detail} (slurm job {ident.job_id})")
     write_outcome(arm_dir, outcome)
-    append_event(case_dir, {"event": "arm_end", "arm": arm.name, "job_id": ident.job_id,
-                            "restarts": ident.restarts, "status": outcome.status,
-                            "wall_s": round(time.monotonic() - started, 3), "time": time.time()})
+    append_event(case_dir, ArmEnd(**_stamp(ident, arm), status=outcome.status,
+                                  wall_s=round(time.monotonic() - started, 3)))
     return outcome
 
 

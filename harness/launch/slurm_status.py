@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from harness.launch.slurm import JobRef, latest_jobs, skipped_cases
-from harness.launch.slurm_job import arm_needs_run
+from harness.launch.completion import arm_needs_run
 from harness.launch.slurm_poll import PENDING_STATES, Runner, SchedulerPoller, SchedulerView, \
     run_command
 from harness.launch.sweep import load_plan
@@ -60,7 +60,8 @@ def case_status(case_dir: Path, ref: JobRef, view: SchedulerView, now: Optional[
     plan = load_plan(case_dir)
     arms = list(plan.arm_names)
     outcomes = [read_outcome(case_dir / a) for a in arms]
-    pending_arms = [a.name for a in plan.arms if arm_needs_run(a, case_dir / a.name)]
+    pending_arms = [a.name for a in plan.arms
+                    if arm_needs_run(a, case_dir / a.name, retry_final=False)]
     sched = view.get(ref.job_id)
     slurm_state = sched.state if sched else ("gone" if view.squeue_ok else "unknown")
     base = dict(case_id=plan.case_id, job_id=ref.job_id, slurm_state=slurm_state,

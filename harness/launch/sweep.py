@@ -2,11 +2,11 @@
 
 Each case comes planned (``harness.arms.plan_case``). For each: ``prepare_case_dir`` writes
 ``case.json`` and the plan (``plan.json``, with the case's golden values as they are now); each
-planned arm runs unless its outcome says ``ok`` and every rank it records on holds every step (an
-arm that failed, timed out or was interrupted runs again and resumes after its last checkpointed
-step); ``finalize_case`` evaluates the planned pairs and writes ``verdict.json``. At the end
-``write_reports`` writes ``summary.md``, ``junit.xml``, ``index.json``. A failing arm never stops
-the sweep; only Ctrl-C does.
+planned arm runs unless it is complete (``completion.arm_needs_run``: its outcome says ``ok`` and
+every rank it records on holds every step; an arm that failed, timed out or was interrupted runs
+again and resumes after its last checkpointed step); ``finalize_case`` evaluates the planned
+pairs and writes ``verdict.json``. At the end ``write_reports`` writes ``summary.md``,
+``junit.xml``, ``index.json``. A failing arm never stops the sweep; only Ctrl-C does.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from harness.caseplan import UNHASHED_FIELDS, CasePlan, PlannedArm, read_plan, write_plan
 from harness.compare import (
@@ -32,6 +32,8 @@ from harness.compare import (
 )
 from harness.errors import ConfigError
 from harness.judge import judge, read_arms
+from harness.launch.completion import arm_is_complete, arm_needs_run
+from harness.launch.launcher import ArmLauncher
 from harness.launch.rules import check_stored_plan
 from harness.launch.progress import NullProgress, SweepProgress
 from harness.launch.rank_main import CHECKPOINT_DIR
@@ -44,8 +46,6 @@ from harness.results import (
     SweepStart,
     add_to_manifest,
     read_json,
-    read_outcome,
-    read_steps,
     sweep_lock,
     write_json_atomic,
     write_outcome,
@@ -54,20 +54,10 @@ from harness.spec.names import GOLDEN
 from harness.spec.schema import Case
 
 
-class ArmLauncher(Protocol):
-    """Runs every rank of one planned arm and reports how it ended (never raises for a failing
-    arm). ``plan`` is the arm's case plan (every arm of a case runs on one kind of device)."""
-
-    def run_arm(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path,
-                case_json: Path) -> ArmOutcome: ...
-
-
 @dataclass(frozen=True)
 class SweepResult:
     out_dir: Path
     verdicts: tuple[CaseVerdict, ...]
-    arms_run: int
-    arms_skipped: int
     summary: Any = None  # what harness.report.write_reports returned (for console_table)
 
 
@@ -131,16 +121,6 @@ def prepare_case_dir(plan: CasePlan, out_dir: Path) -> Path:
 def load_plan(case_dir: Path) -> CasePlan:
     """The plan of a case folder (``harness.caseplan.read_plan``)."""
     return read_plan(case_dir)
-
-
-def arm_is_complete(arm: PlannedArm, arm_dir: Path) -> bool:
-    """The arm's outcome says ok and every rank it records on holds every step."""
-    outcome = read_outcome(arm_dir)
-    if outcome is None or not outcome.ok:
-        return False
-    steps = read_steps(arm_dir)
-    want = set(range(1, arm.case.train.steps + 1))
-    return all(want <= {r.step for r in steps.get(rank, [])} for rank in arm.ranks)
 
 
 def remove_checkpoints_if_complete(arm: PlannedArm, arm_dir: Path) -> bool:
@@ -213,12 +193,10 @@ def run_sweep(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
     check_resumable([p.case for p in plans], out_dir)
     with sweep_lock(out_dir):
         record_manifest(plans, out_dir, start)
-        verdicts, ran, skipped = _run_cases(plans, out_dir, launcher, progress or NullProgress(),
-                                            beside)
+        verdicts = _run_cases(plans, out_dir, launcher, progress or NullProgress(), beside)
         summary = write_reports(out_dir, check_plan=check_stored_plan, allowed_skips=allowed_skips,
                                 judged={v.case_id: v for v in verdicts})
-    return SweepResult(out_dir=out_dir, verdicts=tuple(verdicts), arms_run=ran,
-                       arms_skipped=skipped, summary=summary)
+    return SweepResult(out_dir=out_dir, verdicts=tuple(verdicts), summary=summary)
 
 
 def timing_judged_arms(plan: CasePlan) -> frozenset[str]:
@@ -278,15 +256,9 @@ class _Serialized:
         return call
 
 
-@dataclass
-class _Tally:
-    verdicts: dict[str, CaseVerdict]
-    ran: int = 0
-    skipped: int = 0
-
-
 def _run_case(index: int, total: int, plan: CasePlan, out_dir: Path, launcher: ArmLauncher,
-              shown: SweepProgress, tally: _Tally, hold: Callable[[PlannedArm], Any]) -> None:
+              shown: SweepProgress, verdicts: dict[str, CaseVerdict],
+              hold: Callable[[PlannedArm], Any]) -> None:
     """Run the case's arms not yet complete, one after another, then judge it. ``hold(arm)`` is
     the context an arm runs in (the lanes' rule of what may run beside it)."""
     case_dir = prepare_case_dir(plan, out_dir)
@@ -294,8 +266,7 @@ def _run_case(index: int, total: int, plan: CasePlan, out_dir: Path, launcher: A
     shown.case_started(title, index, len(plan.arms))
     for arm in plan.arms:
         arm_dir = case_dir / arm.name
-        if arm_is_complete(arm, arm_dir):
-            tally.skipped += 1
+        if not arm_needs_run(arm, arm_dir, retry_final=True):
             shown.arm_skipped(title, arm.name, "already complete")
             continue
         (case_dir / VERDICT_FILE).unlink(missing_ok=True)
@@ -303,21 +274,20 @@ def _run_case(index: int, total: int, plan: CasePlan, out_dir: Path, launcher: A
             outcome = run_arm_into(
                 launcher, plan, arm, arm_dir, case_dir / CASE_FILE,
                 on_start=lambda: shown.arm_started(title, arm.name, arm_dir, plan.steps))
-        tally.ran += 1
         shown.arm_finished(title, arm.name, outcome)
     verdict = _finalize_or_error(plan.case_id, case_dir)
-    tally.verdicts[plan.case_id] = verdict
+    verdicts[plan.case_id] = verdict
     shown.case_finished(title, verdict)
 
 
 def _run_cases(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
                shown: SweepProgress, beside: Callable[[CasePlan], bool] = lambda plan: False
-               ) -> tuple[list[CaseVerdict], int, int]:
+               ) -> list[CaseVerdict]:
     """Every case, in plan order. Cases ``beside`` selects (CPU ranks on a machine with GPUs) run
     in a second lane beside the others, one after another there too; the first lane asks the
     second to stand still while an arm whose step time is judged runs. Ctrl-C stops both lanes
     (``launcher.stop()`` ends the second lane's ranks)."""
-    tally = _Tally({})
+    verdicts: dict[str, CaseVerdict] = {}
     indexed = list(enumerate(plans))
     second = [(i, p) for i, p in indexed if beside(p)]
     first = [(i, p) for i, p in indexed if not beside(p)]
@@ -335,7 +305,7 @@ def _run_cases(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
     def second_lane() -> None:
         try:
             for i, plan in second:
-                _run_case(i, len(plans), plan, out_dir, launcher, shown, tally, second_arm)
+                _run_case(i, len(plans), plan, out_dir, launcher, shown, verdicts, second_arm)
         except BaseException as exc:  # re-raised by the first lane's thread
             failure.append(exc)
 
@@ -345,7 +315,7 @@ def _run_cases(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
             worker.start()
         for i, plan in first:
             judged = timing_judged_arms(plan)
-            _run_case(i, len(plans), plan, out_dir, launcher, shown, tally,
+            _run_case(i, len(plans), plan, out_dir, launcher, shown, verdicts,
                       lambda arm: quiet.quiet() if arm.name in judged else nullcontext())
         if second:
             worker.join()
@@ -361,5 +331,4 @@ def _run_cases(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
         shown.close()
     if failure:
         raise failure[0]
-    verdicts = [tally.verdicts[p.case_id] for p in plans if p.case_id in tally.verdicts]
-    return verdicts, tally.ran, tally.skipped
+    return [verdicts[p.case_id] for p in plans if p.case_id in verdicts]

@@ -1,5 +1,6 @@
 """The parts of a command arm the local launcher and a Slurm job share (harness.launch.command):
-the rendezvous variables, the placeholders and the repro line, which runs the arm on its own."""
+the rendezvous variables, the placeholders and the repro line (harness.launch.repro), which runs
+the arm on its own."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import pytest
 import yaml
 
 from harness.arms import plan_case
-from harness.launch.command import (REPRO_ROOT, Rendezvous, arm_command, command_cwd,
-                                    rendezvous_env, repro_line)
+from harness.launch.command import Rendezvous, arm_command, command_cwd, rendezvous_env
+from harness.launch.repro import REPRO_ROOT, repro_line
 from harness.spec import load_cases
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,7 +69,7 @@ def test_a_secret_is_passed_but_only_its_name_is_shown(tmp_path, monkeypatch):
     arm = plan.arm("eager")
     cmd = arm_command(plan, arm, tmp_path / "eager", Rendezvous(), device={})
     assert cmd.env["CMD_UNIT_TOKEN"] == "tok-123" and cmd.secrets == ("tok-123",)
-    assert "tok-123" not in repro_line(plan, arm) and cmd.problem is None
+    assert "tok-123" not in repro_line(plan, arm, tmp_path / "case.json") and cmd.problem is None
     monkeypatch.delenv("CMD_UNIT_TOKEN")
     cmd = arm_command(plan, arm, tmp_path / "eager", Rendezvous(), device={})
     assert cmd.problem == "command.secret_env CMD_UNIT_TOKEN not set in the harness's environment"
@@ -85,7 +86,7 @@ def test_the_repro_line_of_a_two_rank_arm_runs_it_on_its_own(tmp_path, repro_nam
     plan = plan_of(tmp_path, repro_name, argv=[
         "python", str(TRAINER), "--train-iters", "{steps}", "--tensorboard-dir",
         "{arm_dir}/tensorboard"])
-    line = repro_line(plan, plan.arm("graph"))
+    line = repro_line(plan, plan.arm("graph"), tmp_path / "case.json")
     assert "for k in 0 1; do RANK=$k LOCAL_RANK=$k WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 " in line
     assert "MASTER_ADDR=127.0.0.1 MASTER_PORT=29500" in line and line.endswith("& done; wait")
     done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=300,
@@ -101,7 +102,7 @@ def test_the_repro_line_of_a_launcher_arm_runs_it_on_its_own(tmp_path, repro_nam
     path.write_text(text.replace("../../examples/trainer/train.py", str(TRAINER)))
     (case,) = load_cases([path])
     plan = plan_case(case)
-    line = repro_line(plan, plan.arm("eager"))
+    line = repro_line(plan, plan.arm("eager"), tmp_path / "case.json")
     assert "NNODES=1 NODE_RANK=0 NPROC_PER_NODE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500" in line
     assert "--master-port 29500" in line
     done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=300)

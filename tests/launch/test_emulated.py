@@ -11,11 +11,13 @@ import pytest
 
 from harness.arms import plan_case
 from harness.cli import main
-from harness.launch.emulated import combine, rank_is_complete, run_emulated_arm, visible_gpus
+from harness.launch.completion import rank_is_complete
+from harness.launch.emulated import combine, run_emulated_arm, visible_gpus
 from harness.launch.placement import profile_skip_reason, runs_on_cuda, skip_reason
 from harness.launch.profiles import Profile
 from harness.launch.slurm import case_time_min, shape_of
-from harness.launch.slurm_job import TaskIdentity, read_events, run_case_arms
+from harness.launch.slurm_events import ArmStart, read_events
+from harness.launch.slurm_job import TaskIdentity, run_case_arms
 from harness.launch.sweep import prepare_case_dir
 from harness.results import ArmOutcome, read_outcome, read_steps
 from harness.spec import load_cases
@@ -200,8 +202,8 @@ def test_the_slurm_task_runs_the_emulated_arms_of_its_case(write_case, tmp_path)
         outcome = read_outcome(case_dir / arm.name)
         assert outcome.ok and "(slurm job 91)" in outcome.detail and LABELS[0] in outcome.detail
         assert sorted(read_steps(case_dir / arm.name)) == [0, 3]
-    starts = [e for e in read_events(case_dir) if e["event"] == "arm_start"]
-    assert [e["emulated"] for e in starts] == [[0, 3]]
+    starts = [e for e in read_events(case_dir) if isinstance(e, ArmStart)]
+    assert [e.emulated for e in starts] == [(0, 3)]
     # requeued: every arm is final, nothing runs again
     assert run_case_arms(plan, case_dir, ident)["skipped"] == ["dcp"]
 

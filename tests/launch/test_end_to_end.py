@@ -90,7 +90,7 @@ def test_hung_rank_times_out_with_stacks_then_resumes(write_case, tmp_path, monk
 
     monkeypatch.delenv(FAULT_ENV)
     result = run_sweep(cases, out, LocalLauncher())
-    assert result.verdicts[0].status == "pass" and result.arms_run == 1
+    assert result.verdicts[0].status == "pass"
     log = (out / "hanging" / "eager" / "log.txt").read_text()
     assert "1/3 steps already recorded" in log  # resumed after step 1, the last recorded step
     steps = read_steps(out / "hanging" / "eager")

@@ -16,7 +16,7 @@ import pytest
 
 from harness.cli import report_cmd, submit_cmd
 from harness.launch.slurm import latest_jobs, read_jobs
-from harness.launch.slurm_job import read_events
+from harness.launch.slurm_events import ArmStart, ProcessEnd, read_events
 from harness.launch.slurm_collect import collect
 from harness.launch.slurm_retry import retry_infra
 from harness.launch.slurm_wait import wait_for_sweep
@@ -311,9 +311,9 @@ def test_requeued_job_resumes_after_last_step(tmp_path):
     outcome = read_outcome(arm_dir)
     assert outcome.ok and outcome.restarts == 1
     assert steps_of(arm_dir) == [1, 2, 3, 4, 5]
-    starts = [e for e in read_events(out / "requeue") if e["event"] == "arm_start"
-              and e["arm"] == "eager"]
-    assert [(e["restarts"], e["resumed_after_step"]) for e in starts] == [(0, 0), (1, 2)]
+    starts = [e for e in read_events(out / "requeue") if isinstance(e, ArmStart)
+              and e.arm == "eager"]
+    assert [(e.restarts, e.resumed_after_step) for e in starts] == [(0, 0), (1, 2)]
     assert len(read_jobs(out)["requeue"]) == 1  # same job, requeued by Slurm
 
 
@@ -370,10 +370,10 @@ def test_command_cases_submit_status_gate_and_golden_record(tmp_path, capsys):
             assert sorted(read_steps(out / cid / arm)) == [0, 1]
         verdict = json.loads((out / cid / "verdict.json").read_text())
         assert verdict["status"] == "pass", verdict
-    ends = [e for e in read_events(out / "command-trainer-log") if e["event"] == "process_end"]
-    assert sorted(e["process"] for e in ends) == [0, 0, 1, 1]  # each rank in a task of its own
-    ends = [e for e in read_events(out / "command-trainer-torchrun") if e["event"] == "process_end"]
-    assert [e["process"] for e in ends] == [0, 0]  # one launcher (task) per node, per arm
+    ends = [e for e in read_events(out / "command-trainer-log") if isinstance(e, ProcessEnd)]
+    assert sorted(e.process for e in ends) == [0, 0, 1, 1]  # each rank in a task of its own
+    ends = [e for e in read_events(out / "command-trainer-torchrun") if isinstance(e, ProcessEnd)]
+    assert [e.process for e in ends] == [0, 0]  # one launcher (task) per node, per arm
     assert cli("status", out) == 0 and "2/2" in capsys.readouterr().out
     assert gate(out) == 0
     into = tmp_path / "golden"

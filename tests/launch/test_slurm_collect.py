@@ -10,7 +10,8 @@ import time
 
 from harness.launch.rank_main import CHECKPOINT_DIR
 from harness.launch.slurm_collect import arm_wall_s, collect, outcomes_for_ended_job
-from harness.launch.slurm_job import append_event, arm_needs_run
+from harness.launch.completion import arm_needs_run
+from harness.launch.slurm_events import ArmStart, append_event
 from harness.launch.slurm_poll import query_scheduler
 from harness.launch.slurm_retry import infra_cases, reset_infra
 from harness.launch.slurm_status import case_status
@@ -22,7 +23,7 @@ from tests.launch.slurm_fakes import Scheduler, steps
 def test_running_then_cancelled_arm_is_infra_and_next_arm_not_run(sweep):
     out, case, ref = sweep
     case_dir = out / "t"
-    append_event(case_dir, {"event": "arm_start", "arm": "eager", "job_id": "41", "restarts": 1})
+    append_event(case_dir, ArmStart(arm="eager", job_id="41", restarts=1, time=time.time()))
     steps(case_dir / "eager", 2)
     running = query_scheduler(["41"], Scheduler(squeue="41|RUNNING|None\n"))
     st = case_status(case_dir, ref, running)
@@ -48,7 +49,7 @@ def test_arm_that_failed_in_the_job_keeps_its_outcome(sweep):
     outs = outcomes_for_ended_job(case_dir, ref, view.get("41"))
     assert set(outs) == {"eager-repeat"}
     assert outs["eager-repeat"].detail == "not run: arm 'eager' failed"
-    assert not arm_needs_run(case.arm("eager"), case_dir / "eager")
+    assert not arm_needs_run(case.arm("eager"), case_dir / "eager", retry_final=False)
 
 
 def test_collect_writes_outcomes_verdict_and_reports(sweep):
@@ -56,8 +57,7 @@ def test_collect_writes_outcomes_verdict_and_reports(sweep):
     case_dir = out / "t"
     steps(case_dir / "eager", 3)
     write_outcome(case_dir / "eager", ArmOutcome(status="ok", returncode=0))
-    append_event(case_dir, {"event": "arm_start", "arm": "eager-repeat", "job_id": "41",
-                            "restarts": 0})
+    append_event(case_dir, ArmStart(arm="eager-repeat", job_id="41", restarts=0, time=time.time()))
     steps(case_dir / "eager-repeat", 1)
     (out / "slurm" / "logs" / "round-0" / "41_0_log.err").write_text(
         "srun: error: localhost: task 0: Killed\n")
@@ -87,8 +87,7 @@ def test_a_cancelled_arm_reports_the_time_it_ran(sweep) -> None:
     out, case, ref = sweep
     case_dir = out / "t"
     started = time.time() - 10.0
-    append_event(case_dir, {"event": "arm_start", "arm": "eager", "job_id": "41", "restarts": 0,
-                            "time": started})
+    append_event(case_dir, ArmStart(arm="eager", job_id="41", restarts=0, time=started))
     steps(case_dir / "eager", 2)
     outs = outcomes_for_ended_job(case_dir, ref, None)
     assert 9.0 <= outs["eager"].wall_s <= 12.0
@@ -101,9 +100,9 @@ def test_wall_time_runs_to_the_arms_last_sign_of_life(tmp_path) -> None:
     arm.mkdir()
     (arm / "log.txt").write_text("x")
     os.utime(arm / "log.txt", (1000.0, 1000.0))
-    events = [{"event": "arm_start", "arm": "eager", "time": 900.0},
-              {"event": "arm_start", "arm": "other", "time": 10.0},
-              {"event": "arm_start", "arm": "eager", "time": 990.0}]  # a requeue: the last start
+    events = [ArmStart(arm="eager", job_id="41", restarts=0, time=900.0),
+              ArmStart(arm="other", job_id="41", restarts=0, time=10.0),
+              ArmStart(arm="eager", job_id="41", restarts=1, time=990.0)]  # requeued: the last
     assert arm_wall_s(arm, "eager", events) == 10.0
     assert arm_wall_s(arm, "eager", []) == 0.0
 

@@ -18,7 +18,7 @@ from harness.caseplan import read_plan
 from harness.launch.profiles import load_profile
 from harness.launch.slurm import JobRef, record_jobs, shape_of
 from harness.launch.slurm_collect import collect
-from harness.launch.slurm_job import read_events
+from harness.launch.slurm_events import ProcessEnd, read_events
 from harness.launch.sweep import prepare_case_dir
 from harness.report import gate
 from harness.results import read_outcome, read_steps
@@ -100,8 +100,8 @@ def test_per_rank_tasks_run_their_ranks_and_task_0_records_the_metrics(tmp_path)
         assert "slurm job 41" in outcome.detail and "for k in 0 1" in outcome.repro
         log = (case_dir / arm / "log.txt").read_text()
         assert "[rank 0] token: ***" in log and "[rank 1] token: ***" in log
-    ends = [e for e in read_events(case_dir) if e["event"] == "process_end"]
-    assert sorted((e["arm"], e["process"]) for e in ends) == [
+    ends = [e for e in read_events(case_dir) if isinstance(e, ProcessEnd)]
+    assert sorted((e.arm, e.process) for e in ends) == [
         ("eager", 0), ("eager", 1), ("graph", 0), ("graph", 1)]
     assert collected(out) == 0
     files = [p for p in out.rglob("*") if p.is_file()]

@@ -11,14 +11,15 @@ import pytest
 from harness.launch.slurm_job import (
     CaseJob,
     TaskIdentity,
+    TaskLauncher,
     _TeeLines,
-    arm_needs_run,
     arm_port,
     distributed_env,
-    read_events,
     run_case_arms,
 )
+from harness.launch.slurm_events import ArmStart, read_events
 from harness.arms import plan_case
+from harness.launch.completion import arm_needs_run
 from harness.launch.sweep import prepare_case_dir
 from harness.results import ArmOutcome, read_outcome, write_outcome
 from tests.launch.cases import REPEAT, UNIFORM, load_case_file
@@ -60,15 +61,16 @@ def test_tee_prefixes_complete_lines(tmp_path, capsys):
     assert capsys.readouterr().out == "a\nbc\ntail"
 
 
-def test_arm_needs_run_follows_the_outcome(tmp_path):
+def test_a_task_beyond_an_arms_ranks_sits_it_out_and_gets_the_outcome_task_0_wrote(tmp_path):
     plan, case_dir = make_case(tmp_path)
-    arm = case_dir / "eager"
-    assert arm_needs_run(plan.arm("eager"), arm)
-    for status, again in (("infra", True), ("failed", False), ("timeout", False), ("skipped", False),
-                          ("ok", True)):
-        write_outcome(arm, ArmOutcome(status=status))
-        # "ok" without its steps runs again; "skipped" at submit time never runs
-        assert arm_needs_run(plan.arm("eager"), arm) is again, status
+    arm = plan.arm("eager")  # one rank
+    second = TaskLauncher(TaskIdentity("9", 1, 1, 2, "127.0.0.1", restarts=0))
+    assert not second.takes_part(plan, arm)
+    assert TaskLauncher(TaskIdentity("9", 0, 0, 2, "127.0.0.1", restarts=0)).takes_part(plan, arm)
+    written = ArmOutcome(status="ok", returncode=0, detail="slurm job 9")
+    write_outcome(case_dir / "eager", written)
+    assert second.run_arm(plan, arm, case_dir / "eager", case_dir / "case.json") == written
+    assert not (case_dir / "eager" / "log.txt").exists()  # nothing of its own ran
 
 
 def test_case_job_pickles_and_checkpoints_itself(tmp_path):
@@ -101,7 +103,8 @@ def test_crashing_arm_gets_a_failed_outcome_and_ends_the_job(tmp_path, monkeypat
     assert "Traceback" in (case_dir / "eager" / "log.txt").read_text()
     assert read_outcome(case_dir / "eager-repeat") is None  # never started
     (start,) = read_events(case_dir)
-    assert (start["arm"], start["restarts"], start["resumed_after_step"]) == ("eager", 3, 0)
+    assert isinstance(start, ArmStart)
+    assert (start.arm, start.restarts, start.resumed_after_step) == ("eager", 3, 0)
 
 
 @pytest.mark.parametrize("error, status", [
@@ -126,7 +129,8 @@ def test_raising_rank_is_classified_and_an_infra_arm_runs_again(tmp_path, monkey
     assert outcome.status == status and "slurm job 9" in outcome.detail
     assert outcome.cause == f"RuntimeError: {error}"
     # a requeued job runs an infra arm again and skips a failed one
-    assert arm_needs_run(plan.arm("eager"), case_dir / "eager") is (status == "infra")
+    assert arm_needs_run(plan.arm("eager"), case_dir / "eager",
+                         retry_final=False) is (status == "infra")
 
 
 def test_arm_past_its_limit_times_out_with_stacks(tmp_path):

@@ -1,0 +1,60 @@
+"""The repro line: one shell line that re-runs just one arm on this machine, into a fresh folder
+under ``/tmp/dcp-repro/<case id>/<arm>``. Every launcher (local ranks, emulated ranks, a Slurm
+job and ``collect``) puts this one line in the arm's outcome.
+
+* A built-in arm (real or emulated ranks): ``cd <repository> && <python> -m
+  harness.launch.local --case <case.json> --arm <arm> --out /tmp/dcp-repro/<case>/<arm>``.
+* A command arm (``command:``): the command itself, every process of it on this machine with the
+  variables the harness sets (rendezvous on 127.0.0.1:29500; secret ones left to the caller's
+  shell), ``{arm_dir}`` in ``/tmp/dcp-repro``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+from harness.caseplan import CasePlan, PlannedArm
+from harness.launch.command import (METRICS_DIR, Rendezvous, command_cwd, launcher_mode,
+                                    placeholder_values, rendezvous_env, shown_env, starters)
+from harness.spec.command import arm_argv
+
+REPRO_ROOT = Path("/tmp/dcp-repro")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def repro_dir(case_id: str, arm: str) -> Path:
+    """Where a repro line writes the arm."""
+    return REPRO_ROOT / case_id / arm
+
+
+def repro_line(plan: CasePlan, arm: PlannedArm, case_json: Path,
+               python: str = sys.executable) -> str:
+    """The line that re-runs ``arm`` of ``plan`` (whose ``case.json`` is ``case_json``) on its
+    own (module doc)."""
+    if plan.case.command is not None:
+        return _command_line(plan, arm)
+    argv = [python, "-m", "harness.launch.local", "--case", str(Path(case_json).resolve()),
+            "--arm", arm.name, "--out", str(repro_dir(plan.case_id, arm.name))]
+    return f"cd {shlex.quote(str(REPO_ROOT))} && {shlex.join(argv)}"
+
+
+def _command_line(plan: CasePlan, arm: PlannedArm) -> str:
+    command = plan.case.command
+    assert command is not None
+    arm_dir = repro_dir(plan.case_id, arm.name)
+    values = placeholder_values(plan, arm, arm_dir)
+    run = shlex.join(arm_argv(command, arm.kind, arm.repeat, values))
+    count = starters(plan, arm)
+    env = {**rendezvous_env(plan, arm, Rendezvous()), **shown_env(command, values, arm_dir)}
+    if not launcher_mode(plan):
+        env["LOCAL_WORLD_SIZE"] = str(count)  # every rank on this machine
+    per_process = ("NODE_RANK", "PET_NODE_RANK") if launcher_mode(plan) else ("RANK", "LOCAL_RANK")
+    head = (f"mkdir -p {shlex.quote(str(arm_dir / METRICS_DIR))} && "
+            f"cd {shlex.quote(str(command_cwd(plan, command)))} && ")
+    if count == 1:
+        return head + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + f" {run}"
+    assigns = " ".join(f"{k}={'$k' if k in per_process else shlex.quote(v)}"
+                       for k, v in env.items())
+    return head + f"for k in {' '.join(map(str, range(count)))}; do {assigns} {run} & done; wait"
