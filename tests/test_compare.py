@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -19,7 +21,7 @@ from harness.compare import (
     read_verdict,
     write_verdict,
 )
-from harness.results import ArmOutcome, FrameReplays, StepRecord
+from harness.results import ArmOutcome, FrameReplays, ResultsError, StepRecord
 from tests.records import GIB, changed, graph_stats, probe, record
 
 OK = ArmOutcome(status="ok", returncode=0, wall_s=1.0)
@@ -312,6 +314,23 @@ def test_verdict_json_round_trip(tmp_path: Path) -> None:
     assert back.pairs[1] == v.pairs[1]
     assert read_verdict(tmp_path / "none") is None
     assert Pair.from_dict(DCP.to_dict()) == DCP
+
+
+@pytest.mark.parametrize("edit, named", [
+    (lambda d: d["pairs"][0]["checks"][0].update(colour=1), "field 'pairs.0.checks.0.colour'"),
+    (lambda d: d["pairs"][0]["checks"][0].update(passed="yes"), "field 'pairs.0.checks.0.passed'"),
+    (lambda d: d["pairs"][0].update(status="passed"), "field 'pairs.0.status'"),
+    (lambda d: d["pairs"][0].pop("contract"), "field 'pairs.0.contract'"),
+    (lambda d: d.update(status="skipped", pairs=[{**d["pairs"][0], "status": "skipped"}]),
+     "names its skip kind"),
+])
+def test_a_damaged_verdict_file_is_an_error_naming_the_field(tmp_path: Path, edit, named) -> None:
+    v = one([REPEAT], {"eager": (OK, run(LOSS)), "eager-repeat": (OK, run(LOSS))})
+    data = v.to_dict()
+    edit(data)
+    (tmp_path / "verdict.json").write_text(json.dumps(data))
+    with pytest.raises(ResultsError, match=re.escape(named)):
+        read_verdict(tmp_path)
 
 
 def test_contract_registry_is_read_only() -> None:

@@ -181,7 +181,7 @@ def test_outcome_round_trip_and_validation(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="status"):
         ArmOutcome(status="crashed")
     (tmp_path / "outcome.json").write_text('{"status": "ok", "colour": 1}')
-    with pytest.raises(ResultsError, match="unknown keys"):
+    with pytest.raises(ResultsError, match="field 'colour': unknown key 'colour'"):
         read_outcome(tmp_path)
 
 

@@ -12,18 +12,23 @@ Verdict status of a pair:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, Sequence, get_args
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from harness.results import (
     VERDICT_FILE,
     PathLike,
     ResultsError,
-    decode_float,
+    decode_nonfinite,
     read_json_record,
     write_json_record,
 )
+from harness.results.records import Bool, Float, Str
+from harness.spec.validation import all_problems
 
 # A pair's or a case's status (the rules: the module doc); JSON spells it as is.
 PairStatus = Literal["pass", "fail", "error", "skipped"]
@@ -47,6 +52,7 @@ DEFAULT_ALLOWED_SKIPS: tuple[SkipKind, ...] = ("needs-gpu", "emulated", "golden-
 # A check's detail may name the sweep folder as this mark (a command to run on it);
 # ``evaluate`` fills in the sweep's path where it knows it.
 SWEEP_MARK = "<sweep>"
+_FORBID = ConfigDict(extra="forbid")  # an unknown key in verdict.json is an error naming it
 
 
 @dataclass(frozen=True)
@@ -58,14 +64,16 @@ class Check:
     figure, not a check (a measured value with no bound, e.g. the capture line): recorded with
     ``passed`` true so it never fails a verdict, but not a check that passed (:meth:`figure_of`)."""
 
-    name: str
-    value: Optional[float]
-    bound: Optional[float]
-    passed: bool
-    detail: str = ""
-    applicable: bool = True
-    lower: Optional[float] = None
-    figure: bool = False
+    __pydantic_config__ = _FORBID
+
+    name: Str
+    value: Optional[Float]
+    bound: Optional[Float]
+    passed: Bool
+    detail: Str = ""
+    applicable: Bool = True
+    lower: Optional[Float] = None
+    figure: Bool = False
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -94,27 +102,20 @@ class Check:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Check":
-        return cls(
-            name=str(data["name"]),
-            value=decode_float(data.get("value")),
-            bound=decode_float(data.get("bound")),
-            passed=bool(data["passed"]),
-            detail=str(data.get("detail", "")),
-            applicable=bool(data.get("applicable", True)),
-            lower=decode_float(data.get("lower")),
-            figure=bool(data.get("figure", False)),
-        )
+        return _read(Check, data, "check")
 
 
 @dataclass(frozen=True)
 class PairVerdict:
-    case_id: str
-    pair: str
-    contract: str
-    arms: tuple[str, ...]
+    __pydantic_config__ = _FORBID
+
+    case_id: Str
+    pair: Str
+    contract: Str
+    arms: tuple[Str, ...]
     checks: tuple[Check, ...]
     status: PairStatus
-    error: Optional[str] = None
+    error: Optional[Str] = None
     skip: Optional[SkipKind] = None  # a skipped entry's kind (SKIP_KINDS)
 
     def __post_init__(self) -> None:
@@ -149,21 +150,14 @@ class PairVerdict:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PairVerdict":
-        return cls(
-            case_id=str(data["case_id"]),
-            pair=str(data["pair"]),
-            contract=str(data["contract"]),
-            arms=tuple(data["arms"]),
-            checks=tuple(Check.from_dict(c) for c in data.get("checks", [])),
-            status=str(data["status"]),
-            error=data.get("error"),
-            skip=data.get("skip"),
-        )
+        return _read(PairVerdict, data, "verdict entry")
 
 
 @dataclass(frozen=True)
 class CaseVerdict:
-    case_id: str
+    __pydantic_config__ = _FORBID
+
+    case_id: Str
     pairs: tuple[PairVerdict, ...]
     status: PairStatus
 
@@ -177,14 +171,23 @@ class CaseVerdict:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "CaseVerdict":
-        try:
-            return cls(
-                case_id=str(data["case_id"]),
-                pairs=tuple(PairVerdict.from_dict(p) for p in data["pairs"]),
-                status=str(data["status"]),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ResultsError(f"bad verdict ({type(exc).__name__}: {exc})") from exc
+        """A verdict from its JSON object (non-finite names decoded); a ResultsError naming each
+        unknown, mistyped or missing field, or a broken status rule."""
+        return _read(CaseVerdict, data, "verdict")
+
+
+@functools.cache
+def _adapter(kind: type) -> TypeAdapter:
+    return TypeAdapter(kind)
+
+
+def _read(kind: type, data: Mapping[str, Any], what: str) -> Any:
+    try:
+        return _adapter(kind).validate_python(decode_nonfinite(data))
+    except ValidationError as exc:
+        problems = all_problems(exc, root=kind)
+        text = "; also ".join(f"field '{p.field}': {p.message}" for p in problems)
+        raise ResultsError(f"bad {what}: {text}") from None
 
 
 def combine_status(statuses: Sequence[PairStatus]) -> PairStatus:

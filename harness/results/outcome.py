@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, get_args
 
-from .files import PathLike, ResultsError, decode_float, read_json_record, write_json_record
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+from harness.spec.validation import all_problems
+
+from .files import PathLike, ResultsError, decode_nonfinite, read_json_record, write_json_record
 from .paths import OUTCOME_FILE
+from .records import Float, Int, Str
 
 # How an arm's run ended (what each means: ArmOutcome); JSON spells it as is.
 ArmStatus = Literal["ok", "failed", "timeout", "infra", "skipped"]
@@ -27,14 +33,16 @@ class ArmOutcome:
     ``launch.failures.log_cause``), "" when it names none; an older ``outcome.json`` has none.
     """
 
+    __pydantic_config__ = ConfigDict(extra="forbid")  # an unknown key is an error naming it
+
     status: ArmStatus
-    returncode: Optional[int] = None
-    wall_s: float = 0.0
-    log_tail: str = ""
-    repro: str = ""
-    restarts: int = 0
-    detail: str = ""
-    cause: str = ""
+    returncode: Optional[Int] = None
+    wall_s: Float = 0.0
+    log_tail: Str = ""
+    repro: Str = ""
+    restarts: Int = 0
+    detail: Str = ""
+    cause: Str = ""
 
     def __post_init__(self) -> None:
         if self.status not in ARM_STATUSES:
@@ -61,27 +69,19 @@ class ArmOutcome:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ArmOutcome":
-        known = {"status", "returncode", "wall_s", "log_tail", "repro", "restarts", "detail",
-                 "cause"}
-        unknown = set(data) - known
-        if unknown:
-            raise ResultsError(f"outcome has unknown keys {sorted(unknown)}")
-        if "status" not in data:
-            raise ResultsError("outcome has no 'status'")
-        rc = data.get("returncode")
+        """An outcome from its JSON object; a ResultsError naming each unknown, mistyped or
+        missing field."""
         try:
-            return cls(
-                status=str(data["status"]),
-                returncode=None if rc is None else int(rc),
-                wall_s=decode_float(data.get("wall_s", 0.0)) or 0.0,
-                log_tail=str(data.get("log_tail", "")),
-                repro=str(data.get("repro", "")),
-                restarts=int(data.get("restarts", 0)),
-                detail=str(data.get("detail", "")),
-                cause=str(data.get("cause", "")),
-            )
-        except (TypeError, ValueError) as exc:
-            raise ResultsError(f"bad outcome: {exc}") from exc
+            return _adapter().validate_python(decode_nonfinite(data))
+        except ValidationError as exc:
+            problems = all_problems(exc, root=ArmOutcome)
+            text = "; also ".join(f"field '{p.field}': {p.message}" for p in problems)
+            raise ResultsError(f"bad outcome: {text}") from None
+
+
+@functools.cache
+def _adapter() -> TypeAdapter[ArmOutcome]:
+    return TypeAdapter(ArmOutcome)
 
 
 def write_outcome(arm_dir_: PathLike, outcome: ArmOutcome) -> Path:
