@@ -7,6 +7,9 @@ subclass and registering an instance of it (:func:`register`). The object owns:
   (registered into the case schema: ``harness.spec.comparisons``), and ``order``, where its
   section and its pairs sit among the others';
 * :meth:`Comparison.rules`: its preflight rules (``harness.spec.preflight`` runs them);
+  :meth:`Comparison.command_roles`: the arm roles (``command.arms.<role>``) a command case with
+  it must give, or ``not_for_commands``: why a command case cannot have it
+  (``harness.spec.comparisons.command_problems``);
 * :meth:`Comparison.plan`: the arms and pairs it plans, through a :class:`Planner`
   (``harness.arms.plan_case`` hands it one); :meth:`Comparison.fixed_cp_sizes`: CP sizes its
   fixed-CP arms add to the arms a case can have;
@@ -33,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional, Pr
 from pydantic import BaseModel
 
 from harness.errors import CaseError
-from harness.spec.comparisons import CompareSection, add_section
+from harness.spec.comparisons import CommandRole, CompareSection, add_section
 from harness.spec.derive import ArmSpec
 from harness.spec.names import ARM_CHECKS_CONTRACT
 from harness.spec.problems import Problem
@@ -109,11 +112,18 @@ class Comparison:
     emulated_skip: ClassVar[Optional[str]] = None
     # Checks an emulated case does not judge (not applicable), and why.
     emulated_not_comparable: ClassVar[tuple[tuple[str, ...], str]] = ((), "")
+    # Why a command case (``command:``) cannot have this comparison (None: it can).
+    not_for_commands: ClassVar[Optional[str]] = None
 
     def rules(self, case: Case, settings: Any) -> list[Problem]:
         """The problems of ``settings`` in ``case`` (a command case too: the rules that need the
         built-in workload check ``case.command``)."""
         return []
+
+    def command_roles(self, case: Case, settings: Any) -> tuple[CommandRole, ...]:
+        """The arm roles whose arguments (``command.arms.<role>``) a command case with these
+        settings must give: its arms run them, and without them two arms run the same command."""
+        return ()
 
     def plan(self, case: Case, settings: Any, planner: Planner) -> list["Pair"]:
         """The pairs of ``settings`` in ``case``, their arms made through ``planner``."""
@@ -159,7 +169,8 @@ def register(comparison: Comparison) -> Comparison:
         _judged[contract], _owner[contract] = judged, comparison.name
         _checks[contract], _params[contract] = judged.check, judged.params
     add_section(CompareSection(comparison.name, comparison.settings, comparison.order,
-                               comparison.rules))
+                               comparison.rules, comparison.command_roles,
+                               comparison.not_for_commands))
     return comparison
 
 

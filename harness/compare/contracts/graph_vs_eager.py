@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Optional
 
+from harness.spec.comparisons import CommandRole
 from harness.spec.names import EAGER, GRAPH, GRAPH_VS_EAGER
 from harness.spec.preflight import graph_arms_problem
 from harness.spec.problems import Problem
@@ -87,6 +88,9 @@ class GraphVsEager(Comparison):
 
     def rules(self, case: Case, settings: GraphVsEagerContract) -> list[Problem]:
         return graph_arms_problem(case, f"compare.{self.name}")
+
+    def command_roles(self, case: Case, settings: GraphVsEagerContract) -> tuple[CommandRole, ...]:
+        return (CommandRole(GRAPH, "the graph arm runs it"),)
 
     def plan(self, case: Case, settings: GraphVsEagerContract, planner: Planner) -> list[Pair]:
         arms = (planner.arm(GRAPH, "graphs"), planner.arm(EAGER, "compare.graph_vs_eager"))
