@@ -14,8 +14,9 @@ subclass and registering an instance of it (:func:`register`). The object owns:
   (``harness.arms.plan_case`` hands it one); :meth:`Comparison.fixed_cp_sizes`: CP sizes its
   fixed-CP arms add to the arms a case can have;
 * ``judged``: contract name -> :class:`Judged` (the typed settings of its pairs, the check
-  function, whether its checks are figures of the summary); most comparisons judge one contract,
-  named after them, ``slot_ring`` two;
+  function, whether its checks are figures of the summary, which of its checks come from the
+  CUDA-graph capture statistics); most comparisons judge one contract, named after them,
+  ``slot_ring`` two;
 * ``summary``: a section of ``summary.md`` of its own (:class:`SummarySection`), if any;
 * ``emulated_skip`` / ``emulated_not_comparable``: what an emulated case does not judge of it.
 
@@ -58,12 +59,15 @@ EMULATED_LOSSES = ("an emulated rank's loss and grad norm are its own local figu
 @dataclass(frozen=True)
 class Judged:
     """How the pairs of one contract are judged: their settings model (``Pair.params``), the
-    check function, and whether ``summary.md`` lists its checks under its graph and memory
-    figures (``figures``)."""
+    check function, whether ``summary.md`` lists its checks under its graph and memory figures
+    (``figures``), and which of its checks are made from the CUDA-graph capture statistics
+    (``StepRecord.graph_stats``, ``capture_checks``): a command case whose metrics source does
+    not carry them marks those not applicable when it is planned (``harness.arms``)."""
 
     params: type[BaseModel]
     check: ContractFn
     figures: bool = False
+    capture_checks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,14 @@ def test_a_command_case_plans_the_same_arms_and_marks_what_it_lacks(tmp_path: Pa
     assert "command" not in load_cases(["cases/focused"])[0].model_dump(mode="json")
 
 
+def test_only_the_contract_with_capture_checks_marks_them(tmp_path: Path) -> None:
+    """``Judged.capture_checks``: graph_vs_eager's pair marks them, a repeat pair has none."""
+    text = BASE.replace("compare:\n", "compare:\n  repeat: {loss: {max_rel: 1.0e-6}}\n")
+    pairs = {p.contract: p.not_applicable_checks for p in plan_case(_load(tmp_path, text)[0]).pairs}
+    assert {"capture", "variants_replayed"} <= set(pairs["graph_vs_eager"])
+    assert set(pairs["repeat"]) == {"aux_loss", "eager.packing", "eager-repeat.packing"}
+
+
 @pytest.mark.parametrize("edit, field, message", [
     (("  arms: {graph: [--cuda-graph-impl, local]}\n", ""), "command.arms.graph",
      "compare.graph_vs_eager needs the arguments of this arm role"),

@@ -84,7 +84,8 @@ class GraphVsEager(Comparison):
     name = GRAPH_VS_EAGER
     settings = GraphVsEagerContract
     order = 20
-    judged = {GRAPH_VS_EAGER: Judged(GraphVsEagerContract, check_graph_vs_eager, figures=True)}
+    judged = {GRAPH_VS_EAGER: Judged(GraphVsEagerContract, check_graph_vs_eager, figures=True,
+                                     capture_checks=("capture", "variants_replayed"))}
 
     def rules(self, case: Case, settings: GraphVsEagerContract) -> list[Problem]:
         return graph_arms_problem(case, f"compare.{self.name}")
