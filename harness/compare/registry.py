@@ -18,7 +18,9 @@ subclass and registering an instance of it (:func:`register`). The object owns:
   CUDA-graph capture statistics); most comparisons judge one contract, named after them,
   ``slot_ring`` two;
 * ``summary``: a section of ``summary.md`` of its own (:class:`SummarySection`), if any;
-* ``emulated_skip`` / ``emulated_not_comparable``: what an emulated case does not judge of it.
+* ``emulated_skip`` / ``emulated_not_comparable``: what an emulated case does not judge of it;
+  ``emulated_figures``: which figures of the emulated-rank table its pair's two arms give
+  (``harness.report.emulated``).
 
 ``harness.compare`` imports every module of that package, so a new comparison is one new file
 and its tests. A check function gets the pair (``pair.params`` an instance of its ``params``
@@ -32,7 +34,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional, Protocol, Sequence
+from typing import (TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping, Optional, Protocol,
+                    Sequence)
 
 from pydantic import BaseModel
 
@@ -54,6 +57,14 @@ ContractFn = Callable[["Pair", Mapping[str, Steps]], tuple[Check, ...]]
 # Why an emulated case does not judge losses (said in its verdict entries).
 EMULATED_LOSSES = ("an emulated rank's loss and grad norm are its own local figures, not the "
                    "model's: its communication is a loopback (harness/workload/loopback.py)")
+
+# Which figures of the emulated-rank table (TE #3353's validation beside ours,
+# ``harness.report.emulated``) a comparison's pair gives, from its two arms' records of one rank:
+# ``graphed`` (graph arm, eager arm): the capture line, bitwise steps, CP sizes and forward
+# replays, graph pool, step time, peak allocated; ``pools`` (slot-shared, separate pools): the
+# pool over the largest variant's; ``memory`` (DCP, fixed CP): the memory probes' deltas and the
+# allocation-site diff.
+EmulatedFigures = Literal["graphed", "pools", "memory"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +127,8 @@ class Comparison:
     emulated_skip: ClassVar[Optional[str]] = None
     # Checks an emulated case does not judge (not applicable), and why.
     emulated_not_comparable: ClassVar[tuple[tuple[str, ...], str]] = ((), "")
+    # The figures of the emulated-rank table its pair gives (None: none).
+    emulated_figures: ClassVar[Optional[EmulatedFigures]] = None
     # Why a command case (``command:``) cannot have this comparison (None: it can).
     not_for_commands: ClassVar[Optional[str]] = None
 

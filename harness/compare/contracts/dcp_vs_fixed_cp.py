@@ -168,6 +168,7 @@ class DcpVsFixedCp(Comparison):
     name = DCP_VS_FIXED_CP
     settings = DcpVsFixedCpContract
     order = 30
+    emulated_figures = "memory"
     judged = {DCP_VS_FIXED_CP: Judged(DcpVsFixedCpContract, check_dcp_vs_fixed_cp, figures=True)}
     emulated_not_comparable = (("loss", "aux_loss", "grad_norm"),
                                f"{EMULATED_LOSSES}: {_NOT_COMPARABLE}")

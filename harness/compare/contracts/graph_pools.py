@@ -63,6 +63,7 @@ class GraphPools(Comparison):
     name = GRAPH_POOLS
     settings = GraphPoolsContract
     order = 40
+    emulated_figures = "pools"
     judged = {GRAPH_POOLS: Judged(GraphPoolsContract, check_graph_pools, figures=True)}
 
     def rules(self, case: Case, settings: GraphPoolsContract) -> list[Problem]:
