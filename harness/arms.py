@@ -35,6 +35,7 @@ from harness.compare import (
     ARM_CHECKS_CONTRACT,
     ARM_CHECKS_PAIR,
     EMULATED_LOSSES,
+    JUDGED,
     LOSS_SANITY_CHECKS,
     Pair,
     comparison_of,
@@ -170,9 +171,10 @@ def plan_case(case: Case) -> CasePlan:
 
 def command_pair(pair: Pair, case: Case) -> Pair:
     """``pair`` of a command case, with the checks whose data its metrics source does not give
-    not applicable, each with the reason (never a pass): a series it has no value of, the
-    CUDA-graph capture figures (only the record API records them), and the packing of the
-    built-in workload's packer (a command packs its own batches)."""
+    not applicable, each with the reason (never a pass): a series it has no value of, the checks
+    its contract makes from the CUDA-graph capture statistics (``Judged.capture_checks``: only the
+    record API records them), and the packing of the built-in workload's packer (a command packs
+    its own batches)."""
     assert case.command is not None
     metrics = case.command.metrics
     has = source_fields(metrics)
@@ -180,8 +182,9 @@ def command_pair(pair: Pair, case: Case) -> Pair:
     why = {name: f"the command's metrics ({source}) have no {name.replace('_', ' ')}: map its "
                  f"tag or log key in command.metrics.tags to have it checked"
            for name in ("aux_loss", "grad_norm") if name not in has}
-    if "graph_stats" not in has:
-        for name in ("capture", "variants_replayed"):
+    judged = JUDGED.get(pair.contract)
+    if "graph_stats" not in has and judged is not None:
+        for name in judged.capture_checks:
             why[name] = (f"the command's metrics ({source}) carry no CUDA-graph capture "
                          "statistics (harness.metrics.StepRecorder records them: graph_stats=)")
     for arm_name in pair.arms:

@@ -6,7 +6,9 @@ its typed contract settings, ``harness.compare.Pair``), everything a verdict nee
 the plan is made (golden values copied, paths absolute). :func:`write_plan` stores it beside
 ``case.json`` as ``plan.json``, with a content hash of the case; the local sweep, the Slurm job,
 ``status``, ``collect``, retries, ``gate``, ``report`` and ``golden record`` read it back with
-:func:`read_plan`, and none of them derives arms again. A leaf: no torch, no launch, no arms.
+:func:`read_plan`, and none of them derives arms again. It is read through pydantic
+(:class:`StoredPlan`): an unknown, mistyped or missing field is an error naming it. A leaf: no
+torch, no launch, no arms.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from pydantic import ValidationError
+from pydantic import ConfigDict, ValidationError
 
-from harness.compare import PackingRule, Pair, packing_rule
+from harness.compare import PackingRule, Pair, StoredPair, packing_rule, read_typed
 from harness.errors import ConfigError
 from harness.results import (
     CASE_FILE,
@@ -30,6 +32,7 @@ from harness.results import (
     read_json,
     write_json_record,
 )
+from harness.results.records import Bool, Int, Str
 from harness.spec.names import ARM_KINDS, ArmKind
 from harness.spec.places import emulated_labels, emulated_title
 from harness.spec.schema import ArmCase, Case, SanitySpec
@@ -41,6 +44,7 @@ PLAN_FILE = "plan.json"
 PLAN_VERSION = 3
 # case.json fields that do not change what runs (the path the case file was given by).
 UNHASHED_FIELDS = ("source",)
+_FORBID = ConfigDict(extra="forbid")  # an unknown key in plan.json is an error naming it
 
 
 class PlanError(ResultsError):
@@ -103,15 +107,31 @@ class PlannedArm:
                 "emulated": list(self.labels) if self.emulated else None,
                 "case": self.case.model_dump(mode="json")}
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "PlannedArm":
-        arm = cls(name=str(data["name"]), kind=str(data["kind"]),
-                  case=ArmCase.model_validate(data["case"]), world_size=int(data["world_size"]),
-                  ranks=tuple(int(r) for r in data["ranks"]), repeat=bool(data.get("repeat")))
-        said = data.get("emulated")
-        if (list(said) if said is not None else None) != (list(arm.labels) if arm.emulated else None):
-            raise ValueError(f"arm '{arm.name}': 'emulated' {said!r} is not what its case emulates "
-                             f"({list(arm.labels) or None})")
+
+
+@dataclass(frozen=True)
+class StoredArm:
+    """An arm as ``plan.json`` keeps it (:meth:`PlannedArm.to_dict`): ``emulated`` the labels of
+    its emulated ranks (None: real ranks), which must be what its case emulates."""
+
+    __pydantic_config__ = _FORBID
+
+    name: Str
+    kind: ArmKind
+    world_size: Int
+    ranks: tuple[Int, ...]
+    case: ArmCase
+    repeat: Bool = False
+    emulated: Optional[tuple[Str, ...]] = None
+
+    def arm(self) -> PlannedArm:
+        """The planned arm; a ValueError naming it when its fields do not agree."""
+        arm = PlannedArm(name=self.name, kind=self.kind, case=self.case,
+                         world_size=self.world_size, ranks=self.ranks, repeat=self.repeat)
+        if self.emulated != (arm.labels if arm.emulated else None):
+            said = list(self.emulated) if self.emulated is not None else None
+            raise ValueError(f"arm '{arm.name}': 'emulated' {said!r} is not what its case "
+                             f"emulates ({list(arm.labels) or None})")
         return arm
 
 
@@ -213,9 +233,26 @@ class CasePlan:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], case: Case) -> "CasePlan":
-        return cls(case=case, case_hash=str(data["case_hash"]), source=str(data["source"]),
-                   arms=tuple(PlannedArm.from_dict(a) for a in data["arms"]),
-                   pairs=tuple(Pair.from_dict(p) for p in data["pairs"]))
+        """The plan of ``case`` :meth:`to_dict` wrote; a ResultsError naming each unknown,
+        mistyped or missing field, a ValueError for fields that do not agree."""
+        stored: StoredPlan = read_typed(StoredPlan, data, PLAN_FILE, nonfinite=False)
+        return cls(case=case, case_hash=stored.case_hash, source=stored.source,
+                   arms=tuple(a.arm() for a in stored.arms),
+                   pairs=tuple(p.pair() for p in stored.pairs))
+
+
+@dataclass(frozen=True)
+class StoredPlan:
+    """``plan.json`` as :meth:`CasePlan.to_dict` writes it (the case itself is ``case.json``)."""
+
+    __pydantic_config__ = _FORBID
+
+    version: Int
+    case_id: Str
+    case_hash: Str
+    source: Str
+    arms: tuple[StoredArm, ...]
+    pairs: tuple[StoredPair, ...]
 
 
 def write_plan(case_dir: PathLike, plan: CasePlan) -> Path:
@@ -239,7 +276,9 @@ def plan_from_files(case_json: Any, plan_json: Any, where: PathLike) -> CasePlan
     try:
         case = Case.model_validate(dict(case_json))
         return CasePlan.from_dict(plan_json, case)
-    except (ValidationError, KeyError, TypeError, ValueError) as exc:
+    except ResultsError as exc:
+        raise PlanError(f"{folder / PLAN_FILE}: {exc}") from None
+    except (ValidationError, ValueError) as exc:
         first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
         raise PlanError(f"{folder}: {PLAN_FILE} cannot be read back ({type(exc).__name__}: "
                         f"{first})") from None

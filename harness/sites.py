@@ -5,32 +5,42 @@ Python stack of every live allocation and, at ``train.memory_probe_step``, sums 
 blocks into (pool, state, site) buckets (``harness.workload.allocsites.summarize_segments``). The
 rank process keeps them as ``<arm>/sites.rank<r>.json`` (:func:`write_sites`, a :class:`SiteTable`);
 the reports line two arms' tables up (:func:`diff_sites`, candidate minus reference): the
-explanation of a reserved-bytes delta (TE #3353 left it "for follow-up profiling"). A leaf: no
-torch.
+explanation of a reserved-bytes delta (TE #3353 left it "for follow-up profiling"). A table is
+read through pydantic (:class:`SitesFile`): an unknown, mistyped or missing field is an error
+naming it. A leaf: no torch.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Annotated, Any, Iterable, Literal, Mapping, Optional
+
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from harness.results import PathLike, ResultsError, read_json, write_json_atomic
+from harness.results.records import Int, Str
+from harness.spec.validation import all_problems
 
 SITES_VERSION = 1
 _SITES_FILE = re.compile(r"^sites\.rank(\d+)\.json$")
+_FORBID = ConfigDict(extra="forbid")  # an unknown key is an error naming it
+Count = Annotated[Int, Field(ge=0)]
 
 
 @dataclass(frozen=True)
 class SiteBytes:
     """Bytes of one (pool, state, site) bucket of one arm's allocator."""
 
-    pool: str
-    state: str
-    site: str
-    bytes: int
-    blocks: int
+    __pydantic_config__ = _FORBID
+
+    pool: Str
+    state: Str
+    site: Str
+    bytes: Count
+    blocks: Count
 
 
 @dataclass(frozen=True)
@@ -61,23 +71,33 @@ class SiteTable:
                 "sites": [asdict(s) for s in self.sites]}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "sites") -> "SiteTable":
+    def from_dict(cls, data: Any, where: str = "sites") -> "SiteTable":
+        """The table :meth:`to_dict` wrote; a ResultsError naming ``where`` and each unknown,
+        mistyped or missing field."""
         try:
-            if data.get("version") != SITES_VERSION:
-                raise ValueError(f"version {data.get('version')!r}, this dcp-harness reads "
-                                 f"{SITES_VERSION}")
-            sites = tuple(SiteBytes(str(s["pool"]), str(s["state"]), str(s["site"]),
-                                    _count(s["bytes"]), _count(s["blocks"])) for s in data["sites"])
-            return cls(_count(data["rank"]), _count(data["step"]), sites)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ResultsError(f"{where}: not an allocation-site table ({type(exc).__name__}: "
-                               f"{exc})") from None
+            stored = _adapter().validate_python(data)
+        except ValidationError as exc:
+            text = "; also ".join(f"field '{p.field}': {p.message}"
+                                  for p in all_problems(exc, root=SitesFile))
+            raise ResultsError(f"{where}: not an allocation-site table ({text})") from None
+        return cls(stored.rank, stored.step, stored.sites)
 
 
-def _count(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"expected a count, got {value!r}")
-    return value
+@dataclass(frozen=True)
+class SitesFile:
+    """``sites.rank<r>.json`` as :meth:`SiteTable.to_dict` writes it (``version`` 1)."""
+
+    __pydantic_config__ = _FORBID
+
+    version: Literal[1]
+    rank: Count
+    step: Count
+    sites: tuple[SiteBytes, ...]
+
+
+@functools.cache
+def _adapter() -> TypeAdapter[SitesFile]:
+    return TypeAdapter(SitesFile)
 
 
 def sites_file(arm_dir: PathLike, rank: int) -> Path:

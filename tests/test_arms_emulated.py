@@ -6,9 +6,17 @@ import json
 import pytest
 
 from harness.arms import EMULATED_LOSSES, plan_case
-from harness.caseplan import PLAN_VERSION, CasePlan, PlannedArm, plan_from_files, read_plan
+from harness.caseplan import (
+    PLAN_VERSION,
+    CasePlan,
+    PlanError,
+    PlannedArm,
+    plan_from_files,
+    read_plan,
+)
 from harness.compare import ARM_CHECKS_PAIR, Pair
 from harness.errors import CaseError
+from harness.results import ResultsError
 from harness.launch.sweep import prepare_case_dir
 from harness.spec.derive import as_emulated
 from harness.spec.schema import Case
@@ -91,6 +99,30 @@ def test_plan_json_says_each_arm_is_emulated_and_reads_back(tmp_path):
         plan_from_files(json.loads((case_dir / "case.json").read_text()), stored, case_dir)
 
 
+@pytest.mark.parametrize("damage, field, message", [
+    (lambda d: d["arms"][0].update(gpus=1), "arms.0.gpus", "unknown key 'gpus'"),
+    (lambda d: d["arms"][1].update(world_size="4"), "arms.1.world_size", "valid integer"),
+    (lambda d: d["arms"][0].update(kind="eagre"), "arms.0.kind", "'eager'"),
+    (lambda d: d["pairs"][0].update(arms="graph"), "pairs.0.arms", "valid tuple"),
+    (lambda d: d["pairs"][1].update(skip="x"), "pairs.1.skip", "unknown key 'skip'"),
+    (lambda d: d["pairs"][0]["not_applicable"].update(x=1), "pairs.0.not_applicable.x",
+     "valid string"),
+    (lambda d: d.pop("case_id"), "case_id", "required field is missing"),
+])
+def test_a_damaged_plan_json_is_an_error_naming_the_field(tmp_path, damage, field, message):
+    """plan.json is read through pydantic: an unknown key or a mistyped field of a real plan is
+    a PlanError naming the file and the field."""
+    case_dir = prepare_case_dir(plan_case(emulated(make_case(compare=FULL, graphs=GRAPHS))),
+                                tmp_path)
+    stored = json.loads((case_dir / "plan.json").read_text())
+    damage(stored)
+    with pytest.raises(PlanError) as err:
+        plan_from_files(json.loads((case_dir / "case.json").read_text()), stored, case_dir)
+    text = str(err.value)
+    assert text.startswith(f"{case_dir / 'plan.json'}: bad plan.json: field '{field}': ")
+    assert message in text, text
+
+
 def test_planned_arm_ranks_must_be_the_emulated_ones():
     arm = plan_case(emulated(make_case())).arms[0]
     with pytest.raises(ValueError, match="are not the emulated ranks"):
@@ -104,6 +136,13 @@ def test_pairs_keep_their_plan_decisions_through_to_dict():
     assert again == pair and again.rank_name(7) == "emulated rank 7 of 8"
     assert Pair("p", "repeat", ("a", "b")).to_dict().keys() == {"name", "contract", "arms", "params"}
     assert Pair("p", "repeat", ("a", "b")).rank_name(3) == "r3"
+
+
+def test_a_damaged_pair_is_an_error_naming_each_field():
+    stored = {**Pair("p", "repeat", ("a", "b"), {}).to_dict(), "emulated": "8", "extra": 1}
+    with pytest.raises(ResultsError, match=r"bad pair: field 'emulated': .*valid integer.*; also "
+                                           r"field 'extra': unknown key 'extra'"):
+        Pair.from_dict(stored)
 
 
 def test_a_plan_rejects_arms_of_mixed_kinds():

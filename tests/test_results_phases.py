@@ -62,6 +62,18 @@ def test_a_bad_marks_file_is_an_error_naming_file_and_field(tmp_path):
         read_phases(tmp_path, 0)
 
 
+def test_an_unknown_key_in_a_written_marks_file_is_named(tmp_path):
+    recorder = PhaseRecorder()
+    recorder.step(1, 0.5, 10.0)
+    path = recorder.write(tmp_path, 0)
+    data = json.loads(path.read_text())
+    data["legs"][0]["steps"][0]["wrote_at"] = 11.0
+    path.write_text(json.dumps(data))
+    with pytest.raises(ResultsError, match=r"phases\.rank0\.json.*field 'legs\.0\.steps\.0\."
+                                           r"wrote_at': unknown key 'wrote_at'"):
+        read_phases(tmp_path, 0)
+
+
 def test_a_rank_replaces_a_marks_file_it_cannot_read(tmp_path):
     phases_file(tmp_path, 1).write_text("{torn")
     rec = PhaseRecorder()

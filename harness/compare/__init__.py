@@ -10,12 +10,14 @@ Modules, one job each (this package is a leaf: no torch, no launch, no workload)
 
 * ``verdicts``: ``Check``, ``PairVerdict``, ``CaseVerdict``, ``verdict.json`` (``write_verdict``,
   ``read_verdict``), ``combine_status`` and the status rules;
-* ``series``: per-step series of an arm's records (``step_series``, ``field_of``) and the
-  tolerance rule two series are compared under (``compare_series``);
+* ``series``: per-step series of an arm's records (``step_series``, ``field_of``), the figures
+  they carry (``graph_stats``, ``frame_replays``) and the tolerance rule two series are compared
+  under (``compare_series``);
 * ``arm_checks``: the checks every arm gets (``arm_checks``, ``sanity_checks``);
 * ``packing``: what an arm packed against what its case asks for (``PackingRule``,
   ``packing_rule``, ``packing_check``: ``<arm>.packing``);
-* ``pair``: ``Pair`` (arms, contract, the contract's typed settings);
+* ``pair``: ``Pair`` (arms, contract, the contract's typed settings), ``StoredPair`` (as
+  ``plan.json`` keeps it);
 * ``registry``: one ``Comparison`` object per comparison, owning its ``compare.<name>`` settings,
   preflight rules, planned arms and pairs, checks and figures (``register``, ``comparisons``,
   ``COMPARISONS``; per contract ``JUDGED``, ``CONTRACTS``, ``PAIR_PARAMS``), ``ContractSkipped``;
@@ -41,7 +43,7 @@ from .contracts.resume import ResumePairParams
 from .contracts.slot_ring import SlotRingPairParams, SlotRingPlanParams
 from .evaluate import ArmData, ExpectedRanks, evaluate_case, evaluate_pair, pair_status
 from .packing import PackingRule, PackingRules, describe_packing, packing_check, packing_rule
-from .pair import Pair
+from .pair import Pair, StoredPair
 from .registry import (
     COMPARISONS,
     CONTRACTS,
@@ -51,6 +53,7 @@ from .registry import (
     Comparison,
     ContractFn,
     ContractSkipped,
+    EmulatedFigures,
     Judged,
     Planner,
     SummarySection,
@@ -65,6 +68,8 @@ from .series import (
     compare_series,
     field_of,
     first_rank_records,
+    frame_replays,
+    frames_text,
     step_series,
 )
 from .verdicts import (
@@ -78,20 +83,22 @@ from .verdicts import (
     PairVerdict,
     SkipKind,
     combine_status,
+    read_typed,
     read_verdict,
     write_verdict,
 )
 
 __all__ = [
     "ARM_CHECKS_CONTRACT", "ARM_CHECKS_PAIR", "ArmData", "DEFAULT_ALLOWED_SKIPS", "SKIP_KINDS", "COMPLETENESS", "CONTRACTS", "CaseVerdict",
-    "COMPARISONS", "Comparison", "EMULATED_LOSSES", "JUDGED", "Judged", "Planner", "SummarySection",
+    "COMPARISONS", "Comparison", "EMULATED_LOSSES", "EmulatedFigures", "JUDGED", "Judged", "Planner", "SummarySection",
     "comparison_of", "comparisons", "register",
     "Check", "ContractFn", "ContractSkipped", "ExpectedRanks", "GoldenMissing", "GoldenPairParams",
     "LOSS_SANITY_CHECKS", "MIB", "PAIR_PARAMS", "PAIR_STATUSES", "PackingRule", "PairStatus", "SkipKind", "PackingRules",
     "Pair", "PairVerdict", "RankSet", "Record", "ReferencePairParams", "ResumePairParams",
-    "SWEEP_MARK", "SlotRingPairParams", "SlotRingPlanParams", "StaticBins", "Steps",
+    "SWEEP_MARK", "SlotRingPairParams", "StoredPair", "SlotRingPlanParams", "StaticBins", "Steps",
     "arm_checks", "combine_status", "compare_series", "contracts", "describe_packing",
-    "evaluate_case", "evaluate_pair", "field_of", "first_rank_records", "packing_check",
-    "packing_rule", "pair_status", "read_verdict", "regroup_step", "sanity_checks", "step_series",
+    "evaluate_case", "evaluate_pair", "field_of", "first_rank_records", "frame_replays",
+    "frames_text", "packing_check",
+    "packing_rule", "pair_status", "read_typed", "read_verdict", "regroup_step", "sanity_checks", "step_series",
     "write_verdict",
 ]

@@ -1,15 +1,18 @@
-"""A pair: arms plus the contract that compares them, with the contract's typed settings."""
+"""A pair: arms plus the contract that compares them, with the contract's typed settings, and
+the form ``plan.json`` keeps it in (:class:`StoredPair`, read through pydantic)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from harness.results.records import Int, Str
 from harness.spec.places import short_label
 
 from .registry import PAIR_PARAMS
+from .verdicts import read_typed
 
 
 @dataclass(frozen=True)
@@ -81,13 +84,10 @@ class Pair:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Pair":
-        skipped, world = data.get("skipped"), data.get("emulated")
-        return cls(str(data["name"]), str(data["contract"]), tuple(data["arms"]),
-                   dict(data.get("params") or {}),
-                   skipped=None if skipped is None else str(skipped),
-                   not_applicable={str(k): str(v)
-                                   for k, v in dict(data.get("not_applicable") or {}).items()},
-                   emulated=None if world is None else int(world))
+        """The pair :meth:`to_dict` wrote; a ResultsError naming each unknown, mistyped or
+        missing field, a ValueError naming a bad setting of its contract."""
+        stored: StoredPair = read_typed(StoredPair, data, "pair", nonfinite=False)
+        return stored.pair()
 
     def two_arms(self) -> tuple[str, str]:
         """(candidate, reference); a ValueError naming the pair when it has not two arms."""
@@ -95,3 +95,23 @@ class Pair:
             raise ValueError(f"pair '{self.name}' ({self.contract}) needs exactly 2 arms, "
                              f"got {list(self.arms)}")
         return self.arms[0], self.arms[1]
+
+
+@dataclass(frozen=True)
+class StoredPair:
+    """A pair as ``plan.json`` keeps it (:meth:`Pair.to_dict`): its settings a JSON object,
+    validated into the contract's model by :meth:`pair`; an unknown key is an error naming it."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    name: Str
+    contract: Str
+    arms: tuple[Str, ...]
+    params: dict[Str, Any] = field(default_factory=dict)
+    skipped: Optional[Str] = None
+    not_applicable: dict[Str, Str] = field(default_factory=dict)
+    emulated: Optional[Int] = None
+
+    def pair(self) -> Pair:
+        return Pair(self.name, self.contract, self.arms, self.params, skipped=self.skipped,
+                    not_applicable=self.not_applicable, emulated=self.emulated)

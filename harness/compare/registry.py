@@ -7,14 +7,20 @@ subclass and registering an instance of it (:func:`register`). The object owns:
   (registered into the case schema: ``harness.spec.comparisons``), and ``order``, where its
   section and its pairs sit among the others';
 * :meth:`Comparison.rules`: its preflight rules (``harness.spec.preflight`` runs them);
+  :meth:`Comparison.command_roles`: the arm roles (``command.arms.<role>``) a command case with
+  it must give, or ``not_for_commands``: why a command case cannot have it
+  (``harness.spec.comparisons.command_problems``);
 * :meth:`Comparison.plan`: the arms and pairs it plans, through a :class:`Planner`
   (``harness.arms.plan_case`` hands it one); :meth:`Comparison.fixed_cp_sizes`: CP sizes its
   fixed-CP arms add to the arms a case can have;
 * ``judged``: contract name -> :class:`Judged` (the typed settings of its pairs, the check
-  function, whether its checks are figures of the summary); most comparisons judge one contract,
-  named after them, ``slot_ring`` two;
+  function, whether its checks are figures of the summary, which of its checks come from the
+  CUDA-graph capture statistics); most comparisons judge one contract, named after them,
+  ``slot_ring`` two;
 * ``summary``: a section of ``summary.md`` of its own (:class:`SummarySection`), if any;
-* ``emulated_skip`` / ``emulated_not_comparable``: what an emulated case does not judge of it.
+* ``emulated_skip`` / ``emulated_not_comparable``: what an emulated case does not judge of it;
+  ``emulated_figures``: which figures of the emulated-rank table its pair's two arms give
+  (``harness.report.emulated``).
 
 ``harness.compare`` imports every module of that package, so a new comparison is one new file
 and its tests. A check function gets the pair (``pair.params`` an instance of its ``params``
@@ -28,12 +34,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional, Protocol, Sequence
+from typing import (TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping, Optional, Protocol,
+                    Sequence)
 
 from pydantic import BaseModel
 
 from harness.errors import CaseError
-from harness.spec.comparisons import CompareSection, add_section
+from harness.spec.comparisons import CommandRole, CompareSection, add_section
 from harness.spec.derive import ArmSpec
 from harness.spec.names import ARM_CHECKS_CONTRACT
 from harness.spec.problems import Problem
@@ -51,16 +58,27 @@ ContractFn = Callable[["Pair", Mapping[str, Steps]], tuple[Check, ...]]
 EMULATED_LOSSES = ("an emulated rank's loss and grad norm are its own local figures, not the "
                    "model's: its communication is a loopback (harness/workload/loopback.py)")
 
+# Which figures of the emulated-rank table (TE #3353's validation beside ours,
+# ``harness.report.emulated``) a comparison's pair gives, from its two arms' records of one rank:
+# ``graphed`` (graph arm, eager arm): the capture line, bitwise steps, CP sizes and forward
+# replays, graph pool, step time, peak allocated; ``pools`` (slot-shared, separate pools): the
+# pool over the largest variant's; ``memory`` (DCP, fixed CP): the memory probes' deltas and the
+# allocation-site diff.
+EmulatedFigures = Literal["graphed", "pools", "memory"]
+
 
 @dataclass(frozen=True)
 class Judged:
     """How the pairs of one contract are judged: their settings model (``Pair.params``), the
-    check function, and whether ``summary.md`` lists its checks under its graph and memory
-    figures (``figures``)."""
+    check function, whether ``summary.md`` lists its checks under its graph and memory figures
+    (``figures``), and which of its checks are made from the CUDA-graph capture statistics
+    (``StepRecord.graph_stats``, ``capture_checks``): a command case whose metrics source does
+    not carry them marks those not applicable when it is planned (``harness.arms``)."""
 
     params: type[BaseModel]
     check: ContractFn
     figures: bool = False
+    capture_checks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,11 +127,20 @@ class Comparison:
     emulated_skip: ClassVar[Optional[str]] = None
     # Checks an emulated case does not judge (not applicable), and why.
     emulated_not_comparable: ClassVar[tuple[tuple[str, ...], str]] = ((), "")
+    # The figures of the emulated-rank table its pair gives (None: none).
+    emulated_figures: ClassVar[Optional[EmulatedFigures]] = None
+    # Why a command case (``command:``) cannot have this comparison (None: it can).
+    not_for_commands: ClassVar[Optional[str]] = None
 
     def rules(self, case: Case, settings: Any) -> list[Problem]:
         """The problems of ``settings`` in ``case`` (a command case too: the rules that need the
         built-in workload check ``case.command``)."""
         return []
+
+    def command_roles(self, case: Case, settings: Any) -> tuple[CommandRole, ...]:
+        """The arm roles whose arguments (``command.arms.<role>``) a command case with these
+        settings must give: its arms run them, and without them two arms run the same command."""
+        return ()
 
     def plan(self, case: Case, settings: Any, planner: Planner) -> list["Pair"]:
         """The pairs of ``settings`` in ``case``, their arms made through ``planner``."""
@@ -159,7 +186,8 @@ def register(comparison: Comparison) -> Comparison:
         _judged[contract], _owner[contract] = judged, comparison.name
         _checks[contract], _params[contract] = judged.check, judged.params
     add_section(CompareSection(comparison.name, comparison.settings, comparison.order,
-                               comparison.rules))
+                               comparison.rules, comparison.command_roles,
+                               comparison.not_for_commands))
     return comparison
 
 

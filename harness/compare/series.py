@@ -1,4 +1,5 @@
-"""Per-step series of an arm's records and the tolerance rule two series are compared under.
+"""Per-step series of an arm's records, the figures its records carry (memory probes, capture
+statistics, forward replays per frame) and the tolerance rule two series are compared under.
 
 Tolerances follow numpy/torch ``isclose``: a step passes when ``|a - b| <= max_abs +
 max_rel * |ref|`` (a missing bound counts as 0); ``exact`` means bitwise-equal floats.
@@ -165,6 +166,23 @@ def memory_probes(steps: Steps) -> dict[int, MemoryProbe]:
 def graph_stats(steps: Steps) -> dict[int, GraphStats]:
     """Rank -> the last capture statistics it recorded (ranks without any left out)."""
     return {rank: rec.graph_stats for rank, rec in records_of(steps) if rec.graph_stats is not None}
+
+
+def frame_replays(steps: Steps) -> dict[int, dict[tuple[int, int], int]]:
+    """Rank -> (CP size, physical slot) -> forward replays over its graphed steps."""
+    out: dict[int, dict[tuple[int, int], int]] = {}
+    for rank, records in steps.items():
+        frames = out.setdefault(rank, {})
+        for rec in records:
+            for f in rec.replays or ():
+                key = (f.cp_size, f.slot)
+                frames[key] = frames.get(key, 0) + f.replays
+    return out
+
+
+def frames_text(frames: Mapping[tuple[int, int], int]) -> str:
+    """``cp1/slot0 6, cp2/slot1 8``: replays per frame, by CP size then slot."""
+    return ", ".join(f"cp{c}/slot{s} {n}" for (c, s), n in sorted(frames.items())) or "none"
 
 
 def series_check(name: str, key: str, data: Mapping[str, Steps], arms: tuple[str, str],

@@ -102,7 +102,7 @@ class Check:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Check":
-        return _read(Check, data, "check")
+        return read_typed(Check, data, "check")
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ class PairVerdict:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PairVerdict":
-        return _read(PairVerdict, data, "verdict entry")
+        return read_typed(PairVerdict, data, "verdict entry")
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,7 @@ class CaseVerdict:
     def from_dict(cls, data: Mapping[str, Any]) -> "CaseVerdict":
         """A verdict from its JSON object (non-finite names decoded); a ResultsError naming each
         unknown, mistyped or missing field, or a broken status rule."""
-        return _read(CaseVerdict, data, "verdict")
+        return read_typed(CaseVerdict, data, "verdict")
 
 
 @functools.cache
@@ -181,9 +181,12 @@ def _adapter(kind: type) -> TypeAdapter:
     return TypeAdapter(kind)
 
 
-def _read(kind: type, data: Mapping[str, Any], what: str) -> Any:
+def read_typed(kind: type, data: Any, what: str, *, nonfinite: bool = True) -> Any:
+    """``data`` (parsed JSON; ``nonfinite``: its non-finite names decoded) validated as ``kind``
+    (a dataclass or model whose unknown keys are errors); a ResultsError naming each unknown,
+    mistyped or missing field (``bad <what>: field 'x.0.y': ...``)."""
     try:
-        return _adapter(kind).validate_python(decode_nonfinite(data))
+        return _adapter(kind).validate_python(decode_nonfinite(data) if nonfinite else data)
     except ValidationError as exc:
         problems = all_problems(exc, root=kind)
         text = "; also ".join(f"field '{p.field}': {p.message}" for p in problems)

@@ -6,14 +6,15 @@ communication on the loopback layer), one column per emulated rank, from the cas
 
 * the capture line, graph vs eager bitwise steps (loss, aux loss, grad norm of the rank's own
   records), NaN / skipped steps, the CP sizes replayed and the forward replays per (CP size,
-  physical slot) frame over the graphed steps (``graph_vs_eager``);
-* graph pool and arena MiB, slot-shared pool / largest single variant and separate pools /
-  largest (``graph_pools``);
+  physical slot) frame over the graphed steps, graph pool and arena MiB (the pair whose
+  comparison gives the ``graphed`` figures: ``Comparison.emulated_figures``);
+* slot-shared pool / largest single variant and separate pools / largest (``pools``);
 * DCP+graph vs fixed-CP+graph after ``empty_cache()`` at the memory probe: whole-device delta in
-  MiB and % of the device, the used MiB of both, active and reserved deltas (``dcp_vs_fixed_cp``);
-* compute step time (median over the graphed steps; nothing is communicated) and peak allocated;
+  MiB and % of the device, the used MiB of both, active and reserved deltas (``memory``);
+* compute step time (median over the graphed steps; nothing is communicated) and peak allocated
+  (``graphed``);
 * then per rank the live bytes by pool and the allocator snapshot diff, DCP+graph minus
-  fixed-CP+graph, largest first (the reserved delta explained).
+  fixed-CP+graph, largest first (the reserved delta explained; ``memory``).
 
 :func:`emulated_sections` is summary.md's section; :func:`emulated_tables` the same text for a
 sweep folder (``bench/emulated.py`` prints it). A leaf: no torch.
@@ -25,11 +26,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from harness.compare import PairVerdict
+from harness.compare import EmulatedFigures, PairVerdict, comparison_of, frame_replays, frames_text
 from harness.results import GraphStats, MemoryProbe, StepRecord
-from harness.compare.contracts.graph_vs_eager import frame_replays, frames_text
 from harness.sites import SiteTable, diff_sites, pool_totals
-from harness.spec.names import DCP_VS_FIXED_CP, GRAPH_POOLS, GRAPH_VS_EAGER
 from harness.spec.places import short_label
 
 from .load import ArmView, CaseView, SweepView
@@ -42,7 +41,7 @@ TE3353 = {
     "layout": "8 GB200 (2 nodes), real ranks; 48 layers, 128 experts, PP4 VPP4 EP2, DCP {1,2}, "
               "seq 8192, GBS 64",
     "capture": "2 dynamic-CP variants over 8 slot-aliased physical TE pool slots",
-    GRAPH_VS_EAGER: "16 steps, no NaN / skipped; LM loss within 0.00398 abs (0.0351 %)",
+    "losses": "16 steps, no NaN / skipped; LM loss within 0.00398 abs (0.0351 %)",
     "nan": "none",
     "replayed": "CP1 and CP2",
     "device_delta": "-440..+16 and -366..+96 MiB (two 3-step runs)",
@@ -81,8 +80,14 @@ class RankFigures:
     site_diff: tuple[Any, ...] = ()
 
 
-def _arms_of(case: CaseView, contract: str) -> Optional[tuple[ArmView, ArmView]]:
-    pair: Optional[PairVerdict] = next((p for p in case.verdict.pairs if p.contract == contract
+def _gives(pair: PairVerdict, figures: EmulatedFigures) -> bool:
+    comparison = comparison_of(pair.contract)
+    return comparison is not None and comparison.emulated_figures == figures
+
+
+def _arms_of(case: CaseView, figures: EmulatedFigures) -> Optional[tuple[ArmView, ArmView]]:
+    """The two arms of the case's first pair whose comparison gives ``figures``."""
+    pair: Optional[PairVerdict] = next((p for p in case.verdict.pairs if _gives(p, figures)
                                         and len(p.arms) == 2), None)
     if pair is None or not all(a in case.arms for a in pair.arms):
         return None
@@ -116,7 +121,7 @@ def rank_figures(case: CaseView, rank: int) -> RankFigures:
     out["nan_or_skipped"] = {name: [r.step for r in _records(arm, rank) if r.nan or r.skipped]
                              for name, arm in case.arms.items()}
     out["nan_or_skipped"] = {k: v for k, v in out["nan_or_skipped"].items() if v}
-    ge = _arms_of(case, GRAPH_VS_EAGER)
+    ge = _arms_of(case, "graphed")
     if ge is not None:
         g, e = _records(ge[0], rank), _records(ge[1], rank)
         by_step = {r.step: r for r in e}
@@ -140,14 +145,14 @@ def rank_figures(case: CaseView, rank: int) -> RankFigures:
         peaks = [r.max_allocated_bytes for r in g + e]
         peaks = [p for p in peaks if p is not None]
         out["peak_allocated_mib"] = max(peaks) / MIB if peaks else None
-    gp = _arms_of(case, GRAPH_POOLS)
+    gp = _arms_of(case, "pools")
     if gp is not None:
         shared, sep = _last_stats(_records(gp[0], rank)), _last_stats(_records(gp[1], rank))
         largest = sep.largest_pool_bytes if sep is not None else None
         if shared is not None and sep is not None and largest:
             out["shared_over_largest"] = shared.pool_reserved_bytes / largest
             out["separate_over_largest"] = sep.pool_reserved_bytes / largest
-    dv = _arms_of(case, DCP_VS_FIXED_CP)
+    dv = _arms_of(case, "memory")
     if dv is not None:
         out.update(_memory(dv, rank))
     return RankFigures(**out)
@@ -200,7 +205,7 @@ def _rows(fixed: str) -> list[Row]:
 
     return [
         ("capture line", TE3353["capture"], lambda f: f.capture or "-"),
-        ("graph vs eager (loss, aux loss, grad norm)", TE3353[GRAPH_VS_EAGER], bitwise),
+        ("graph vs eager (loss, aux loss, grad norm)", TE3353["losses"], bitwise),
         ("NaN / skipped steps", TE3353["nan"], nan),
         ("CP sizes replayed (graphed steps)", TE3353["replayed"],
          lambda f: f"{list(f.replayed_cp)} over {f.graphed_steps} steps" if f.graphed_steps else "-"),
@@ -240,7 +245,7 @@ def case_table(case: CaseView) -> list[str]:
     if why is not None:
         return [f"### {case.title}", "", case.mark(f"Not run here: {why}")]
     figs = [rank_figures(case, r) for r in case.emulated_ranks]
-    dv = _arms_of(case, DCP_VS_FIXED_CP)
+    dv = _arms_of(case, "memory")
     fixed = dv[1].name if dv is not None else "fixed CP"
     head = ["figure", f"TE #3353 ({TE3353['layout']})"] + [f.label for f in figs]
     lines = [f"### {case.title}", "",

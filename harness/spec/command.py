@@ -8,14 +8,12 @@ An arm runs ``command.argv`` plus the arguments ``command.arms`` gives its role 
 ``env`` values and ``metrics.path``.
 
 Preflight rules of a command case (:func:`check_command`, in place of the built-in workload's
-model, microbatch, shape and graph rules; the layout, compare and golden-window rules stand):
+model, microbatch, shape and graph rules; the layout, compare and golden-window rules stand, and
+each comparison says which arm roles it needs and whether a command case may have it:
+``harness.spec.comparisons.command_problems``):
 
-* a role the case plans has its arguments: ``graph`` for ``compare.graph_vs_eager`` and
-  ``graph_pools`` (and ``graph-separate-pools`` for the latter), ``fixed-cp`` for
-  ``dcp_vs_fixed_cp`` (``graph-fixed-cp`` when the case has graph arguments), ``reference`` for
-  ``compare.reference``: without them the two arms would run the same thing;
-* ``graphs:``, ``shapes:``, ``emulate:``, ``compare.slot_ring`` and ``compare.resume`` are the
-  built-in workload's (the graph arm of a command case is ``command.arms.graph``);
+* ``graphs:``, ``shapes:`` and ``emulate:`` are the built-in workload's (the graph arm of a
+  command case is ``command.arms.graph``; :func:`built_in_only`);
 * every placeholder is known (``{fixed_cp}`` only in the fixed-CP roles, ``{master_addr}``,
   ``{master_port}``, ``{node_rank}`` only with ``ranks: launcher``); a ``secret_env`` name is
   not also an ``env`` key.
@@ -26,20 +24,7 @@ from __future__ import annotations
 import string
 from typing import Iterable, Mapping, Optional
 
-from harness.spec.names import (
-    DCP_VS_FIXED_CP,
-    FIXED_CP,
-    FIXED_CP_KINDS,
-    GRAPH,
-    GRAPH_FIXED_CP,
-    GRAPH_POOLS,
-    GRAPH_VS_EAGER,
-    REFERENCE,
-    REFERENCE_CONTRACT,
-    REPEAT_ROLE,
-    SEPARATE_POOLS,
-)
-from harness.spec.comparisons import settings_of
+from harness.spec.names import FIXED_CP_KINDS, REPEAT_ROLE
 from harness.spec.problems import Loc, Problem
 from harness.spec.schema import BaseCase, CommandSpec, RankStart
 
@@ -77,23 +62,9 @@ def arm_argv(command: CommandSpec, kind: str, repeat: bool, values: Mapping[str,
     return [fill(a, values) for a in list(command.argv) + role_args(command, kind, repeat)]
 
 
-def _needed_roles(case: BaseCase) -> list[tuple[str, str, str]]:
-    """(role, compare field, why) of each role whose arguments the case's pairs need."""
-    cmd = case.command
-    assert cmd is not None
-    out = []
-    gve, pools = settings_of(case, GRAPH_VS_EAGER), settings_of(case, GRAPH_POOLS)
-    if gve is not None or pools is not None:
-        out.append((GRAPH, GRAPH_VS_EAGER if gve else GRAPH_POOLS, "the graph arm runs it"))
-    if pools is not None:
-        out.append((SEPARATE_POOLS, GRAPH_POOLS, "the separate-pools arm runs it"))
-    if settings_of(case, DCP_VS_FIXED_CP) is not None:
-        role = GRAPH_FIXED_CP if GRAPH in cmd.arms else FIXED_CP
-        out.append((role, DCP_VS_FIXED_CP, "the fixed-CP arm runs it (e.g. "
-                                           "[--context-parallel-size, '{fixed_cp}'])"))
-    if settings_of(case, REFERENCE_CONTRACT) is not None:
-        out.append((REFERENCE, REFERENCE_CONTRACT, "the single-rank reference arm runs it"))
-    return out
+def built_in_only(field: str, why: str) -> Problem:
+    """``field`` set in a command case, though only the built-in workload has it (``why``)."""
+    return Problem(_at(field), f"is the built-in workload's, not a command case's ({why}): drop it")
 
 
 def _texts(cmd: CommandSpec) -> Iterable[tuple[str, Optional[str], str]]:
@@ -136,20 +107,10 @@ def check_command(case: BaseCase) -> list[Problem]:
     cmd = case.command
     if cmd is None:
         return []
-    problems = [Problem(_at(f"command.arms.{role}"), f"compare.{field} needs the arguments of "
-                        f"this arm role ({why}): without them both arms run the same command")
-                for role, field, why in _needed_roles(case) if not cmd.arms.get(role)]
-    for section, what in (("graphs", "the graph arm of a command case is command.arms.graph"),
-                          ("shapes", "the command decides its own shapes"),
-                          ("emulate", "a command's ranks cannot be emulated"),
-                          ("compare.slot_ring", "it runs the built-in graph pool per microbatch "
-                                                "count"),
-                          ("compare.resume", "a command's stop and resume is not planned yet")):
-        part, _, name = section.partition(".")
-        node = settings_of(case, name) if part == "compare" else getattr(case, section)
-        if node is not None:
-            problems.append(Problem(_at(section), f"is the built-in workload's, not a command "
-                                                  f"case's ({what}): drop it"))
+    problems = [built_in_only(section, why) for section, why in (
+        ("graphs", "the graph arm of a command case is command.arms.graph"),
+        ("shapes", "the command decides its own shapes"),
+        ("emulate", "a command's ranks cannot be emulated")) if getattr(case, section) is not None]
     problems += _placeholder_problems(cmd)
     clash = sorted(set(cmd.secret_env) & set(cmd.env))
     if clash:

@@ -44,7 +44,8 @@ problem names the field to change. Rules (``world = resources.nodes * resources.
 * Graphs (``graphs:``): dtype bf16, ``warmup_steps < steps``. ``train.memory_probe_step <= steps``.
   Whether CUDA is there is decided by the launcher (a case that cannot run here is skipped).
 * A command case (``command:``): the layout rules and the comparisons' (each says which of its
-  rules apply to a command case), then
+  rules apply to a command case, which arm roles it needs and whether a command case may have
+  it: ``harness.spec.comparisons.command_problems``), then
   ``harness.spec.command.check_command`` in place of the built-in workload's model,
   microbatch, shape and graph rules (:data:`COMMAND_CHECKS`).
 * Emulated ranks (``emulate.ranks``): at least one, each listed once (it records into its own
@@ -57,7 +58,7 @@ from __future__ import annotations
 from typing import Callable, Optional, Sequence
 
 from harness.spec.command import check_command
-from harness.spec.comparisons import sections, settings_of
+from harness.spec.comparisons import command_problems, sections, settings_of
 from harness.spec.layout import ParallelLayout
 from harness.spec.problems import Problem
 from harness.spec.problems import at as _at
@@ -401,10 +402,11 @@ CHECKS: tuple[Callable[[BaseCase], list[Problem]], ...] = (
     check_emulate,
 )
 
-# A command case (``command:``): its own rules (``harness.spec.command``) in place of the built-in
-# workload's model, microbatch, shape and graph rules.
+# A command case (``command:``): what its comparisons need of it and its own rules
+# (``harness.spec.command``) in place of the built-in workload's model, microbatch, shape and
+# graph rules.
 COMMAND_CHECKS: tuple[Callable[[BaseCase], list[Problem]], ...] = (
-    check_layout, check_comparisons, check_command)
+    check_layout, check_comparisons, command_problems, check_command)
 
 
 def preflight(case: BaseCase, checks: Optional[Sequence[Callable[[BaseCase], list[Problem]]]] = None

@@ -8,6 +8,7 @@ import pytest
 
 from harness.arms import plan_case
 from harness.errors import CaseError
+from harness.spec.comparisons import command_problems
 from harness.spec.loader import load_cases
 
 BASE = """\
@@ -41,6 +42,14 @@ def test_a_command_case_plans_the_same_arms_and_marks_what_it_lacks(tmp_path: Pa
     assert "command" not in load_cases(["cases/focused"])[0].model_dump(mode="json")
 
 
+def test_only_the_contract_with_capture_checks_marks_them(tmp_path: Path) -> None:
+    """``Judged.capture_checks``: graph_vs_eager's pair marks them, a repeat pair has none."""
+    text = BASE.replace("compare:\n", "compare:\n  repeat: {loss: {max_rel: 1.0e-6}}\n")
+    pairs = {p.contract: p.not_applicable_checks for p in plan_case(_load(tmp_path, text)[0]).pairs}
+    assert {"capture", "variants_replayed"} <= set(pairs["graph_vs_eager"])
+    assert set(pairs["repeat"]) == {"aux_loss", "eager.packing", "eager-repeat.packing"}
+
+
 @pytest.mark.parametrize("edit, field, message", [
     (("  arms: {graph: [--cuda-graph-impl, local]}\n", ""), "command.arms.graph",
      "compare.graph_vs_eager needs the arguments of this arm role"),
@@ -52,6 +61,11 @@ def test_a_command_case_plans_the_same_arms_and_marks_what_it_lacks(tmp_path: Pa
     (("  arms: {", "  env: {K: v}\n  secret_env: [K]\n  arms: {"), "command.secret_env",
      "also in command.env"),
     (("compare:\n", "graphs: {}\ncompare:\n"), "graphs", "not a command case's"),
+    (("compare:\n", "compare:\n  slot_ring: {microbatches: [2, 4]}\n"), "compare.slot_ring",
+     "not a command case's (it runs the built-in graph pool per microbatch count): drop it"),
+    (("compare:\n", "compare:\n  resume: {}\n"), "compare.resume", "not a command case's"),
+    (("compare:\n", "compare:\n  reference: {}\n"), "command.arms.reference",
+     "compare.reference needs the arguments of this arm role (the single-rank reference arm"),
     (('"{steps}"]', '"{steps}", --master-port, "{master_port}"]'), "command.argv.5",
      "{master_port} is a launcher's rendezvous (command.ranks: launcher)"),
 ])
@@ -62,6 +76,19 @@ def test_a_bad_command_section_names_file_case_and_field(tmp_path: Path, edit: t
         _load(tmp_path, BASE.replace(*edit))
     assert err.value.field == field and message in str(err.value)
     assert "case.yaml" in str(err.value) and "'cmd'" in str(err.value)
+
+
+def test_each_role_a_comparison_needs_is_asked_for_once(tmp_path: Path) -> None:
+    """Two comparisons need the graph role: one problem names the first; each names its own."""
+    text = BASE.replace("local]}", "local], graph-separate-pools: [--x]}").replace(
+        "compare:\n", "compare:\n  graph_pools: {}\n")
+    (case,) = _load(tmp_path, text)
+    assert command_problems(case) == []
+    bare = case.model_copy(update={"command": case.command.model_copy(update={"arms": {}})})
+    assert [(p.field, p.message.split(" (")[0]) for p in command_problems(bare)] == [
+        ("command.arms.graph", "compare.graph_vs_eager needs the arguments of this arm role"),
+        ("command.arms.graph-separate-pools", "compare.graph_pools needs the arguments of this "
+                                              "arm role")]
 
 
 def test_a_launchers_arguments_may_name_its_rendezvous(tmp_path: Path) -> None:

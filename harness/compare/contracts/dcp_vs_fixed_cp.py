@@ -17,6 +17,7 @@ from typing import Callable, Literal, Mapping, Optional
 from pydantic import Field
 
 from harness.results import GraphStats
+from harness.spec.comparisons import CommandRole
 from harness.spec.derive import ArmSpec, has_graph_arms
 from harness.spec.layout import ParallelLayout, cp_size_problem
 from harness.spec.names import DCP, DCP_VS_FIXED_CP, FIXED_CP, GRAPH, GRAPH_FIXED_CP
@@ -167,6 +168,7 @@ class DcpVsFixedCp(Comparison):
     name = DCP_VS_FIXED_CP
     settings = DcpVsFixedCpContract
     order = 30
+    emulated_figures = "memory"
     judged = {DCP_VS_FIXED_CP: Judged(DcpVsFixedCpContract, check_dcp_vs_fixed_cp, figures=True)}
     emulated_not_comparable = (("loss", "aux_loss", "grad_norm"),
                                f"{EMULATED_LOSSES}: {_NOT_COMPARABLE}")
@@ -192,6 +194,12 @@ class DcpVsFixedCp(Comparison):
                 problems += [Problem(at(FIELD), f"{_arm_text(fixed)}{p.field}: {p.message}")
                              for p in fixed.problems() if p not in own]
         return problems
+
+    def command_roles(self, case: Case, settings: DcpVsFixedCpContract) -> tuple[CommandRole, ...]:
+        """``graph-fixed-cp`` where the case has graph arguments, else ``fixed-cp``."""
+        return (CommandRole(GRAPH_FIXED_CP if has_graph_arms(case) else FIXED_CP,
+                            "the fixed-CP arm runs it (e.g. [--context-parallel-size, "
+                            "'{fixed_cp}'])"),)
 
     def plan(self, case: Case, settings: DcpVsFixedCpContract, planner: Planner) -> list[Pair]:
         if not case.layout.dynamic:

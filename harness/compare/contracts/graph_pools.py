@@ -11,6 +11,7 @@ from typing import Mapping, Optional
 
 from pydantic import Field
 
+from harness.spec.comparisons import CommandRole
 from harness.spec.names import GRAPH, GRAPH_POOLS, SEPARATE_POOLS
 from harness.spec.preflight import graph_arms_problem
 from harness.spec.problems import Problem, at
@@ -62,6 +63,7 @@ class GraphPools(Comparison):
     name = GRAPH_POOLS
     settings = GraphPoolsContract
     order = 40
+    emulated_figures = "pools"
     judged = {GRAPH_POOLS: Judged(GraphPoolsContract, check_graph_pools, figures=True)}
 
     def rules(self, case: Case, settings: GraphPoolsContract) -> list[Problem]:
@@ -73,6 +75,10 @@ class GraphPools(Comparison):
                 "compares one MemPool for every CP variant with one pool per CP size: needs "
                 "parallel.dynamic_cp with two or more sizes"))]
         return []
+
+    def command_roles(self, case: Case, settings: GraphPoolsContract) -> tuple[CommandRole, ...]:
+        return (CommandRole(GRAPH, "the graph arm runs it"),
+                CommandRole(SEPARATE_POOLS, "the separate-pools arm runs it"))
 
     def plan(self, case: Case, settings: GraphPoolsContract, planner: Planner) -> list[Pair]:
         arms = (planner.arm(GRAPH, "graphs"), planner.arm(SEPARATE_POOLS, "graphs"))

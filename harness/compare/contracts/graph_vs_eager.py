@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Optional
 
+from harness.spec.comparisons import CommandRole
 from harness.spec.names import EAGER, GRAPH, GRAPH_VS_EAGER
 from harness.spec.preflight import graph_arms_problem
 from harness.spec.problems import Problem
@@ -17,7 +18,7 @@ from harness.spec.schema import Case, LossBound, Strict
 
 from ..pair import Pair
 from ..registry import Comparison, Judged, Planner, register
-from ..series import Steps, graph_stats, series_check
+from ..series import Steps, frame_replays, frames_text, graph_stats, series_check
 from ..verdicts import Check
 
 
@@ -29,23 +30,6 @@ class GraphVsEagerContract(Strict):
     # Bounds of the aux loss and grad norm; None: the loss bound.
     aux_loss: Optional[LossBound] = None
     grad_norm: Optional[LossBound] = None
-
-
-def frame_replays(steps: Steps) -> dict[int, dict[tuple[int, int], int]]:
-    """Rank -> (CP size, physical slot) -> forward replays over its graphed steps."""
-    out: dict[int, dict[tuple[int, int], int]] = {}
-    for rank, records in steps.items():
-        frames = out.setdefault(rank, {})
-        for rec in records:
-            for f in rec.replays or ():
-                key = (f.cp_size, f.slot)
-                frames[key] = frames.get(key, 0) + f.replays
-    return out
-
-
-def frames_text(frames: Mapping[tuple[int, int], int]) -> str:
-    """``cp1/slot0 6, cp2/slot1 8``: replays per frame, by CP size then slot."""
-    return ", ".join(f"cp{c}/slot{s} {n}" for (c, s), n in sorted(frames.items())) or "none"
 
 
 def _replays(graph: Steps, rank_name: Callable[[int], str]) -> tuple[Check, Check]:
@@ -83,10 +67,15 @@ class GraphVsEager(Comparison):
     name = GRAPH_VS_EAGER
     settings = GraphVsEagerContract
     order = 20
-    judged = {GRAPH_VS_EAGER: Judged(GraphVsEagerContract, check_graph_vs_eager, figures=True)}
+    emulated_figures = "graphed"
+    judged = {GRAPH_VS_EAGER: Judged(GraphVsEagerContract, check_graph_vs_eager, figures=True,
+                                     capture_checks=("capture", "variants_replayed"))}
 
     def rules(self, case: Case, settings: GraphVsEagerContract) -> list[Problem]:
         return graph_arms_problem(case, f"compare.{self.name}")
+
+    def command_roles(self, case: Case, settings: GraphVsEagerContract) -> tuple[CommandRole, ...]:
+        return (CommandRole(GRAPH, "the graph arm runs it"),)
 
     def plan(self, case: Case, settings: GraphVsEagerContract, planner: Planner) -> list[Pair]:
         arms = (planner.arm(GRAPH, "graphs"), planner.arm(EAGER, "compare.graph_vs_eager"))

@@ -24,6 +24,7 @@ from typing import Callable, Mapping, Optional, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.results import PackedMicrobatch
+from harness.spec.comparisons import CommandRole
 from harness.spec.layout import padded_length, sequence_multiple
 from harness.spec.names import DCP_VS_FIXED_CP, EAGER, REFERENCE, REFERENCE_CONTRACT, pair_name
 from harness.spec.preflight import reference_layout_problem
@@ -305,6 +306,9 @@ class Reference(Comparison):
     def rules(self, case: Case, settings: ReferenceContract) -> list[Problem]:
         why = reference_layout_problem(case)
         return [Problem(at("compare.reference"), why)] if why is not None else []
+
+    def command_roles(self, case: Case, settings: ReferenceContract) -> tuple[CommandRole, ...]:
+        return (CommandRole(REFERENCE, "the single-rank reference arm runs it"),)
 
     def plan(self, case: Case, settings: ReferenceContract, planner: Planner) -> list[Pair]:
         """One pair per candidate: ``reference`` (the first), ``reference-<arm>`` (the others)."""

@@ -152,6 +152,7 @@ class Resume(Comparison):
     judged = {RESUME: Judged(ResumePairParams, check_resume)}
     emulated_skip = ("not run for emulated ranks: the launcher does not stop and resume an "
                      "emulated rank (run the case without emulate.ranks)")
+    not_for_commands = "a command's stop and resume is not planned yet"
 
     def rules(self, case: Case, settings: ResumeContract) -> list[Problem]:
         """(Built-in workload) a stop step inside the run, bitwise only when deterministic, and

@@ -171,6 +171,8 @@ class SlotRing(Comparison):
     judged = {SLOT_RING_PLAN: Judged(SlotRingPlanParams, check_slot_ring_plan, figures=True),
               SLOT_RING: Judged(SlotRingPairParams, check_slot_ring, figures=True)}
 
+    not_for_commands = "it runs the built-in graph pool per microbatch count"
+
     def rules(self, case: Case, settings: SlotRingContract) -> list[Problem]:
         """(Built-in workload) graph arms of a fixed-CP PP case, one per schedulable count."""
         if case.command is not None:
