@@ -21,7 +21,8 @@ from typing import Any, Mapping, Optional
 
 from pydantic import ConfigDict, ValidationError
 
-from harness.compare import PackingRule, Pair, StoredPair, packing_rule, read_typed
+from harness.compare import PackingRule, Pair, StoredPair, packing_rule
+from harness.results.typed import read_typed
 from harness.errors import ConfigError
 from harness.results import (
     CASE_FILE,

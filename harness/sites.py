@@ -22,7 +22,7 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from harness.results import PathLike, ResultsError, read_json, write_json_atomic
 from harness.results.records import Int, Str
-from harness.spec.validation import all_problems
+from harness.results.typed import problems_text
 
 SITES_VERSION = 1
 _SITES_FILE = re.compile(r"^sites\.rank(\d+)\.json$")
@@ -77,9 +77,8 @@ class SiteTable:
         try:
             stored = _adapter().validate_python(data)
         except ValidationError as exc:
-            text = "; also ".join(f"field '{p.field}': {p.message}"
-                                  for p in all_problems(exc, root=SitesFile))
-            raise ResultsError(f"{where}: not an allocation-site table ({text})") from None
+            raise ResultsError(f"{where}: not an allocation-site table "
+                               f"({problems_text(exc, SitesFile)})") from None
         return cls(stored.rank, stored.step, stored.sites)
 
 

@@ -83,7 +83,6 @@ from .verdicts import (
     PairVerdict,
     SkipKind,
     combine_status,
-    read_typed,
     read_verdict,
     write_verdict,
 )
@@ -99,6 +98,6 @@ __all__ = [
     "arm_checks", "combine_status", "compare_series", "contracts", "describe_packing",
     "evaluate_case", "evaluate_pair", "field_of", "first_rank_records", "frame_replays",
     "frames_text", "packing_check",
-    "packing_rule", "pair_status", "read_typed", "read_verdict", "regroup_step", "sanity_checks", "step_series",
+    "packing_rule", "pair_status", "read_verdict", "regroup_step", "sanity_checks", "step_series",
     "write_verdict",
 ]

@@ -12,7 +12,7 @@ from harness.results.records import Int, Str
 from harness.spec.places import short_label
 
 from .registry import PAIR_PARAMS
-from .verdicts import read_typed
+from harness.results.typed import read_typed
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,8 @@ or TypeError when it cannot be evaluated (an ``error`` entry naming the reason).
 
 from __future__ import annotations
 
+import abc
+
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import (TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping, Optional, Protocol,
@@ -113,7 +115,7 @@ class Planner(Protocol):
         """The case the planned arm ``name`` runs."""
 
 
-class Comparison:
+class Comparison(abc.ABC):
     """One comparison: its settings, rules, plan, checks and figures (see the module docstring).
     A subclass sets the class attributes and overrides :meth:`plan` (and :meth:`rules`,
     :meth:`fixed_cp_sizes` where it has any)."""
@@ -142,9 +144,10 @@ class Comparison:
         settings must give: its arms run them, and without them two arms run the same command."""
         return ()
 
+    @abc.abstractmethod
     def plan(self, case: Case, settings: Any, planner: Planner) -> list["Pair"]:
-        """The pairs of ``settings`` in ``case``, their arms made through ``planner``."""
-        raise NotImplementedError(f"comparison '{self.name}' plans no pairs")
+        """The pairs of ``settings`` in ``case``, their arms made through ``planner`` (every
+        comparison has one: a subclass without it cannot be registered)."""
 
     def fixed_cp_sizes(self, case: Case, settings: Any) -> tuple[int, ...]:
         """CP sizes of fixed-CP arms this comparison adds to the arms ``case`` can have."""

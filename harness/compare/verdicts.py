@@ -12,23 +12,15 @@ Verdict status of a pair:
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, Sequence, get_args
 
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict
 
-from harness.results import (
-    VERDICT_FILE,
-    PathLike,
-    ResultsError,
-    decode_nonfinite,
-    read_json_record,
-    write_json_record,
-)
+from harness.results import VERDICT_FILE, PathLike, read_json_record, write_json_record
 from harness.results.records import Bool, Float, Str
-from harness.spec.validation import all_problems
+from harness.results.typed import read_typed
 
 # A pair's or a case's status (the rules: the module doc); JSON spells it as is.
 PairStatus = Literal["pass", "fail", "error", "skipped"]
@@ -174,23 +166,6 @@ class CaseVerdict:
         """A verdict from its JSON object (non-finite names decoded); a ResultsError naming each
         unknown, mistyped or missing field, or a broken status rule."""
         return read_typed(CaseVerdict, data, "verdict")
-
-
-@functools.cache
-def _adapter(kind: type) -> TypeAdapter:
-    return TypeAdapter(kind)
-
-
-def read_typed(kind: type, data: Any, what: str, *, nonfinite: bool = True) -> Any:
-    """``data`` (parsed JSON; ``nonfinite``: its non-finite names decoded) validated as ``kind``
-    (a dataclass or model whose unknown keys are errors); a ResultsError naming each unknown,
-    mistyped or missing field (``bad <what>: field 'x.0.y': ...``)."""
-    try:
-        return _adapter(kind).validate_python(decode_nonfinite(data) if nonfinite else data)
-    except ValidationError as exc:
-        problems = all_problems(exc, root=kind)
-        text = "; also ".join(f"field '{p.field}': {p.message}" for p in problems)
-        raise ResultsError(f"bad {what}: {text}") from None
 
 
 def combine_status(statuses: Sequence[PairStatus]) -> PairStatus:

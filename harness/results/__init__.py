@@ -10,7 +10,8 @@ Modules, one job each (this package is a leaf: no torch, no launch, no workload)
   ``FrameReplays``, ``PackedMicrobatch`` / ``PackedGroup``: what a step's microbatches held),
   parsed through pydantic; ``field_of`` reads a field named by a string;
 * ``steps``: the step store (``StepWriter`` appends durably per step, ``read_steps``);
-* ``outcome``: how an arm's run ended (``ArmOutcome``, ``write_outcome``, ``read_outcome``).
+* ``outcome``: how an arm's run ended (``ArmOutcome``, ``write_outcome``, ``read_outcome``);
+* ``typed``: ``read_typed``, the one way a stored record is read (pydantic; a bad field named).
 
 Every name other code uses is importable from ``harness.results`` itself.
 """

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, get_args
 
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict
 
-from harness.spec.validation import all_problems
-
-from .files import PathLike, ResultsError, decode_nonfinite, read_json_record, write_json_record
+from .files import PathLike, read_json_record, write_json_record
 from .paths import OUTCOME_FILE
 from .records import Float, Int, Str
+from .typed import read_typed
 
 # How an arm's run ended (what each means: ArmOutcome); JSON spells it as is.
 ArmStatus = Literal["ok", "failed", "timeout", "infra", "skipped"]
@@ -71,17 +69,7 @@ class ArmOutcome:
     def from_dict(cls, data: Mapping[str, Any]) -> "ArmOutcome":
         """An outcome from its JSON object; a ResultsError naming each unknown, mistyped or
         missing field."""
-        try:
-            return _adapter().validate_python(decode_nonfinite(data))
-        except ValidationError as exc:
-            problems = all_problems(exc, root=ArmOutcome)
-            text = "; also ".join(f"field '{p.field}': {p.message}" for p in problems)
-            raise ResultsError(f"bad outcome: {text}") from None
-
-
-@functools.cache
-def _adapter() -> TypeAdapter[ArmOutcome]:
-    return TypeAdapter(ArmOutcome)
+        return read_typed(ArmOutcome, data, "outcome")
 
 
 def write_outcome(arm_dir_: PathLike, outcome: ArmOutcome) -> Path:

@@ -26,7 +26,6 @@ The marks of a leg, in the order they happen (each None where it did not happen 
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import time
@@ -34,12 +33,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional
 
-from pydantic import ConfigDict, TypeAdapter, ValidationError
-
-from harness.spec.validation import all_problems
+from pydantic import ConfigDict
 
 from .files import PathLike, ResultsError, read_json_record, write_json_record
 from .records import Float, Int, Str
+from .typed import read_typed
 
 PHASES_FILE = re.compile(r"^phases\.rank(\d+)\.json$")
 _FORBID = ConfigDict(extra="forbid")
@@ -103,17 +101,7 @@ class RankPhases:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RankPhases":
-        try:
-            return _adapter().validate_python(data)
-        except ValidationError as exc:
-            problems = all_problems(exc, root=RankPhases)
-            text = "; also ".join(f"field '{p.field}': {p.message}" for p in problems)
-            raise ResultsError(f"bad phase marks: {text}") from None
-
-
-@functools.cache
-def _adapter() -> TypeAdapter[RankPhases]:
-    return TypeAdapter(RankPhases)
+        return read_typed(RankPhases, data, "phase marks", nonfinite=False)
 
 
 def process_spawned_at() -> Optional[float]:

@@ -12,15 +12,12 @@ attributes; :func:`field_of` reads one named by a string (a series of any numeri
 
 from __future__ import annotations
 
-import functools
 from dataclasses import asdict, dataclass, fields
 from typing import Annotated, Any, Mapping, Optional
 
-from pydantic import BeforeValidator, ConfigDict, Field, Strict, TypeAdapter, ValidationError
+from pydantic import BeforeValidator, ConfigDict, Field, Strict
 
-from harness.spec.validation import all_problems
-
-from .files import ResultsError
+from .typed import read_typed
 
 
 def _whole(value: Any) -> Any:
@@ -119,12 +116,7 @@ class RunEnvironment:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RunEnvironment":
         """An environment from its JSON object; a ResultsError naming a bad field."""
-        try:
-            return _environment_adapter().validate_python(data)
-        except ValidationError as exc:
-            problems = all_problems(exc, root=RunEnvironment)
-            raise ResultsError("bad environment: " + "; also ".join(
-                f"field '{p.field}': {p.message}" for p in problems)) from None
+        return read_typed(RunEnvironment, data, "environment", nonfinite=False)
 
 
 @dataclass(frozen=True)
@@ -240,10 +232,7 @@ class StepRecord:
     def from_dict(cls, data: Mapping[str, Any]) -> "StepRecord":
         """A record from its JSON object (non-finite floats decoded, as ``read_steps`` gives
         it); a ResultsError naming each unknown, mistyped or missing field."""
-        try:
-            return _adapter().validate_python(data)
-        except ValidationError as exc:
-            raise ResultsError(_problems_text(exc)) from None
+        return read_typed(StepRecord, data, "step record", nonfinite=False)
 
 
 FIELDS = frozenset(f.name for f in fields(StepRecord))
@@ -257,18 +246,3 @@ def field_of(record: StepRecord, key: str) -> Any:
     return getattr(record, key)
 
 
-@functools.cache
-def _adapter() -> TypeAdapter[StepRecord]:
-    return TypeAdapter(StepRecord)
-
-
-@functools.cache
-def _environment_adapter() -> TypeAdapter[RunEnvironment]:
-    return TypeAdapter(RunEnvironment)
-
-
-def _problems_text(exc: ValidationError) -> str:
-    """``field 'a.b': message`` of the first problem, then ``; also field ...`` of the others."""
-    problems = all_problems(exc, root=StepRecord)
-    text = "; also ".join(f"field '{p.field}': {p.message}" for p in problems)
-    return f"bad step record: {text}"

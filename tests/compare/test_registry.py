@@ -76,12 +76,29 @@ class Impostor(Comparison):
     order = 10
     judged = {"repeat": Judged(RepeatContract, check_repeat)}
 
+    def plan(self, case, settings, planner):
+        return []
+
 
 class ArmChecks(Comparison):
     name = "arm_checks"
     settings = RepeatContract
     order = 99
     judged = {"arm_checks": Judged(RepeatContract, check_repeat)}
+
+    def plan(self, case, settings, planner):
+        return []
+
+
+def test_a_comparison_without_a_plan_cannot_be_made() -> None:
+    class Planless(Comparison):
+        name = "planless"
+        settings = RepeatContract
+        order = 98
+        judged = {"planless": Judged(RepeatContract, check_repeat)}
+
+    with pytest.raises(TypeError, match="plan"):
+        Planless()
 
 
 def test_a_name_taken_by_another_class_is_refused() -> None:
