@@ -24,7 +24,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 from harness.caseplan import CasePlan, PlannedArm
 from harness.launch.completion import rank_is_complete
@@ -32,6 +32,9 @@ from harness.launch.placement import runs_on_cuda
 from harness.launch.repro import repro_line
 from harness.results import LOG_FILE, ArmOutcome
 from harness.spec.places import rank_place
+
+if TYPE_CHECKING:
+    from harness.launch.local import RankCommand
 
 # The outcome of an arm whose ranks ended differently: the first of these among them.
 _WORST_FIRST = ("failed", "timeout", "infra")
@@ -76,6 +79,29 @@ def combine(runs: Sequence[RankRun], repro: str) -> ArmOutcome:
 RunRanks = Callable[..., ArmOutcome]
 
 
+def side_by_side(arm: PlannedArm, gpus: Sequence[str]) -> int:
+    """How many of ``arm``'s emulated ranks run at once on ``gpus``: one per GPU, one on the CPU."""
+    return max(1, min(len(gpus), len(arm.ranks)))
+
+
+def emulated_rank_command(arm: PlannedArm, arm_dir: Path, case_json: Path, *, rank: int,
+                          gpu: Optional[str], side: int, timeout_s: float, python: str,
+                          repro: str) -> "RankCommand":
+    """The command of emulated rank ``rank`` of ``arm`` alone on ``gpu`` (its
+    ``CUDA_VISIBLE_DEVICES`` value; None: on the CPU, GPUs hidden), ``side`` ranks side by side
+    sharing the CPU's threads."""
+    from harness.launch.local import RankCommand
+
+    argv = (python, "-u", "-m", "harness.launch.rank_main", "--case", str(case_json),
+            "--arm", arm.name, "--out", str(arm_dir))
+    env = {} if gpu is not None else {"CUDA_VISIBLE_DEVICES": ""}
+    if "OMP_NUM_THREADS" not in os.environ:  # ranks side by side share the CPU's threads
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // side))
+    return RankCommand(argv=argv, world_size=arm.world_size, arm_dir=arm_dir, timeout_s=timeout_s,
+                       env=env, repro=repro, ranks=(rank,), emulated=True,
+                       devices={rank: gpu} if gpu is not None else {})
+
+
 def run_emulated_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, case_json: Path, *,
                      gpus: Sequence[str], timeout_s: float, python: str, repro: str,
                      run: Optional[RunRanks] = None, stack_wait_s: float = 3.0,
@@ -83,18 +109,13 @@ def run_emulated_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, case_json: 
     """Run every rank of emulated ``arm`` (see the module doc) on ``gpus`` (``CUDA_VISIBLE_DEVICES``
     values: one rank per GPU at a time, side by side; empty: on the CPU, one after another, GPUs
     hidden); never raises for a failing rank. ``run``: ``local.run_ranks`` (the default)."""
-    from harness.launch.local import RankCommand, run_ranks
+    from harness.launch.local import run_ranks
 
     run = run or run_ranks
     arm_dir = Path(arm_dir)
     arm_dir.mkdir(parents=True, exist_ok=True)
-    argv = (python, "-u", "-m", "harness.launch.rank_main", "--case", str(case_json),
-            "--arm", arm.name, "--out", str(arm_dir))
     labels = {r: rank_place(arm.case, r).label() for r in arm.ranks}
-    env = {} if gpus else {"CUDA_VISIBLE_DEVICES": ""}
-    side = max(1, min(len(gpus), len(arm.ranks)))
-    if "OMP_NUM_THREADS" not in os.environ:  # ranks side by side share the CPU's threads
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // side))
+    side = side_by_side(arm, gpus)
     free: "queue.Queue[Optional[str]]" = queue.Queue()
     for gpu in list(gpus[:side]) or [None]:
         free.put(gpu)
@@ -109,10 +130,8 @@ def run_emulated_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, case_json: 
             with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
                 log.write(f"[launcher] case {plan.case_id} arm {arm.name}: {labels[rank]} alone on "
                           f"{where}; communication on the loopback layer\n")
-            cmd = RankCommand(argv=argv, world_size=arm.world_size, arm_dir=arm_dir,
-                              timeout_s=timeout_s, env=env, repro=repro,
-                              ranks=(rank,), emulated=True,
-                              devices={rank: gpu} if gpu is not None else {})
+            cmd = emulated_rank_command(arm, arm_dir, case_json, rank=rank, gpu=gpu, side=side,
+                                        timeout_s=timeout_s, python=python, repro=repro)
             outcome = run(cmd, stack_wait_s=stack_wait_s, kill_grace_s=kill_grace_s, port_retries=0)
             return RankRun(rank, labels[rank], outcome)
         finally:
@@ -145,9 +164,22 @@ class EmulatedLauncher:
                 case_json: Path) -> ArmOutcome:
         """Every rank of emulated ``arm`` (:func:`run_emulated_arm`); never raises for a failing
         rank."""
-        seen = visible_gpus(os.environ, self.gpus) if runs_on_cuda(plan, self.gpus) else []
-        return run_emulated_arm(plan, arm, arm_dir, case_json, gpus=seen, timeout_s=self.timeout_s,
-                                python=self.python, repro=repro_line(plan, arm, case_json,
-                                                                     self.python),
+        return run_emulated_arm(plan, arm, arm_dir, case_json, gpus=self._seen(plan),
+                                timeout_s=self.timeout_s, python=self.python,
+                                repro=repro_line(plan, arm, case_json, self.python),
                                 run=self.run, stack_wait_s=self.stack_wait_s,
                                 kill_grace_s=self.kill_grace_s)
+
+    def first_commands(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path,
+                       case_json: Path) -> list["RankCommand"]:
+        """The command of ``arm``'s first rank on each device its ranks will use (one per rank
+        environment ``run_arm`` makes: what a warm start prepares)."""
+        seen = self._seen(plan)
+        side = side_by_side(arm, seen)
+        return [emulated_rank_command(arm, Path(arm_dir), case_json, rank=arm.ranks[0], gpu=gpu,
+                                      side=side, timeout_s=self.timeout_s, python=self.python,
+                                      repro="")
+                for gpu in list(seen[:side]) or [None]]
+
+    def _seen(self, plan: CasePlan) -> list[str]:
+        return visible_gpus(os.environ, self.gpus) if runs_on_cuda(plan, self.gpus) else []

@@ -219,11 +219,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     except BaseException as exc:  # noqa: BLE001 - said to the launcher, which starts ranks cold
         problem = f"the preload {args.preload} failed: {type(exc).__name__}: {exc}"
     if problem is not None:
-        send(sock, {"refused": problem})
+        try:
+            send(sock, {"refused": problem})
+        except OSError:  # the launcher is gone
+            pass
         return 0
     gc.collect()
     gc.freeze()  # the imported modules' objects stay out of the children's collections
-    send(sock, {"ready": os.getpid()})
+    try:
+        send(sock, {"ready": os.getpid()})
+    except OSError:  # the launcher is gone (it closed while this imported): nothing to serve
+        return 0
     serve(sock)
     return 0
 

@@ -35,7 +35,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Deque, Mapping, Optional, Sequence, Union
+from typing import IO, Callable, Deque, Mapping, Optional, Sequence, Union
 
 from harness.caseplan import CasePlan, PlannedArm
 from harness.errors import ConfigError
@@ -48,7 +48,7 @@ from harness.launch.rank_main import (LAUNCHER_PID_ENV, arm_legs, read_plan_besi
                                       remove_empty_stacks, stacks_path)
 from harness.launch.repro import REPO_ROOT, repro_line
 from harness.launch.warm import WarmProcess, WarmStarter
-from harness.results import LOG_FILE, ArmOutcome, read_steps, write_outcome
+from harness.results import CASE_FILE, LOG_FILE, ArmOutcome, read_steps, write_outcome
 
 TAIL_LINES = 60
 STACK_LINES = 80
@@ -424,7 +424,6 @@ class LocalLauncher:
                 case_json: Path) -> ArmOutcome:
         """Run every rank of ``arm``; never raises for a failing arm (see :class:`ArmOutcome`)."""
         arm_dir = Path(arm_dir)
-        world = arm.world_size
         gpus = cuda_device_count()
         arm_dir.mkdir(parents=True, exist_ok=True)
         skip = skip_reason(plan, gpus)
@@ -437,17 +436,10 @@ class LocalLauncher:
             return run_command_arm(plan, arm, arm_dir, self.timeout_s(plan), gpus, repro,
                                    stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s)
         if arm.emulated:  # each emulated rank alone, on one GPU (side by side on several) or CPU
-            return EmulatedLauncher(
-                gpus, self.timeout_s(plan), self.python,
-                run=functools.partial(run_ranks, starter=self.starter),
-                stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s,
-            ).run_arm(plan, arm, arm_dir, case_json)
-        extra, where = device_env(world, gpus, plan.largest_arm.world_size)
-        assert runs_on_cuda(plan, gpus) == (not extra)  # one rule for every arm of the case
+            return self._emulated(plan, gpus).run_arm(plan, arm, arm_dir, case_json)
         with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
-            log.write(f"[launcher] case {plan.case_id} arm {arm.name}: {where}\n")
-        argv = (self.python, "-u", "-m", "harness.launch.rank_main", "--case", str(case_json),
-                "--arm", arm.name, "--out", str(arm_dir))
+            log.write(f"[launcher] case {plan.case_id} arm {arm.name}: "
+                      f"{self._device(plan, arm, gpus)[1]}\n")
         outcomes: list[ArmOutcome] = []
         for stop in arm_legs(arm):  # an interrupted arm: stop after step K, then resume
             if stop is not None:
@@ -456,15 +448,66 @@ class LocalLauncher:
                               f"after step {stop} (compare.resume), then starting them again from "
                               "that checkpoint\n")
             left = self.timeout_s(plan) - sum(o.wall_s for o in outcomes)
-            cmd = RankCommand(argv=argv + (("--stop-after", str(stop)) if stop is not None else ()),
-                              world_size=world, arm_dir=arm_dir, timeout_s=max(left, 1.0),
-                              env=extra, repro=repro, stop=self.stop_event)
+            cmd = self._command(plan, arm, arm_dir, case_json, gpus, stop=stop,
+                                timeout_s=max(left, 1.0), repro=repro)
             outcomes.append(run_ranks(cmd, stack_wait_s=self.stack_wait_s,
                                       kill_grace_s=self.kill_grace_s, port_retries=self.port_retries,
                                       starter=self.starter))
             if not outcomes[-1].ok:
                 break
         return _joined(outcomes, arm_legs(arm))
+
+    def prewarm(self, plans: Sequence[CasePlan], out_dir: Path,
+                needs_run: Callable[[PlannedArm, Path], bool]) -> int:
+        """Start, without waiting for them, the warm servers the arms of ``plans`` that
+        ``needs_run(arm, arm_dir)`` will fork their ranks from (each imports torch and the
+        workload: 5-12 s that the first arm of each rank environment would otherwise wait for).
+        Nothing without a warm starter; the number of servers started."""
+        if self.starter is None:
+            return 0
+        gpus = cuda_device_count()
+        started = 0
+        for plan in plans:
+            if skip_reason(plan, gpus) is not None or plan.case.command is not None:
+                continue
+            case_dir = Path(out_dir) / plan.case_id
+            for arm in plan.arms:
+                if not needs_run(arm, case_dir / arm.name):
+                    continue
+                for cmd in self._first_commands(plan, arm, case_dir, gpus):
+                    rank = cmd.started[0]
+                    started += self.starter.prewarm(cmd.argv_of(rank),
+                                                    cmd.env_of(os.environ, rank, 0))
+        return started
+
+    def _first_commands(self, plan: CasePlan, arm: PlannedArm, case_dir: Path,
+                        gpus: int) -> list[RankCommand]:
+        arm_dir, case_json = case_dir / arm.name, case_dir / CASE_FILE
+        if arm.emulated:
+            return self._emulated(plan, gpus).first_commands(plan, arm, arm_dir, case_json)
+        return [self._command(plan, arm, arm_dir, case_json, gpus, stop=None,
+                              timeout_s=self.timeout_s(plan), repro="")]
+
+    def _emulated(self, plan: CasePlan, gpus: int) -> EmulatedLauncher:
+        return EmulatedLauncher(gpus, self.timeout_s(plan), self.python,
+                                run=functools.partial(run_ranks, starter=self.starter),
+                                stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s)
+
+    @staticmethod
+    def _device(plan: CasePlan, arm: PlannedArm, gpus: int) -> tuple[dict[str, str], str]:
+        extra, where = device_env(arm.world_size, gpus, plan.largest_arm.world_size)
+        assert runs_on_cuda(plan, gpus) == (not extra)  # one rule for every arm of the case
+        return extra, where
+
+    def _command(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path, case_json: Path,
+                 gpus: int, *, stop: Optional[int], timeout_s: float, repro: str) -> RankCommand:
+        """The rank processes of one leg of built-in ``arm`` (``stop``: the step it stops after)."""
+        argv = (self.python, "-u", "-m", "harness.launch.rank_main", "--case", str(case_json),
+                "--arm", arm.name, "--out", str(arm_dir))
+        return RankCommand(argv=argv + (("--stop-after", str(stop)) if stop is not None else ()),
+                           world_size=arm.world_size, arm_dir=arm_dir, timeout_s=timeout_s,
+                           env=self._device(plan, arm, gpus)[0], repro=repro,
+                           stop=self.stop_event)
 
 
 def _joined(outcomes: Sequence[ArmOutcome], legs: Sequence[Optional[int]]) -> ArmOutcome:

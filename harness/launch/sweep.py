@@ -193,6 +193,9 @@ def run_sweep(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
     check_resumable([p.case for p in plans], out_dir)
     with sweep_lock(out_dir):
         record_manifest(plans, out_dir, start)
+        prewarm = getattr(launcher, "prewarm", None)  # LocalLauncher: its warm servers
+        if prewarm is not None:  # they import beside the first arms, not before each lane's first
+            prewarm(plans, out_dir, _runs)
         verdicts = _run_cases(plans, out_dir, launcher, progress or NullProgress(), beside)
         summary = write_reports(out_dir, check_plan=check_stored_plan, allowed_skips=allowed_skips,
                                 judged={v.case_id: v for v in verdicts})
@@ -256,6 +259,12 @@ class _Serialized:
         return call
 
 
+def _runs(arm: PlannedArm, arm_dir: Path) -> bool:
+    """Whether the sweep runs ``arm`` (again): it is not complete (a failed or timed-out arm
+    too: a new local run retries final outcomes, ``completion.arm_needs_run``)."""
+    return arm_needs_run(arm, arm_dir, retry_final=True)
+
+
 def _run_case(index: int, total: int, plan: CasePlan, out_dir: Path, launcher: ArmLauncher,
               shown: SweepProgress, verdicts: dict[str, CaseVerdict],
               hold: Callable[[PlannedArm], Any]) -> None:
@@ -266,7 +275,7 @@ def _run_case(index: int, total: int, plan: CasePlan, out_dir: Path, launcher: A
     shown.case_started(title, index, len(plan.arms))
     for arm in plan.arms:
         arm_dir = case_dir / arm.name
-        if not arm_needs_run(arm, arm_dir, retry_final=True):
+        if not _runs(arm, arm_dir):
             shown.arm_skipped(title, arm.name, "already complete")
             continue
         (case_dir / VERDICT_FILE).unlink(missing_ok=True)

@@ -77,7 +77,8 @@ class WarmProcess:
 
 
 class _Server:
-    """One warm server process and the launcher's end of its socket."""
+    """One warm server process and the launcher's end of its socket. Made, the server is
+    started and importing; :meth:`handshake` waits for it to say whether it serves."""
 
     def __init__(self, python: str, env: Mapping[str, str], preload: str) -> None:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -87,10 +88,16 @@ class _Server:
                  "--preload", preload],
                 env=dict(env), pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, start_new_session=True)
+        except BaseException:
+            mine.close()
+            raise
         finally:
             theirs.close()
         self.sock = mine
         self.problem: Optional[str] = None
+        self.pid = 0
+        self._shaken = False  # handshake() done (and never again)
+        self._serving = False  # it said it is ready: only then can it have ranks
         self._lock = threading.Lock()  # one request at a time: its answer comes before the next
         self._answers: dict[int, dict] = {}
         self._answered = threading.Condition()
@@ -98,17 +105,25 @@ class _Server:
         self._early: dict[int, int] = {}  # exit codes of ranks not registered yet
         self._next = 0
         self._closed = False
-        mine.settimeout(_READY_TIMEOUT_S)
+
+    def handshake(self) -> None:
+        """Wait until the server has imported and said whether it serves (``problem`` says why
+        not). Called by one thread at a time (the slot's lock); once."""
+        if self._shaken:
+            return
+        self._shaken = True
+        self.sock.settimeout(_READY_TIMEOUT_S)
         try:
-            hello, _ = receive(mine)
+            hello, _ = receive(self.sock)
         except (socket.timeout, OSError) as exc:
             hello = {"refused": f"no answer from the warm server: {exc}"}
-        mine.settimeout(None)
         if hello is None or "ready" not in hello:
             self.problem = (hello or {}).get("refused") or "the warm server exited while importing"
             self.close()
             return
+        self.sock.settimeout(None)
         self.pid = int(hello["ready"])
+        self._serving = True
         threading.Thread(target=self._read, name="warm-server", daemon=True).start()
 
     def _read(self) -> None:
@@ -176,14 +191,20 @@ class _Server:
             return self._answers.pop(ident)
 
     def hang_up(self) -> None:
-        """Close the launcher's end: the server ends its ranks and exits."""
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        """Close the launcher's end: the server ends its ranks and exits. ``shutdown`` first:
+        a plain ``close`` while the reader thread waits in ``recvmsg`` on this socket keeps the
+        socket open in the kernel until that call returns, so the server would never see the
+        end of stream (and ``close`` would kill it after its timeout)."""
+        for end in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close):
+            try:
+                end()
+            except OSError:
+                pass
 
     def close(self) -> None:
         self.hang_up()
+        if not self._serving:  # importing, or refused: it has no ranks to end, nothing to wait for
+            self.proc.kill()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -231,7 +252,28 @@ class WarmStarter:
         with slot.lock:
             if slot.server is None:
                 slot.server = _Server(self.python, dict(key), self.preload)
+            slot.server.handshake()
             return slot.server
+
+    def prewarm(self, argv: Sequence[str], env: Mapping[str, str]) -> int:
+        """Start the server ``argv`` with ``env`` will be forked from, if there is none yet,
+        without waiting for its imports (they run beside whatever runs now; the first rank of
+        the environment then finds it ready or nearly). 1 when a server was started, else 0."""
+        if not self.runs(argv):
+            return 0
+        key = self.key(env)
+        with self._lock:
+            if self._closed:
+                return 0
+            slot = self._slots.setdefault(key, _Slot())
+        with slot.lock:
+            if slot.server is not None:
+                return 0
+            try:
+                slot.server = _Server(self.python, dict(key), self.preload)
+            except OSError:  # the arm tries again when it starts, and says why it starts cold
+                return 0
+            return 1
 
     def start(self, argv: Sequence[str], env: Mapping[str, str],
               cwd: Optional[str] = None) -> tuple[Optional[WarmProcess], Optional[str]]:

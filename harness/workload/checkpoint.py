@@ -42,28 +42,37 @@ def saved_steps(root: Path, rank: int) -> list[int]:
     return sorted(int(m.group(1)) for f in d.iterdir() if (m := _STEP_FILE.match(f.name)))
 
 
-def save(root: Path, rank: int, step: int, state: dict[str, Any]) -> Path:
+def save(root: Path, rank: int, step: int, state: dict[str, Any], *, durable: bool = True) -> Path:
+    """Write rank ``rank``'s checkpoint of ``step`` (atomic: temp file, then ``os.replace``) and
+    keep the last :data:`KEEP`. ``durable``: fsync it before the replace, so a machine that
+    crashes keeps it whole; a checkpoint resumed from at once on this machine (the harness's own
+    stop of a ``-resumed`` arm) needs no trip to the disk (the page cache serves the restore).
+
+    How it is written (``bench/checkpoint_save.py``, one H100, 11.18 GiB: 14.4 s before, 3.9 s
+    now, not durable; ``dd`` writes the same bytes in 4.1 s): device tensors are copied to the
+    host through pinned buffers (pageable copies ran at ~1.3 GB/s), and no CRC32 per record is
+    computed (nothing reads it: the restore maps the file; a single-threaded pass over every
+    byte). The bytes written are the same but for the zip CRC fields."""
     d = rank_dir(root, rank)
     d.mkdir(parents=True, exist_ok=True)
     final = d / f"step{step:08d}.pt"
     tmp = d / f".step{step:08d}.pt.tmp{os.getpid()}"
     started = time.monotonic()
-    # No CRC32 per record: nothing reads it (the restore maps the file, unchecked), and computing
-    # it is a single-threaded pass over every byte (GiB of a checkpoint). Atomic replace and
-    # fsync keep a checkpoint whole; the bytes written are the same but for the zip CRC fields.
-    with open(tmp, "wb") as f, serialization_config.patch({"save.compute_crc32": False}):
+    with open(tmp, "wb") as f, serialization_config.patch(
+            {"save.compute_crc32": False, "save.use_pinned_memory_for_d2h": True}):
         torch.save(state, f)
         f.flush()
         written = time.monotonic()
-        os.fsync(f.fileno())
+        if durable:
+            os.fsync(f.fileno())
     os.replace(tmp, final)
     for old in saved_steps(root, rank)[:-KEEP]:
         (d / f"step{old:08d}.pt").unlink(missing_ok=True)
     done = time.monotonic()
     if done - started >= SLOW_S:  # a line where the time is worth knowing, not every step
+        synced = f"{done - written:.1f}s synced to disk" if durable else "not synced: resumed at once"
         print(f"[checkpoint r{rank}] step {step}: {final.stat().st_size / 2**30:.2f} GiB saved in "
-              f"{done - started:.1f}s ({written - started:.1f}s written, {done - written:.1f}s "
-              "synced to disk)", flush=True)
+              f"{done - started:.1f}s ({written - started:.1f}s written, {synced})", flush=True)
     return final
 
 

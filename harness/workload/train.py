@@ -360,7 +360,9 @@ def train_arm(
                 on_step(record)
                 every = train.checkpoint_every
                 if checkpoint_dir is not None and ((every and step % every == 0) or step == stop_after):
-                    ckpt.save(checkpoint_dir, ctx.rank, step, _state(s, opt, case, step, ctx.rank))
+                    # The harness's own stop resumes at once on this machine: no fsync needed.
+                    ckpt.save(checkpoint_dir, ctx.rank, step, _state(s, opt, case, step, ctx.rank),
+                              durable=step != stop_after)
         finally:
             if slot.graphs is not None:
                 slot.graphs.close()

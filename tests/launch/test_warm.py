@@ -208,11 +208,36 @@ def _sleeping_rank(starter: WarmStarter, cmd) -> tuple[WarmProcess, Path]:
 def test_closing_the_starter_ends_its_servers_and_their_ranks(probe):
     starter, cmd = probe
     proc, pid_file = _sleeping_rank(starter, cmd)
-    server = _server_pids(starter)[0]
+    (server,) = [slot.server for slot in starter._slots.values()]
     starter.close()
     assert proc.wait(timeout=10) == -signal.SIGKILL
-    assert _gone(int(pid_file.read_text())) and _gone(server)
+    assert _gone(int(pid_file.read_text())) and _gone(server.proc.pid)
+    # It saw the hang-up and exited by itself (0), not killed by close() after its wait (-9):
+    # a hang-up the server never sees costs the sweep that wait per server at its end.
+    assert server.proc.returncode == 0
     assert starter.start(cmd("ok").argv_of(0), {})[1].startswith("warm start failed")
+
+
+def test_a_prewarmed_server_is_the_one_its_ranks_fork_from(probe):
+    starter, cmd = probe
+    arm = cmd("ok", world=2)
+    argv, env = arm.argv_of(0), arm.env_of(os.environ, 0, 0)
+    assert starter.prewarm(argv, env) == 1
+    assert starter.prewarm(argv, arm.env_of(os.environ, 1, 0)) == 0  # rank 1: the same server
+    assert starter.prewarm([sys.executable, "-c", "pass"], env) == 0  # not a warm program
+    (server,) = [slot.server for slot in starter._slots.values()]
+    assert run_ranks(arm, starter=starter).ok
+    assert [slot.server for slot in starter._slots.values()] == [server]
+    assert {_report(arm.arm_dir, r)["ppid"] for r in (0, 1)} == {server.proc.pid}
+
+
+def test_a_prewarmed_server_never_used_ends_with_the_starter(probe):
+    starter, cmd = probe
+    arm = cmd("ok")
+    assert starter.prewarm(arm.argv_of(0), arm.env_of(os.environ, 0, 0)) == 1
+    (server,) = [slot.server for slot in starter._slots.values()]
+    starter.close()  # at once, while it may still be importing
+    assert server.proc.returncode is not None and _gone(server.proc.pid)
 
 
 def test_a_dead_server_ends_its_ranks_as_killed_and_leaves_no_orphan(probe):
@@ -252,12 +277,21 @@ def test_warm_and_cold_ranks_train_to_the_same_records(write_case, tmp_path, mon
                       resources={"gpus_per_node": 2}, parallel={"ep": 2, "dynamic_cp": [1, 2]},
                       compare={"dcp_vs_fixed_cp": {"fixed_cp": 2}, "reference": {}})
     plans = plan_cases(load_cases([case]))
+    prewarmed = []
+    prewarm = LocalLauncher.prewarm
+    monkeypatch.setattr(LocalLauncher, "prewarm",
+                        lambda self, *a: prewarmed.append(prewarm(self, *a)) or prewarmed[-1])
     records = {}
     for warm in (False, True):
         out = tmp_path / ("warm" if warm else "cold")
         with LocalLauncher(warm=warm) as launcher:
             result = run_sweep(plans, out, launcher)
+            servers = [slot.server for slot in launcher.starter._slots.values()] if warm else []
         assert [v.status for v in result.verdicts] == ["pass"]
+        # The sweep started every server its arms forked from before the first arm (one per
+        # rank environment: the 2-rank arms' and the 1-rank reference's), and each one served.
+        assert prewarmed[-1] == (len(servers) if warm else 0)
+        assert all(server is not None and server._serving for server in servers)
         records[warm] = {arm.name: read_steps(out / "warm-cold" / arm.name)
                          for arm in plans[0].arms}
         log = (out / "warm-cold" / plans[0].arms[0].name / LOG_FILE).read_text()

@@ -1,4 +1,5 @@
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,19 @@ def test_stop_after_checkpoints_that_step_even_with_checkpoint_every_zero(tmp_pa
     assert again == []  # past the stop already: nothing to do
     with pytest.raises(ValueError, match="stop_after=5 needs a checkpoint folder and a step in 1..4"):
         train_arm(eager_arm(case), CPU, lambda r: None, checkpoint_dir=tmp_path, stop_after=5)
+
+
+def test_periodic_checkpoints_are_synced_to_disk_and_the_harness_stop_is_not(tmp_path: Path,
+                                                                              monkeypatch):
+    """A periodic checkpoint is fsynced (a crashed machine keeps it whole); the one the harness
+    stops a ``-resumed`` arm at is resumed from at once on this machine, so it is not."""
+    import harness.workload.checkpoint as ckpt
+
+    synced: list[str] = []
+    fsync = ckpt.os.fsync
+    monkeypatch.setattr(ckpt.os, "fsync", lambda fd: synced.append(os.readlink(
+        f"/proc/self/fd/{fd}")) or fsync(fd))
+    case = make_case(train={"steps": 5, "checkpoint_every": 2})
+    train_arm(eager_arm(case), CPU, lambda r: None, checkpoint_dir=tmp_path, stop_after=3)
+    assert [Path(p).name.split(".pt")[0] for p in synced] == [".step00000002"]  # not step 3's
+    assert ckpt.saved_steps(tmp_path, 0) == [2, 3]
