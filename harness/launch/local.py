@@ -165,6 +165,7 @@ def alone_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, st
     return env
 
 
+_REAP_AFTER_KILL_S = 10.0  # SIGKILL takes effect at once; a wait this long means it cannot be waited for
 _RENDEZVOUS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -374,7 +375,12 @@ def _terminate(live: list[_Rank], grace_s: float) -> None:
     for r in live:
         if r.proc.poll() is None:
             _signal_group(r.proc, signal.SIGKILL)
-            r.proc.wait()
+            try:  # bounded: a Ctrl-C that landed inside Popen.poll between its lock's acquire
+                # and its try (a CPython race) leaves that lock held, and an unbounded wait()
+                # then blocks forever; the killed process is reaped when this one exits
+                r.proc.wait(timeout=_REAP_AFTER_KILL_S)
+            except subprocess.TimeoutExpired:
+                pass
 
 
 # --------------------------------------------------------------------------- the launcher

@@ -313,3 +313,23 @@ def test_a_stop_from_another_thread_ends_the_ranks_and_raises_keyboard_interrupt
     assert time.monotonic() - begun < 30
     pids = [int((cmd.arm_dir / f"pid.rank{k}").read_text()) for k in (0, 1)]
     assert all(_eventually_gone(pid) for pid in pids)
+
+
+def test_ending_a_rank_whose_popen_lock_a_ctrl_c_left_held_does_not_hang():
+    """A Ctrl-C that lands inside ``Popen.poll`` between its lock's acquire and its ``try`` (a
+    CPython race) leaves the Popen's wait lock held; the launcher's clean-up must still end."""
+    import threading
+
+    from harness.launch.local import _Rank, _terminate
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                            start_new_session=True)
+    assert proc._waitpid_lock.acquire(False)  # the state that race leaves behind
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (_terminate([_Rank(0, proc)], 0.2), done.set()),
+                              daemon=True)
+    worker.start()
+    assert done.wait(60), "the clean-up blocked on the Popen's wait lock"
+    assert _eventually_gone(proc.pid)  # killed all the same
+    proc._waitpid_lock.release()
+    proc.wait(timeout=10)
