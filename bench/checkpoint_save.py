@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         parts = ", ".join(f"{k} {statistics.median(t[k] for t in times[name]):.1f} s"
                           for k in times[name][0] if k != "total")
         rows.append({"method": name, "seconds": total, "equal": equal[name], "runs": times[name]})
-        print(f"| {name} | {total:.2f} | {size / total / 1e9:.2f} | {parts or '-'} | "
+        rate = f"{size / total / 1e9:.2f}" if total > 0 else "-"
+        print(f"| {name} | {total:.2f} | {rate} | {parts or '-'} | "
               f"{'yes' if equal[name] else 'NO'} |")
     for name, took in disk.items():
         print(f"| {name} (zeros, same bytes) | {took:.2f} | {size / took / 1e9:.2f} | - | - |")
