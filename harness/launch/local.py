@@ -165,7 +165,8 @@ def alone_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, st
     return env
 
 
-_REAP_AFTER_KILL_S = 10.0  # SIGKILL takes effect at once; a wait this long means it cannot be waited for
+# SIGKILL takes effect at once: a killed rank not reaped after this long cannot be waited for.
+_REAP_AFTER_KILL_S = 10.0
 _RENDEZVOUS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 

@@ -5,9 +5,10 @@ workload: 10-12 s on a GPU host against ~8 s of steps for a one-GPU graph arm, 0
 ``bench/arm_phases.py``), the same work for every rank of every arm. :class:`WarmStarter` keeps one
 server process (``harness.launch.forkserver``) per rank environment, started ahead
 (:meth:`WarmStarter.prewarm`: the sweep starts every one its arms need before the first) or on
-first use: it imports ``rank_main.preload``'s modules, then forks each rank process on request. A forked rank
-is the same program as a cold ``python -u -m harness.launch.rank_main ...``: its own session, its
-output on the launcher's pipe, its own environment, ``rank_main`` run as ``__main__``.
+first use: it imports ``rank_main.preload``'s modules, then forks each rank process on request.
+A forked rank is the same program as a cold ``python -u -m harness.launch.rank_main ...``: its
+own session, its output on the launcher's pipe, its own environment, ``rank_main`` run as
+``__main__``.
 
 Why no judged figure changes (checked by ``tests/launch/test_warm.py`` on CPU and on a GPU by
 ``bench/warm_vs_cold.py``: every step record equal but its timings):

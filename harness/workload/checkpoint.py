@@ -70,7 +70,8 @@ def save(root: Path, rank: int, step: int, state: dict[str, Any], *, durable: bo
         (d / f"step{old:08d}.pt").unlink(missing_ok=True)
     done = time.monotonic()
     if done - started >= SLOW_S:  # a line where the time is worth knowing, not every step
-        synced = f"{done - written:.1f}s synced to disk" if durable else "not synced: resumed at once"
+        synced = (f"{done - written:.1f}s synced to disk" if durable
+                  else "not synced: resumed at once")
         print(f"[checkpoint r{rank}] step {step}: {final.stat().st_size / 2**30:.2f} GiB saved in "
               f"{done - started:.1f}s ({written - started:.1f}s written, {synced})", flush=True)
     return final
