@@ -168,7 +168,11 @@ def test_ctrl_c_of_the_launcher_leaves_no_empty_stack_files(tmp_path):
     import signal
 
     cmd = _cmd(tmp_path, "time.sleep(600)\n")
+    # SIGINT handled as in a terminal's foreground job: a shell without job control (a CI script
+    # run in the background, nohup) starts its children with SIGINT ignored, which Python keeps.
     launcher = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import signal
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from pathlib import Path
         from harness.launch.local import RankCommand, run_ranks
         run_ranks(RankCommand(argv={cmd.argv!r}, world_size=2, arm_dir=Path({str(cmd.arm_dir)!r}),
@@ -225,7 +229,11 @@ def test_ranks_stop_when_the_launcher_is_killed(tmp_path):
         (arm_dir / f"child.rank{rank}").write_text(str(child.pid))
         time.sleep(600)
     """)
+    # SIGINT handled as in a terminal's foreground job: a shell without job control (a CI script
+    # run in the background, nohup) starts its children with SIGINT ignored, which Python keeps.
     launcher = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import signal
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from pathlib import Path
         from harness.launch.local import RankCommand, run_ranks
         run_ranks(RankCommand(argv={cmd.argv!r}, world_size=2, arm_dir=Path({str(cmd.arm_dir)!r}),
