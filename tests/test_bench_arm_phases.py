@@ -3,31 +3,18 @@ per arm split by phase, each case's judging, the totals and the critical path.""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
+from tests.benches import load_bench
 from tests.launch.cases import write_case_file
 from tests.launch.timed import FIXED_PER_RUN, STEP_S, finished_sweep
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("arm_phases_bench",
-                                                  ROOT / "bench" / "arm_phases.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_table_splits_each_arm_and_adds_up(tmp_path, capsys):
     cases = [write_case_file(tmp_path / "cases", "a", compare={"repeat": {}}),
              write_case_file(tmp_path / "cases", "b", compare={"resume": {}})]
     sweep, _ = finished_sweep(tmp_path / "sweep", cases)
-    assert _bench().main([str(sweep), "--json", str(tmp_path / "rows.json")]) == 0
+    assert load_bench("arm_phases").main([str(sweep), "--json", str(tmp_path / "rows.json")]) == 0
     out = capsys.readouterr().out
     rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in out.splitlines()
             if line.startswith("| a") or line.startswith("| b")}
@@ -50,5 +37,5 @@ def test_the_table_splits_each_arm_and_adds_up(tmp_path, capsys):
 
 
 def test_a_folder_that_is_no_sweep_is_an_error(tmp_path, capsys):
-    assert _bench().main([str(tmp_path)]) == 2
+    assert load_bench("arm_phases").main([str(tmp_path)]) == 2
     assert "holds no case folder" in capsys.readouterr().err

@@ -4,28 +4,19 @@ passes, with a row per method and dd's rate), and a method that saves something 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import torch
+
+from tests.benches import load_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE = str(ROOT / "cases" / "focused" / "tiny-moe-eager.yaml")
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("checkpoint_save_bench",
-                                                  ROOT / "bench" / "checkpoint_save.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_every_method_restores_the_state_and_a_wrong_save_is_caught(tmp_path, monkeypatch):
-    bench = _bench()
+    bench = load_bench("checkpoint_save")
     out = tmp_path / "ckpt.json"
     assert bench.main(["--case", CASE, "--repeats", "1", "--dir", str(tmp_path / "d"),
                        "--json", str(out)]) == 0

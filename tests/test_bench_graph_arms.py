@@ -3,15 +3,13 @@ the tables (the graph arms and plain graphs need CUDA and are skipped with the r
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.benches import load_bench
+
 
 GRAPHS = """
 name: tiny-graphs
@@ -38,19 +36,11 @@ resources: {nodes: 1, gpus_per_node: 1, device: any}
 """
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("graph_arms_bench", ROOT / "bench" / "graph_arms.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU form of the bench (CUDA runs it whole)")
 def test_bench_reports_eager_arms_blocks_and_rest_from_one_run(tmp_path, capsys):
     (tmp_path / "g.yaml").write_text(GRAPHS)
     (tmp_path / "e.yaml").write_text(EAGER)
-    bench = _bench()
+    bench = load_bench("graph_arms")
     rc = bench.main(["--graphs-case", str(tmp_path / "g.yaml"), "--eager-case", str(tmp_path / "e.yaml"),
                      "--tokens", "128", "64", "--steps", "4", "--json", str(tmp_path / "r.json")])
     out = capsys.readouterr().out

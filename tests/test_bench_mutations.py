@@ -2,27 +2,19 @@
 its file of this checkout (a refactor that moves or rewrites the line would otherwise stop the
 bench at that row, found only when the bench runs)."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.benches import load_bench
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"{name}_bench", ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def _rows():
-    mutations = _load("mutations")
+    mutations = load_bench("mutations")
     rows = [(m.name, m) for m in mutations.MUTATIONS]
-    perf = _load("perf_mutations")
+    perf = load_bench("perf_mutations")
     rows += [(r.mutation.name, r.mutation) for r in perf.ROWS]
     return rows
 
@@ -42,7 +34,7 @@ def test_gpu_rows_trim_the_graph_case_to_pairs_a_static_fault_can_reach(tmp_path
     from harness.arms import plan_case
     from harness.spec.loader import load_cases
 
-    mutations = _load("mutations")
+    mutations = load_bench("mutations")
     dest = tmp_path / mutations.GPU_CASE
     dest.parent.mkdir(parents=True)
     dest.write_text((ROOT / mutations.GPU_CASE).read_text())
@@ -55,7 +47,7 @@ def test_gpu_rows_trim_the_graph_case_to_pairs_a_static_fault_can_reach(tmp_path
 
 
 def test_trim_gpu_case_refuses_a_case_it_cannot_find_its_lines_in(tmp_path):
-    mutations = _load("mutations")
+    mutations = load_bench("mutations")
     dest = tmp_path / mutations.GPU_CASE
     dest.parent.mkdir(parents=True)
     dest.write_text((ROOT / mutations.GPU_CASE).read_text().replace("  resume: ", "  # resume: "))
@@ -64,7 +56,7 @@ def test_trim_gpu_case_refuses_a_case_it_cannot_find_its_lines_in(tmp_path):
 
 
 def test_a_copy_runs_its_own_harness_first_and_keeps_the_pythonpath_it_was_given(monkeypatch, tmp_path):
-    mutations = _load("mutations")
+    mutations = load_bench("mutations")
     monkeypatch.setenv("PYTHONPATH", "/site-of-wheels")
     assert mutations.copy_pythonpath(tmp_path).split(":") == [str(tmp_path), "/site-of-wheels"]
     monkeypatch.delenv("PYTHONPATH")
@@ -86,14 +78,14 @@ def _gate_line(case_id: str, pair: str, failed: tuple[str, ...]) -> str:
 
 
 def test_golden_checks_reads_the_gates_own_failure_line():
-    perf = _load("perf_mutations")
+    perf = load_bench("perf_mutations")
     line = _gate_line("gpu1-qwen3-perf", "golden", ("step_time", "mem_allocated_bytes"))
     assert perf._golden_checks(line.strip()) == ["step_time", "mem_allocated_bytes"]
     assert perf._golden_checks(_gate_line("gpu1-qwen3-perf", "reference", ("loss_rel",)).strip()) == []
 
 
 def test_failed_lines_picks_exactly_the_fail_and_error_lines():
-    mutations = _load("mutations")
+    mutations = load_bench("mutations")
     out = ("gate: FAIL (exit 1): 2 case(s), 4 verdict entries: 2 pass, 1 fail, 1 error, 0 skipped\n"
            "  FAIL  a / golden: step_time\n"
            "  ERROR b / repeat: rank 1 exited 1\n"
@@ -104,7 +96,7 @@ def test_failed_lines_picks_exactly_the_fail_and_error_lines():
 
 
 def test_keep_verdicts_copies_each_cases_verdict_and_nothing_else(tmp_path):
-    mutations = _load("mutations")
+    mutations = load_bench("mutations")
     sweep = tmp_path / "sweep"
     for case in ("a", "b"):
         (sweep / case / "eager").mkdir(parents=True)
@@ -122,7 +114,7 @@ def test_keep_verdicts_copies_each_cases_verdict_and_nothing_else(tmp_path):
 
 
 def test_the_clean_copy_loses_only_its_cases_committed_golden_values(tmp_path):
-    perf = _load("perf_mutations")
+    perf = load_bench("perf_mutations")
     golden = tmp_path / "cases/focused/golden"
     for case in ("gpu1-qwen3-perf", "tiny-moe-eager"):
         (golden / case).mkdir(parents=True)
@@ -146,7 +138,7 @@ def seeded(monkeypatch, name: str) -> None:
     import ast
     import importlib
 
-    row = next(m for m in _load("mutations").MUTATIONS if m.name == name)
+    row = next(m for m in load_bench("mutations").MUTATIONS if m.name == name)
     module = importlib.import_module(row.file[:-3].replace("/", "."))
     lines = (ROOT / row.file).read_text().split("\n")
     at = lines.index(row.old)

@@ -3,26 +3,14 @@ bench passes), and a record changed in one sweep is found and named (the bench f
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("warm_vs_cold_bench",
-                                                  ROOT / "bench" / "warm_vs_cold.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.benches import load_bench
 
 
 def test_timings_are_left_out_and_the_first_difference_is_named():
-    bench = _bench()
+    bench = load_bench("warm_vs_cold")
     a = {"step": 1, "loss": 2.0, "step_time_s": 0.5, "probe": {"taken_at": 1.0, "bytes": 3}}
     b = {"step": 1, "loss": 2.0, "step_time_s": 0.7, "probe": {"taken_at": 2.0, "bytes": 3}}
     assert bench.first_difference(bench.without_timings(a), bench.without_timings(b)) is None
@@ -33,7 +21,7 @@ def test_timings_are_left_out_and_the_first_difference_is_named():
 
 def test_cold_and_warm_runs_of_a_case_compare_equal_and_a_changed_record_is_caught(tmp_path,
                                                                                   capsys):
-    bench = _bench()
+    bench = load_bench("warm_vs_cold")
     out = tmp_path / "wc"
     assert bench.main(["cases/focused", "-k", "tiny-static-cp2.scope-attn", "--out", str(out),
                        "--json", str(tmp_path / "wc.json")]) == 0

@@ -1,22 +1,10 @@
 """bench/noise.py reads the reference pairs' checks from a real sweep's verdicts: each check of the
 per-step metrics the contract produced, its worst relative difference, bound and noise x 10."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 from harness.cli import main
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _noise():
-    spec = importlib.util.spec_from_file_location("noise_bench", ROOT / "bench" / "noise.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.benches import load_bench
 
 
 def test_noise_rows_are_the_reference_checks_of_the_verdict(write_case, tmp_path, capsys):
@@ -24,7 +12,7 @@ def test_noise_rows_are_the_reference_checks_of_the_verdict(write_case, tmp_path
                       resources={"gpus_per_node": 2}, compare={"reference": {}})
     out = tmp_path / "out"
     assert main(["run", str(case), "--out", str(out)]) == 0
-    noise = _noise()
+    noise = load_bench("noise")
     verdict = json.loads((out / "nz" / "verdict.json").read_text())
     reference = next(p for p in verdict["pairs"] if p["pair"] == "reference")
     want = {c["name"]: c for c in reference["checks"] if c["name"] in noise.CHECKS}
@@ -44,7 +32,7 @@ def test_noise_rows_are_the_reference_checks_of_the_verdict(write_case, tmp_path
 
 
 def test_noise_x10_rounds_up_to_one_significant_digit():
-    noise = _noise()
+    noise = load_bench("noise")
     assert noise.suggest(6.28e-6) == "7e-05" and noise.suggest(1.55e-5) == "2e-04"
     assert noise.suggest(9.6e-6) == "1e-04" and noise.suggest(1e-6) == "1e-05"
     assert noise.suggest(0) == "0 (bitwise)" and noise.suggest(None) == "-"
