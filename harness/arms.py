@@ -43,6 +43,7 @@ from harness.compare import (
 )
 from harness.errors import CaseError
 from harness.metrics import source_fields
+from harness.spec.command import checkpoint_named
 from harness.spec.comparisons import settings_of
 from harness.spec.derive import ArmSpec, derive_arm_case, has_graph_arms
 from harness.spec.names import (
@@ -53,6 +54,7 @@ from harness.spec.names import (
     GRAPH_FIXED_CP,
     REFERENCE,
     REPEAT_SUFFIX,
+    RESUME,
     SEPARATE_POOLS,
 )
 from harness.spec.schema import ArmCase, Case
@@ -187,6 +189,11 @@ def command_pair(pair: Pair, case: Case) -> Pair:
         for name in judged.capture_checks:
             why[name] = (f"the command's metrics ({source}) carry no CUDA-graph capture "
                          "statistics (harness.metrics.StepRecorder records them: graph_stats=)")
+    if pair.contract == RESUME and not checkpoint_named(case.command):
+        why["loaded_checkpoint"] = (
+            f"the case names no command.resume.iteration_file (e.g. Megatron's "
+            f"latest_checkpointed_iteration.txt) and its metrics ({source}) name no checkpoint "
+            f"step (the record API's checkpoint_step=)")
     for arm_name in pair.arms:
         why[f"{arm_name}.packing"] = ("a command packs its own batches; the packing rule is the "
                                       "built-in workload's")

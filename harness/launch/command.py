@@ -29,17 +29,20 @@ the harness set (rendezvous on 127.0.0.1:29500, ``{arm_dir}`` in ``/tmp/dcp-repr
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 from harness.caseplan import CasePlan, PlannedArm
 from harness.golden import platform_key
+from harness.launch.command_resume import (Checkpointed, Leg, resume_legs, resumed_records,
+                                           run_resumed, write_records)
 from harness.launch.ports import pick_free_port
-from harness.metrics import (METRICS_DIR_ENV, MetricsError, read_source, source_path,
-                             stale_files)
+from harness.metrics import (METRICS_DIR_ENV, MetricsError, read_source, source_mark,
+                             source_path, stale_files)
 from harness.results import LOG_FILE, ArmOutcome, StepWriter
 from harness.spec.command import FIXED_CP_ROLES, arm_argv, fill
 from harness.spec.schema import CommandSpec, MetricsSource, RankStart
@@ -97,6 +100,8 @@ def placeholder_values(plan: CasePlan, arm: PlannedArm, arm_dir: Path,
         "master_port": place.master_port, "node_rank": place.index}
     if arm.kind in FIXED_CP_ROLES:
         values["fixed_cp"] = case.layout.max_cp
+    if case.execution.interrupt_after is not None:  # a -resumed arm (compare.resume)
+        values["stop"] = case.execution.interrupt_after
     return values
 
 
@@ -136,13 +141,14 @@ def shown_env(command: CommandSpec, values: Mapping[str, object],
 
 
 def arm_command(plan: CasePlan, arm: PlannedArm, arm_dir: Path, place: Rendezvous,
-                device: Mapping[str, str]) -> ArmCommand:
+                device: Mapping[str, str], leg: Optional[str] = None) -> ArmCommand:
     """The command of ``arm`` writing into ``arm_dir``, its launcher's rendezvous at ``place``;
-    ``device`` is added to the environment (``CUDA_VISIBLE_DEVICES`` for CPU ranks)."""
+    ``device`` is added to the environment (``CUDA_VISIBLE_DEVICES`` for CPU ranks); ``leg``:
+    which run of a ``-resumed`` arm (``save`` / ``load``, ``launch.command_resume``)."""
     command = plan.case.command
     assert command is not None
     values = placeholder_values(plan, arm, arm_dir, place)
-    argv = arm_argv(command, arm.kind, arm.repeat, values)
+    argv = arm_argv(command, arm.kind, arm.repeat, values, leg)
     cwd = command_cwd(plan, command)
     secrets = {k: os.environ[k] for k in command.secret_env if k in os.environ}
     env = {**device, **shown_env(command, values, arm_dir), **secrets}
@@ -199,21 +205,62 @@ def run_command_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, timeout_s: f
     # A launcher's port is fixed before the start (its arguments may name it); per-rank
     # processes get theirs from run_ranks, which tries another when it is taken.
     place = Rendezvous(master_port=pick_free_port()) if launcher else Rendezvous()
-    cmd = arm_command(plan, arm, arm_dir, place, device)
+    cmd = arm_command(plan, arm, arm_dir, place, device, resume_legs(arm)[0])
     if cmd.problem:
         return failed_outcome(arm, arm_dir, cmd.problem, repro)
     log_start = prepare_metrics(plan, arm, arm_dir, cmd.metrics_path)
     log_line(arm_dir, f"case {plan.case_id} arm {arm.name}: command case, {where}; "
                       f"{'one launcher per node' if launcher else 'one process per rank'}")
-    outcome = run_ranks(RankCommand(
-        argv=cmd.argv, world_size=starters(plan, arm), arm_dir=arm_dir, timeout_s=timeout_s,
-        env=cmd.env, repro=repro, cwd=cmd.cwd, redact=cmd.secrets,
-        rendezvous=rendezvous_env(plan, arm, place) if launcher else {}),
-        stack_wait_s=stack_wait_s, kill_grace_s=kill_grace_s)
+    spent: list[float] = []
+
+    def run(leg: Optional[str]) -> ArmOutcome:
+        # A launcher's port is fixed before each start (the runs of a resumed arm get one each).
+        at = Rendezvous(master_port=pick_free_port()) if launcher else Rendezvous()
+        leg_cmd = arm_command(plan, arm, arm_dir, at, device, leg)
+        done = run_ranks(RankCommand(
+            argv=leg_cmd.argv, world_size=starters(plan, arm), arm_dir=arm_dir,
+            timeout_s=max(timeout_s - sum(spent), 1.0), env=leg_cmd.env, repro=repro,
+            cwd=leg_cmd.cwd, redact=leg_cmd.secrets,
+            rendezvous=rendezvous_env(plan, arm, at) if launcher else {}),
+            stack_wait_s=stack_wait_s, kill_grace_s=kill_grace_s)
+        spent.append(done.wall_s)
+        return done
+
+    if arm.case.execution.interrupt_after is not None:  # compare.resume: two runs
+        start = source_mark(plan.case.command.metrics, arm_dir,  # type: ignore[union-attr]
+                            cmd.metrics_path, arm.ranks)
+        legs, loaded = run_resumed(plan, arm, arm_dir, cmd.metrics_path, start, run,
+                                   placeholder_values(plan, arm, arm_dir),
+                                   lambda line: log_line(arm_dir, f"arm {arm.name}: {line}"))
+        return record_resumed(plan, arm, arm_dir, legs, loaded, cmd.metrics_path,
+                              on_cuda=not device)
+    outcome = run(None)
     if not outcome.ok:
         return outcome
     return record_metrics(plan, arm, arm_dir, outcome, cmd.metrics_path, log_start,
                           on_cuda=not device)
+
+
+def record_resumed(plan: CasePlan, arm: PlannedArm, arm_dir: Path, legs: Sequence[Leg],
+                   loaded: Checkpointed, path: str, on_cuda: bool) -> ArmOutcome:
+    """A ``-resumed`` arm's outcome from its runs (``launch.command_resume``): a run that
+    failed is the arm's outcome (named), else its joined records in ``rank<k>.jsonl``."""
+    wall = round(sum(leg.outcome.wall_s for leg in legs), 3)
+    last = legs[-1].outcome
+    if not last.ok:
+        which = "first run (command.resume.save)" if len(legs) == 1 else \
+            "second run (command.resume.load)"
+        return dataclasses.replace(last, wall_s=wall, detail=f"its {which}: {last.detail}"
+                                   if last.detail else f"its {which} failed")
+    records, note = resumed_records(plan, arm, arm_dir, path, legs, loaded, _platform(on_cuda))
+    if records is None:
+        return failed_outcome(arm, arm_dir, note, last.repro, dataclasses.replace(last, wall_s=wall))
+    write_records(arm_dir, records)
+    fewest = min((len(r) for r in records.values()), default=0)
+    log_line(arm_dir, f"case {plan.case_id} arm {arm.name}: {note}")
+    return ArmOutcome(status="ok", returncode=0, wall_s=wall, repro=last.repro,
+                      restarts=last.restarts, detail=f"the command wrote {fewest} of "
+                      f"{arm.case.train.steps} planned steps; {note}")
 
 
 def record_metrics(plan: CasePlan, arm: PlannedArm, arm_dir: Path, outcome: ArmOutcome,

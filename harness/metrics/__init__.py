@@ -19,7 +19,8 @@ from .megatron_log import LOG_KEYS, read_megatron_log
 from .recorder import (METRICS_DIR_ENV, GraphStats, MemoryProbe, StepRecorder, cuda_memory,
                        memory_probe, pool_bytes)
 from .series import StepMetrics, rank_records, step_record
-from .sources import DEFAULT_PATHS, read_source, source_fields, source_path, stale_files
+from .sources import (DEFAULT_PATHS, SourceMark, read_source, source_fields, source_mark,
+                      source_path, stale_files)
 from .tensorboard import TB_TAGS, event_files, read_tensorboard
 
 __all__ = [
@@ -27,4 +28,5 @@ __all__ = [
     "MetricsError", "StepMetrics", "StepRecorder", "cuda_memory", "event_files", "memory_probe",
     "pool_bytes", "rank_records", "read_jsonl", "read_megatron_log", "read_source",
     "read_tensorboard", "source_fields", "source_path", "stale_files", "step_record",
+    "SourceMark", "source_mark",
 ]

@@ -10,6 +10,7 @@ others not applicable).
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
@@ -32,6 +33,29 @@ DEFAULT_PATHS: Mapping[MetricsSource, str] = {
 # What a step record holds beyond the series (the record API and JSON lines can carry them).
 _RECORD_EXTRAS = ("graph_stats", "memory_probe", "packed", "replays", "environment")
 _MEMORY_LOG_FIELDS = ("allocated_bytes", "max_allocated_bytes", "reserved_bytes")
+
+
+@dataclass(frozen=True)
+class SourceMark:
+    """How far a source was written when a run began, for a source two runs write (the two runs
+    of a resumed arm): the log's size, the event files already there, each per-rank file's
+    size (file name -> bytes)."""
+
+    log_bytes: int = 0
+    event_files: frozenset[str] = frozenset()
+    sizes: tuple[tuple[str, int], ...] = ()
+
+
+def source_mark(spec: MetricsSpec, arm_dir: Path, path: str, ranks: Sequence[int]) -> SourceMark:
+    """How far ``spec``'s source of the arm in ``arm_dir`` is written now (:class:`SourceMark`)."""
+    arm_dir = Path(arm_dir)
+    if spec.source is MetricsSource.TENSORBOARD:
+        return SourceMark(event_files=frozenset(p.name for p in event_files(arm_dir / path)))
+    if spec.source is MetricsSource.MEGATRON_LOG:
+        log = arm_dir / path
+        return SourceMark(log_bytes=log.stat().st_size if log.is_file() else 0)
+    files = dict.fromkeys(arm_dir / path.replace("{rank}", str(r)) for r in ranks)
+    return SourceMark(sizes=tuple((str(f), f.stat().st_size) for f in files if f.is_file()))
 
 
 def source_path(spec: MetricsSpec) -> str:
@@ -66,34 +90,46 @@ def stale_files(spec: MetricsSpec, arm_dir: Path, path: str, ranks: Sequence[int
     return [f for f in dict.fromkeys(files) if f.is_file()]
 
 
-def _per_rank_files(path: str, arm_dir: Path, ranks: Sequence[int],
-                    platform: Optional[str]) -> dict[int, list[StepRecord]]:
-    """JSON lines: one file per rank (``{rank}`` in the path) or one file for every rank."""
+def _per_rank_files(path: str, arm_dir: Path, ranks: Sequence[int], platform: Optional[str],
+                    since: SourceMark, until: Optional[SourceMark]) -> dict[int, list[StepRecord]]:
+    """JSON lines: one file per rank (``{rank}`` in the path) or one file for every rank; the
+    bytes written between ``since`` and ``until`` (a file smaller than at ``since`` was written
+    afresh: all of it)."""
     out = {}
     for rank in ranks:
         file = arm_dir / path.replace("{rank}", str(rank))
         if not file.is_file():
             raise MetricsError(file, f"no metrics file for rank {rank}: the command wrote none")
+        size = file.stat().st_size
+        start = dict(since.sizes).get(str(file), 0)
+        start = start if start <= size else 0
+        end = dict(until.sizes).get(str(file), 0) if until is not None else None
         out[rank] = [r if r.platform is not None else dataclasses.replace(r, platform=platform)
-                     for r in read_jsonl(file)]
+                     for r in read_jsonl(file, start, end)]
     return out
 
 
 def read_source(spec: MetricsSpec, arm_dir: Path, ranks: Sequence[int], platform: Optional[str],
-                path: Optional[str] = None, log_start: int = 0) -> dict[int, list[StepRecord]]:
+                path: Optional[str] = None, log_start: int = 0,
+                since: Optional[SourceMark] = None, until: Optional[SourceMark] = None
+                ) -> dict[int, list[StepRecord]]:
     """Rank -> step records of ``ranks`` from the source of ``spec`` (``path``: the source's
     path with its placeholders filled, default :func:`source_path`; ``log_start``: where this
-    run's lines begin in a Megatron log)."""
+    run's lines begin in a Megatron log). ``since`` / ``until``: only what was written between
+    these marks (:func:`source_mark`; one run of a source two runs write)."""
     arm_dir = Path(arm_dir)
+    since = since if since is not None else SourceMark(log_bytes=log_start)
     where = path if path is not None else source_path(spec)
     if spec.source in (MetricsSource.JSONL, MetricsSource.RECORD):
-        return _per_rank_files(where, arm_dir, ranks, platform)
+        return _per_rank_files(where, arm_dir, ranks, platform, since, until)
     target = arm_dir / where
     metrics: StepMetrics
     if spec.source is MetricsSource.TENSORBOARD:
-        metrics = read_tensorboard(target, tag_map(spec))
+        metrics = read_tensorboard(target, tag_map(spec), skip=since.event_files,
+                                   only=until.event_files if until is not None else None)
     else:
         if not target.is_file():
             raise MetricsError(target, "no log here: the command wrote none")
-        metrics = read_megatron_log(target, tag_map(spec), start=log_start)
+        metrics = read_megatron_log(target, tag_map(spec), start=since.log_bytes,
+                                    end=until.log_bytes if until is not None else None)
     return rank_records(metrics, ranks, platform)

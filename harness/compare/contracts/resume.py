@@ -9,16 +9,25 @@ independently of it ``loaded_checkpoint`` (the checkpoint that process loaded ho
 its own metadata, ``StepRecord.checkpoint_step``, not by the file name the ranks agreed on); for a
 graph arm also that it captured its graphs again on that step (``recaptured``);
 ``loss_before_stop`` (the two runs are one configuration until the stop), and ``loss``,
-``aux_loss``, ``grad_norm`` on every step after the stop (``exact`` = bitwise)."""
+``aux_loss``, ``grad_norm`` on every step after the stop (``exact`` = bitwise); a series check
+that fails names every step that differs (``differs at steps 12 (a vs b), ...``), so a resume
+whose difference is one logged iteration reads apart from one whose state was lost.
+
+A command case (``command.resume``) runs its ``-resumed`` arm twice, the first run saving after
+step ``at_step`` and exiting, the second loading (``harness.launch.command_resume``): its
+``resumed_after`` is the step before the second run's first logged iteration, its
+``loaded_checkpoint`` what ``command.resume.iteration_file`` said between the runs (n/a with the
+reason when the case names none and the metrics carry none)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 from pydantic import Field
 
 from harness.results import StepRecord
+from harness.spec.derive import has_graph_arms
 from harness.spec.limits import limit
 from harness.spec.names import EAGER, GRAPH, RESUME, pair_name
 from harness.spec.problems import Problem, at
@@ -26,7 +35,7 @@ from harness.spec.schema import Case, LossBound, Strict
 
 from ..pair import Pair
 from ..registry import Comparison, Judged, Planner, register
-from ..series import Steps, series_check_on
+from ..series import Steps, fmt_value, same_bits, series_check_on, step_series
 from ..verdicts import Check
 
 
@@ -124,6 +133,35 @@ def _recaptured_check(arm: str, steps: Steps, after: int) -> Check:
     return Check("recaptured", float(len(missing)), 0.0, not missing, detail)
 
 
+# How many differing steps a failed series check names (then "and N more").
+_LISTED_STEPS = 8
+
+
+def differing_steps(key: str, data: Mapping[str, Steps], arms: tuple[str, str],
+                    keep: Callable[[int], bool]) -> str:
+    """``differs at steps 12 (a vs b), 14 (...)``: every step ``keep`` accepts whose ``key``
+    is not bitwise the same in both arms (empty when none)."""
+    cand, ref = step_series(data[arms[0]], key), step_series(data[arms[1]], key)
+    steps = [s for s in sorted(set(cand) & set(ref)) if keep(s) and not (
+        cand[s] is not None and ref[s] is not None and same_bits(cand[s], ref[s]))]
+    if not steps:
+        return ""
+    shown = ", ".join(f"{s} ({fmt_value(cand[s])} vs {fmt_value(ref[s])})"
+                      for s in steps[:_LISTED_STEPS])
+    more = f" and {len(steps) - _LISTED_STEPS} more" if len(steps) > _LISTED_STEPS else ""
+    return f"differs at step{'s' if len(steps) > 1 else ''} {shown}{more}"
+
+
+def _series(name: str, key: str, data: Mapping[str, Steps], arms: tuple[str, str],
+            bound: LossBound, keep: Callable[[int], bool], what: str) -> Check:
+    """``series_check_on``, a failed one naming every step that differs."""
+    check = series_check_on(name, key, data, arms, bound, keep, what)
+    if check.passed or check.value is None:
+        return check
+    where = differing_steps(key, data, arms, keep)
+    return replace(check, detail=f"{check.detail}; {where}") if where else check
+
+
 def check_resume(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     p: ResumePairParams = pair.params
     arms = pair.two_arms()  # (resumed, uninterrupted)
@@ -136,11 +174,11 @@ def check_resume(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     if any(rec.step <= k and rec.graphed for recs in data[arms[0]].values() for rec in recs):
         checks.append(_recaptured_check(arms[0], data[arms[0]], k))
     checks += [
-        series_check_on("loss_before_stop", "loss", data, arms, p.loss, lambda s: s <= k,
-                        f"steps up to the stop at step {k} (one configuration)"),
-        series_check_on("loss", "loss", data, arms, p.loss, lambda s: s > k, after),
-        series_check_on("aux_loss", "aux_loss", data, arms, aux, lambda s: s > k, after),
-        series_check_on("grad_norm", "grad_norm", data, arms, grad, lambda s: s > k, after),
+        _series("loss_before_stop", "loss", data, arms, p.loss, lambda s: s <= k,
+                f"steps up to the stop at step {k} (one configuration)"),
+        _series("loss", "loss", data, arms, p.loss, lambda s: s > k, after),
+        _series("aux_loss", "aux_loss", data, arms, aux, lambda s: s > k, after),
+        _series("grad_norm", "grad_norm", data, arms, grad, lambda s: s > k, after),
     ]
     return tuple(checks)
 
@@ -152,20 +190,19 @@ class Resume(Comparison):
     judged = {RESUME: Judged(ResumePairParams, check_resume)}
     emulated_skip = ("not run for emulated ranks: the launcher does not stop and resume an "
                      "emulated rank (run the case without emulate.ranks)")
-    not_for_commands = "a command's stop and resume is not planned yet"
 
     def rules(self, case: Case, settings: ResumeContract) -> list[Problem]:
         """(Built-in workload) a stop step inside the run, bitwise only when deterministic, and
         for graph arms a stop after the capture (so the resumed arm captures its graphs again)."""
         t = case.train
-        if case.command is not None:
-            return []
         problems: list[Problem] = []
         stop = settings.step(t.steps)
         if not 1 <= stop < t.steps:
             problems.append(Problem(at("compare.resume.at_step"), (
                 f"the arm is stopped after step {stop} and must resume before the last of the "
                 f"{t.steps} train.steps: use 1 <= at_step < {t.steps} (or more steps)")))
+        if case.command is not None:  # the command decides its determinism and its graphs
+            return problems
         exact = [f for f in ("loss", "aux_loss", "grad_norm") if getattr(settings, f) == "exact"]
         if not t.deterministic and exact:
             problems.append(Problem(at(f"compare.resume.{exact[0]}"), (
@@ -185,7 +222,7 @@ class Resume(Comparison):
         field = "compare.resume.arms"
         after = settings.step(case.train.steps)
         pairs: list[Pair] = []
-        wanted = settings.arm_names(case.graphs is not None)
+        wanted = settings.arm_names(has_graph_arms(case))
         for name in dict.fromkeys(planner.arm(a, field) for a in wanted):
             twin = planner.add(replace(planner.spec_of(name), resumed_at=after))
             params = ResumePairParams(**dict(settings), after=after)
