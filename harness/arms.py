@@ -181,9 +181,11 @@ def command_pair(pair: Pair, case: Case) -> Pair:
     metrics = case.command.metrics
     has = source_fields(metrics)
     source = f"command.metrics.source {metrics.source}"
-    why = {name: f"the command's metrics ({source}) have no {name.replace('_', ' ')}: map its "
-                 f"tag or log key in command.metrics.tags to have it checked"
-           for name in ("aux_loss", "grad_norm") if name not in has}
+    resume = pair.contract == RESUME  # its checks of Megatron's averaged log line too
+    why = {check: f"the command's metrics ({source}) have no {name.replace('_', ' ')}: map "
+                  f"its tag or log key in command.metrics.tags to have it checked"
+           for name in ("aux_loss", "grad_norm") if name not in has
+           for check in (name, f"{name}_first_interval") if resume or check == name}
     judged = JUDGED.get(pair.contract)
     if "graph_stats" not in has and judged is not None:
         for name in judged.capture_checks:

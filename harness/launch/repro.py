@@ -6,7 +6,8 @@ job and ``collect``) puts this one line in the arm's outcome.
   harness.launch.local --case <case.json> --arm <arm> --out /tmp/dcp-repro/<case>/<arm>``.
 * A command arm (``command:``): the command itself, every process of it on this machine with the
   variables the harness sets (rendezvous on 127.0.0.1:29500; secret ones left to the caller's
-  shell), ``{arm_dir}`` in ``/tmp/dcp-repro``.
+  shell), ``{arm_dir}`` in ``/tmp/dcp-repro``; for a ``-resumed`` arm both runs, the second
+  (``command.resume.load``) after the first (``command.resume.save``) ended.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from harness.caseplan import CasePlan, PlannedArm
 from harness.launch.command import (METRICS_DIR, Rendezvous, command_cwd, launcher_mode,
                                     placeholder_values, rendezvous_env, shown_env, starters)
+from harness.launch.command_resume import resume_legs
 from harness.spec.command import arm_argv
 
 REPRO_ROOT = Path("/tmp/dcp-repro")
@@ -45,7 +47,6 @@ def _command_line(plan: CasePlan, arm: PlannedArm) -> str:
     assert command is not None
     arm_dir = repro_dir(plan.case_id, arm.name)
     values = placeholder_values(plan, arm, arm_dir)
-    run = shlex.join(arm_argv(command, arm.kind, arm.repeat, values))
     count = starters(plan, arm)
     env = {**rendezvous_env(plan, arm, Rendezvous()), **shown_env(command, values, arm_dir)}
     if not launcher_mode(plan):
@@ -53,8 +54,13 @@ def _command_line(plan: CasePlan, arm: PlannedArm) -> str:
     per_process = ("NODE_RANK", "PET_NODE_RANK") if launcher_mode(plan) else ("RANK", "LOCAL_RANK")
     head = (f"mkdir -p {shlex.quote(str(arm_dir / METRICS_DIR))} && "
             f"cd {shlex.quote(str(command_cwd(plan, command)))} && ")
+    runs = [shlex.join(arm_argv(command, arm.kind, arm.repeat, values, leg))
+            for leg in resume_legs(arm)]
     if count == 1:
-        return head + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + f" {run}"
+        assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        return head + " && ".join(f"{assigns} {run}" for run in runs)
     assigns = " ".join(f"{k}={'$k' if k in per_process else shlex.quote(v)}"
                        for k, v in env.items())
-    return head + f"for k in {' '.join(map(str, range(count)))}; do {assigns} {run} & done; wait"
+    ranks = " ".join(map(str, range(count)))
+    return head + " && ".join(f"for k in {ranks}; do {assigns} {run} & done; wait"
+                              for run in runs)

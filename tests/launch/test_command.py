@@ -113,9 +113,17 @@ def test_the_repro_line_of_a_launcher_arm_runs_it_on_its_own(tmp_path, repro_nam
 def test_the_megatron_case_runs_pretrain_gpt_eager_its_repeat_and_local_graphs(tmp_path):
     (case,) = load_cases([REPO / "cases" / "megatron" / "pretrain-gpt-tiny.yaml"])
     plan = plan_case(case)
-    assert plan.arm_names == ("eager", "eager-repeat", "graph") and plan.needs_cuda
+    assert plan.arm_names == ("eager", "eager-repeat", "graph", "eager-resumed")
+    assert plan.needs_cuda
     argv = {name: arm_command(plan, plan.arm(name), tmp_path, Rendezvous(), device={}).argv
             for name in plan.arm_names}  # one folder: the arguments alone differ
+    # Megatron's ckpt-resume: the first run saves at 10 and exits, the second loads it.
+    saving = arm_command(plan, plan.arm("eager-resumed"), tmp_path, Rendezvous(), {}, "save")
+    loading = arm_command(plan, plan.arm("eager-resumed"), tmp_path, Rendezvous(), {}, "load")
+    ckpt = str((tmp_path / "ckpt").resolve())
+    assert saving.argv == argv["eager"] + ("--save", ckpt, "--save-interval", "10",
+                                           "--exit-interval", "10")
+    assert loading.argv == argv["eager"] + ("--load", ckpt)
     assert argv["graph"] == argv["eager"] + ("--cuda-graph-impl", "local")
     assert argv["eager"] == argv["eager-repeat"]
     args = dict(zip(argv["eager"], argv["eager"][1:]))
