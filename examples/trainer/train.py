@@ -21,6 +21,9 @@ verdict must fail it. Seeded faults of the resume (for the harness's resume pair
 ``resume-from-zero`` ignores ``--load`` (trains from iteration 1 again), ``resume-no-optimizer``
 saves no optimizer or scheduler state (the loaded run starts them afresh), ``resume-early-save``
 saves one iteration before its save interval (the loaded run resumes from the wrong checkpoint).
+``TRAINER_LR_SCALE`` in the environment scales the learning rate (a drift an inherited
+environment variable causes, as ``NCCL_ALGO`` or a framework's flag can: the harness records
+it and its repro line sets it).
 
     RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python train.py --train-iters 4
 """
@@ -165,7 +168,8 @@ def main() -> None:
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True)
     model = TinyLM(args.vocab_size, args.hidden_size)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    opt = torch.optim.AdamW(model.parameters(),
+                            lr=args.lr * float(os.environ.get("TRAINER_LR_SCALE", "1")))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 2))
     graphed = args.cuda_graph_impl == "local"
     step = Step(model, opt, graphed, (args.global_batch_size // world, args.seq_length + 1))

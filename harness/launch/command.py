@@ -43,7 +43,7 @@ from harness.launch.command_resume import (Checkpointed, Leg, resume_legs, resum
 from harness.launch.ports import pick_free_port
 from harness.metrics import (METRICS_DIR_ENV, MetricsError, read_source, source_mark,
                              source_path, stale_files)
-from harness.results import LOG_FILE, ArmOutcome, StepWriter
+from harness.results import LOG_FILE, ArmOutcome, StepWriter, inherited, write_arm_env
 from harness.spec.command import FIXED_CP_ROLES, arm_argv, fill
 from harness.spec.schema import CommandSpec, MetricsSource, RankStart
 
@@ -166,6 +166,15 @@ def arm_command(plan: CasePlan, arm: PlannedArm, arm_dir: Path, place: Rendezvou
                       problem=problem)
 
 
+def record_environment(plan: CasePlan, arm_dir: Path, cmd: ArmCommand) -> None:
+    """``<arm>/inherited_env.json``: what the arm's processes inherit from this environment
+    (``harness.results.inherited_env``: secrets redacted) and what the case and the harness set
+    on top (secret values left out)."""
+    secret = plan.case.command.secret_env  # type: ignore[union-attr]
+    write_arm_env(arm_dir, inherited(os.environ, secret),
+                  {k: v for k, v in cmd.env.items() if k not in secret})
+
+
 def prepare_metrics(plan: CasePlan, arm: PlannedArm, arm_dir: Path, path: str) -> int:
     """Before the command starts: remove what an earlier run left in its metrics source, make
     the record API's folder; where this run's lines begin in ``log.txt``."""
@@ -209,6 +218,7 @@ def run_command_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, timeout_s: f
     if cmd.problem:
         return failed_outcome(arm, arm_dir, cmd.problem, repro)
     log_start = prepare_metrics(plan, arm, arm_dir, cmd.metrics_path)
+    record_environment(plan, arm_dir, cmd)
     log_line(arm_dir, f"case {plan.case_id} arm {arm.name}: command case, {where}; "
                       f"{'one launcher per node' if launcher else 'one process per rank'}")
     spent: list[float] = []

@@ -58,6 +58,7 @@ from harness.launch.failures import infra_reason, log_cause, tail_text
 from harness.launch import rank_main
 from harness.launch.command import (ArmCommand, Rendezvous, arm_command, failed_outcome,
                                     log_line, placeholder_values, prepare_metrics,
+                                    record_environment,
                                     record_metrics, record_resumed, rendezvous_env, starters)
 from harness.launch.command_resume import Checkpointed, Leg, read_iteration_file, resume_legs
 from harness.launch.completion import arm_needs_run
@@ -382,6 +383,7 @@ def run_command_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
             if index == 0:
                 (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome in flight
                 log_start = prepare_metrics(plan, arm, arm_dir, cmd.metrics_path)
+                record_environment(plan, arm_dir, cmd)
             else:
                 loaded = read_iteration_file(plan, placeholder_values(plan, arm, arm_dir))
             if leg is not None:

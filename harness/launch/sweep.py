@@ -11,6 +11,7 @@ pairs and writes ``verdict.json``. At the end ``write_reports`` writes ``summary
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import threading
@@ -45,6 +46,7 @@ from harness.results import (
     ResultsError,
     SweepStart,
     add_to_manifest,
+    inherited,
     read_json,
     sweep_lock,
     write_json_atomic,
@@ -93,7 +95,9 @@ def sweep_start(command: str, cases: Sequence[Case], gpus: int, *, paths: Sequen
     return SweepStart(command=command, started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                       paths=tuple(str(p) for p in paths), k=k,
                       tags=tuple(tags) if tags is not None else None, emulate_ranks=emulate_ranks,
-                      host=socket.gethostname(), gpus=gpus, cases=tuple(c.id for c in cases))
+                      host=socket.gethostname(), gpus=gpus, cases=tuple(c.id for c in cases),
+                      environment=inherited(os.environ, [n for c in cases if c.command is not None
+                                                         for n in c.command.secret_env]))
 
 
 def record_manifest(plans: Sequence[CasePlan], out_dir: Path,
