@@ -10,8 +10,10 @@ from rich.table import Table
 
 from harness.cli.selection import add_emulate_argument, selected_plans
 from harness.launch.datacheck import packed_steps
+from harness.metrics import reader_missing
 from harness.report import make_console
 from harness.spec import Case
+from harness.spec.schema import MetricsSource
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -66,4 +68,17 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(case.id, layout(case), ranks, steps_cell(case),
                       ", ".join(arms), ", ".join(pairs), case.source)
     make_console().print(table)
+    for line in reader_warnings(cases):
+        print(line)
     return 0
+
+
+def reader_warnings(cases: list[Case]) -> list[str]:
+    """A warning per command case whose metrics reader is not installed here (TensorBoard's:
+    the optional extra), which ``run`` would otherwise find only after the command ran."""
+    tb = [c.id for c in cases if c.command is not None
+          and c.command.metrics.source is MetricsSource.TENSORBOARD]
+    missing = reader_missing() if tb else None
+    if missing is None:
+        return []
+    return [f"warning: {', '.join(tb)}: command.metrics.source tensorboard, but {missing}"]

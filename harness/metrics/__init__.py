@@ -21,12 +21,12 @@ from .recorder import (METRICS_DIR_ENV, GraphStats, MemoryProbe, StepRecorder, c
 from .series import StepMetrics, rank_records, step_record
 from .sources import (DEFAULT_PATHS, SourceMark, read_source, source_fields, source_mark,
                       source_path, stale_files)
-from .tensorboard import TB_TAGS, event_files, read_tensorboard
+from .tensorboard import TB_TAGS, event_files, read_tensorboard, reader_missing
 
 __all__ = [
     "DEFAULT_PATHS", "LOG_KEYS", "METRICS_DIR_ENV", "TB_TAGS", "GraphStats", "MemoryProbe",
     "MetricsError", "StepMetrics", "StepRecorder", "cuda_memory", "event_files", "memory_probe",
     "pool_bytes", "rank_records", "read_jsonl", "read_megatron_log", "read_source",
     "read_tensorboard", "source_fields", "source_path", "stale_files", "step_record",
-    "SourceMark", "source_mark",
+    "SourceMark", "source_mark", "reader_missing",
 ]

@@ -41,6 +41,15 @@ def _accumulator_class() -> Any:
     return EventAccumulator
 
 
+def reader_missing() -> Optional[str]:
+    """Why TensorBoard's reader cannot be used here (the extra is not installed), or None."""
+    try:
+        _accumulator_class()
+    except MetricsError as exc:
+        return exc.message
+    return None
+
+
 def event_files(folder: Path) -> list[Path]:
     """The event files of ``folder``, by name (their names start with the time they were made)."""
     return sorted(p for p in Path(folder).glob(EVENT_GLOB) if p.is_file())
