@@ -96,6 +96,9 @@ def test_a_command_that_cannot_run_is_an_error_naming_the_arm(tmp_path: Path, kw
     assert code == 2, text
     (pair,) = _verdict(tmp_path / "out")["pairs"]
     assert pair["status"] == "error" and says in pair["error"], pair["error"]
+    # JUnit says the user's command failed, not the harness
+    junit = (tmp_path / "out" / "junit.xml").read_text()
+    assert '<error type="CommandFailed"' in junit and "HarnessError" not in junit
 
 
 def test_a_launcher_case_runs_torchrun_once_and_passes(tmp_path: Path) -> None:
