@@ -48,6 +48,11 @@ from harness.spec.command import FIXED_CP_ROLES, arm_argv, fill
 from harness.spec.schema import CommandSpec, MetricsSource, RankStart
 
 METRICS_DIR = "metrics"
+# A launcher's (torchrun's) workers share its output: torchrun tees each worker's lines prefixed
+# with its global rank (``[rank1]: ...``, torch.distributed's own style) when told so, which
+# keeps each rank's lines apart in log.txt under the node's ``[node k]`` (``--tee`` given in
+# the command's arguments wins).
+TORCHRUN_PREFIXES = {"PET_TEE": "3", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]: "}
 REPRO_PORT = 29500  # torchrun's default
 
 
@@ -112,10 +117,15 @@ def rendezvous_env(plan: CasePlan, arm: PlannedArm, place: Rendezvous) -> dict[s
     if launcher_mode(plan):
         env = {"NNODES": str(res.nodes), "NODE_RANK": str(place.index),
                "NPROC_PER_NODE": str(res.gpus_per_node), **common}
-        return {**env, **{f"PET_{k}": v for k, v in env.items()}}
+        return {**env, **{f"PET_{k}": v for k, v in env.items()}, **TORCHRUN_PREFIXES}
     return {"RANK": str(place.index), "LOCAL_RANK": str(place.local_index),
             "WORLD_SIZE": str(arm.world_size), "LOCAL_WORLD_SIZE": str(res.gpus_per_node),
             **common}
+
+
+def process_label(plan: CasePlan) -> str:
+    """What one process the harness starts is, in the log's ``[<label> k]`` prefixes."""
+    return "node" if launcher_mode(plan) else "rank"
 
 
 def command_cwd(plan: CasePlan, command: CommandSpec) -> Path:
@@ -230,7 +240,7 @@ def run_command_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, timeout_s: f
         done = run_ranks(RankCommand(
             argv=leg_cmd.argv, world_size=starters(plan, arm), arm_dir=arm_dir,
             timeout_s=max(timeout_s - sum(spent), 1.0), env=leg_cmd.env, repro=repro,
-            cwd=leg_cmd.cwd, redact=leg_cmd.secrets,
+            cwd=leg_cmd.cwd, redact=leg_cmd.secrets, label=process_label(plan),
             rendezvous=rendezvous_env(plan, arm, at) if launcher else {}),
             stack_wait_s=stack_wait_s, kill_grace_s=kill_grace_s)
         spent.append(done.wall_s)

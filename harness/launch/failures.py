@@ -144,10 +144,11 @@ def _cut(text: str) -> str:
     return text if len(text) <= CAUSE_CHARS else text[:CAUSE_CHARS - 3] + "..."
 
 
-def rank_cause(log_path: Path, rank: int) -> str:
-    """:func:`log_cause` of rank ``rank``'s lines (``[rank k] ...``) of an arm's ``log.txt``
-    (its last ``LOG_TAIL_BYTES``); "" when the log is missing or names no cause."""
-    prefix = f"[rank {rank}] "
+def rank_cause(log_path: Path, rank: int, label: str = "rank") -> str:
+    """:func:`log_cause` of rank ``rank``'s lines (``[rank k] ...``; a command's launcher's
+    ``[node k] ...``: ``label``) of an arm's ``log.txt`` (its last ``LOG_TAIL_BYTES``); "" when
+    the log is missing or names no cause."""
+    prefix = f"[{label} {rank}] "
     lines = [line[len(prefix):] for line in _tail_bytes(log_path, LOG_TAIL_BYTES).splitlines()
              if line.startswith(prefix)]
     return log_cause("\n".join(lines))

@@ -58,7 +58,7 @@ from harness.launch.failures import infra_reason, log_cause, tail_text
 from harness.launch import rank_main
 from harness.launch.command import (ArmCommand, Rendezvous, arm_command, failed_outcome,
                                     log_line, placeholder_values, prepare_metrics,
-                                    record_environment,
+                                    process_label, record_environment,
                                     record_metrics, record_resumed, rendezvous_env, starters)
 from harness.launch.command_resume import Checkpointed, Leg, read_iteration_file, resume_legs
 from harness.launch.completion import arm_needs_run
@@ -451,7 +451,7 @@ def _run_process(plan: CasePlan, arm: PlannedArm, case_dir: Path, ident: TaskIde
     outcome = (failed_outcome(arm, arm_dir, cmd.problem, repro) if cmd.problem else run_ranks(
         RankCommand(argv=cmd.argv, world_size=starters(plan, arm), arm_dir=arm_dir,
                     timeout_s=limit_s, env=cmd.env, repro=repro, ranks=(ident.rank,),
-                    cwd=cmd.cwd, redact=cmd.secrets,
+                    cwd=cmd.cwd, redact=cmd.secrets, label=process_label(plan),
                     rendezvous=rendezvous_env(plan, arm, place)),
         port_retries=0))
     outcome = dataclasses.replace(outcome, restarts=ident.restarts, detail=(
