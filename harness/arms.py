@@ -184,9 +184,10 @@ def unused_role_problem(case: Case, specs: Sequence[ArmSpec]) -> None:
         if role in used:
             continue
         hint = ""
-        if role == FIXED_CP and GRAPH_FIXED_CP not in used and GRAPH in case.command.arms:
+        if role == FIXED_CP and GRAPH in case.command.arms:
             hint = (": with command.arms.graph, compare.dcp_vs_fixed_cp compares the graph arms "
-                    "(graph against graph-fixed-cp<N>); give command.arms.graph-fixed-cp instead")
+                    "(graph against graph-fixed-cp<N>): give its arguments as "
+                    "command.arms.graph-fixed-cp, or drop them")
         elif role == FIXED_CP:
             hint = ": compare.dcp_vs_fixed_cp runs it"
         raise CaseError(f"no arm of this case runs the '{role}' role, so its arguments would be "
