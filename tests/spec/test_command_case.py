@@ -132,4 +132,4 @@ def test_a_fixed_cp_role_beside_a_graph_role_is_named_not_ignored(tmp_path: Path
     assert err.value.field == "command.arms.fixed-cp"
     assert "compares the graph arms (graph against graph-fixed-cp<N>)" in str(err.value)
     (case,) = _load(tmp_path, text.replace(", fixed-cp: [--f]", ""))
-    assert plan_case(case).arm_names[:2] == ("graph", "graph-fixed-cp2")
+    assert "graph-fixed-cp2" in plan_case(case).arm_names
