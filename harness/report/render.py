@@ -1,0 +1,79 @@
+"""One plotting path, two outputs: a matplotlib Figure built once, written as a PNG file
+(``figure_png``) or as inline SVG text for an HTML page (``figure_svg``).
+
+Figures use matplotlib's object API on an Agg canvas (``new_figure``), so no global backend or
+rcParam is switched. The SVG is deterministic and small: text stays text (``svg.fonttype:
+none``, no embedded glyphs), no creation date, ids hashed with a salt of the caller's choosing
+(distinct per figure, so several figures inline in one page never share an id), no raster.
+
+Plotted series are countable in the SVG: ``series(ax, xs, ys, key=...)`` draws one marker per
+point inside ``<g id="series-<key>">`` (matplotlib's ``gid``), so a test (or a reader) finds
+each series by id and counts its points as the ``<use>`` elements under it.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+from harness.results import write_bytes_atomic
+
+SERIES_PREFIX = "series-"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]+")
+# matplotlib numbers its groups per figure (figure_1, axes_1, line2d_3, ...): the same ids in every
+# figure of a page, referenced by nothing; dropped, as is the RDF metadata block.
+_GROUP_ID = re.compile(r'<g id="[a-z0-9_.]+_[0-9]+">')
+_METADATA = re.compile(r"\s*<metadata>.*?</metadata>", re.S)
+
+
+def new_figure(width_in: float, height_in: float, dpi: int = 100):  # type: ignore[no-untyped-def]
+    """A matplotlib Figure on its own Agg canvas (renders to PNG and SVG alike)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width_in, height_in), dpi=dpi)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def series_id(key: str) -> str:
+    """The SVG id of a plotted series: ``series-`` then ``key`` with characters outside
+    ``[A-Za-z0-9_.:-]`` replaced by ``_`` (a valid id, the same for the same key)."""
+    return SERIES_PREFIX + _UNSAFE.sub("_", key)
+
+
+def series(ax, xs: Sequence[float], ys: Sequence[float], *, key: str,  # type: ignore[no-untyped-def]
+           **style: Any):
+    """Plot one series with a marker per point, findable in the SVG as ``series_id(key)`` (one
+    ``<use>`` element per point under it); the Line2D."""
+    style.setdefault("marker", ".")
+    (line,) = ax.plot(list(xs), list(ys), **style)
+    line.set_gid(series_id(key))
+    return line
+
+
+def figure_png(fig, path: Path) -> Path:  # type: ignore[no-untyped-def]
+    """Write ``fig`` as a PNG file, atomically; the path."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    write_bytes_atomic(path, buf.getvalue())
+    return path
+
+
+def figure_svg(fig, salt: str = "dcp-harness") -> str:  # type: ignore[no-untyped-def]
+    """``fig`` as an ``<svg>`` element to put inline in HTML (no XML prolog, no DOCTYPE):
+    text as text, no date, ids hashed with ``salt`` (give each figure of one page its own),
+    the same text for the same figure and salt."""
+    from matplotlib import rc_context
+
+    buf = io.StringIO()
+    with rc_context({"svg.fonttype": "none", "svg.hashsalt": salt, "svg.image_inline": True}):
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+    text = buf.getvalue()
+    start = text.find("<svg")
+    if start < 0:  # matplotlib always writes one; anything else is a bug worth naming
+        raise RuntimeError("matplotlib wrote SVG without an <svg> element")
+    text = _METADATA.sub("", text[start:], count=1)
+    return _GROUP_ID.sub("<g>", text).strip() + "\n"
