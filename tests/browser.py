@@ -92,7 +92,13 @@ class Browser:
         return self.driver.execute_script(script, *args)
 
     def screenshot(self, name: str) -> Path:
-        """The whole page (not just the window) as ``<artifacts>/<name>.png``; its path."""
+        """The whole page (not just the window) as ``<artifacts>/<name>.png``; its path.
+        Content the page lets the browser skip while off screen (``content-visibility: auto``)
+        is rendered for it."""
+        self.driver.execute_script(
+            "const s = document.createElement('style');"
+            "s.textContent = '*{content-visibility: visible !important}';"
+            "document.head.appendChild(s);")
         metrics = self.driver.execute_cdp_cmd("Page.getLayoutMetrics", {})
         size = metrics.get("cssContentSize") or metrics["contentSize"]
         shot = self.driver.execute_cdp_cmd("Page.captureScreenshot", {
