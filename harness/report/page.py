@@ -171,8 +171,8 @@ def _repro_lines(case: CaseView, names: Sequence[str]) -> list[str]:
     for name in names:
         arm = case.arms.get(name)
         if arm is not None and arm.outcome is not None and arm.outcome.repro:
-            out.append(f"<li>repro <b>{_e(name)}</b>: <code>{_e(arm.outcome.repro)}</code> "
-                       f"({_link(arm.log, case.dir.parent, 'log')})</li>")
+            log = f" ({_link(arm.log, case.dir.parent, 'log')})" if arm.log else ""
+            out.append(f"<li>repro <b>{_e(name)}</b>: <code>{_e(arm.outcome.repro)}</code>{log}</li>")
     return out
 
 
