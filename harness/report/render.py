@@ -29,6 +29,9 @@ _METADATA = re.compile(r"\s*<metadata>.*?</metadata>", re.S)
 # Coordinates to 1/100 pt (matplotlib writes 1/1,000,000): a third of the size, the same picture.
 _GEOMETRY = re.compile(r'\b(d|x|y|x1|x2|y1|y2|width|height|transform)="([^"]*)"')
 _LONG_DECIMAL = re.compile(r"(\d\.\d\d)\d+")
+_SERIES_OPEN = re.compile(r'<g id="%s[^"]*">' % re.escape(SERIES_PREFIX))
+_G_TAG = re.compile(r"<g\b|</g>")
+_USE_STYLE = re.compile(r'(<use [^>]*?) style="([^"]*)"')
 
 
 def new_figure(width_in: float, height_in: float, dpi: int = 100):  # type: ignore[no-untyped-def]
@@ -73,6 +76,34 @@ def _two_decimals(number: "re.Match[str]") -> str:
     return number[1]
 
 
+def _series_style_once(text: str) -> str:
+    """A series' markers all carry the same style: written once on the series' group (fill and
+    stroke inherit to each ``<use>``) instead of on every point."""
+    out, pos = [], 0
+    for opening in _SERIES_OPEN.finditer(text):
+        if opening.start() < pos:
+            continue
+        depth, end = 0, None
+        for tag in _G_TAG.finditer(text, opening.start()):
+            depth += 1 if tag[0] == "<g" else -1
+            if depth == 0:
+                end = tag.end()
+                break
+        if end is None:
+            break
+        block = text[opening.end():end]
+        styles = {m[2] for m in _USE_STYLE.finditer(block)}
+        if len(styles) == 1:
+            (style,) = styles
+            block = _USE_STYLE.sub(r"\1", block)
+            out += [text[pos:opening.start()], opening[0][:-1], f' style="{style}">', block]
+        else:
+            out += [text[pos:end]]
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def figure_svg(fig, salt: str = "dcp-harness") -> str:  # type: ignore[no-untyped-def]
     """``fig`` as an ``<svg>`` element to put inline in HTML (no XML prolog, no DOCTYPE):
     text as text, no date, ids hashed with ``salt`` (give each figure of one page its own),
@@ -80,7 +111,11 @@ def figure_svg(fig, salt: str = "dcp-harness") -> str:  # type: ignore[no-untype
     from matplotlib import rc_context
 
     buf = io.StringIO()
-    with rc_context({"svg.fonttype": "none", "svg.hashsalt": salt, "svg.image_inline": True}):
+    # The font the figure was laid out with, then the browser's generic family (not the dozen
+    # fallbacks matplotlib lists on every <text>).
+    rc = {"svg.fonttype": "none", "svg.hashsalt": salt, "svg.image_inline": True,
+          "font.sans-serif": ["DejaVu Sans"]}
+    with rc_context(rc):
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     text = buf.getvalue()
     start = text.find("<svg")
@@ -88,4 +123,5 @@ def figure_svg(fig, salt: str = "dcp-harness") -> str:  # type: ignore[no-untype
         raise RuntimeError("matplotlib wrote SVG without an <svg> element")
     text = _METADATA.sub("", text[start:], count=1)
     text = _GEOMETRY.sub(_shorter, text)
+    text = _series_style_once(text)
     return _GROUP_ID.sub("<g>", text).strip() + "\n"

@@ -20,7 +20,7 @@ def _figure():  # type: ignore[no-untyped-def]
 
 def _points(svg: str, key: str) -> int:
     """The <use> elements (one per point) inside the series' group."""
-    start = svg.index(f'<g id="{series_id(key)}">')
+    start = svg.index(f'<g id="{series_id(key)}"')
     depth, i, uses = 0, start, 0
     for tag in re.finditer(r"<(/?)(g|use)\b[^>]*?(/?)>", svg[start:]):
         closing, name, selfclosing = tag.groups()
@@ -44,6 +44,10 @@ def test_svg_is_deterministic_salted_and_countable() -> None:
     assert ids_a and not ids_a & ids_b  # two figures inline in one page share no id
     assert "<text" in a and "<image" not in a and "<metadata" not in a and "figure_1" not in a
     assert _points(a, "loss/eager") == 4 and _points(a, "loss/graph") == 3
+    # a series' marker style once, on its group, not on each point
+    assert re.search(r'<g id="series-loss_eager" style="fill: #1f77b4; stroke: #1f77b4">', a)
+    assert not re.search(r'<g id="series-loss_eager"[^>]*>\s*<path[^>]*/>\s*<defs>.*?</defs>\s*'
+                         r'<g[^>]*>\s*<use [^>]*style=', a, re.S)
     assert len(a) < 20_000
 
 
