@@ -292,7 +292,11 @@ def _case(case: CaseView, root: Path, figure: Optional[FigureFn]) -> list[str]:
     label = case.parked.outcome if case.parked is not None else None
     out = [f'<section class="case" id="{anchor(case.case_id)}" data-case="{_e(case.case_id)}">',
            f"<h2>{_e(case.title)} {_badge(case.verdict.status, label)}</h2>",
-           f"<p class=note>{files}</p>", *_arms_table(case, root)]
+           f"<p class=note>{files}</p>"]
+    if case.emulated:
+        out.append("<p class=note>Emulated ranks: each rank ran alone on one device, loopback "
+                   "communication; not a multi-GPU run. Losses and grad norms are each rank's own.</p>")
+    out += _arms_table(case, root)
     for p in case.verdict.pairs:
         out.append(f'<div class="pair" id="{anchor(case.case_id, p.pair)}" data-pair="{_e(p.pair)}">'
                    f"<h3>{_e(pair_title(p))} {_badge(p.status, case.entry_label(p.status))} "

@@ -90,7 +90,9 @@ def pair_figure(case: CaseView, pair: PairVerdict):  # type: ignore[no-untyped-d
                         case.case_id, pair.pair, m.field, a, r), color=f"C{i}",
                         linestyle=styles[j % len(styles)], markersize=4, linewidth=1.2,
                         label=label)
-        top.set_title(m.title, fontsize="medium")
+        # an emulated rank's loss and grad norm are its own local figures, not the model's
+        local = case.emulated and m.field != "max_allocated_bytes"
+        top.set_title(f"local {m.title} (emulated ranks)" if local else m.title, fontsize="medium")
         if two:
             low = axes[1][col]
             for j, r in enumerate(ranks):
