@@ -7,9 +7,10 @@ Two sweeps can be measured:
 * ``--regression OUT``: the regression cases (``cases/regression``: 2 x 4 GB200 GPUs each, so they
   cannot run on a CPU machine) as a sweep of their real plans (every planned arm and rank,
   ``train.steps`` steps each) whose step records are synthesized with CUDA figures (loss, grad
-  norm, step time, allocated / reserved / peak memory, a memory probe), a graph arm's capture statistics and replays, one arm's loss
-  drifted so one entry fails, judged by the harness's own judge (``finalize_case``). What the page holds per
-  entry is what a real run of those cases gives it; the values are made up.
+  norm, step time, allocated / reserved / peak memory, a memory probe; graph arms' capture
+  statistics and replays), one arm's loss drifted so one entry fails, judged by the harness's own
+  judge (``finalize_case``). What the page holds per entry is what a real run of those cases
+  gives it; the values are made up.
 
 For each: the page's bytes and figures, then ``--repeats`` loads in one headless Chromium
 (``tests/browser.py``): the wall time of the load (WebDriver's ``get`` returns after the load

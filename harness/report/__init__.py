@@ -60,9 +60,9 @@ def write_reports(sweep_dir: PathLike, *, plots: bool = True,
                   judged: Optional[Mapping[str, CaseVerdict]] = None,
                   allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS) -> ReportFiles:
     """Write summary.md, junit.xml, index.json, index.html (and plots/<case>.png and the page's
-    figures with matplotlib) into the sweep folder, atomically, from what the records prove (``load_sweep``: ``judged`` are the
-    verdicts this process made already, the other cases are judged here). Raises ConfigError
-    when the folder does not exist."""
+    figures with matplotlib) into the sweep folder, atomically, from what the records prove
+    (``load_sweep``: ``judged`` are the verdicts this process made already, the other cases are
+    judged here). Raises ConfigError when the folder does not exist."""
     sweep = load_sweep(sweep_dir, check_plan, judged=judged, allowed_skips=allowed_skips)
     if not sweep.exists:
         raise ConfigError(f"no sweep folder at {sweep_dir}: give the --out folder of a "
@@ -73,7 +73,8 @@ def write_reports(sweep_dir: PathLike, *, plots: bool = True,
     plot_paths = write_plots(sweep) if plots else ()
     notes = (NO_MATPLOTLIB,) if plots and not matplotlib_available() else ()
     figures = entry_svg if plots and not notes else None
-    page_note = notes[0] if notes else None if plots else "figures left out (reports written without plots)"
+    page_note = (notes[0] if notes else None if plots
+                 else "figures left out (reports written without plots)")
     write_text_atomic(root / SUMMARY_FILE, render_summary(sweep, code))
     write_bytes_atomic(root / JUNIT_FILE, render_junit(sweep, now))
     write_json_atomic(root / INDEX_FILE, build_index(sweep, code, now, plot_paths))

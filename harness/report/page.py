@@ -18,7 +18,8 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from harness.compare import SKIP_KINDS, Check, PairVerdict
 from harness.compare.series import memory_probes
-from harness.results import CASE_FILE, INDEX_FILE, JUNIT_FILE, OUTCOME_FILE, SUMMARY_FILE, VERDICT_FILE
+from harness.results import (CASE_FILE, INDEX_FILE, JUNIT_FILE, OUTCOME_FILE, SUMMARY_FILE,
+                             VERDICT_FILE)
 
 from harness.caseplan import PLAN_FILE
 
@@ -60,7 +61,8 @@ font-weight:600}tr.check.failed td{background:#ffebe9;font-weight:600}.gate{font
 font-weight:600;padding:8px 12px;border-radius:6px}.gate.pass{background:#dafbe1}
 .gate.fail{background:#ffebe9}.gate.error,.gate.skipped{background:#fff1e5}
 .note{color:#57606a}.figure svg{max-width:100%;height:auto}section.case{margin-top:26px}
-nav a{margin-right:12px}section.case{content-visibility:auto;contain-intrinsic-size:auto 1200px}td.pair{padding-left:22px}details>summary{cursor:pointer}
+nav a{margin-right:12px}td.pair{padding-left:22px}details>summary{cursor:pointer}
+section.case{content-visibility:auto;contain-intrinsic-size:auto 1200px}
 """
 
 
@@ -70,7 +72,8 @@ def _e(text: object) -> str:
 
 def anchor(*parts: str) -> str:
     """An element id for a case (and pair): ``case-<id>`` / ``case-<id>--<pair>``."""
-    return "--".join(["case-" + _ANCHOR.sub("_", parts[0]), *(_ANCHOR.sub("_", p) for p in parts[1:])])
+    first, *rest = parts
+    return "--".join(["case-" + _ANCHOR.sub("_", first), *(_ANCHOR.sub("_", p) for p in rest)])
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -267,7 +270,8 @@ def _rank_table(case: CaseView) -> list[str]:
         for rank in sorted(arm.steps):
             f = arm_figures({rank: arm.steps[rank]})
             probe = probes.get(rank)
-            label = case.labels[case.emulated_ranks.index(rank)] if rank in case.emulated_ranks else f"rank {rank}"
+            label = (case.labels[case.emulated_ranks.index(rank)] if rank in case.emulated_ranks
+                     else f"rank {rank}")
             rows.append(f'<tr class="rank" data-arm="{_e(name)}" data-rank="{rank}"><td>{_e(name)}</td>'
                         f"<td>{_e(label)}</td><td class=num>{f.steps}</td>"
                         f"<td class=num>{_e(fmt_num(f.final_loss))}</td>"
