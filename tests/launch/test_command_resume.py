@@ -1,4 +1,4 @@
-"""The -resumed arm of a command case (``harness.launch.command_resume``) on real Megatron-LM log
+"""The -resumed arm of a command case (``harness.launch.ranks.command_resume``) on real Megatron-LM log
 lines, and the resume pair on them.
 
 ``tests/metrics/data/megatron_h100_*.log`` are the iteration and memory lines Megatron-LM
@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 from harness.compare import Pair
-from harness.launch.command_resume import (Checkpointed, first_run_problem, joined,
+from harness.launch.ranks.command_resume import (Checkpointed, first_run_problem, joined,
                                            read_iteration_file)
 from harness.metrics import SourceMark, read_source, source_mark
 from harness.spec.schema import MetricsSource, MetricsSpec

@@ -14,7 +14,7 @@ that fails names every step that differs (``differs at steps 12 (a vs b), ...``)
 whose difference is one logged iteration reads apart from one whose state was lost.
 
 A command case (``command.resume``) runs its ``-resumed`` arm twice, the first run saving after
-step ``at_step`` and exiting, the second loading (``harness.launch.command_resume``): its
+step ``at_step`` and exiting, the second loading (``harness.launch.ranks.command_resume``): its
 ``resumed_after`` is the step before the second run's first logged iteration, its
 ``loaded_checkpoint`` what ``command.resume.iteration_file`` said between the runs (n/a with the
 reason when the case names none and the metrics carry none)."""
