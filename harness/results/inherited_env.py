@@ -12,7 +12,7 @@ so it is recorded where the run is:
 * the manifest's ``SweepStart.environment`` (each invocation's) and each command arm's
   ``inherited_env.json`` (:func:`write_arm_env`: what its processes inherited, and what the case
   and harness set on top);
-* the repro line (``launch.repro``) sets the recorded variables (secrets come from the caller's
+* the repro line (``launch.ranks.repro``) sets the recorded variables (secrets come from the caller's
   shell), so a run whose training an inherited variable changed reproduces from it;
 * ``gate`` notes a pair whose two arms inherited different environments
   (:func:`differences`, ``harness.report.gate``).

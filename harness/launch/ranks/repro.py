@@ -24,6 +24,7 @@ from harness.launch.ranks.command import (METRICS_DIR, Rendezvous, command_cwd, 
                                           placeholder_values, rendezvous_env, shown_env,
                                           starters)
 from harness.launch.ranks.command_resume import resume_legs
+from harness.launch.ranks.processes import REPO_ROOT
 from harness.results import inherited, read_arm_env, replayable
 from harness.spec.command import arm_argv
 
