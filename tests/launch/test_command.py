@@ -56,7 +56,9 @@ def test_rendezvous_of_a_rank_and_of_a_launcher(tmp_path):
     assert env == {"NNODES": "1", "NODE_RANK": "1", "NPROC_PER_NODE": "2",
                    "MASTER_ADDR": "node7", "MASTER_PORT": "23456", "PET_NNODES": "1",
                    "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "2", "PET_MASTER_ADDR": "node7",
-                   "PET_MASTER_PORT": "23456"}
+                   "PET_MASTER_PORT": "23456",
+                   # torchrun tees each worker's lines with its rank
+                   "PET_TEE": "3", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]: "}
     cmd = arm_command(plan, plan.arm("graph"), tmp_path / "graph", Rendezvous(master_port=23456),
                       device={})
     assert cmd.argv[:7] == ("python", "-m", "torch.distributed.run", "--nproc-per-node", "2",
