@@ -18,7 +18,7 @@ FLOORS = {
     "compare": 4, "golden_diff": 4, "metrics": 4,
     "caseplan": 5,
     "arms": 6, "judge": 6, "workload": 6,
-    "report": 7,
+    "report": 7, "memplan": 7,
     "launch": 8,
     "cli": 9,
     "__main__": 10,
