@@ -89,6 +89,10 @@ def predict_case(case: Case, target: MemoryTarget = MemoryTarget(),
     if scope is None:
         raise MemoryPlanError(f"case {case.name}: the memory plan covers static-shape cases (a graphs: or "
                               "shapes: {mode: static} section); this case runs dynamic shapes")
+    if case.train.dtype.value == "fp32":
+        raise MemoryPlanError(f"case {case.name}: the memory plan follows the GPU's flash path, which "
+                              "runs in bf16; an fp32 case attends on the host path that no graph "
+                              "captures (set train.dtype: bf16)")
     _check_target(target)
     lay = case.layout
     blocks = block_memory(case, lay.cp_sizes, target.varlen_native_gqa)
