@@ -61,6 +61,7 @@ from .paths import (
 )
 from .records import (
     FrameReplays,
+    PredictedMemory,
     GraphStats,
     MemoryProbe,
     PackedGroup,
@@ -74,7 +75,7 @@ from .steps import StepWriter, parse_step_line, read_rank_file, read_steps
 __all__ = [
     "ARM_STATUSES", "ArmOutcome", "ArmStatus", "CASE_FILE", "LOCK_FILE", "MANIFEST_FILE", "Manifest",
     "ManifestArm", "ManifestCase", "SweepStart", "add_to_manifest", "lock_holder", "read_manifest",
-    "sweep_lock", "FrameReplays", "GraphStats", "INDEX_FILE",
+    "sweep_lock", "FrameReplays", "GraphStats", "INDEX_FILE", "PredictedMemory",
     "JUNIT_FILE", "LOG_FILE", "MemoryProbe", "OUTCOME_FILE", "PackedGroup", "PackedMicrobatch",
     "PathLike", "ResultsError", "RunEnvironment",
     "SUMMARY_FILE", "StepRecord", "StepWriter", "VERDICT_FILE", "arm_dir", "case_dir",
