@@ -87,10 +87,14 @@ def predict_case(case: Case, target: MemoryTarget = MemoryTarget(),
     t0 = time.perf_counter()
     scope = case.static_scope
     if scope is None:
-        raise MemoryPlanError(f"case {case.name}: the memory plan covers static-shape cases (a graphs: or "
+        raise MemoryPlanError(f"case {case.id}: the memory plan covers static-shape cases (a graphs: or "
                               "shapes: {mode: static} section); this case runs dynamic shapes")
+    if scope is GraphScope.FULL:
+        raise MemoryPlanError(f"case {case.id}: scope full (the static MoE's grouped GEMMs) is not "
+                              "planned yet: its meta run needs the GPU's grouped-GEMM path on meta "
+                              "tensors; scope attn is")
     if case.train.dtype.value == "fp32":
-        raise MemoryPlanError(f"case {case.name}: the memory plan follows the GPU's flash path, which "
+        raise MemoryPlanError(f"case {case.id}: the memory plan follows the GPU's flash path, which "
                               "runs in bf16; an fp32 case attends on the host path that no graph "
                               "captures (set train.dtype: bf16)")
     _check_target(target)
@@ -162,7 +166,7 @@ def predict_case(case: Case, target: MemoryTarget = MemoryTarget(),
             optimizer_bytes=o, variants=tuple(variants), arena_bytes=arena,
             pool_shared_bytes=pool_shared if graphed else 0, pool_separate_bytes=sep_pools if graphed else 0,
             in_flight=in_flight, eager_peak_bytes=eager_peak, graph_peak_bytes=graph_peak, megatron=meg))
-    return CaseMemory(case.name, target, tuple(out), time.perf_counter() - t0)
+    return CaseMemory(case.id, target, tuple(out), time.perf_counter() - t0)
 
 
 def _check_target(target: MemoryTarget) -> None:
