@@ -14,8 +14,9 @@ What each figure is and where it comes from:
 * **graph pool**: the backing plus the largest transient of one block's graph, each in the
   caching allocator's segments (2 MiB); shared: one plan over every CP size; separate: the sum
   of one plan per CP size;
-* **expected peak**: static bytes plus what the rank holds for backwards at its fullest moment of
-  the interleaved order (:mod:`.schedule`): in the eager arms every layer-microbatch's attention
+* **expected peak**: static bytes plus the larger of the optimizer step's transient
+  (:func:`step_transient_bytes`, over the graph pool in the graph arm) and what the rank holds for
+  backwards at its fullest moment of the interleaved order (:mod:`.schedule`): in the eager arms every layer-microbatch's attention
   block (its frame, as measured above) and eager MoE (:func:`eager_moe_bytes`, from the shapes),
   in the graph arm the graph pool plus the eager MoE parts; on the last stage its last chunk's
   microbatches also hold the head's bf16 weight copy and the fp32 log-softmax of the logits, and
@@ -71,6 +72,15 @@ def head_bytes(case: Case, dtype_bytes: int = 2) -> int:
     tensors, the head's low-precision weight copy and input, the fp32 log-softmax of the logits."""
     m, t = case.model, case.layout.tokens_per_rank
     return 2 * t * m.hidden * 4 + m.vocab * m.hidden * dtype_bytes + t * m.hidden * dtype_bytes + t * m.vocab * 4
+
+
+def step_transient_bytes(largest: int, dense: int) -> int:
+    """The most the optimizer step adds for a moment, after the backward freed the activations
+    (``harness.workload.optim``): the gradient norm's fp64 copy and square of the largest
+    parameter's gradient (16 bytes an element), or the flat fp32 bucket of the dense gradients
+    that the data-parallel reduction builds; Adam's per-parameter temporaries (8 bytes an element
+    of the largest) are below the first."""
+    return max(16 * largest, 4 * dense)
 
 
 def _static(case: Case, params: int) -> tuple[int, int, int]:
@@ -146,9 +156,11 @@ def predict_case(case: Case, target: MemoryTarget = MemoryTarget(),
                 transient_bytes=max(b.forward_transient, b.backward_transient),
                 eager_layer_bytes=frame + moe))
         pool_shared = pool_of(shared, arena)
-        params = rank_params(case, r)
+        counts_ = rank_params(case, r)
+        params = counts_.total
         w, g, o = _static(case, params)
         static = w + g + o
+        step = step_transient_bytes(counts_.largest, counts_.dense)
         per = glay.layers_per_chunk
         last = [lay.pp * (c + 1) - 1 == lay.pp * lay.vpp - 1 and r == lay.pp - 1 for c in range(lay.vpp)]
         eager_layer = max(v.eager_layer_bytes for v in variants)
@@ -158,14 +170,16 @@ def predict_case(case: Case, target: MemoryTarget = MemoryTarget(),
         in_flight = held_in_flight(lay.pp, lay.vpp, r, lay.group, counts, list(per))
         # the loss of the last stage: its bf16 logits and their fp32 copy live beside what is held
         loss = case.layout.tokens_per_rank * case.model.vocab * (dtype_bytes + 4) if any(last) else 0
-        eager_peak = static + loss + held_in_flight(lay.pp, lay.vpp, r, lay.group, counts, eager_chunk)
-        graph_peak = (static + loss + pool_shared
-                      + held_in_flight(lay.pp, lay.vpp, r, lay.group, counts, graph_chunk) if graphed else 0)
+        eager_peak = static + max(loss + held_in_flight(lay.pp, lay.vpp, r, lay.group, counts, eager_chunk),
+                                  step)
+        graph_peak = (static + pool_shared
+                      + max(loss + held_in_flight(lay.pp, lay.vpp, r, lay.group, counts, graph_chunk), step)
+                      if graphed else 0)
         out.append(RankMemory(
             pp_rank=r, ranks=lay.pool_ranks(r), params=params, weight_bytes=w, grad_bytes=g,
             optimizer_bytes=o, variants=tuple(variants), arena_bytes=arena,
             pool_shared_bytes=pool_shared if graphed else 0, pool_separate_bytes=sep_pools if graphed else 0,
-            in_flight=in_flight, eager_peak_bytes=eager_peak, graph_peak_bytes=graph_peak, megatron=meg))
+            in_flight=in_flight, step_transient_bytes=step, eager_peak_bytes=eager_peak, graph_peak_bytes=graph_peak, megatron=meg))
     return CaseMemory(case.id, target, tuple(out), time.perf_counter() - t0)
 
 

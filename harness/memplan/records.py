@@ -64,6 +64,7 @@ class RankMemory:
     pool_shared_bytes: int  # one MemPool for every CP size (what the graph arm holds)
     pool_separate_bytes: int  # one pool per CP size (the sum baseline)
     in_flight: int  # the most layer-microbatches held for their backward at once
+    step_transient_bytes: int  # what the optimizer step adds for a moment (grad norm, DP bucket)
     eager_peak_bytes: int  # eager arm: static + in-flight eager layers + last-stage logits
     graph_peak_bytes: int  # graph arm: static + pool + in-flight eager MoE parts
     megatron: MegatronEstimate
@@ -80,12 +81,13 @@ class RankMemory:
     def parts(self) -> dict[str, int]:
         """The predicted peak by part (what preflight prints when it refuses)."""
         graph = self.graph_peak_bytes >= self.eager_peak_bytes
-        act = self.peak_bytes - self.static_bytes - (self.pool_shared_bytes if graph else 0)
+        rest = self.peak_bytes - self.static_bytes - (self.pool_shared_bytes if graph else 0)
         out = {"weights": self.weight_bytes, "gradients": self.grad_bytes,
                "optimizer state": self.optimizer_bytes}
         if graph:
             out["graph pool"] = self.pool_shared_bytes
-        out["activations in flight"] = act
+        step = rest == self.step_transient_bytes
+        out["optimizer step transient" if step else "activations in flight"] = rest
         return out
 
     def to_json(self) -> dict[str, Any]:

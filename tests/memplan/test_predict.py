@@ -123,3 +123,15 @@ def test_plan_memory_json(tmp_path: Path) -> None:
     mem = doc["memory"]
     assert mem["case"] == "mem-tiny-graphs" and len(mem["ranks"]) == 2
     assert mem["ranks"][0]["ranks"] == [0, 1] and mem["peak_bytes"] > 0
+
+
+def test_a_small_model_with_a_large_vocabulary_peaks_at_the_optimizer_step() -> None:
+    # measured on one H200 (bench/RESULTS.md): rank 0 of this case peaked at 13,520 MiB, where the
+    # activations in flight come to about 11,200: the gradient norm's fp64 copy and square of the
+    # embedding's gradient (16 bytes x vocab x hidden) sit over the static bytes and the pool
+    (case,) = list(load_cases(ROOT / "cases/focused/gpu1-emulated-dcp12-pp2-vpp2-ep2-graphs.yaml"))
+    r = predict_case(case, MemoryTarget(varlen_native_gqa=False), pp_ranks=[0]).ranks[0]
+    assert r.step_transient_bytes == 16 * case.model.vocab * case.model.hidden
+    assert r.peak_bytes == r.static_bytes + r.pool_shared_bytes + r.step_transient_bytes
+    assert "optimizer step transient" in r.parts()
+    assert abs(r.peak_bytes / 2**20 / 13_520 - 1) < 0.05
