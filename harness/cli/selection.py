@@ -12,10 +12,10 @@ from harness.arms import plan_case
 from harness.caseplan import CasePlan
 from harness.errors import ConfigError
 from harness.launch.datacheck import check_packing
-from harness.launch.golden_folders import check_golden_folders
 from harness.spec import Case, load_cases, select_cases
 from harness.spec.derive import as_emulated
 from harness.spec.places import stage_ranks
+from harness.trust.golden_folders import check_golden_folders
 
 # ``--emulate-ranks ends``: the first rank of the first pipeline stage and the last of the last.
 ENDS = "ends"
@@ -80,8 +80,8 @@ def selected_cases(paths: Sequence[str], k: Optional[str] = None,
 
 def emulated_on_too_few_gpus(plans: Sequence[CasePlan], gpus: int) -> tuple[list[CasePlan], list[str]]:
     """``plans`` with each case that needs more GPUs than this machine's ``gpus`` re-planned with
-    emulated ranks (``launch.placement.emulated_instead``), and one line per such case saying so."""
-    from harness.launch.placement import emulated_instead
+    emulated ranks (``launch.ranks.placement.emulated_instead``), and one line per such case saying so."""
+    from harness.launch.ranks.placement import emulated_instead
 
     out, notes = [], []
     for plan in plans:

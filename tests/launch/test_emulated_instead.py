@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.arms import plan_case
 from harness.cli.selection import emulated_on_too_few_gpus
-from harness.launch.placement import emulated_instead, skip_reason
+from harness.launch.ranks.placement import emulated_instead, skip_reason
 from harness.spec.loader import load_cases
 
 ROOT = Path(__file__).resolve().parents[2]
