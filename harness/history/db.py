@@ -108,8 +108,7 @@ def _sqlite_engine(url: str) -> Engine:
     def _on_connect(dbapi_conn, _record):  # type: ignore[no-untyped-def]
         dbapi_conn.isolation_level = None  # transactions begin where _on_begin says
         cur = dbapi_conn.cursor()
-        cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
-        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")  # not kept in the file
         cur.close()
 
     @event.listens_for(engine, "begin")
@@ -127,7 +126,7 @@ def open_history(url: Optional[str] = None, *, create: bool = True) -> History:
     url = history_url(url)
     try:
         parsed = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):
         raise HistoryError(f"'{url}' is not a database URL: give a SQLite file path or a URL such "
                            "as postgresql+psycopg://user@host:5432/db (--history URL or "
                            f"${ENV_VAR})") from None
@@ -175,9 +174,24 @@ def _version(conn: Connection, history: History) -> int:
     return version
 
 
+def _use_wal(history: History) -> None:
+    """Our SQLite file in WAL mode (kept in the file: readers never wait for a writer); set
+    outside any transaction, and only once the file is known to be ours."""
+    raw = history.engine.raw_connection()
+    try:
+        cur = raw.cursor()
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.close()
+    finally:
+        raw.close()
+
+
 def _prepare(history: History) -> None:
     with history.read() as conn:
         version = _version(conn, history)
+    if history.sqlite:
+        with history._guard("open"):
+            _use_wal(history)
     if version == schema.SCHEMA_VERSION:
         return
     with history.write() as conn:  # again under the writers' lock: another may have done it

@@ -1,0 +1,121 @@
+"""record_sweep: a sweep goes in once (the same again is a no-op, a changed one replaces its
+rows), read as the gate reads it; what is not a sweep is refused before a database is made;
+several processes adding at once lose and double nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from harness.errors import ConfigError
+from harness.history import open_history, record_sweep, series
+from harness.history import schema
+from harness.history.schema import PAIR, WHOLE
+from harness.results import add_to_manifest
+from harness.results.manifest import SweepStart
+from tests.history.sweeps import STEPS, make_sweep, record_golden, started
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def counts(url: str) -> dict[str, int]:
+    history = open_history(url)
+    try:
+        with history.read() as conn:
+            return {t.name: conn.execute(select(func.count()).select_from(t)).scalar_one()
+                    for t in schema.SWEEP_TABLES}
+    finally:
+        history.close()
+
+
+def test_a_sweep_goes_in_once_with_its_figures_statuses_and_commit(url: str, tmp_path: Path):
+    record_golden(tmp_path)
+    sweep = make_sweep(tmp_path, tmp_path / "s1", started=started(0), commit="c" * 40, dirty=True,
+                       time_s=0.25)
+    first = record_sweep(sweep, url=url)
+    assert (first.status, first.cases, first.arms) == ("added", 1, 1)
+    before = counts(url)
+    again = record_sweep(sweep, url=url)
+    assert (again.status, again.sweep_id) == ("unchanged", first.sweep_id)
+    assert counts(url) == before and before["sweeps"] == 1 and before["steps"] == STEPS
+
+    history = open_history(url)
+    with history.read() as conn:
+        sweep_row = conn.execute(select(schema.sweeps)).one()
+        case_row = conn.execute(select(schema.cases)).one()
+        pair_row = conn.execute(select(schema.pairs)).one()
+        arms = series(conn, case="drift-case", kinds=("arm", "pair"), ranks=True)
+    history.close()
+    assert (sweep_row.commit, sweep_row.dirty, sweep_row.status, sweep_row.exit_code) == (
+        "c" * 40, True, "pass", 0)
+    assert (sweep_row.host, sweep_row.platform, sweep_row.started) == ("node1", "h100", started(0))
+    assert (case_row.case_id, case_row.status, case_row.commit) == ("drift-case", "pass", "c" * 40)
+    assert (pair_row.pair, pair_row.status, pair_row.skip, pair_row.failed_checks) == (
+        "golden", "pass", None, "")
+    by = {(k.subject, k.rank, k.metric): [p.value for p in v] for k, v in arms.items()}
+    assert by[("eager", WHOLE, "step_time_median_s")] == [0.25]
+    assert by[("eager", 1, "step_time_median_s")] == [0.25]  # each rank's figures too
+    assert by[("eager", WHOLE, "device_used_bytes")] == [3 * 4 * 2 ** 30]
+    assert by[("eager", WHOLE, "final_loss")] == [pytest.approx(2.5 - 0.05 * STEPS)]
+    assert ("golden", WHOLE, "step_time") in by  # the pair's check values
+    assert {k.kind for k in arms if k.subject == "golden"} == {PAIR}
+
+
+def test_a_sweep_that_changed_since_replaces_its_rows(url: str, tmp_path: Path):
+    record_golden(tmp_path)
+    sweep = make_sweep(tmp_path, tmp_path / "s1", started=started(0))
+    first = record_sweep(sweep, url=url)
+    before = counts(url)
+    # Resumed later from another host: a second start in the manifest.
+    add_to_manifest(sweep, [], SweepStart(command="run", started=started(1), host="node2"))
+    second = record_sweep(sweep, url=url)
+    assert (second.status, second.sweep_id) == ("updated", first.sweep_id)
+    assert counts(url) == before
+
+
+def test_what_is_not_a_sweep_is_refused_and_no_database_is_made(tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "a-file").write_text("x")
+    for path, words in ((tmp_path / "missing", "does not exist"),
+                        (tmp_path / "a-file", "is not a folder"),
+                        (tmp_path / "empty", "has no manifest.json")):
+        with pytest.raises(ConfigError, match=words) as err:
+            record_sweep(path, url=url)
+        assert "give the --out folder of a `dcp-harness run`" in str(err.value)
+    assert not (tmp_path / "h.sqlite").exists()
+
+
+WRITER = """
+import sys
+from pathlib import Path
+from harness.history import record_sweep
+for sweep in sys.argv[2:]:
+    record_sweep(Path(sweep), url=sys.argv[1])
+"""
+
+
+@pytest.mark.slow
+def test_several_processes_adding_at_once_lose_and_double_nothing(url: str, tmp_path: Path):
+    record_golden(tmp_path)
+    sweeps = [make_sweep(tmp_path, tmp_path / f"s{i}", started=started(i)) for i in range(3)]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    # Three writers at once; each adds its own sweep and every one adds sweep 0.
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, url, str(sweeps[0]), str(s)], env=env,
+                              stderr=subprocess.PIPE, text=True) for s in sweeps]
+    errors = [p.communicate(timeout=240)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 3, errors
+    one = counts(url)
+    assert one["sweeps"] == 3 and one["cases"] == 3 and one["steps"] == 3 * STEPS
+    history = open_history(url)
+    with history.read() as conn:
+        names = sorted(conn.execute(select(schema.sweeps.c.name)).scalars())
+        per_sweep = set(conn.execute(select(func.count()).select_from(schema.figures)
+                                     .group_by(schema.figures.c.sweep_id)).scalars())
+    history.close()
+    assert names == ["s0", "s1", "s2"] and len(per_sweep) == 1
