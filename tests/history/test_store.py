@@ -119,3 +119,43 @@ def test_several_processes_adding_at_once_lose_and_double_nothing(url: str, tmp_
                                      .group_by(schema.figures.c.sweep_id)).scalars())
     history.close()
     assert names == ["s0", "s1", "s2"] and len(per_sweep) == 1
+
+
+def test_rebuild_brings_every_sweep_back_and_names_a_folder_it_cannot_read(url, tmp_path,
+                                                                          capsys, monkeypatch):
+    record_golden(tmp_path)
+    results = tmp_path / "results"
+    for i in range(2):
+        make_sweep(tmp_path, results / f"night{i}", started=started(i))
+    from harness.cli import main
+
+    assert main(["history", "add", str(results / "night0"), str(results / "night1"),
+                 "--history", url]) == 0
+    before = counts(url)
+    # A folder with a manifest that is not one: named and left out; the others go in again.
+    (results / "broken").mkdir()
+    (results / "broken" / "manifest.json").write_text("{not json")
+    capsys.readouterr()
+    assert main(["history", "rebuild", str(results), "--history", url]) == 2
+    out = capsys.readouterr().out
+    assert f"history: left out {results / 'broken'}:" in out
+    assert out.count("history: unchanged") == 2
+    assert "history rebuild: 2 sweep(s) in" in out and "1 left out" in out
+    assert counts(url) == before
+
+
+def test_a_damaged_file_loses_nothing_the_sweeps_rebuild_it(tmp_path: Path, capsys):
+    from harness.cli import main
+
+    record_golden(tmp_path)
+    sweeps = [make_sweep(tmp_path, tmp_path / "results" / f"night{i}", started=started(i))
+              for i in range(2)]
+    db = tmp_path / "history.sqlite"
+    assert main(["history", "add", *map(str, sweeps), "--history", str(db)]) == 0
+    before = counts(f"sqlite:///{db}")
+    db.write_bytes(b"\0garbage" * 100)  # a disk that failed under it
+    assert main(["history", "add", str(sweeps[0]), "--history", str(db)]) == 2
+    assert "move it away and rebuild it" in capsys.readouterr().err
+    db.rename(tmp_path / "history.sqlite.damaged")
+    assert main(["history", "rebuild", str(tmp_path / "results"), "--history", str(db)]) == 0
+    assert counts(f"sqlite:///{db}") == before
