@@ -1,8 +1,9 @@
 """Reading the history: the series of a figure over sweeps, and the last sweeps.
 
 A series is one figure of one case, subject (arm or pair), rank and platform over the sweeps that
-hold it, oldest first; the last ``last`` points of each, chosen in the database (a window
-function), so the answer costs the points asked for, not the history's size.
+hold it, oldest first; the last ``last`` points of each come by index (the ``series`` table, then
+``figures`` by series and start), so the answer costs the points asked for, not the history's
+size.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from sqlalchemy import Connection, and_, func, select
+from sqlalchemy import Connection, func, select
 
 from . import schema
 from .schema import ARM, WHOLE
@@ -53,35 +54,77 @@ def _like(pattern: str) -> str:
     return pattern.replace("%", r"\%").replace("_", r"\_").replace("*", "%").replace("?", "_")
 
 
-def series(conn: Connection, *, case: Optional[str] = None, metric: Optional[str] = None,
-           platform: Optional[str] = None, last: int = 20, kinds: tuple[str, ...] = (ARM,),
-           ranks: bool = False) -> dict[SeriesKey, list[Point]]:
-    """Series -> its last ``last`` points, oldest first. ``case`` and ``metric`` may hold ``*``
-    and ``?`` wildcards; ``kinds``: arm figures, pair check values or both; ``ranks``: each
-    rank's too (else the arm as a whole)."""
-    f, s, c = schema.figures, schema.sweeps, schema.cases
-    part = (f.c.case_id, f.c.kind, f.c.subject, f.c.rank, f.c.metric, f.c.platform)
-    rn = func.row_number().over(partition_by=part, order_by=(s.c.started.desc(), s.c.id.desc()))
-    where = [f.c.kind.in_(kinds)]
+def _matching(conn: Connection, case: Optional[str], metric: Optional[str],
+              platform: Optional[str], kinds: tuple[str, ...], ranks: bool
+              ) -> dict[int, SeriesKey]:
+    t = schema.series
+    where = [t.c.kind.in_(kinds)]
     if not ranks:
-        where.append(f.c.rank == WHOLE)
-    for column, value in ((f.c.case_id, case), (f.c.metric, metric), (f.c.platform, platform)):
+        where.append(t.c.rank == WHOLE)
+    for column, value in ((t.c.case_id, case), (t.c.metric, metric), (t.c.platform, platform)):
         if value is not None:
             where.append(column.like(_like(value), escape="\\") if any(ch in value for ch in "*?")
                          else column == value)
-    inner = (select(*part, f.c.value, s.c.name, s.c.path, s.c.started, c.c.commit, c.c.dirty,
-                    c.c.case_hash, rn.label("rn"))
-             .select_from(f.join(s, s.c.id == f.c.sweep_id)
-                          .join(c, and_(c.c.sweep_id == f.c.sweep_id, c.c.case_id == f.c.case_id)))
-             .where(*where).subquery())
-    rows = conn.execute(select(inner).where(inner.c.rn <= last)
-                        .order_by(*(inner.c[col.name] for col in part), inner.c.rn.desc()))
+    return {r.id: SeriesKey(r.case_id, r.kind, r.subject, r.rank, r.metric, r.platform)
+            for r in conn.execute(select(t).where(*where))}
+
+
+def _chunks(items: list, size: int = 500) -> list[list]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def series(conn: Connection, *, case: Optional[str] = None, metric: Optional[str] = None,
+           platform: Optional[str] = None, last: int = 20, kinds: tuple[str, ...] = (ARM,),
+           ranks: bool = False) -> dict[SeriesKey, list[Point]]:
+    """Series -> its last ``last`` points, oldest first. ``case``, ``metric`` and ``platform``
+    may hold ``*`` and ``?`` wildcards; ``kinds``: arm figures, pair check values or both;
+    ``ranks``: each rank's too (else the arm as a whole).
+
+    The points of the newest ``last`` sweeps come in one query (a nightly selection holds every
+    series in each); a series with fewer there is read alone, newest first by its index."""
+    keys = _matching(conn, case, metric, platform, kinds, ranks)
+    if not keys:
+        return {}
+    f, s = schema.figures, schema.sweeps
+    recent = [r.id for r in conn.execute(select(s.c.id).order_by(s.c.started.desc(),
+                                                                  s.c.id.desc()).limit(last))]
+    found: dict[int, list[tuple[str, int, float]]] = {k: [] for k in keys}
+    ids = list(keys)
+    for part in _chunks(ids):
+        for r in conn.execute(select(f.c.series_id, f.c.started, f.c.sweep_id, f.c.value)
+                              .where(f.c.sweep_id.in_(recent), f.c.series_id.in_(part))):
+            found[r.series_id].append((r.started, r.sweep_id, r.value))
+    for sid in ids:
+        if len(found[sid]) < last:
+            found[sid] = [(r.started, r.sweep_id, r.value) for r in conn.execute(
+                select(f.c.started, f.c.sweep_id, f.c.value).where(f.c.series_id == sid)
+                .order_by(f.c.started.desc(), f.c.sweep_id.desc()).limit(last))]
+    return _points(conn, keys, found)
+
+
+def _points(conn: Connection, keys: dict[int, SeriesKey],
+            found: dict[int, list[tuple[str, int, float]]]) -> dict[SeriesKey, list[Point]]:
+    """The points of each series, oldest first, with their sweep's and case's details."""
+    s, c = schema.sweeps, schema.cases
+    sweep_ids = sorted({sweep for pts in found.values() for _, sweep, _ in pts})
+    sweeps, cases = {}, {}
+    for part in _chunks(sweep_ids):
+        sweeps.update({r.id: r for r in conn.execute(select(s.c.id, s.c.name, s.c.path)
+                                                     .where(s.c.id.in_(part)))})
+        cases.update({(r.sweep_id, r.case_id): r for r in conn.execute(
+            select(c.c.sweep_id, c.c.case_id, c.c.commit, c.c.dirty, c.c.case_hash)
+            .where(c.c.sweep_id.in_(part)))})
     out: dict[SeriesKey, list[Point]] = {}
-    for r in rows:
-        key = SeriesKey(r.case_id, r.kind, r.subject, r.rank, r.metric, r.platform)
-        out.setdefault(key, []).append(Point(r.name, r.path, r.started, r.commit, r.dirty,
-                                             r.case_hash, r.value))
-    return out
+    for sid, pts in found.items():
+        key = keys[sid]
+        rows = []
+        for started, sweep_id, value in sorted(pts):
+            sw, ca = sweeps[sweep_id], cases.get((sweep_id, key.case_id))
+            rows.append(Point(sw.name, sw.path, started, ca.commit if ca else None,
+                              ca.dirty if ca else None, ca.case_hash if ca else "", value))
+        if rows:
+            out[key] = rows
+    return dict(sorted(out.items()))
 
 
 @dataclass(frozen=True)

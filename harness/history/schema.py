@@ -1,8 +1,10 @@
 """The history database's tables (SQLAlchemy Core), the schema of version :data:`SCHEMA_VERSION`.
 
-Every table but ``meta`` carries ``sweep_id`` (``sweeps.id``), so a sweep is replaced or removed
-by its id alone. Figures are one row per (case, subject, rank, metric): ``subject`` an arm (its
-own figures) or a pair (the values of its checks); ``rank`` -1 for the arm or pair as a whole.
+Every sweep table carries ``sweep_id`` (``sweeps.id``), so a sweep is replaced or removed by its
+id alone. A ``series`` is one figure followed over sweeps: (case, kind, subject, rank, metric,
+platform), ``subject`` an arm (its own figures) or a pair (the values of its checks), ``rank`` -1
+for the arm or pair as a whole; ``figures`` holds one value per sweep and series, with the sweep's
+start, so the last N points of a series are an index range.
 ``migrations`` builds these tables step by step; a test checks that the steps end at exactly this.
 """
 
@@ -18,6 +20,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
 
 SCHEMA_VERSION = 2
@@ -97,19 +100,29 @@ arms = Table(
 )
 Index("ix_arms_sweep", arms.c.sweep_id)
 
-figures = Table(
-    "figures", metadata,
-    Column("sweep_id", Integer, nullable=False),
+series = Table(  # one row per figure followed over sweeps; figures point at it
+    "series", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
     Column("case_id", Text, nullable=False),
-    Column("subject", Text, nullable=False),
     Column("kind", String(8), nullable=False),  # "arm" or "pair"
+    Column("subject", Text, nullable=False),  # the arm, or the pair
     Column("rank", Integer, nullable=False),
     Column("metric", Text, nullable=False),
     Column("platform", Text, nullable=False),
+    UniqueConstraint("case_id", "kind", "subject", "rank", "metric", "platform",
+                     name="uq_series_key"),
+)
+Index("ix_series_metric", series.c.metric)
+
+figures = Table(
+    "figures", metadata,
+    Column("sweep_id", Integer, nullable=False),
+    Column("series_id", Integer, nullable=False),
+    Column("started", String(32), nullable=False),  # the sweep's: the last N points by the index
     Column("value", Float, nullable=False),
 )
 Index("ix_figures_sweep", figures.c.sweep_id)
-Index("ix_figures_series", figures.c.case_id, figures.c.metric, figures.c.subject)
+Index("ix_figures_series", figures.c.series_id, figures.c.started)
 
 steps = Table(  # v2: per-step figures of small arms (the lowest rank's loss, the slowest step time)
     "steps", metadata,

@@ -23,7 +23,7 @@ from harness.results import ResultsError, read_manifest
 
 from . import schema
 from .db import History, open_history
-from .extract import SweepRecord, sweep_record
+from .extract import FigureRow, SweepRecord, sweep_record
 
 RecordStatus = Literal["added", "updated", "unchanged"]
 
@@ -89,11 +89,35 @@ def store(conn: Connection, rec: SweepRecord) -> tuple[int, RecordStatus]:
         values["id"] = old.id  # the same sweep keeps its id
     sweep_id = conn.execute(insert(t).values(**values)).inserted_primary_key[0]
     for table, rows in ((schema.cases, rec.cases), (schema.pairs, rec.pairs),
-                        (schema.arms, rec.arms), (schema.figures, rec.figures),
-                        (schema.steps, rec.steps)):
+                        (schema.arms, rec.arms), (schema.steps, rec.steps)):
         if rows:
             conn.execute(insert(table), _rows(rows, sweep_id))
+    if rec.figures:
+        ids = series_ids(conn, rec.figures)
+        conn.execute(insert(schema.figures), [
+            {"sweep_id": sweep_id, "series_id": ids[_key(f)], "started": rec.started,
+             "value": f.value} for f in rec.figures])
     return sweep_id, "added" if old is None else "updated"
+
+
+_KEY = ("case_id", "kind", "subject", "rank", "metric", "platform")
+
+
+def _key(row: object) -> tuple:
+    return tuple(getattr(row, k) for k in _KEY)
+
+
+def series_ids(conn: Connection, figures: Sequence[FigureRow]) -> dict[tuple, int]:
+    """Series key -> id for every figure's series, the missing ones made (in the caller's
+    write transaction, so no other writer makes them meanwhile)."""
+    s = schema.series
+    cases = sorted({f.case_id for f in figures})
+    known = {_key(r): r.id for r in conn.execute(select(s).where(s.c.case_id.in_(cases)))}
+    new = sorted({_key(f) for f in figures} - set(known))
+    if new:
+        conn.execute(insert(s), [dict(zip(_KEY, k)) for k in new])
+        known = {_key(r): r.id for r in conn.execute(select(s).where(s.c.case_id.in_(cases)))}
+    return known
 
 
 def remove(conn: Connection, sweep_id: int) -> None:

@@ -26,9 +26,11 @@ def test_a_version_1_database_is_migrated_and_keeps_its_sweeps(url: str):
             started="2026-11-01T02:00:00+00:00", recorded="2026-11-01T03:00:00+00:00",
             host="node1", command="run", selection="{}", platform="h100", commit="a" * 40,
             dirty=False, repo="/repo", status="pass", exit_code=0))
+        conn.execute(v1.tables["series"].insert().values(
+            case_id="c", subject="eager", kind="arm", rank=-1, metric="step_time_median_s",
+            platform="h100"))
         conn.execute(v1.tables["figures"].insert().values(
-            sweep_id=1, case_id="c", subject="eager", kind="arm", rank=-1,
-            metric="step_time_median_s", platform="h100", value=0.2))
+            sweep_id=1, series_id=1, started="2026-11-01T02:00:00+00:00", value=0.2))
     assert "steps" not in columns(engine) and "code" not in columns(engine)["sweeps"]
     engine.dispose()
 
