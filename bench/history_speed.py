@@ -40,7 +40,7 @@ from harness.history import open_history, record_sweep  # noqa: E402
 from harness.history.extract import ArmRow, CaseRow, FigureRow, PairRow, SweepRecord  # noqa: E402
 from harness.history.schema import ARM, WHOLE  # noqa: E402
 from harness.history.store import store  # noqa: E402
-from harness.launch.rules import check_stored_plan  # noqa: E402
+from harness.trust.stored_plan import check_stored_plan  # noqa: E402
 from harness.report import load_sweep  # noqa: E402
 
 ADD_TARGET_S = 1.0

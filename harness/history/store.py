@@ -17,7 +17,7 @@ from typing import Literal, Optional, Sequence
 from sqlalchemy import Connection, delete, insert, select
 
 from harness.errors import ConfigError
-from harness.launch.rules import check_stored_plan
+from harness.trust.stored_plan import check_stored_plan
 from harness.report import SweepView, load_sweep
 from harness.results import ResultsError, read_manifest
 
