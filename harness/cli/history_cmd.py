@@ -93,6 +93,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--ranks", action="store_true", help="each rank's figures too")
     s.add_argument("--plot", type=Path, default=DEFAULT_PLOT, metavar="FILE",
                    help=f"where the PNG goes (default {DEFAULT_PLOT})")
+    s.add_argument("--no-plot", action="store_true", dest="no_plot",
+                   help="print the series only (no PNG)")
     add_history_option(s)
     s.set_defaults(func=run_show)
 
@@ -170,6 +172,8 @@ def run_show(args: argparse.Namespace) -> int:
         print(f"{key.label}: " + " ".join(_value(p.value) for p in pts))
         print(f"    sweeps {pts[0].sweep} .. {pts[-1].sweep} ({len(pts)}), newest "
               f"{pts[-1].started} {pts[-1].commit_label}")
+    if args.no_plot:
+        return 0
     path, left = write_series_png(found, args.plot)
     print(f"wrote {path}" + (f" ({left} series not plotted; narrow with CASE or --metric)"
                              if left else ""))

@@ -21,7 +21,8 @@ def test_the_bench_adds_a_sweep_and_queries_a_synthetic_history(tmp_path: Path):
                        "--json", str(out)]) in (0, 1)
     result = json.loads(out.read_text())
     assert result["add"]["figures"] == 28 and result["sweeps"] == 12
-    assert set(result["show"]) == {"build_s", "db_mib", "show_one_s", "show_every_s", "check_s",
+    assert set(result["show"]) == {"build_s", "db_mib", "show_one_s", "show_one_plot_s",
+                                   "show_every_s", "show_every_plot_s", "check_s",
                                    "show_one_process_s"}
     # The synthetic history is what the bench says: 12 nights, 2 cases x 2 arms, a slow creep
     # well inside the drift bound.

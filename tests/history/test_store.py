@@ -159,3 +159,23 @@ def test_a_damaged_file_loses_nothing_the_sweeps_rebuild_it(tmp_path: Path, caps
     db.rename(tmp_path / "history.sqlite.damaged")
     assert main(["history", "rebuild", str(tmp_path / "results"), "--history", str(db)]) == 0
     assert counts(f"sqlite:///{db}") == before
+
+
+def test_a_series_missing_from_the_newest_sweeps_still_gives_its_last_points(url, tmp_path):
+    for name in ("old-case", "new-case"):
+        record_golden(tmp_path, name)
+    for i in range(3):  # three nights of one case, then two of another
+        record_sweep(make_sweep(tmp_path, tmp_path / f"a{i}", started=started(i), name="old-case",
+                                time_s=0.1 * (i + 1)), url=url)
+    for i in range(3, 5):
+        record_sweep(make_sweep(tmp_path, tmp_path / f"b{i}", started=started(i),
+                                name="new-case"), url=url)
+    history = open_history(url)
+    with history.read() as conn:
+        old = series(conn, case="old-case", metric="step_time_median_s", last=2)
+        both = series(conn, case="*-case", metric="step_time_median_s", last=2)
+    history.close()
+    (points,) = old.values()
+    assert [(p.sweep, p.value) for p in points] == [("a1", pytest.approx(0.2)),
+                                                    ("a2", pytest.approx(0.3))]
+    assert sorted(k.case_id for k in both) == ["new-case", "old-case"]
