@@ -49,12 +49,19 @@ METRICS = ("final_loss", "step_time_median_s", "peak_allocated_bytes", "peak_res
            "device_used_bytes", "graph_pool_bytes", "wall_s")
 
 
-def timed(fn: Callable[[], Any], repeats: int) -> float:
-    times = []
+CPU_S: dict[str, float] = {}  # the same timings as this process's CPU time (the machine's load aside)
+
+
+def timed(fn: Callable[[], Any], repeats: int, name: str = "") -> float:
+    """The median wall time of ``repeats`` calls (and, under ``name``, their median CPU time)."""
+    times, cpu = [], []
     for _ in range(repeats):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fn()
         times.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    if name:
+        CPU_S[name] = statistics.median(cpu)
     return statistics.median(times)
 
 
@@ -75,9 +82,10 @@ def bench_add(sweep: Path, work: Path, repeats: int) -> dict[str, float]:
     view = load_sweep(sweep, check_stored_plan)
     same = fresh()
     record_sweep(sweep, url=same)
-    return {"judged_s": timed(lambda: record_sweep(sweep, url=fresh()), repeats),
-            "with_view_s": timed(lambda: record_sweep(sweep, url=fresh(), view=view), repeats),
-            "again_s": timed(lambda: record_sweep(sweep, url=same, view=view), repeats),
+    return {"judged_s": timed(lambda: record_sweep(sweep, url=fresh()), repeats, "judged"),
+            "with_view_s": timed(lambda: record_sweep(sweep, url=fresh(), view=view), repeats,
+                                 "with_view"),
+            "again_s": timed(lambda: record_sweep(sweep, url=same, view=view), repeats, "again"),
             "figures": record_sweep(sweep, url=same, view=view).figures}
 
 
@@ -136,11 +144,11 @@ def bench_show(work: Path, sweeps: int, cases: int, repeats: int) -> dict[str, f
     check = ["history", "check", "--history", url]
     quiet(one + plot)  # warm: imports and matplotlib's font cache
     return {"build_s": built, "db_mib": db.stat().st_size / 2 ** 20,
-            "show_one_s": timed(lambda: quiet(one + ["--no-plot"]), repeats),
-            "show_one_plot_s": timed(lambda: quiet(one + plot), repeats),
-            "show_every_s": timed(lambda: quiet(every + ["--no-plot"]), repeats),
-            "show_every_plot_s": timed(lambda: quiet(every + plot), repeats),
-            "check_s": timed(lambda: quiet(check), repeats),
+            "show_one_s": timed(lambda: quiet(one + ["--no-plot"]), repeats, "show_one"),
+            "show_one_plot_s": timed(lambda: quiet(one + plot), repeats, "show_one_plot"),
+            "show_every_s": timed(lambda: quiet(every + ["--no-plot"]), repeats, "show_every"),
+            "show_every_plot_s": timed(lambda: quiet(every + plot), repeats, "show_every_plot"),
+            "check_s": timed(lambda: quiet(check), repeats, "check"),
             "show_one_process_s": process_s(one + ["--no-plot"], repeats)}
 
 
@@ -168,10 +176,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"a new process); `show` of every series {show['show_every_s']:.3f} s "
           f"({show['show_every_plot_s']:.3f} s with its PNG); `check` {show['check_s']:.3f} s "
           f"(target < {SHOW_TARGET_S:g} s)")
+    print("CPU time of the same (this process): " + ", ".join(f"{k} {v:.3f} s"
+                                                               for k, v in CPU_S.items()))
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"load average (1 min) at the end: {load:.1f} on {os.cpu_count()} CPU(s)")
     print("PASS" if ok else "FAIL: a target was missed")
     if args.json:
-        args.json.write_text(json.dumps({"add": add, "show": show, "sweeps": args.sweeps,
-                                         "cases": args.cases, "ok": ok}, indent=2))
+        args.json.write_text(json.dumps({"add": add, "show": show, "cpu_s": CPU_S,
+                                         "sweeps": args.sweeps, "cases": args.cases, "ok": ok},
+                                        indent=2))
     return 0 if ok else 1
 
 
