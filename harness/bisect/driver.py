@@ -169,7 +169,8 @@ class _Runner:
         step = self._save(step.model_copy(update={"verdict": judged.verdict, "ended": now(),
                                                   "exit_code": judged.exit_code,
                                                   "detail": judged.detail}))
-        self.log(f"step {n}: {sha[:12]} is {judged.verdict.value} ({judged.detail})")
+        said = "skipped" if judged.verdict is Verdict.SKIP else f"is {judged.verdict.value}"
+        self.log(f"step {n}: {sha[:12]} {said} ({judged.detail})")
         self._record(self.out / step.sweep)
         return step
 
@@ -182,7 +183,7 @@ class _Runner:
         leave = self.keep
         try:
             paths = step_paths(self.target, worktree, step_dir)
-            env, cwd = step_environment(self.target, worktree, step_dir)
+            env, cwd = step_environment(self.target, worktree)
             argv = step_command(self.target, paths, sweep, self.profile, collect)
             code = run_command(argv, cwd, env, log_file)
         except KeyboardInterrupt:

@@ -183,16 +183,17 @@ def step_command(target: Target, paths: Sequence[str], sweep: Path, profile: Opt
     return [*cli, "submit", *paths, "--profile", profile, "--out", str(sweep), "--wait", *select]
 
 
-def step_environment(target: Target, worktree: Path,
-                     step_dir: Path) -> tuple[dict[str, str], Path]:
+def step_environment(target: Target, worktree: Path) -> tuple[dict[str, str], Path]:
     """The environment and working directory of a step's ``dcp-harness``: built-in, the step's
-    harness alone on ``PYTHONPATH`` and its worktree as the working directory; command, this
-    environment and the step's folder."""
+    harness alone on ``PYTHONPATH`` and its worktree as the working directory (``python -m``
+    puts the working directory first on the import path: another checkout of the harness there
+    would be imported instead); command, bisect's own (what ``run`` finds relative to the
+    working directory is what the user's own ``run`` would find)."""
     env = dict(os.environ)
     if target.mode is Mode.BUILTIN:
         env["PYTHONPATH"] = str(worktree)
         return env, worktree
-    return env, step_dir
+    return env, Path.cwd()
 
 
 def profile_argument(profile: Optional[str]) -> Optional[str]:

@@ -4,11 +4,14 @@ broken commit (skipped), interrupted and resumed, through ``dcp-harness bisect``
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from harness.bisect import Request, bisect
 from harness.bisect.search import Probe, Verdict, next_step, steps_bound
 from harness.bisect.state import STATE_FILE, BisectState
 from harness.cli import main
@@ -27,10 +30,6 @@ def first_probe(n: int) -> int:
     return int(decision.sha)
 
 
-class Interrupt(Exception):
-    pass
-
-
 def test_bisect_finds_the_seeded_commit_skips_a_broken_one_and_resumes(tmp_path: Path, capsys) -> None:
     broken = first_probe(COMMITS) + 1  # the sha index of the first commit the search tests
     bad_at = 16
@@ -38,21 +37,32 @@ def test_bisect_finds_the_seeded_commit_skips_a_broken_one_and_resumes(tmp_path:
     shas = make_repo(repo, COMMITS, bad_at=bad_at, broken_at=broken)
     case = write_case(tmp_path / "cases", repo)
     out = tmp_path / "bisect"
-    request = Request(good=shas[0], bad="main", paths=(str(case),), out=out)
 
-    # Ctrl-C as the 4th step starts: the three steps before it are kept, judged
-    def stop_at_step_4(line: str) -> None:
-        if line.startswith("step 4 ("):
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        bisect(request, log=stop_at_step_4)
+    # Ctrl-C (SIGINT to bisect alone, as a terminal's would reach it) while the 4th step's sweep
+    # runs: bisect passes it on to the step, waits for it, exits 130; the steps before it are kept
+    argv = ["bisect", str(case), "--good", shas[0], "--bad", "main", "--out", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    step_log = None
+    deadline = time.monotonic() + 600
+    while step_log is None or not step_log.is_file() or "$ (cd" not in step_log.read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        found = list((out / "steps").glob("04-*/step.log")) if (out / "steps").is_dir() else []
+        step_log = found[0] if found else None
+        time.sleep(0.2)
+    time.sleep(1.0)  # the step's dcp-harness is starting or running its arm
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 130, (stdout, stderr)
+    assert "interrupted in step 4" in stdout and "run the same command again to resume" in stdout
     state = BisectState.model_validate(json.loads((out / STATE_FILE).read_text()))
     assert [s.verdict for s in state.steps] == [Verdict.GOOD, Verdict.BAD, Verdict.SKIP, None]
     assert state.steps[2].sha == shas[broken] and "exit 2" in state.steps[2].detail
+    assert not (out / "worktrees").exists()  # the step ended before its worktree was removed
+    assert "nterrupt" in step_log.read_text()  # the step's dcp-harness got the SIGINT
 
     # the same command resumes; it re-runs step 4 into its own folder and finds the seeded commit
-    code = main(["bisect", str(case), "--good", shas[0], "--bad", "main", "--out", str(out)])
+    code = main(argv)
     text = capsys.readouterr().out
     assert code == 0, text
     assert f"first bad commit: {shas[bad_at]} seeded fault: NaN loss from step 3" in text
