@@ -37,7 +37,8 @@ def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
         raise ConfigError("git is not on PATH: bisect drives git; install it") from None
     if check and done.returncode != 0:
         said = (done.stderr.strip() or done.stdout.strip()).splitlines()
-        raise ConfigError(f"{repo}: git {' '.join(args)} failed: {said[-1] if said else done.returncode}")
+        last = said[-1] if said else f"exit {done.returncode}"
+        raise ConfigError(f"{repo}: git {' '.join(args)} failed: {last}")
     return done
 
 

@@ -61,7 +61,8 @@ def next_step(commits: Sequence[str], verdicts: Mapping[str, Verdict]) -> Union[
     if untested:
         middle = (lo + hi) / 2
         return Probe(commits[min(untested, key=lambda i: (abs(i - middle), i))])
-    skipped = tuple(commits[i] for i in range(lo + 1, hi) if verdicts.get(commits[i]) is Verdict.SKIP)
+    skipped = tuple(commits[i] for i in range(lo + 1, hi)
+                    if verdicts.get(commits[i]) is Verdict.SKIP)
     return Found(commits[hi], commits[lo] if lo >= 0 else None, skipped)
 
 

@@ -133,6 +133,7 @@ def check_folder(out: Path, key: BisectKey) -> Optional[BisectState]:
                               "folder; pass a fresh --out (nothing in it was touched)")
         return None
     if state.key != key:
-        raise ConfigError(f"--out {out} holds another bisect ({'; '.join(state.key.differences(key))}); "
-                          f"run that bisect's own command to resume it, or pass a fresh --out")
+        differs = "; ".join(state.key.differences(key))
+        raise ConfigError(f"--out {out} holds another bisect ({differs}); run that bisect's own "
+                          "command to resume it, or pass a fresh --out")
     return state

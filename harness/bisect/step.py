@@ -79,13 +79,15 @@ def failing_checks(sweep: Path) -> list[FailedCheck]:
             out += [FailedCheck(case, pair, str(c.get("name", "?")), c.get("value"),
                                 c.get("bound"), str(c.get("detail") or "")) for c in failed]
             if not failed:
-                out.append(FailedCheck(case, pair, "(entry)", None, None, str(entry.get("error") or "")))
+                error = str(entry.get("error") or "")
+                out.append(FailedCheck(case, pair, "(entry)", None, None, error))
     return out
 
 
 def _last_line(log: Path) -> str:
     try:
-        lines = [ln.strip() for ln in log.read_text(encoding="utf-8", errors="replace").splitlines()]
+        text = log.read_text(encoding="utf-8", errors="replace")
+        lines = [ln.strip() for ln in text.splitlines()]
     except OSError:
         return ""
     errors = [ln for ln in lines if ln.startswith("error") or "Error" in ln]
@@ -112,7 +114,8 @@ def judge(exit_code: Optional[int], sweep: Path, log: Path) -> Judged:
     else:
         why = f"exit {exit_code} (an error or infrastructure failure)"
     last = _last_line(log)
-    return Judged(Verdict.SKIP, exit_code, f"{why}: {last} ({where})" if last else f"{why} ({where})")
+    detail = f"{why}: {last} ({where})" if last else f"{why} ({where})"
+    return Judged(Verdict.SKIP, exit_code, detail)
 
 
 def run_command(argv: Sequence[str], cwd: Path, env: Mapping[str, str], log: Path) -> int:

@@ -32,7 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="case file or folder of case files")
     p.add_argument("--good", required=True, metavar="REV", help="a commit whose sweep passes")
     p.add_argument("--bad", required=True, metavar="REV", help="a later commit whose sweep fails")
-    p.add_argument("-k", dest="k", default=None, metavar="EXPR", help="select case ids (pytest -k style)")
+    p.add_argument("-k", dest="k", default=None, metavar="EXPR",
+                   help="select case ids (pytest -k style)")
     p.add_argument("--repo", type=Path, default=None, metavar="DIR",
                    help="the repository of the code under test (default: built-in cases, the "
                         "clone this harness runs from; command cases, the one command.cwd lies in)")
@@ -57,6 +58,11 @@ def run(args: argparse.Namespace) -> int:
     with sigterm_as_interrupt():
         outcome = bisect(request, log=lambda line: print(line, flush=True))
     print("\n".join(report_lines(outcome)))
+    return exit_code(outcome)
+
+
+def exit_code(outcome: Outcome) -> int:
+    """0 when one first bad commit was found; 2 when refused or only skipped commits are left."""
     return EXIT_FOUND if outcome.found is not None and outcome.found.unique else EXIT_NOT_FOUND
 
 

@@ -30,7 +30,8 @@ def first_probe(n: int) -> int:
     return int(decision.sha)
 
 
-def test_bisect_finds_the_seeded_commit_skips_a_broken_one_and_resumes(tmp_path: Path, capsys) -> None:
+def test_bisect_finds_the_seeded_commit_skips_a_broken_one_and_resumes(tmp_path: Path,
+                                                                       capsys) -> None:
     broken = first_probe(COMMITS) + 1  # the sha index of the first commit the search tests
     bad_at = 16
     repo = tmp_path / "toy"

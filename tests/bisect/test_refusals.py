@@ -30,18 +30,22 @@ def refused(capsys, *argv: str) -> str:
 
 def test_unknown_revisions_are_named(toy, capsys, tmp_path: Path) -> None:
     repo, shas, case = toy
-    err = refused(capsys, str(case), "--good", "v0.0-nope", "--bad", "main", "--out", str(tmp_path / "o"))
+    err = refused(capsys, str(case), "--good", "v0.0-nope", "--bad", "main",
+                  "--out", str(tmp_path / "o"))
     assert f"--good v0.0-nope: no such commit in {repo}" in err
-    err = refused(capsys, str(case), "--good", shas[0], "--bad", "deadbeef", "--out", str(tmp_path / "o"))
+    err = refused(capsys, str(case), "--good", shas[0], "--bad", "deadbeef",
+                  "--out", str(tmp_path / "o"))
     assert f"--bad deadbeef: no such commit in {repo}" in err
     assert not (tmp_path / "o").exists()
 
 
 def test_good_after_bad_and_the_same_commit_are_refused(toy, capsys, tmp_path: Path) -> None:
     repo, shas, case = toy
-    err = refused(capsys, str(case), "--good", shas[4], "--bad", shas[1], "--out", str(tmp_path / "o"))
+    err = refused(capsys, str(case), "--good", shas[4], "--bad", shas[1],
+                  "--out", str(tmp_path / "o"))
     assert f"--good {shas[4]} ({shas[4][:12]}) is not an ancestor of --bad {shas[1]}" in err
-    err = refused(capsys, str(case), "--good", "main", "--bad", shas[-1], "--out", str(tmp_path / "o"))
+    err = refused(capsys, str(case), "--good", "main", "--bad", shas[-1],
+                  "--out", str(tmp_path / "o"))
     assert "are the same commit" in err
     assert not (tmp_path / "o").exists()
 
@@ -54,21 +58,25 @@ def test_a_good_commit_on_a_side_branch_is_not_an_ancestor(toy, capsys, tmp_path
     git(repo, "commit", "-qm", "side")
     side = git(repo, "rev-parse", "HEAD")
     git(repo, "checkout", "-q", "main")
-    err = refused(capsys, str(case), "--good", side, "--bad", "main", "--out", str(tmp_path / "o"))
+    err = refused(capsys, str(case), "--good", side, "--bad", "main",
+                  "--out", str(tmp_path / "o"))
     assert "is not an ancestor of --bad main" in err
 
 
-def test_local_changes_refused_when_an_end_is_head_and_nothing_is_lost(toy, capsys, tmp_path: Path) -> None:
+def test_local_changes_refused_when_an_end_is_head_and_nothing_is_lost(toy, capsys,
+                                                                       tmp_path: Path) -> None:
     repo, shas, case = toy
     (repo / "train.py").write_text((repo / "train.py").read_text() + "# my edit\n")
-    err = refused(capsys, str(case), "--good", shas[0], "--bad", "HEAD", "--out", str(tmp_path / "o"))
+    err = refused(capsys, str(case), "--good", shas[0], "--bad", "HEAD",
+                  "--out", str(tmp_path / "o"))
     assert f"{repo} has local changes (train.py) and an end of the range is its HEAD" in err
     assert "commit or stash them" in err and "--allow-dirty" in err
     assert (repo / "train.py").read_text().endswith("# my edit\n")  # nothing lost
     # with an older bad end the changes do not matter: the plan goes ahead
     target, key, commits = plan(Request(good=shas[0], bad=shas[4], paths=(str(case),)))
     assert key.bad == shas[4] and len(commits) == 4
-    target, key, commits = plan(Request(good=shas[0], bad="HEAD", paths=(str(case),), allow_dirty=True))
+    target, key, commits = plan(Request(good=shas[0], bad="HEAD", paths=(str(case),),
+                                        allow_dirty=True))
     assert key.bad == shas[5]
 
 
@@ -76,7 +84,8 @@ def test_a_command_outside_any_repository_is_refused(tmp_path: Path, capsys) -> 
     plain = tmp_path / "plain"
     plain.mkdir()
     case = write_case(tmp_path / "cases", plain)
-    err = refused(capsys, str(case), "--good", "a", "--bad", "b", "--out", str(tmp_path / "o"))
+    err = refused(capsys, str(case), "--good", "a", "--bad", "b",
+                  "--out", str(tmp_path / "o"))
     assert f"field 'command.cwd': {plain} is not in a git repository" in err
 
 
@@ -88,7 +97,8 @@ def test_a_command_outside_the_given_repo_is_refused(toy, capsys, tmp_path: Path
     assert f"the command runs in {repo}, outside --repo {other}" in err
 
 
-def test_a_folder_that_is_not_a_bisect_is_refused_and_left_alone(toy, capsys, tmp_path: Path) -> None:
+def test_a_folder_that_is_not_a_bisect_is_refused_and_left_alone(toy, capsys,
+                                                                  tmp_path: Path) -> None:
     repo, shas, case = toy
     out = tmp_path / "sweep"
     out.mkdir()
@@ -131,5 +141,6 @@ def test_cases_of_both_kinds_are_refused(toy, tmp_path: Path) -> None:
     (case.parent / "b.yaml").write_text(
         "name: b\ntrain: {steps: 2, global_batch: 4, seq_length: 16, lr: 1.0e-3}\n"
         "data: {lengths: {min: 4, max: 16}}\nresources: {gpus_per_node: 1}\n")
-    with pytest.raises(ConfigError, match="bisect one kind of case at a time: toy run a command and b"):
+    with pytest.raises(ConfigError,
+                       match="bisect one kind of case at a time: toy run a command and b"):
         plan(Request(good=shas[0], bad="main", paths=(str(case.parent),)))

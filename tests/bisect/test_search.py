@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from harness.bisect.search import Found, Probe, Verdict, next_step, steps_bound
 
 
-def run_search(n: int, first_bad: int, broken: frozenset[int] = frozenset()) -> tuple[Found, list[int]]:
+def run_search(n: int, first_bad: int,
+               broken: frozenset[int] = frozenset()) -> tuple[Found, list[int]]:
     """Search a line of ``n`` commits whose first bad one is ``first_bad`` and whose ``broken``
     ones are skipped; the answer and the indices tested, in order."""
     commits = [f"c{i}" for i in range(n)]
@@ -66,6 +67,7 @@ def test_the_bad_end_must_be_known_bad_before_the_search() -> None:
         next_step(["a", "b"], {})
 
 
-@pytest.mark.parametrize("n, bound", [(1, 0), (2, 1), (3, 2), (16, 4), (17, 5), (21, 5), (1024, 10)])
+@pytest.mark.parametrize("n, bound", [(1, 0), (2, 1), (3, 2), (16, 4), (17, 5), (21, 5),
+                                      (1024, 10)])
 def test_steps_bound_is_ceil_log2(n: int, bound: int) -> None:
     assert steps_bound(n) == bound

@@ -73,3 +73,17 @@ def test_a_command_case_copy_runs_in_the_worktree_with_its_golden_folder(tmp_pat
     assert loaded.case.command.cwd == str(worktree / "sub")
     assert (copy.parent / "golden" / "toy" / "golden_values_cpu.json").is_file()
     assert (cases / "toy.yaml").read_text().startswith("# a comment")  # the original untouched
+
+
+def test_a_slurm_step_submitted_before_an_interruption_is_collected_not_resubmitted(
+        tmp_path: Path) -> None:
+    from harness.bisect.target import step_command
+
+    target = Target(Mode.COMMAND, tmp_path, (tmp_path / "c.yaml",), "toy")
+    sweep = tmp_path / "sweep"
+    assert step_command(target, ["c.yaml"], sweep, "local", collect=False)[3:] == [
+        "submit", "c.yaml", "--profile", "local", "--out", str(sweep), "--wait", "-k", "toy"]
+    assert step_command(target, ["c.yaml"], sweep, "local", collect=True)[3:] == [
+        "collect", str(sweep), "--wait"]
+    assert step_command(target, ["c.yaml"], sweep, None, collect=False)[3:] == [
+        "run", "c.yaml", "--out", str(sweep), "-k", "toy"]
