@@ -13,7 +13,9 @@ from pathlib import Path
 from harness.bisect import Outcome, Request, bisect
 from harness.bisect.state import Role
 from harness.cli.run_cmd import sigterm_as_interrupt
+from harness.results.files import write_text_atomic
 
+RESULT_FILE = "result.txt"  # what the command printed at the end, beside bisect.json
 EXIT_FOUND = 0
 EXIT_NOT_FOUND = 2
 
@@ -57,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
                       keep_worktrees=args.keep_worktrees, allow_dirty=args.allow_dirty)
     with sigterm_as_interrupt():
         outcome = bisect(request, log=lambda line: print(line, flush=True))
-    print("\n".join(report_lines(outcome)))
+    text = "\n".join(report_lines(outcome))
+    print(text)
+    write_text_atomic(outcome.out / RESULT_FILE, text.lstrip("\n") + "\n")
     return exit_code(outcome)
 
 

@@ -83,6 +83,7 @@ def test_bisect_finds_the_seeded_commit_skips_a_broken_one_and_resumes(tmp_path:
     assert len(git(repo, "worktree", "list").splitlines()) == 1
     assert not (out / "worktrees").exists()
 
+    assert (out / "result.txt").read_text() == text[text.index("first bad commit"):]
     # run again: nothing left to run, the same answer
     before = (out / STATE_FILE).read_text()
     assert main(["bisect", str(case), "--good", shas[0], "--bad", "main", "--out", str(out)]) == 0
