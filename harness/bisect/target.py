@@ -31,7 +31,7 @@ from harness.bisect.git import is_tracked_unchanged, repository_root, toplevel
 from harness.bisect.state import Mode
 from harness.compare.contracts.golden import golden_dir
 from harness.errors import ConfigError
-from harness.launch.command import command_cwd
+from harness.launch.ranks.command import command_cwd
 from harness.spec import Case, load_cases, select_cases
 from harness.spec.loader import find_case_files, load_case_file
 from harness.spec.yamlfile import parse_case_yaml
