@@ -16,7 +16,7 @@ from harness.cli import main
 from tests.benches import load_bench
 from tests.bisect.toyrepo import git
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # minutes on a loaded machine
 
 REPO = Path(harness.__file__).resolve().parents[1]
 CASE = """name: tiny-bisect

@@ -17,7 +17,7 @@ from harness.bisect.state import STATE_FILE, BisectState
 from harness.cli import main
 from tests.bisect.toyrepo import git, make_repo, write_case
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # minutes on a loaded machine
 
 COMMITS = 22  # after the good end
 
