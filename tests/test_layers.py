@@ -23,8 +23,9 @@ FLOORS = {
     "report": 7, "trust": 7,
     "history": 8,
     "launch": 9,
-    "cli": 10,
-    "__main__": 11,
+    "bisect": 10,
+    "cli": 11,
+    "__main__": 12,
 }
 
 
