@@ -127,7 +127,8 @@ def remove(conn: Connection, sweep_id: int) -> None:
         conn.execute(delete(table).where(column == sweep_id))
 
 
-def _write(history: History, rec: SweepRecord) -> Recorded:
+def write_record(history: History, rec: SweepRecord) -> Recorded:
+    """Write a sweep's rows into an open history, in one transaction of their own."""
     with history.write() as conn:
         sweep_id, status = store(conn, rec)
     return Recorded(sweep_id, rec.key, status, rec.path, len(rec.cases), len(rec.arms),
@@ -136,7 +137,7 @@ def _write(history: History, rec: SweepRecord) -> Recorded:
 
 def add(history: History, sweep_dir: Path, view: Optional[SweepView] = None) -> Recorded:
     """Read one sweep folder and write it into an open history."""
-    return _write(history, read_sweep(sweep_dir, view))
+    return write_record(history, read_sweep(sweep_dir, view))
 
 
 def record_sweep(sweep_dir: Path, *, url: Optional[str] = None,
@@ -150,7 +151,7 @@ def record_sweep(sweep_dir: Path, *, url: Optional[str] = None,
     rec = read_sweep(Path(sweep_dir), view)  # before the database: a bad folder creates nothing
     history = open_history(url)
     try:
-        return _write(history, rec)
+        return write_record(history, rec)
     finally:
         history.close()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,11 +93,19 @@ def test_what_is_not_a_sweep_is_refused_and_no_database_is_made(tmp_path: Path):
 
 
 WRITER = """
-import sys
+import sys, time
 from pathlib import Path
-from harness.history import record_sweep
-for sweep in sys.argv[2:]:
-    record_sweep(Path(sweep), url=sys.argv[1])
+from harness.history import open_history
+from harness.history.store import write_record, read_sweep
+url, ready, go, sweeps = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:]
+records = [read_sweep(Path(s)) for s in sweeps]  # the slow part first: then all write at once
+ready.touch()
+while not go.exists():
+    time.sleep(0.01)
+history = open_history(url)  # an empty database: every writer makes the schema at once
+for rec in records:
+    write_record(history, rec)
+history.close()
 """
 
 
@@ -106,8 +115,15 @@ def test_several_processes_adding_at_once_lose_and_double_nothing(url: str, tmp_
     sweeps = [make_sweep(tmp_path, tmp_path / f"s{i}", started=started(i)) for i in range(3)]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     # Three writers at once; each adds its own sweep and every one adds sweep 0.
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, url, str(sweeps[0]), str(s)], env=env,
-                              stderr=subprocess.PIPE, text=True) for s in sweeps]
+    go = tmp_path / "go"
+    ready = [tmp_path / f"ready{i}" for i in range(len(sweeps))]
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, url, str(r), str(go), str(sweeps[0]),
+                               str(s)], env=env, stderr=subprocess.PIPE, text=True)
+             for r, s in zip(ready, sweeps)]
+    deadline = time.monotonic() + 240
+    while not all(r.exists() for r in ready) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    go.touch()
     errors = [p.communicate(timeout=240)[1] for p in procs]
     assert [p.returncode for p in procs] == [0] * 3, errors
     one = counts(url)
