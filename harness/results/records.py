@@ -105,12 +105,18 @@ class RunEnvironment:
     # (variable, value), sorted by variable; written to JSON as an object
     settings: Annotated[tuple[tuple[Str, Str], ...], BeforeValidator(_pairs)] = ()
     device_id: Optional[Str] = None  # the GPU's UUID, or the CPU rank's host name
+    # What decides the kernels (``harness.kernels.probe``: torch build, ATen CPU capability, BLAS
+    # ISA, threads; CUDA device, cuDNN, cuBLAS), (key, value) sorted by key, written to JSON as an
+    # object; empty in records written before it was recorded
+    kernels: Annotated[tuple[tuple[Str, Str], ...], BeforeValidator(_pairs)] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = {"torch": self.torch, "cuda": self.cuda, "nccl": self.nccl,
                "device_name": self.device_name, "settings": dict(self.settings)}
         if self.device_id is not None:
             out["device_id"] = self.device_id
+        if self.kernels:
+            out["kernels"] = dict(self.kernels)
         return out
 
     @classmethod
