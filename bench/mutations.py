@@ -136,6 +136,16 @@ MUTATIONS: tuple[Mutation, ...] = (
              "from harness.spec.layout import padded_length",
              "padded_length = lambda length, cp: length  # noqa: E731 (the fault: no CP padding)",
              select="tiny-dcp12-vs-cp2"),
+    # Issue 41's second guards, each with the fault only the guard it adds catches.
+    Mutation("loss-reduced-to-rank0", "harness/workload/train.py",
+             "the step's loss and aux-loss sums reach rank 0 alone (a reduce to rank 0 where an "
+             "all-reduce belongs): every other rank records its own share while rank 0, the "
+             "rank every pair and the golden values read, stays right (caught by "
+             "<arm>.ranks_agree only)",
+             "    all_reduce_(sums, s.groups.world)",
+             "    reduced = all_reduce_(sums.clone(), s.groups.world); "
+             "sums = reduced if s.groups.world.rank == 0 else sums",
+             select="tiny-dcp12-vs-cp2"),
     # The static-shape path both arms of a graph case share (graph_vs_eager cannot see these).
     Mutation("static-cu-seqlens", "harness/workload/static.py",
              "static metadata: cu_seqlens of a CP1 microbatch lose the boundaries between packed "

@@ -1,5 +1,5 @@
 """The checks every arm gets, whatever its pairs: completeness, no NaN/Inf, no skipped step
-(``arm_checks``), and the sanity checks of ``compare.sanity`` (``sanity_checks``: grad norm not
+(``arm_checks``), the values every rank must share equal on every rank (``ranks_agree``), and the sanity checks of ``compare.sanity`` (``sanity_checks``: grad norm not
 zero, loss moves, no loss spike)."""
 
 from __future__ import annotations
@@ -93,6 +93,56 @@ def arm_checks(
         if skipped else "no optimizer step skipped",
     )
     return (complete, finite, no_skip)
+
+
+# The fields every rank of an arm computes from the whole world (the loss and aux loss summed over
+# it, the global grad norm, the skip decision that follows from it, the step's microbatch count
+# from the one global packing plan): bitwise the same on every rank that records them.
+SHARED_FIELDS = ("loss", "aux_loss", "grad_norm", "skipped", "microbatches")
+RANKS_AGREE = "ranks_agree"
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal, a NaN equal to a NaN (``no_nan_inf`` judges those)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+def ranks_agree(arm: str, steps: Steps, not_applicable: Optional[str] = None) -> Check:
+    """``<arm>.ranks_agree``: per step, each of :data:`SHARED_FIELDS` equal on every rank that
+    recorded it (a rank that records no value of a field, such as a command whose last rank
+    alone writes metrics, is not compared); ``not_applicable``: why the ranks' values are not
+    the world's (emulated ranks compute their own local figures)."""
+    name = f"{arm}.{RANKS_AGREE}"
+    if not_applicable is not None:
+        return Check.not_applicable(name, not_applicable)
+    by_step: dict[int, dict[int, object]] = {}
+    for rank, rec in records_of(steps):
+        by_step.setdefault(rec.step, {})[rank] = rec
+    bad: list[str] = []
+    compared = 0
+    for step in sorted(by_step):
+        recs = by_step[step]
+        for field in SHARED_FIELDS:
+            values = {r: getattr(rec, field) for r, rec in sorted(recs.items())
+                      if getattr(rec, field) is not None}
+            if len(values) < 2:
+                continue
+            compared += 1
+            first_rank, first = next(iter(values.items()))
+            off = [r for r, v in values.items() if not _same(v, first)]
+            if off:
+                bad.append(f"step {step} {field}: rank {first_rank} {first!r} vs "
+                           + ", ".join(f"rank {r} {values[r]!r}" for r in off[:3])
+                           + (" ..." if len(off) > 3 else ""))
+    if compared == 0:
+        return Check.not_applicable(name, "fewer than two ranks recorded any shared value")
+    return Check(name, float(len(bad)), 0.0, not bad,
+                 ("ranks disagree on a value every rank must share: " + "; ".join(bad[:3])
+                  + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")) if bad
+                 else f"{', '.join(SHARED_FIELDS)} equal on every rank that recorded them "
+                      f"({compared} step/field comparisons)")
 
 
 def sanity_checks(arm: str, steps: Steps, spec: SanitySpec) -> tuple[Check, ...]:

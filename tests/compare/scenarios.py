@@ -52,6 +52,16 @@ def bump(name: str, step: int, field: str, rel: float) -> Fault:
     return fault
 
 
+def on_rank(name: str, rank: int, step: int, **fields: Any) -> Fault:
+    """``fields`` set on arm ``name``'s step ``step`` of rank ``rank`` alone (the other ranks
+    keep theirs: values every rank must share disagree)."""
+    def fault(pair: Pair, data: Data) -> Scenario:
+        recs = {r: [dataclasses.replace(x, **fields) if r == rank and x.step == step else x
+                    for x in rs] for r, rs in data[name].items()}
+        return pair, {**data, name: recs}
+    return fault
+
+
 def at(name: str, step: int, **fields: Any) -> Fault:
     """``fields`` set on arm ``name``'s step ``step`` on every rank."""
     def fault(pair: Pair, data: Data) -> Scenario:
