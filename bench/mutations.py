@@ -49,6 +49,9 @@ class Mutation:
     new: str
     select: Optional[str] = None  # `-k` of the cases it runs against (None: all of cases/focused)
     gpu: bool = False  # needs a CUDA GPU (a graph case)
+    # A second line patched with the fault, (file, old, new): a case whose setting puts the fault
+    # where one guard alone can see it
+    also: Optional[tuple[str, str, str]] = None
 
 
 MUTATIONS: tuple[Mutation, ...] = (
@@ -136,6 +139,15 @@ MUTATIONS: tuple[Mutation, ...] = (
              "from harness.spec.layout import padded_length",
              "padded_length = lambda length, cp: length  # noqa: E731 (the fault: no CP padding)",
              select="tiny-dcp12-vs-cp2"),
+    Mutation("optimizer-state-not-restored", "harness/workload/train.py",
+             "the resumed process restores the weights but not the optimizer state (Adam starts "
+             "over), in tiny-moe-eager stopped after step 11 of 12: step 12's loss and grad norm "
+             "come before the optimizer step the lost moments change, so the resume pair's "
+             "series pass (caught by resume / optimizer_state only)",
+             '    opt.load_state_dict(state["optimizer"])',
+             "    pass  # the optimizer state is not restored",
+             select="tiny-moe-eager",
+             also=("cases/focused/tiny-moe-eager.yaml", "  resume: {}", "  resume: {at_step: 11}")),
     # Issue 41's second guards, each with the fault only the guard it adds catches.
     Mutation("loss-reduced-to-rank0", "harness/workload/train.py",
              "the step's loss and aux-loss sums reach rank 0 alone (a reduce to rank 0 where an "
@@ -206,14 +218,15 @@ def copy_repo(dest: Path) -> None:
 
 
 def apply(root: Path, m: Mutation) -> None:
-    path = root / m.file
-    text = path.read_text()
-    lines = text.split("\n")
-    hits = [i for i, line in enumerate(lines) if line == m.old]
-    if len(hits) != 1:
-        raise SystemExit(f"{m.name}: expected the line once in {m.file}, found it {len(hits)} times")
-    lines[hits[0]] = m.new
-    path.write_text("\n".join(lines))
+    for file, old, new in [(m.file, m.old, m.new)] + ([m.also] if m.also else []):
+        path = root / file
+        lines = path.read_text().split("\n")
+        hits = [i for i, line in enumerate(lines) if line == old]
+        if len(hits) != 1:
+            raise SystemExit(f"{m.name}: expected the line once in {file}, found it {len(hits)} "
+                             "times")
+        lines[hits[0]] = new
+        path.write_text("\n".join(lines))
 
 
 def dead_model_case(root: Path) -> str:

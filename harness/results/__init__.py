@@ -66,6 +66,7 @@ from .records import (
     PackedGroup,
     PackedMicrobatch,
     RunEnvironment,
+    StateDigest,
     StepRecord,
     field_of,
 )
@@ -77,7 +78,7 @@ __all__ = [
     "sweep_lock", "FrameReplays", "GraphStats", "INDEX_FILE",
     "JUNIT_FILE", "LOG_FILE", "MemoryProbe", "OUTCOME_FILE", "PackedGroup", "PackedMicrobatch",
     "PathLike", "ResultsError", "RunEnvironment",
-    "SUMMARY_FILE", "StepRecord", "StepWriter", "VERDICT_FILE", "arm_dir", "case_dir",
+    "SUMMARY_FILE", "StateDigest", "StepRecord", "StepWriter", "VERDICT_FILE", "arm_dir", "case_dir",
     "current_umask", "decode_float", "decode_nonfinite", "dumps", "encode_nonfinite", "field_of",
     "file_mode", "list_arm_dirs", "parse_step_line", "rank_file", "rank_files", "read_json",
     "read_json_record", "read_outcome", "read_rank_file", "read_steps", "write_bytes_atomic",

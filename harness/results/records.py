@@ -126,6 +126,17 @@ class RunEnvironment:
 
 
 @dataclass(frozen=True)
+class StateDigest:
+    """Digests of the training state a resume must carry over (``harness.workload.state_digest``):
+    the optimizer's state and the RNG's, taken from the live objects."""
+
+    __pydantic_config__ = _FORBID
+
+    optimizer: Str
+    rng: Str
+
+
+@dataclass(frozen=True)
 class PackedGroup:
     """One CP group of a packed microbatch: its CP size, the global-batch indices of the
     sequences it holds (ascending), their real tokens, and each one's length in the same order
@@ -221,6 +232,11 @@ class StepRecord:
     # The step the checkpoint this rank process loaded holds, by the checkpoint's own metadata
     # (``harness.workload.checkpoint``; None: it loaded none). Set on every record it writes.
     checkpoint_step: Optional[Step] = None
+    # The state at the harness's stop (on the record of the step the arm stops after, taken before
+    # its checkpoint is written) and right after a resumed process restored its checkpoint (on
+    # the first record that process writes): ``compare.resume`` checks that they are equal.
+    stop_state: Optional[StateDigest] = None
+    loaded_state: Optional[StateDigest] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 1:
@@ -232,6 +248,9 @@ class StepRecord:
         out["replays"] = [asdict(f) for f in self.replays]
         out["packed"] = [mb.to_dict() for mb in self.packed]
         out["environment"] = None if self.environment is None else self.environment.to_dict()
+        for key in ("stop_state", "loaded_state"):  # older readers' layout where none was taken
+            if out[key] is None:
+                del out[key]
         return out
 
     @classmethod

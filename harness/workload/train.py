@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -13,7 +14,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from harness.errors import ConfigError
-from harness.results import GraphStats, MemoryProbe, StepRecord
+from harness.results import GraphStats, MemoryProbe, StateDigest, StepRecord
 from harness.spec.layout import ParallelLayout
 from harness.spec.schema import Case, DType, Pools
 from harness.workload import checkpoint as ckpt
@@ -35,6 +36,7 @@ from harness.workload.moe import MoEContext, moe_scalars
 from harness.workload.optim import all_reduce_grads, clip_grads_, global_grad_norm, make_optimizer
 from harness.workload.packing import StepPlan, plan_step
 from harness.workload.pipeline import MicrobatchInput, StepTotals, run_step
+from harness.workload.state_digest import optimizer_digest, restore_rng, rng_digest, rng_state
 from harness.workload.runtime import ProcessGroups, RankContext, build_groups, communicator_for
 from harness.workload.transfer import to_device
 
@@ -210,7 +212,12 @@ def _state(s: _Setup, opt: torch.optim.Optimizer, case: Case, step: int, rank: i
         "world_size": s.layout.world,
         "chunks": [c.state_dict() for c in s.chunks],
         "optimizer": opt.state_dict(),
+        "rng": rng_state(s.device),
     }
+
+
+def _digest(opt: torch.optim.Optimizer, device: torch.device) -> StateDigest:
+    return StateDigest(optimizer=optimizer_digest(opt), rng=rng_digest(device))
 
 
 def _restore(s: _Setup, opt: torch.optim.Optimizer, state: dict[str, Any], case: Case, rank: int) -> None:
@@ -223,6 +230,8 @@ def _restore(s: _Setup, opt: torch.optim.Optimizer, state: dict[str, Any], case:
     for chunk, sd in zip(s.chunks, state["chunks"]):
         chunk.load_state_dict(sd)
     opt.load_state_dict(state["optimizer"])
+    if "rng" in state:  # checkpoints written before the RNG state was kept have none
+        restore_rng(state["rng"], s.device)
 
 
 def _reduce_and_update(case: Case, s: _Setup, opt: torch.optim.Optimizer,
@@ -340,6 +349,8 @@ def train_arm(
             took = time.monotonic() - restore_started
             if took >= ckpt.SLOW_S:
                 print(f"[checkpoint r{ctx.rank}] step {start}: restored in {took:.1f}s", flush=True)
+        # The state right after the load, for compare.resume (on the first record written).
+        loaded = _digest(opt, s.device) if start > 0 else None
         last = train.steps if stop_after is None else min(stop_after, train.steps)
         table = successor_table(train.seed, case.model.vocab).tolist()  # read once, not per sequence
         autocast = _autocast(case)
@@ -354,6 +365,10 @@ def train_arm(
                 record = _train_step(case, ctx, s, opt, step, table, slot, autocast,
                                      memory_probe=step == probe_step, graph_stats=stats,
                                      resumed_from=start)
+                if loaded is not None:
+                    record, loaded = dataclasses.replace(record, loaded_state=loaded), None
+                if step == stop_after:  # the state the resumed process must get back
+                    record = dataclasses.replace(record, stop_state=_digest(opt, s.device))
                 # Record first, then checkpoint: a rank stopped in between re-runs this step on
                 # resume (same values; the results store drops the duplicate record), whereas the
                 # other order could resume after a step that was never recorded.

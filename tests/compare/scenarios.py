@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 from harness.compare import Pair
 from harness.compare.contracts.golden import GoldenPairParams
 from harness.golden import GoldenCopy, golden_values
-from harness.results import FrameReplays, PackedGroup, PackedMicrobatch, StepRecord
+from harness.results import FrameReplays, PackedGroup, PackedMicrobatch, StateDigest, StepRecord
 
 from tests.records import GIB, changed, graph_stats, probe, record
 
@@ -203,12 +203,16 @@ def golden_gpu() -> Scenario:
 AFTER = 2  # the resume pair's stop
 
 
+STATE = StateDigest(optimizer="0123456789abcdef", rng="fedcba9876543210")
+
+
 def resume() -> Scenario:
     """A graph arm stopped after step 2 and resumed from that step's checkpoint (it captured
     again on step 3) against the same arm run straight through."""
     resumed = {"resumed_from": AFTER, "checkpoint_step": AFTER}
     straight = graph_arm()
-    again = graph_arm(s3={**resumed, "graph_stats": STATS}, s4=resumed)
+    again = graph_arm(s2={"stop_state": STATE}, s3={**resumed, "graph_stats": STATS,
+                                                     "loaded_state": STATE}, s4=resumed)
     return Pair("resume", "resume", ("graph-resumed", "graph"), {"after": AFTER}), \
         {"graph-resumed": again, "graph": straight}
 

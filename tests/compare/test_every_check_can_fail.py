@@ -7,6 +7,8 @@ check added without such inputs fails here. A value without a bound is a figure
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Callable
 
 import pytest
@@ -86,6 +88,12 @@ FAULTS: dict[str, dict[str, list[tuple[str, Fault]]]] = {
     "resume": {
         "resumed_after": [("from-scratch", at("graph-resumed", AFTER + 1, resumed_from=None))],
         "loaded_checkpoint": [("metadata", at("graph-resumed", AFTER + 1, checkpoint_step=1))],
+        "optimizer_state": [
+            ("moments-lost", at("graph-resumed", AFTER + 1, loaded_state=dataclasses.replace(
+                sc.STATE, optimizer="0000000000000000"))),
+            ("none-after-load", at("graph-resumed", AFTER + 1, loaded_state=None))],
+        "rng_state": [("rng-not-restored", at("graph-resumed", AFTER + 1, loaded_state=(
+            dataclasses.replace(sc.STATE, rng="0000000000000000"))))],
         "recaptured": [("no-capture", at("graph-resumed", AFTER + 1, graph_stats=None))],
         "loss_before_stop": [("ulp", bump("graph-resumed", 1, "loss", 1e-12))],
         "loss": [("ulp", bump("graph-resumed", 4, "loss", 1e-12))],
