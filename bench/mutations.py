@@ -139,6 +139,13 @@ MUTATIONS: tuple[Mutation, ...] = (
              "from harness.spec.layout import padded_length",
              "padded_length = lambda length, cp: length  # noqa: E731 (the fault: no CP padding)",
              select="tiny-dcp12-vs-cp2"),
+    Mutation("cp-contiguous-split", "harness/workload/batch.py",
+             "CP ranks hold contiguous slices of each sequence instead of the load-balanced chunks "
+             "r and 2cp-1-r: still correct (every position once, the causal mask by position), "
+             "but the last rank gets most of the causal work (caught by <arm>.cp_balance only)",
+             "            pos = torch.cat([torch.arange(lo, lo + chunk), torch.arange(hi, hi + chunk)])",
+             "            pos = torch.arange(2 * cp_rank * chunk, (2 * cp_rank + 2) * chunk)",
+             select="tiny-dcp12-vs-cp2"),
     Mutation("optimizer-state-not-restored", "harness/workload/train.py",
              "the resumed process restores the weights but not the optimizer state (Adam starts "
              "over), in tiny-moe-eager stopped after step 11 of 12: step 12's loss and grad norm "

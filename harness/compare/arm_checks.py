@@ -145,6 +145,43 @@ def ranks_agree(arm: str, steps: Steps, not_applicable: Optional[str] = None) ->
                       f"({compared} step/field comparisons)")
 
 
+CP_BALANCE = "cp_balance"
+
+
+def cp_balance(arm: str, steps: Steps, bound: float) -> Check:
+    """``<arm>.cp_balance``: per step and microbatch, the causal attention work of each CP group
+    of more than one rank (``StepRecord.attention_work``, every rank's own), max over mean within
+    ``bound`` (``compare.sanity.cp_balance``): a split of the sequences over the CP ranks that is
+    still correct (every position once) but gives one rank most of the causal work fails here,
+    though no loss moves. Not applicable where no CP group has two ranks or no rank recorded its
+    work (a command; records written before it was recorded)."""
+    name = f"{arm}.{CP_BALANCE}"
+    groups: dict[tuple[int, int, int, int], list[tuple[int, int]]] = {}
+    for rank, rec in records_of(steps):
+        for w in rec.attention_work:
+            if w.cp > 1:
+                groups.setdefault((rec.step, w.microbatch, w.group, w.cp), []).append((rank, w.work))
+    if not groups:
+        return Check.not_applicable(name, "no CP group of two or more ranks recorded its "
+                                          "attention work")
+    worst, where, over = 0.0, "", []
+    for (step, mb, start, cp), works in sorted(groups.items()):
+        mean = sum(w for _, w in works) / len(works)
+        ratio = max(w for _, w in works) / mean if mean > 0 else 1.0
+        if ratio > bound:
+            over.append(step)
+        if ratio > worst:
+            worst = ratio
+            where = (f"step {step} microbatch {mb}, CP{cp} group at pool rank {start}: work "
+                     + ", ".join(f"rank {r} {w}" for r, w in sorted(works)))
+    detail = (f"max/mean of the causal attention work over a CP group {worst:.3f} > {bound:g} in "
+              f"{len(over)} of {len(groups)} group-microbatches (worst {where}): the CP split "
+              "puts the causal work out of balance" if over else
+              f"max/mean {worst:.3f} <= {bound:g} over {len(groups)} CP group-microbatches "
+              f"(worst {where})")
+    return Check(name, worst, bound, not over, detail)
+
+
 def sanity_checks(arm: str, steps: Steps, spec: SanitySpec) -> tuple[Check, ...]:
     """``compare.sanity`` on one arm: ``<arm>.grad_norm_nonzero`` (steps, over every rank, whose
     grad norm is exactly 0: nothing learns), ``<arm>.loss_moves`` (steps whose LM loss is within
@@ -153,6 +190,8 @@ def sanity_checks(arm: str, steps: Steps, spec: SanitySpec) -> tuple[Check, ...]
     loss over the lowest loss of the earlier steps, bound ``loss_spike_factor``). Non-finite
     values are the ``no_nan_inf`` check's."""
     out: list[Check] = []
+    if spec.cp_balance is not None:
+        out.append(cp_balance(arm, steps, spec.cp_balance))
     if spec.grad_norm_nonzero:
         zero = [f"rank {rank} step {rec.step}" for rank, rec in records_of(steps)
                 if finite_number(rec.grad_norm) and rec.grad_norm == 0]

@@ -60,6 +60,7 @@ from .paths import (
     rank_files,
 )
 from .records import (
+    AttentionWork,
     FrameReplays,
     GraphStats,
     MemoryProbe,
@@ -73,7 +74,7 @@ from .records import (
 from .steps import StepWriter, parse_step_line, read_rank_file, read_steps
 
 __all__ = [
-    "ARM_STATUSES", "ArmOutcome", "ArmStatus", "CASE_FILE", "LOCK_FILE", "MANIFEST_FILE", "Manifest",
+    "ARM_STATUSES", "ArmOutcome", "AttentionWork", "ArmStatus", "CASE_FILE", "LOCK_FILE", "MANIFEST_FILE", "Manifest",
     "ManifestArm", "ManifestCase", "SweepStart", "add_to_manifest", "lock_holder", "read_manifest",
     "sweep_lock", "FrameReplays", "GraphStats", "INDEX_FILE",
     "JUNIT_FILE", "LOG_FILE", "MemoryProbe", "OUTCOME_FILE", "PackedGroup", "PackedMicrobatch",

@@ -126,6 +126,20 @@ class RunEnvironment:
 
 
 @dataclass(frozen=True)
+class AttentionWork:
+    """One rank's causal attention work in one microbatch: the query-key pairs its attention
+    computes per layer (a query at position p of its sequence sees p + 1 keys), in the CP group
+    that starts at pool rank ``group`` (``cp`` ranks)."""
+
+    __pydantic_config__ = _FORBID
+
+    microbatch: Int
+    group: Int
+    cp: Int
+    work: Int
+
+
+@dataclass(frozen=True)
 class StateDigest:
     """Digests of the training state a resume must carry over (``harness.workload.state_digest``):
     the optimizer's state and the RNG's, taken from the live objects."""
@@ -237,6 +251,9 @@ class StepRecord:
     # the first record that process writes): ``compare.resume`` checks that they are equal.
     stop_state: Optional[StateDigest] = None
     loaded_state: Optional[StateDigest] = None
+    # This rank's causal attention work per microbatch (schedule order; empty in records written
+    # before it was recorded): what ``<arm>.cp_balance`` compares across each CP group.
+    attention_work: tuple[AttentionWork, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 1:
@@ -247,6 +264,7 @@ class StepRecord:
         out["cp_sizes"] = list(self.cp_sizes)
         out["replays"] = [asdict(f) for f in self.replays]
         out["packed"] = [mb.to_dict() for mb in self.packed]
+        out["attention_work"] = [asdict(w) for w in self.attention_work]
         out["environment"] = None if self.environment is None else self.environment.to_dict()
         for key in ("stop_state", "loaded_state"):  # older readers' layout where none was taken
             if out[key] is None:

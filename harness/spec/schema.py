@@ -339,6 +339,10 @@ class SanitySpec(Strict):
     loss_moves_rel: float = Field(default=1e-6, ge=0)
     # None: spikes are not checked.
     loss_spike_factor: Optional[float] = Field(default=1.5, gt=1)
+    # Largest max/mean of the causal attention work (query-key pairs) over the ranks of one CP
+    # group in one microbatch; the load-balanced split (rank r holds chunks r and 2cp-1-r) gives
+    # 1.0. None: balance is not checked.
+    cp_balance: Optional[float] = Field(default=1.05, ge=1)
 
 
 class CompareSpec(Strict):

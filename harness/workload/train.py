@@ -14,11 +14,11 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from harness.errors import ConfigError
-from harness.results import GraphStats, MemoryProbe, StateDigest, StepRecord
+from harness.results import AttentionWork, GraphStats, MemoryProbe, StateDigest, StepRecord
 from harness.spec.layout import ParallelLayout
 from harness.spec.schema import Case, DType, Pools
 from harness.workload import checkpoint as ckpt
-from harness.workload.attention import AttentionContext, attention_plan
+from harness.workload.attention import AttentionContext, attention_plan, causal_work
 from harness.workload.batch import local_batch, static_batch
 from harness.workload.comm import all_reduce_
 from harness.workload.data import Table, successor_table
@@ -105,12 +105,14 @@ class _GraphSlot:
 
 
 def _microbatch_input(
-    case: Case, plan: StepPlan, m: int, s: _Setup, table: Table, slot: _GraphSlot
+    case: Case, plan: StepPlan, m: int, s: _Setup, table: Table, slot: _GraphSlot,
+    works: dict[int, AttentionWork],
 ) -> MicrobatchInput:
     group = plan.microbatches[m].group_of(s.groups.pool_rank)
     if case.static_shapes:
-        return _static_input(case, plan, m, s, table, slot)
+        return _static_input(case, plan, m, s, table, slot, works)
     b = local_batch(group, s.groups.pool_rank, case.train.seed, plan.step, case.model.vocab, table)
+    works[m] = AttentionWork(m, group.start, group.size, causal_work(b.segments, b.positions))
     dev = s.device
     positions = b.positions.to(dev)
     attn = AttentionContext(
@@ -130,7 +132,8 @@ def _microbatch_input(
 
 
 def _static_input(
-    case: Case, plan: StepPlan, m: int, s: _Setup, table: Table, slot: _GraphSlot
+    case: Case, plan: StepPlan, m: int, s: _Setup, table: Table, slot: _GraphSlot,
+    works: dict[int, AttentionWork],
 ) -> MicrobatchInput:
     """A static-shape microbatch: fixed token buffer, metadata tensors, the block runner (eager
     call, or graph replay once captured)."""
@@ -139,6 +142,8 @@ def _static_input(
     group = plan.microbatches[m].group_of(s.groups.pool_rank)
     b = static_batch(group, s.groups.pool_rank, case.train.seed, plan.step, case.model.vocab, table,
                      case.layout.tokens_per_rank, case.train.max_seqs_per_microbatch)
+    works[m] = AttentionWork(m, group.start, group.size,
+                             causal_work(b.layout.segments, b.layout.positions))
     cp = s.groups.cp_group(group.size)
     host_scalars = moe_scalars(b.unit_tokens, plan.total_tokens, case.model.experts,
                                case.model.experts_per_token)
@@ -274,13 +279,14 @@ def _train_step(case: Case, ctx: RankContext, s: _Setup, opt: torch.optim.Optimi
     if slot.graphs is not None:
         slot.graphs.check_step(len(plan.microbatches))
     opt.zero_grad(set_to_none=False)
+    works: dict[int, AttentionWork] = {}  # microbatch -> this rank's attention work
     totals = run_step(
         s.chunks,
         s.groups,
         s.layout.pp,
         s.layout.group,
         len(plan.microbatches),
-        lambda m: _microbatch_input(case, plan, m, s, table, slot),
+        lambda m: _microbatch_input(case, plan, m, s, table, slot, works),
         plan.total_tokens,
         case.model.hidden,
         autocast,
@@ -301,6 +307,7 @@ def _train_step(case: Case, ctx: RankContext, s: _Setup, opt: torch.optim.Optimi
         tokens=plan.total_tokens,
         microbatches=len(plan.microbatches),
         cp_sizes=tuple(mb.group_of(s.groups.pool_rank).size for mb in plan.microbatches),
+        attention_work=tuple(works[m] for m in sorted(works)),
         lr=case.train.lr,
         step_time_s=elapsed,
         device=ctx.device,

@@ -7,6 +7,8 @@ check added without such inputs fails here. A value without a bound is a figure
 
 from __future__ import annotations
 
+from harness.results import AttentionWork
+
 import dataclasses
 
 from typing import Callable
@@ -155,7 +157,8 @@ ONE = (sc.packed((0, 1, 2, 3), cp=2),)  # one microbatch: a CP2 group of the 4 s
 
 def arm_entry(fault: Fault = lambda pair, data: (pair, data)) -> dict[str, Check]:
     """The ``checks`` entry of a case whose only arm is ``eager`` (2 ranks, 4 steps)."""
-    clean = sc.arm(every={"packed": ONE, "microbatches": 1, "tokens": 40})
+    clean = sc.arm(every={"packed": ONE, "microbatches": 1, "tokens": 40,
+                          "attention_work": (AttentionWork(0, 0, 2, 420),)})
     _, data = fault(None, {"eager": clean})  # type: ignore[arg-type]
     ok = ArmOutcome(status="ok", returncode=0)
     v = evaluate_case("c", [], {"eager": (ok, data["eager"])}, expected_steps=sc.STEPS,
@@ -174,6 +177,8 @@ ARM_FAULTS: dict[str, list[tuple[str, Fault]]] = {
                           ("rank1-skipped", sc.on_rank("eager", 1, 3, skipped=True)),
                           ("rank0-microbatches", sc.on_rank("eager", 0, 4, microbatches=2))],
     "eager.packing": [("twice", at("eager", 2, packed=(sc.packed((0, 1, 2, 3, 3), cp=2),)))],
+    "eager.cp_balance": [("contiguous-split", sc.on_rank("eager", 1, 2, attention_work=(
+        AttentionWork(0, 0, 2, 620),)))],
     "eager.grad_norm_nonzero": [("zero", at("eager", 2, grad_norm=0.0))],
     "eager.loss_moves": [("stuck", at("eager", 3, loss=sc.LOSS[1]))],
     "eager.loss_spike": [("spike", at("eager", 4, loss=10.0))],
