@@ -4,7 +4,9 @@ Each fault is ONE textual patch of one workload line, applied alone to a tempora
 repository's tracked files (never to this checkout, and no fault flag in production code). In the
 copy, ``dcp-harness run cases/focused --out OUT`` and ``dcp-harness gate OUT`` run with PYTHONPATH
 pointing at the copy; every fault must make the gate exit 1 (a regression), never 0 (missed) or
-2 (an error). The ``dead-model`` row runs no workload patch but a copy of ``tiny-moe-eager`` with
+2 (an error), or stop the run at preflight (exit 2) naming a broken invariant of the harness's own
+code (``dcp-harness bug: invariant ...``: a packer fault found before any arm runs, blamed on the
+harness, not on the case). The ``dead-model`` row runs no workload patch but a copy of ``tiny-moe-eager`` with
 ``lr: 1.0e+6`` (the model collapses after one step) and must fail too.
 
 GPU rows (``--gpu``, on a CUDA machine): faults in the static-shape path that both arms of a graph
@@ -315,6 +317,10 @@ def run_one(name: str, mutation: Optional[Mutation], keep: bool, timeout_s: floa
         out = root / "results" / name
         t0 = time.monotonic()
         ran = _cli(root, "run", *cases, "--out", str(out), timeout_s=timeout_s)
+        bug = preflight_bug(ran.stderr)
+        if bug is not None:  # stopped before any arm ran: the harness's own invariant broke
+            return {"name": name, "run": ran.returncode, "gate": None, "preflight": bug,
+                    "wall_s": time.monotonic() - t0, "failed": [f"PREFLIGHT {bug}"], "tail": ""}
         gate = _cli(root, "gate", str(out), timeout_s=120)
         failed = failed_lines(gate.stdout)
         if verdicts is not None:
@@ -327,6 +333,22 @@ def run_one(name: str, mutation: Optional[Mutation], keep: bool, timeout_s: floa
             print(f"kept {root}", file=sys.stderr)
         else:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def preflight_bug(stderr: str) -> Optional[str]:
+    """The invariant a run's preflight named as broken (``dcp-harness bug: invariant '...'``: the
+    packer broke its own rule before any arm ran), else None."""
+    match = re.search(r"dcp-harness bug: invariant '([^']+)'", stderr)
+    return match.group(1) if match else None
+
+
+def caught(r: dict) -> bool:
+    """A row is caught when the gate exits 1 (a regression), or when preflight stopped the run
+    with exit 2 naming one of the harness's own invariants (a packer fault found before any arm
+    ran, blamed on the harness: ``launch.datacheck``)."""
+    if r.get("preflight"):
+        return r["run"] == 2
+    return r["gate"] == 1 and r["run"] == 1
 
 
 def _checks(failed: list[str]) -> str:
@@ -380,13 +402,14 @@ def main(argv: Optional[list[str]] = None) -> int:
             cases = (f"-k {m.select}" if m and m.select else "cases/focused" if m
                      else "dead-model-lr1e6")
             what = m.description if m else "train.lr 1.0e+6: the model collapses after one step"
-            print(f"| {name} | {where} | {cases} | {what} | {r['run']} | {r['gate']} | "
+            print(f"| {name} | {where} | {cases} | {what} | {r['run']} | {'-' if r['gate'] is None else r['gate']} | "
                   f"{_checks(r['failed'])} | {r['wall_s']:.0f} |", flush=True)
-            if r["gate"] != 1 or r["run"] != 1:
+            if not caught(r):
                 bad += 1
                 if r["tail"]:
                     print(f"<!-- {name} output tail:\n{r['tail']}\n-->", flush=True)
-    print(f"\n{len(rows) - bad} of {len(rows)} rows exit 1 (a regression)")
+    print(f"\n{len(rows) - bad} of {len(rows)} rows caught (gate exit 1, or preflight exit 2 "
+          "naming a broken harness invariant)")
     return 0 if bad == 0 else 1
 
 
