@@ -144,7 +144,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("cp-contiguous-split", "harness/workload/batch.py",
              "CP ranks hold contiguous slices of each sequence instead of the load-balanced chunks "
              "r and 2cp-1-r: still correct (every position once, the causal mask by position), "
-             "but the last rank gets most of the causal work (caught by <arm>.cp_balance only)",
+             "but the last rank gets most of the causal work (<arm>.cp_balance; the reference pair "
+             "passes; the bitwise CPU golden values see the other rounding too)",
              "            pos = torch.cat([torch.arange(lo, lo + chunk), torch.arange(hi, hi + chunk)])",
              "            pos = torch.arange(2 * cp_rank * chunk, (2 * cp_rank + 2) * chunk)",
              select="tiny-dcp12-vs-cp2"),
@@ -167,6 +168,40 @@ MUTATIONS: tuple[Mutation, ...] = (
              "    reduced = all_reduce_(sums.clone(), s.groups.world); "
              "sums = reduced if s.groups.world.rank == 0 else sums",
              select="tiny-dcp12-vs-cp2"),
+    # The oracle (compare.oracle): faults in code every arm runs, seeded where only it judges
+    # them (the oracle case has no golden values and no pair of arms: every arm would share them).
+    Mutation("norm-weight-offset", "harness/workload/norm.py",
+             "RMSNorm scales by 1 + weight (Gemma's form) instead of weight (Qwen's)",
+             "        return (y * self.weight.float()).to(x.dtype)",
+             "        return (y * (1.0 + self.weight.float())).to(x.dtype)", select="tiny-moe-oracle"),
+    Mutation("rope-rotation-sign", "harness/workload/attention.py",
+             "RoPE rotates the other way (rotate-half with the signs swapped): every relative "
+             "position mirrored",
+             "    rotated = torch.cat([-xf[..., half:], xf[..., :half]], dim=-1)",
+             "    rotated = torch.cat([xf[..., half:], -xf[..., :half]], dim=-1)",
+             select="tiny-moe-oracle"),
+    Mutation("moe-topk-not-renormalised", "harness/workload/moe.py",
+             "the top-k router weights are not renormalised to sum to 1 (Qwen3-MoE's "
+             "norm_topk_prob)",
+             "            y = dispatch_and_compute(x, top_i, weights.to(x.dtype), self.experts, e, ctx.ep,",
+             "            y = dispatch_and_compute(x, top_i, top_p.to(x.dtype), self.experts, e, ctx.ep,",
+             select="tiny-moe-oracle"),
+    Mutation("aux-loss-without-topk", "harness/workload/moe.py",
+             "the load-balancing loss is not divided by top-k (E / T^2 instead of E / (T^2 k))",
+             "        aux_local = (prob_sum * counts).sum() * (e / (unit * unit * k))",
+             "        aux_local = (prob_sum * counts).sum() * (e / (unit * unit))",
+             select="tiny-moe-oracle"),
+    Mutation("grad-norm-squared", "harness/workload/optim.py",
+             "the global grad norm is reported (and clipped by) without its square root",
+             "    return math.sqrt(float(sq)) if math.isfinite(float(sq)) else float(\"nan\")",
+             "    return float(sq) if math.isfinite(float(sq)) else float(\"nan\")",
+             select="tiny-moe-oracle"),
+    Mutation("adam-betas-swapped", "harness/workload/optim.py",
+             "the optimizer gets (beta2, beta1) for (beta1, beta2) (the first step is the same: "
+             "Adam's bias correction cancels the betas there)",
+             "        list(params), lr=train.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay,",
+             "        list(params), lr=train.lr, betas=(o.beta2, o.beta1), eps=o.eps, weight_decay=o.weight_decay,",
+             select="tiny-moe-oracle"),
     # The static-shape path both arms of a graph case share (graph_vs_eager cannot see these).
     Mutation("static-cu-seqlens", "harness/workload/static.py",
              "static metadata: cu_seqlens of a CP1 microbatch lose the boundaries between packed "

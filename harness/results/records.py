@@ -140,6 +140,25 @@ class AttentionWork:
 
 
 @dataclass(frozen=True)
+class OracleStep:
+    """What the oracle (Hugging Face Qwen3-MoE with torch's AdamW and clip_grad_norm_, trained
+    beside the one-rank arm: ``harness.workload.oracle``) gave on one step: its LM loss, aux loss
+    (our definition, from its router) and grad norm, and the largest relative differences from
+    ours of the logits (before the step), the gradients (after clipping) and the parameters
+    (after the optimizer step); ``unavailable`` says why the oracle did not run (the rest None)."""
+
+    __pydantic_config__ = _FORBID
+
+    loss: Optional[Float] = None
+    aux_loss: Optional[Float] = None
+    grad_norm: Optional[Float] = None
+    logits_rel: Optional[Float] = None
+    grads_rel: Optional[Float] = None
+    params_rel: Optional[Float] = None
+    unavailable: Optional[Str] = None
+
+
+@dataclass(frozen=True)
 class StateDigest:
     """Digests of the training state a resume must carry over (``harness.workload.state_digest``):
     the optimizer's state and the RNG's, taken from the live objects."""
@@ -254,6 +273,8 @@ class StepRecord:
     # This rank's causal attention work per microbatch (schedule order; empty in records written
     # before it was recorded): what ``<arm>.cp_balance`` compares across each CP group.
     attention_work: tuple[AttentionWork, ...] = ()
+    # The oracle arm's (``compare.oracle``) comparison with Hugging Face's Qwen3-MoE on this step.
+    oracle: Optional[OracleStep] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 1:
@@ -266,7 +287,7 @@ class StepRecord:
         out["packed"] = [mb.to_dict() for mb in self.packed]
         out["attention_work"] = [asdict(w) for w in self.attention_work]
         out["environment"] = None if self.environment is None else self.environment.to_dict()
-        for key in ("stop_state", "loaded_state"):  # older readers' layout where none was taken
+        for key in ("stop_state", "loaded_state", "oracle"):  # older readers' layout where none
             if out[key] is None:
                 del out[key]
         return out

@@ -395,6 +395,8 @@ class Execution(Strict):
     # The harness stops the arm after this step (its processes exit after checkpointing it) and
     # starts it again from that checkpoint (a ``-resumed`` arm of ``compare.resume``).
     interrupt_after: Optional[int] = Field(default=None, ge=1)
+    # The one-rank arm trained beside Hugging Face's Qwen3-MoE (``compare.oracle``).
+    oracle: bool = False
 
 
 # --------------------------------------------------------------------------- resources

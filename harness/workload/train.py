@@ -363,6 +363,16 @@ def train_arm(
         autocast = _autocast(case)
         slot = _GraphSlot()
         probe_step = train.memory_probe_step or train.steps
+        if case.execution.oracle:  # the one-rank arm beside Hugging Face's (compare.oracle)
+            from harness.workload.oracle import train_oracle
+
+            def inputs_of(plan: StepPlan) -> Callable[[int], MicrobatchInput]:
+                return lambda m: _microbatch_input(case, plan, m, s, table, slot, {})
+
+            train_oracle(case, ctx, on_step, lambda step: _train_step(
+                case, ctx, s, opt, step, table, slot, autocast, memory_probe=step == probe_step,
+                graph_stats=None, resumed_from=start), s, opt, inputs_of, start, last)
+            return
         try:
             for step in range(start + 1, last + 1):
                 stats: Optional[GraphStats] = None
