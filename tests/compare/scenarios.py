@@ -12,7 +12,8 @@ from typing import Any, Callable, Mapping
 from harness.compare import Pair
 from harness.compare.contracts.golden import GoldenPairParams
 from harness.golden import GoldenCopy, golden_values
-from harness.results import FrameReplays, PackedGroup, PackedMicrobatch, StateDigest, StepRecord
+from harness.results import (FrameReplays, OracleStep, PackedGroup, PackedMicrobatch, StateDigest,
+                             StepRecord)
 
 from tests.records import GIB, changed, graph_stats, probe, record
 
@@ -201,6 +202,20 @@ def golden_gpu() -> Scenario:
 
 
 AFTER = 2  # the resume pair's stop
+
+
+ORACLE = OracleStep(loss=LOSS[0], aux_loss=AUX[0], grad_norm=GRAD[0], logits_rel=1e-6,
+                    grads_rel=3e-6, params_rel=3e-6)
+
+
+def oracle() -> Scenario:
+    """The oracle arm whose every step the oracle matched to rounding."""
+    def steps(s: int) -> dict[str, Any]:
+        return {"oracle": OracleStep(loss=LOSS[s - 1] * (1 + 5e-8), aux_loss=AUX[s - 1],
+                                     grad_norm=GRAD[s - 1], logits_rel=1e-6, grads_rel=3e-6,
+                                     params_rel=3e-6)}
+    return (Pair("oracle", "oracle", ("oracle",), {}),
+            {"oracle": arm(1, **{f"s{s}": steps(s) for s in range(1, STEPS + 1)})})
 
 
 STATE = StateDigest(optimizer="0123456789abcdef", rng="fedcba9876543210")

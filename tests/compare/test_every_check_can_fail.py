@@ -11,7 +11,7 @@ from harness.results import AttentionWork
 
 import dataclasses
 
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -29,9 +29,19 @@ CLEAN: dict[str, Make] = {
     "repeat": sc.repeat, "graph_vs_eager": sc.graph_vs_eager, "dcp_vs_fixed_cp": sc.dcp_vs_fixed_cp,
     "graph_pools": sc.graph_pools, "reference": sc.reference, "golden": sc.golden_gpu,
     "resume": sc.resume, "slot_ring": sc.slot_ring, "slot_ring_plan": sc.slot_ring_plan,
+    "oracle": sc.oracle,
 }
 # Values each contract reports without a bound (figures, never checks).
 FIGURES: dict[str, set[str]] = {"graph_vs_eager": {"capture"}, "dcp_vs_fixed_cp": {"graph_pool_bytes"}}
+
+
+def oracle_at(step: int, **fields: Any) -> Fault:
+    """The oracle's entry of ``step`` with ``fields`` changed (the oracle saw otherwise)."""
+    def fault(pair, data):
+        recs = {r: [dataclasses.replace(x, oracle=dataclasses.replace(x.oracle, **fields))
+                    if x.step == step else x for x in rs] for r, rs in data["oracle"].items()}
+        return pair, {**data, "oracle": recs}
+    return fault
 
 
 def _worse_and_better(name: str, scale: Callable[[float], Fault]) -> list[tuple[str, Fault]]:
@@ -87,6 +97,13 @@ FAULTS: dict[str, dict[str, list[tuple[str, Fault]]]] = {
         "grad_norm": [("1e-3", bump("graph", 2, "grad_norm", 1e-3))],
         "step_time": _worse_and_better("time", lambda f: scaled("graph", f, "step_time_s")),
         **_memory_faults()},
+    "oracle": {
+        "loss": [("off", oracle_at(2, loss=sc.LOSS[1] * (1 + 1e-4)))],
+        "logits": [("off", oracle_at(3, logits_rel=1e-2))],
+        "grads": [("off", oracle_at(1, grads_rel=0.2))],
+        "grad_norm": [("off", oracle_at(4, grad_norm=sc.GRAD[3] * 1.01))],
+        "params": [("off", oracle_at(2, params_rel=1e-3)), ("none", oracle_at(2, params_rel=None))],
+        "aux_loss": [("off", oracle_at(1, aux_loss=sc.AUX[0] * 1.001))]},
     "resume": {
         "resumed_after": [("from-scratch", at("graph-resumed", AFTER + 1, resumed_from=None))],
         "loaded_checkpoint": [("metadata", at("graph-resumed", AFTER + 1, checkpoint_step=1))],
