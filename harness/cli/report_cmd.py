@@ -8,10 +8,10 @@ from pathlib import Path
 from harness.cli.run_cmd import LATEST, RESULTS_ROOT
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
-from harness.launch.rules import check_stored_plan
 from harness.report import console_table, gate, make_console, write_reports
 from harness.report.load import is_case_dir
 from harness.results import MANIFEST_FILE, sweep_lock
+from harness.trust.stored_plan import check_stored_plan
 
 DEFAULT_SWEEP = RESULTS_ROOT / LATEST  # where `dcp-harness run` points its newest sweep
 

@@ -20,9 +20,10 @@ from typing import Iterator
 from harness.cli.selection import add_emulate_argument, selected_plans
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
-from harness.launch.local import LocalLauncher, cuda_device_count
-from harness.launch.placement import runs_beside_gpu_arms
+from harness.launch.local import LocalLauncher
 from harness.launch.progress import make_progress
+from harness.launch.ranks.placement import runs_beside_gpu_arms
+from harness.launch.ranks.processes import cuda_device_count
 from harness.launch.sweep import check_resumable, run_sweep, sweep_start
 from harness.report import console_table, gate_result, make_console
 

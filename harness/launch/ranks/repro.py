@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 
 from harness.caseplan import CasePlan, PlannedArm
-from harness.launch.command import (METRICS_DIR, Rendezvous, command_cwd, launcher_mode,
-                                    placeholder_values, rendezvous_env, shown_env, starters)
+from harness.launch.ranks.command import (METRICS_DIR, Rendezvous, command_cwd, launcher_mode,
+                                          placeholder_values, rendezvous_env, shown_env, starters)
+from harness.launch.ranks.processes import REPO_ROOT
 from harness.spec.command import arm_argv
 
 REPRO_ROOT = Path("/tmp/dcp-repro")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def repro_dir(case_id: str, arm: str) -> Path:
