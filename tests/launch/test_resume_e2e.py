@@ -45,20 +45,27 @@ def test_an_interrupted_arm_resumes_bitwise(write_case, tmp_path):
     assert all(r.resumed_from is None for r in read_steps(out / "res" / "eager")[0])
 
 
-def test_a_resume_that_loses_the_optimizer_state_fails(write_case, tmp_path, monkeypatch):
-    """Both legs in this process (run_rank, the function every launcher runs per rank), the
-    second with a restore that keeps the model but starts a fresh optimizer."""
-    import harness.workload.train as train
-
-    case = write_case("lost", train={"steps": 4}, compare={"resume": {}})
+def _up_to_the_stop(write_case, tmp_path, monkeypatch, name):
+    """A 4-step case with compare.resume: its eager arm run whole and its resumed arm's first leg
+    (stopped after step 2), both in this process (run_rank, what every launcher runs per rank)."""
+    case = write_case(name, train={"steps": 4}, compare={"resume": {}})
     plan = plan_case(load_cases([case])[0])
     arms = {a.name: a for a in plan.arms}
-    out = tmp_path / "lost"
+    out = tmp_path / name
     monkeypatch.delenv("RANK", raising=False)
     rank_main.run_rank(arms["eager"], out / "eager")
     legs = rank_main.arm_legs(arms["eager-resumed"])
     assert legs == (2, None)
     rank_main.run_rank(arms["eager-resumed"], out / "eager-resumed", stop_after=legs[0])
+    return plan, arms, out
+
+
+def test_a_resume_that_loses_the_optimizer_state_fails(write_case, tmp_path, monkeypatch):
+    """Both legs in this process (run_rank, the function every launcher runs per rank), the
+    second with a restore that keeps the model but starts a fresh optimizer."""
+    import harness.workload.train as train
+
+    plan, arms, out = _up_to_the_stop(write_case, tmp_path, monkeypatch, "lost")
     real = train._restore
 
     def forgetful(s, opt, state, case, rank):
@@ -91,13 +98,7 @@ def test_a_resume_that_leaves_the_rng_where_the_fresh_process_put_it_fails(write
 
     import harness.workload.train as train
 
-    case = write_case("rng", train={"steps": 4}, compare={"resume": {}})
-    plan = plan_case(load_cases([case])[0])
-    arms = {a.name: a for a in plan.arms}
-    out = tmp_path / "rng"
-    monkeypatch.delenv("RANK", raising=False)
-    rank_main.run_rank(arms["eager"], out / "eager")
-    rank_main.run_rank(arms["eager-resumed"], out / "eager-resumed", stop_after=2)
+    plan, arms, out = _up_to_the_stop(write_case, tmp_path, monkeypatch, "rng")
     torch.manual_seed(99)  # where this test's process left the generator: not the stop's state
     monkeypatch.setattr(train, "restore_rng", lambda state, device: None)
     monkeypatch.setattr(train, "_determinism", _seeded_elsewhere(train._determinism))
