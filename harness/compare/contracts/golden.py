@@ -272,8 +272,15 @@ def golden_dir(case: Case) -> Path:
 
 
 def _deterministic_fp32(arm_case: ArmCase) -> bool:
-    """Whether the arm trains deterministically in fp32 (on CPU it repeats bitwise)."""
-    return arm_case.train.deterministic and arm_case.train.dtype is DType.FP32
+    """Whether the arm trains deterministically in fp32 (on CPU it repeats bitwise). A command's
+    ``train`` section does not describe its training: its golden file's repeats must show it."""
+    return _deterministic(arm_case) and arm_case.train.dtype is DType.FP32
+
+
+def _deterministic(arm_case: ArmCase) -> bool:
+    """Whether the built-in workload trains the arm deterministically (``train.deterministic``;
+    never known for a command)."""
+    return arm_case.command is None and arm_case.train.deterministic
 
 
 class GoldenComparison(Comparison):
@@ -309,7 +316,7 @@ class GoldenComparison(Comparison):
                                   golden_dir=str(where), steps=case.train.steps,
                                   files=snapshot_golden(where, case.id),
                                   deterministic_fp32=_deterministic_fp32(planner.case_of(name)),
-                                  deterministic=planner.case_of(name).train.deterministic)
+                                  deterministic=_deterministic(planner.case_of(name)))
         return [Pair(GOLDEN, GOLDEN, (name,), params)]
 
 
