@@ -23,8 +23,9 @@ FLOORS = {
     "arms": 6, "judge": 6, "workload": 6,
     "report": 7, "trust": 7,
     "launch": 8,
-    "cli": 9,
-    "__main__": 10,
+    "bisect": 9,
+    "cli": 10,
+    "__main__": 11,
 }
 
 

@@ -27,6 +27,7 @@ _COMMAND_MODULES = (
     "submit_cmd",
     "report_cmd",
     "golden_cmd",
+    "bisect_cmd",
 )
 
 EXIT_USAGE = 2
