@@ -16,6 +16,7 @@ FLOORS = {
     "errors": 0, "textfmt": 0, "slotmem": 0,
     "spec": 1,
     "results": 2, "graphplan": 2,
+    "kernels": 2,
     "golden": 3, "sites": 3, "environment": 3,
     "compare": 4, "golden_diff": 4, "metrics": 4,
     "caseplan": 5,
