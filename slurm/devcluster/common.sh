@@ -89,6 +89,8 @@ live_pid() {
     echo "$pid"
 }
 
+munge_works() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
+
 # The network: exactly what $NET_DIR/created lists (one "netns NAME" or "link NAME" a line),
 # so stop removes only what start made.
 net_up() {  # exit 0 when every namespace and the bridge of this configuration exist

@@ -45,7 +45,8 @@ have_hash="$(cat "$STATE_DIR/conf/running.hash" 2>/dev/null || true)"
 
 all_up=1; any_up=0
 for d in $(daemon_names); do
-    if live_pid "$d" >/dev/null; then any_up=1; else all_up=0; fi
+    if live_pid "$d" >/dev/null; then any_up=1
+    elif [ "$d" != munged ] || ! munge_works; then all_up=0; fi  # a munged not ours is used
 done
 
 wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
@@ -87,7 +88,7 @@ if [ "$ACCOUNTING" = 1 ]; then install_conf slurmdbd.conf 600; fi
 
 # --- munge -----------------------------------------------------------------------------------
 if ! live_pid munged >/dev/null; then
-    if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+    if munge_works; then
         log "munged already running (not started by us; left alone)"
     else
         [ -f /etc/munge/munge.key ] || mungekey --create

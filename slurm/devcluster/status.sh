@@ -6,6 +6,8 @@ rc=0
 for d in $(daemon_names); do
     if pid="$(live_pid "$d")"; then
         printf '%-14s running (pid %s)\n' "$d" "$pid"
+    elif [ "$d" = munged ] && munge_works; then
+        printf '%-14s running (not started by start.sh: left alone)\n' "$d"
     else
         printf '%-14s stopped\n' "$d"; rc=1
     fi
