@@ -191,8 +191,8 @@ def run_command_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, timeout_s: f
                     ) -> ArmOutcome:
     """Run arm ``arm`` of command case ``plan`` here and record its metrics (module doc); never
     raises for a failing arm."""
-    from harness.launch.local import (ProcessStart, RankCommand, device_env,  # local imports
-                                      run_ranks)  # this module
+    # local imports this module
+    from harness.launch.local import ProcessStart, RankCommand, device_env, run_ranks
 
     arm_dir = Path(arm_dir)
     arm_dir.mkdir(parents=True, exist_ok=True)
@@ -207,14 +207,14 @@ def run_command_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, timeout_s: f
     log_start = prepare_metrics(plan, arm, arm_dir, cmd.metrics_path)
     log_line(arm_dir, f"case {plan.case_id} arm {arm.name}: command case, {where}; "
                       f"{'one launcher per node' if launcher else 'one process per rank'}")
-    # Launchers of several nodes all start here, each as its node ({node_rank}, NODE_RANK).
-    nodes = {k: dataclasses.replace(place, index=k) for k in range(starters(plan, arm))}
+    # The launchers of several nodes all start here, each as its node ({node_rank}, NODE_RANK).
+    nodes = [dataclasses.replace(place, index=k) for k in range(starters(plan, arm))]
     outcome = run_ranks(RankCommand(
         argv=cmd.argv, world_size=starters(plan, arm), arm_dir=arm_dir, timeout_s=timeout_s,
         env=cmd.env, repro=repro, cwd=cmd.cwd, redact=cmd.secrets,
-        per_process={k: ProcessStart(arm_command(plan, arm, arm_dir, at, device).argv,
-                                     rendezvous_env(plan, arm, at))
-                     for k, at in nodes.items()} if launcher else {}),
+        per_process={at.index: ProcessStart(arm_command(plan, arm, arm_dir, at, device).argv,
+                                            rendezvous_env(plan, arm, at))
+                     for at in (nodes if launcher else [])}),
         stack_wait_s=stack_wait_s, kill_grace_s=kill_grace_s)
     if not outcome.ok:
         return outcome

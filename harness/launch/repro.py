@@ -22,8 +22,8 @@ from harness.launch.command import (METRICS_DIR, Rendezvous, command_cwd, launch
 from harness.spec.command import arm_argv
 
 REPRO_ROOT = Path("/tmp/dcp-repro")
-_EACH_NODE = "\0node_rank\0"  # stands for the loop's $k in a command line of several launchers
 REPO_ROOT = Path(__file__).resolve().parents[2]
+_EACH_NODE = "\0node_rank\0"  # stands for the loop's $k in a command line of several launchers
 
 
 def repro_dir(case_id: str, arm: str) -> Path:
