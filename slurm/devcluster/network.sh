@@ -52,16 +52,22 @@ up() {
 
 down() {
     [ -f "$CREATED" ] || return 0
-    local kind name entry
-    # Namespaces first (their eth0 ends go with them), then the links, newest first.
-    local entries; mapfile -t entries < <(tac "$CREATED")
+    local entries entry kind name
+    mapfile -t entries < <(tac "$CREATED")
+    # The links first, newest first (deleting a veth end deletes its pair, the end in the node's
+    # namespace too), then the namespaces. A link may vanish on its own meanwhile: what counts
+    # is that it is gone after.
     for entry in "${entries[@]}"; do
         read -r kind name <<< "$entry"
-        if [ "$kind" = netns ] && netns_exists "$name"; then ip netns del "$name"; fi
+        [ "$kind" = link ] || continue
+        ip link del "$name" 2>/dev/null || true
+        ! ip link show "$name" >/dev/null 2>&1 || die "could not remove the link $name"
     done
     for entry in "${entries[@]}"; do
         read -r kind name <<< "$entry"
-        if [ "$kind" = link ] && ip link show "$name" >/dev/null 2>&1; then ip link del "$name"; fi
+        [ "$kind" = netns ] || continue
+        ip netns del "$name" 2>/dev/null || true
+        ! netns_exists "$name" || die "could not remove the network namespace $name"
     done
     rm -f "$CREATED" "$NET_DIR/hosts"
 }
