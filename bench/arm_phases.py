@@ -11,7 +11,7 @@ launch-to-exit wall time): start (process created -> rank entry point), imports,
 (process groups; the CUDA context on CUDA), model build, setup (optimizer, data table), steps
 (the records' step times, summed), checkpoint (saves and loads), records (appended and logged),
 other (graph capture, memory probes, teardown), exit (spawning, interpreter exit, the launcher
-between legs), wall. Per case: judging (``harness.judge.judge`` after ``launch.rules.check_stored_plan``,
+between legs), wall. Per case: judging (``harness.judge.judge`` after ``trust.stored_plan.check_stored_plan``,
 rules: what ``gate`` does for the case, timed here). Then the totals by phase, the sweep's report
 writing (``summary.md`` written after the last ``verdict.json``), and the critical path: the
 arms one after another (today's sweep), and with the arms of CPU ranks beside those of CUDA ranks
@@ -32,15 +32,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from harness.caseplan import PLAN_FILE, read_plan  # noqa: E402
 from harness.judge import judge, read_arms  # noqa: E402
-from harness.launch.rules import check_stored_plan  # noqa: E402
 from harness.results import SUMMARY_FILE, VERDICT_FILE  # noqa: E402
 from harness.results.timing import (  # noqa: E402
-    PHASES,
-    ArmTiming,
-    add_phases,
-    arm_timing,
-    checkpoint_rule,
-)
+                                    PHASES,
+                                    ArmTiming,
+                                    add_phases,
+                                    arm_timing,
+                                    checkpoint_rule,
+                                    )
+from harness.trust.stored_plan import check_stored_plan  # noqa: E402
 
 COLUMNS = PHASES + ("exit", "wall")
 

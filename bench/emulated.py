@@ -32,10 +32,10 @@ from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.launch.rules import check_stored_plan  # noqa: E402
 from harness.report import load_sweep  # noqa: E402
 from harness.report.emulated import emulated_tables  # noqa: E402
 from harness.results import dumps  # noqa: E402
+from harness.trust.stored_plan import check_stored_plan  # noqa: E402
 
 MiB = 2**20
 

@@ -31,7 +31,7 @@ PROBE = r"""
 import json, os, sys
 import torch.distributed as dist
 from harness.arms import plan_case
-from harness.launch.ports import pick_free_port
+from harness.launch.ranks.ports import pick_free_port
 from harness.spec.presets import resolve_model
 from harness.spec.schema import Case, ModelSpec
 from harness.workload import RankContext, train_arm

@@ -1,6 +1,6 @@
 """Warm and cold rank processes side by side: the same cases run twice through the CLI, once with
 every rank started afresh (``run --cold-start``) and once forked from the warm servers
-(``harness.launch.warm``); then every step record of every arm is compared field by field, the
+(``harness.launch.ranks.warm``); then every step record of every arm is compared field by field, the
 timings aside (fields ending ``_s`` or ``_at``), and the verdicts entry by entry.
 
 Run from the repository root::

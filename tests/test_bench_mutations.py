@@ -181,7 +181,7 @@ def test_a_checkpoint_whose_metadata_names_another_step_fails_loaded_checkpoint_
     rank), the checkpoint saved with the row's fault."""
     from harness.arms import plan_case
     from harness.compare import evaluate_case
-    from harness.launch import rank_main
+    from harness.launch.ranks import rank_main
     from harness.results import ArmOutcome, read_steps
     from harness.spec.loader import load_cases
     from tests.launch.cases import write_case_file

@@ -76,7 +76,7 @@ def test_records_carry_it_and_reject_a_bad_one() -> None:
 
 
 def test_the_rank_writes_it_on_its_first_record_only(tmp_path) -> None:
-    from harness.launch.rank_main import _step_callback
+    from harness.launch.ranks.rank_main import _step_callback
     from harness.results import StepWriter, read_steps
 
     env = RunEnvironment("2.13.0+cpu")

@@ -1,5 +1,7 @@
 """The floors of docs/internals.md's map: a package imports only packages on floors below its own
-(every import of every module, lazy ones inside functions included)."""
+(every import of every module, lazy ones inside functions included); inside ``harness.launch`` the
+same for its sub-floors (``ranks`` < the local backend and sweep < ``slurm``); and no import loop
+between any two modules of ``harness/``."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ FLOORS = {
     "compare": 4, "golden_diff": 4, "metrics": 4,
     "caseplan": 5,
     "arms": 6, "judge": 6, "workload": 6,
-    "report": 7,
+    "report": 7, "trust": 7,
     "launch": 8,
     "cli": 9,
     "__main__": 10,
@@ -79,3 +81,118 @@ def test_an_upward_import_is_found(tmp_path: Path) -> None:
     assert upward_imports(tmp_path) == [
         "harness/compare.py:1: compare (floor 4) imports harness.arms (floor 6)",
         "harness/results/x.py:2: results (floor 2) imports harness.compare (floor 4)"]
+
+
+# --------------------------------------------------------------------------- inside harness.launch
+# ``ranks`` starts rank processes; the modules at the top of ``launch`` (the local backend, the
+# sweep, progress) use it; ``slurm`` (the Slurm backend) uses both.
+LAUNCH_FLOORS = {"ranks": 0, "": 1, "slurm": 2}
+
+
+def launch_part(module: str) -> str:
+    """``harness.launch.slurm.job`` -> ``slurm``; ``harness.launch.sweep`` -> ''."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[2] in LAUNCH_FLOORS else ""
+
+
+def upward_launch_imports(root: Path) -> list[str]:
+    bad = []
+    for path in sorted((root / "launch").rglob("*.py")):
+        rel = path.relative_to(root)
+        own = rel.parts[1] if len(rel.parts) > 2 else ""
+        for line, module in imports_of(path):
+            if not module.startswith("harness.launch."):
+                continue
+            target = launch_part(module)
+            if target != own and LAUNCH_FLOORS[target] >= LAUNCH_FLOORS[own]:
+                bad.append(f"harness/{rel}:{line}: launch.{own or '(top)'} imports {module}")
+    return bad
+
+
+def test_launch_floors() -> None:
+    assert upward_launch_imports(ROOT) == []
+
+
+def test_an_upward_launch_import_is_found(tmp_path: Path) -> None:
+    (tmp_path / "launch" / "ranks").mkdir(parents=True)
+    (tmp_path / "launch" / "ranks" / "a.py").write_text("def f():\n    import harness.launch.local\n")
+    (tmp_path / "launch" / "local.py").write_text("from harness.launch.slurm.job import CaseJob\n"
+                                                  "from harness.launch.ranks.a import f\n")
+    assert upward_launch_imports(tmp_path) == [
+        "harness/launch/local.py:1: launch.(top) imports harness.launch.slurm.job",
+        "harness/launch/ranks/a.py:2: launch.ranks imports harness.launch.local"]
+
+
+# --------------------------------------------------------------------------- no import loop
+def module_imports(root: Path) -> dict[str, set[str]]:
+    """Every module of ``root`` (``harness.x.y``) -> the modules of ``root`` it imports, lazy ones
+    inside functions included (``from harness.x import y`` names module ``harness.x.y`` where
+    that is one, else ``harness.x``). Imports under ``if TYPE_CHECKING:`` run never and are left
+    out."""
+    def name(path: Path) -> str:
+        parts = ("harness",) + path.relative_to(root).with_suffix("").parts
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    paths = {name(p): p for p in sorted(root.rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                       and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+        out: set[str] = set()
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    out.add(sub if sub in paths else node.module)
+            elif isinstance(node, ast.Import):
+                out.update(a.name for a in node.names)
+        graph[module] = {m for m in out if m in paths and m != module}
+    return graph
+
+
+def import_loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import loops of ``graph``: each set of modules that reach one another (Tarjan's
+    strongly connected components of more than one module), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    loops: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = stack[stack.index(v):]
+            del stack[stack.index(v):]
+            if len(part) > 1:
+                loops.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(loops)
+
+
+def test_no_import_loop_in_harness() -> None:
+    assert import_loops(module_imports(ROOT)) == []
+
+
+def test_an_import_loop_is_found(tmp_path: Path) -> None:
+    (tmp_path / "launch").mkdir()
+    (tmp_path / "launch" / "__init__.py").write_text("")
+    (tmp_path / "launch" / "local.py").write_text("from harness.launch.command import run\n")
+    (tmp_path / "launch" / "command.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import harness.launch.repro\n"
+        "def run():\n    from harness.launch import local\n")
+    (tmp_path / "launch" / "repro.py").write_text("import harness.launch.command\n")
+    assert import_loops(module_imports(tmp_path)) == [
+        ["harness.launch.command", "harness.launch.local"]]

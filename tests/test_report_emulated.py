@@ -16,13 +16,13 @@ import pytest
 
 from harness.arms import plan_case
 from harness.compare import Pair, evaluate_pair
-from harness.launch.rules import check_stored_plan
 from harness.launch.sweep import finalize_case, prepare_case_dir
 from harness.report import gate, load_sweep, write_reports
 from harness.report.emulated import emulated_tables, rank_figures
 from harness.results import ArmOutcome, StepRecord, StepWriter, read_steps, write_outcome
 from harness.sites import SiteBytes, SiteTable, read_sites, write_sites
 from harness.spec.derive import as_emulated
+from harness.trust.stored_plan import check_stored_plan
 
 from tests.test_arms import GRAPHS, make_case
 

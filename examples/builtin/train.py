@@ -6,7 +6,7 @@ exactly what the built-in case runs.
 It takes its rendezvous from RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (the harness sets them
 for each rank, as torchrun would), plans the built-in case file ``--case`` as the harness does
 (``harness.arms.plan_case``) and trains its arm ``--arm`` as this process's rank
-(``harness.launch.rank_main.run_rank``). ``--steps`` and ``--seed`` are the command case's
+(``harness.launch.ranks.rank_main.run_rank``). ``--steps`` and ``--seed`` are the command case's
 ``{steps}`` and ``{seed}``: they must be the built-in case's, or the two cases would not compare.
 
     RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 DCP_HARNESS_METRICS_DIR=/tmp/m \\
@@ -34,7 +34,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     from harness.arms import plan_case
     from harness.errors import ConfigError
-    from harness.launch.rank_main import run_rank
+    from harness.launch.ranks.rank_main import run_rank
     from harness.metrics import METRICS_DIR_ENV
     from harness.spec import load_cases
 

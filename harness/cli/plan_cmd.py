@@ -43,9 +43,6 @@ from harness.cli.run_cmd import LATEST, RESULTS_ROOT
 from harness.cli.selection import add_emulate_argument, selected_cases
 from harness.errors import ConfigError
 from harness.launch.estimate import CaseEstimate, estimate_case, measure_sweep
-from harness.spec.limits import LIMITS, MICROBATCHES, Limit
-from harness.spec.places import rank_place
-from harness.spec.schema import Case
 from harness.slotmem.plan import PipelinePlan, plan_pipeline
 from harness.slotmem.planerrors import PlanError
 from harness.slotmem.schedule import (
@@ -53,6 +50,9 @@ from harness.slotmem.schedule import (
     group_problem,
     microbatch_count_problem,
 )
+from harness.spec.limits import LIMITS, MICROBATCHES, Limit
+from harness.spec.places import rank_place
+from harness.spec.schema import Case
 from harness.textfmt import collapse_runs
 
 _FLAG_FIELDS = ("pp", "vpp", "microbatches", "group", "cp", "layers_per_chunk")
@@ -318,7 +318,7 @@ def case_times(requests: Sequence[PlanRequest], history: Path) -> dict[str, Opti
     measured = measure_sweep(history) if cases else []
     if not measured:
         return {c.id: None for c in cases}
-    from harness.launch.local import cuda_device_count  # imports torch: only with figures to use
+    from harness.launch.ranks.processes import cuda_device_count  # imports torch: only with figures to use
 
     gpus = cuda_device_count()
     return {c.id: estimate_case(plan_case(c), gpus, measured) for c in cases}

@@ -20,9 +20,10 @@ from typing import Iterator
 from harness.cli.selection import add_emulate_argument, selected_plans
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
-from harness.launch.local import LocalLauncher, cuda_device_count
-from harness.launch.placement import runs_beside_gpu_arms
+from harness.launch.local import LocalLauncher
 from harness.launch.progress import make_progress
+from harness.launch.ranks.placement import runs_beside_gpu_arms
+from harness.launch.ranks.processes import cuda_device_count
 from harness.launch.sweep import check_resumable, run_sweep, sweep_start
 from harness.report import console_table, gate_result, make_console
 
@@ -144,7 +145,7 @@ def _run(args: argparse.Namespace) -> int:
         point_latest(RESULTS_ROOT, out)
     files = result.summary  # the sweep's reports, from the verdicts it judged once
     console_table(files, make_console())
-    shown = "summary.md, junit.xml, index.json" + (", plots/" if files.plots else "")
+    shown = "summary.md, junit.xml, index.json, index.html" + (", plots/" if files.plots else "")
     print(f"results: {out}  ({shown})")
     for note in files.notes:
         print(note)

@@ -12,10 +12,10 @@ from harness.arms import plan_case
 from harness.caseplan import CasePlan
 from harness.errors import ConfigError
 from harness.launch.datacheck import check_packing
-from harness.launch.golden_folders import check_golden_folders
 from harness.spec import Case, load_cases, select_cases
 from harness.spec.derive import as_emulated
 from harness.spec.places import stage_ranks
+from harness.trust.golden_folders import check_golden_folders
 
 # ``--emulate-ranks ends``: the first rank of the first pipeline stage and the last of the last.
 ENDS = "ends"

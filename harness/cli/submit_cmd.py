@@ -22,18 +22,17 @@ from rich.text import Text
 from harness.caseplan import CasePlan
 from harness.cli.run_cmd import RESULTS_ROOT
 from harness.cli.selection import add_emulate_argument, selected_plans
-from harness.errors import ConfigError
-from harness.launch.placement import profile_skip_reason
-from harness.launch.profiles import find_profile, load_profile
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
-from harness.launch.rules import check_stored_plan
-from harness.launch.slurm import (describe_plan, plan_jobs, record_skipped, render_sbatch,
-                                  round_folder, slurm_dir, submit_groups)
-from harness.launch.slurm_collect import collect
-from harness.launch.slurm_poll import SchedulerPoller, SchedulerUnavailable
-from harness.launch.slurm_retry import retry_infra
-from harness.launch.slurm_status import counts, sweep_status
-from harness.launch.slurm_wait import wait_for_sweep
+from harness.errors import ConfigError
+from harness.launch.ranks.placement import profile_skip_reason
+from harness.launch.slurm.collect import collect
+from harness.launch.slurm.poll import SchedulerPoller, SchedulerUnavailable
+from harness.launch.slurm.profiles import find_profile, load_profile
+from harness.launch.slurm.retry import retry_infra
+from harness.launch.slurm.status import counts, sweep_status
+from harness.launch.slurm.submit import (describe_plan, plan_jobs, record_skipped, render_sbatch,
+                                         round_folder, slurm_dir, submit_groups)
+from harness.launch.slurm.wait import wait_for_sweep
 from harness.launch.sweep import (
     check_resumable,
     finalize_case,
@@ -43,6 +42,7 @@ from harness.launch.sweep import (
 )
 from harness.report import EXIT_ERROR, console_table, gate, load_sweep, make_console, write_reports
 from harness.results import MANIFEST_FILE, ArmOutcome, write_outcome
+from harness.trust.stored_plan import check_stored_plan
 
 _STATE_STYLE = {"pending": "yellow", "running": "cyan", "done": "green", "failed": "red",
                 "error": "magenta", "skipped": "dim"}

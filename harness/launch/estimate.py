@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Iterable, Literal, Optional, Sequence
 
 from harness.caseplan import PLAN_FILE, CasePlan, PlanError, PlannedArm, read_plan
-from harness.launch.placement import runs_on_cuda, skip_reason
-from harness.launch.rank_main import arm_legs
+from harness.launch.ranks.placement import runs_on_cuda, skip_reason
+from harness.launch.ranks.rank_main import arm_legs
 from harness.results import ResultsError
 from harness.results.timing import ArmTiming, arm_timing, checkpoint_rule
 

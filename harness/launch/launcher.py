@@ -10,11 +10,11 @@ per place an arm runs:
   ``emulated.EmulatedLauncher``, a command arm through ``command.run_command_arm``.
 * ``emulated.EmulatedLauncher``: each emulated rank alone on a GPU (or the CPU), for this machine
   and for a Slurm job's task alike.
-* ``slurm_job.TaskLauncher``: one task of a Slurm job: its rank's (or process's) share of the arm,
+* ``slurm.job.TaskLauncher``: one task of a Slurm job: its rank's (or process's) share of the arm,
   or sitting the arm out; the arm's outcome as this task knows it.
 
 Every one puts ``repro.repro_line`` in the outcome. The local sweep (``sweep.run_arm_into``) and a
-Slurm job (``slurm_job.run_case_arms``) call ``run_arm`` alike; they differ in what they do around
+Slurm job (``slurm.job.run_case_arms``) call ``run_arm`` alike; they differ in what they do around
 it: the sweep records an exception as an ``infra`` outcome and keeps sweeping, a job's task lets it
 end the job (srun stops the other tasks; the requeue or ``collect`` takes over).
 """

@@ -38,7 +38,8 @@ from harness.launch.estimate import (
     measure_arm,
     measure_sweep,
 )
-from harness.launch.placement import skip_reason
+from harness.launch.ranks.placement import skip_reason
+from harness.launch.ranks.processes import cuda_device_count
 from harness.results import (LOG_FILE, ArmOutcome, ResultsError, StepRecord, parse_step_line,
                              rank_file)
 
@@ -362,8 +363,6 @@ def make_progress(stream: IO[str] = sys.stderr, plans: Sequence[CasePlan] = (),
     and the arms this sweep finishes."""
     clock = None
     if plans:
-        from harness.launch.local import cuda_device_count
-
         clock = SuiteClock(plans, cuda_device_count(),
                            measure_sweep(history) if history is not None else ())
     if stream.isatty():

@@ -32,11 +32,10 @@ from harness.compare import (
 )
 from harness.errors import ConfigError
 from harness.judge import judge, read_arms
-from harness.launch.completion import arm_is_complete, arm_needs_run
 from harness.launch.launcher import ArmLauncher
-from harness.launch.rules import check_stored_plan
 from harness.launch.progress import NullProgress, SweepProgress
-from harness.launch.rank_main import CHECKPOINT_DIR
+from harness.launch.ranks.completion import arm_is_complete, arm_needs_run
+from harness.launch.ranks.rank_main import CHECKPOINT_DIR
 from harness.results import (
     CASE_FILE,
     OUTCOME_FILE,
@@ -52,6 +51,7 @@ from harness.results import (
 )
 from harness.spec.names import GOLDEN
 from harness.spec.schema import Case
+from harness.trust.stored_plan import check_stored_plan
 
 
 @dataclass(frozen=True)

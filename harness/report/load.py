@@ -245,7 +245,7 @@ def worst_loss_delta(cand: ArmView, ref: ArmView) -> Optional[tuple[int, float, 
 
 
 # --------------------------------------------------------------------------- loading
-# Checks a stored plan before the judge trusts it (``harness.launch.rules.check_stored_plan``:
+# Checks a stored plan before the judge trusts it (``harness.trust.stored_plan.check_stored_plan``:
 # it is the plan the harness makes for the stored case); raises PlanError naming the reason.
 PlanCheck = Callable[[CasePlan], None]
 

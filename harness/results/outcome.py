@@ -28,7 +28,7 @@ class ArmOutcome:
     ``repro`` is a one-line shell command that re-runs the arm; ``log_tail`` the last log lines
     (plus stacks of hung ranks); ``restarts`` how often it was requeued/resumed. ``cause``: what
     the failing rank's log says ended it (``ExcType: message``, from its last traceback;
-    ``launch.failures.log_cause``), "" when it names none; an older ``outcome.json`` has none.
+    ``launch.ranks.failures.log_cause``), "" when it names none; an older ``outcome.json`` has none.
     """
 
     __pydantic_config__ = ConfigDict(extra="forbid")  # an unknown key is an error naming it

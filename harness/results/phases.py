@@ -1,6 +1,6 @@
 """Where a rank process's wall time went: ``<arm>/phases.rank<k>.json``.
 
-A rank process (``harness.launch.rank_main``) marks wall-clock times (``time.time()``, seconds
+A rank process (``harness.launch.ranks.rank_main``) marks wall-clock times (``time.time()``, seconds
 since the epoch, comparable across the processes of one machine) as it goes, in a
 :class:`PhaseRecorder`, and writes them when it ends as one :class:`Leg` appended to its rank's
 file: an interrupted arm (``compare.resume``) or a resumed one has one leg per process that ran.

@@ -1,5 +1,5 @@
 """A command case (``command:``, ``harness.spec.schema.CommandSpec``): the arguments of each arm
-and the preflight rules of such a case (pure; the launcher runs it: ``harness.launch.command``).
+and the preflight rules of such a case (pure; the launcher runs it: ``harness.launch.ranks.command``).
 
 An arm runs ``command.argv`` plus the arguments ``command.arms`` gives its role (the arm's kind:
 ``eager`` / ``dcp``, ``graph``, ``graph-separate-pools``, ``fixed-cp``, ``graph-fixed-cp``,

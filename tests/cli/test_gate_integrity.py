@@ -1,5 +1,5 @@
 """`dcp-harness gate|report|run` judge from what the files prove, with the harness's own arms and
-pairs (``harness.launch.rules.check_stored_plan``); unusable results exit 2."""
+pairs (``harness.trust.stored_plan.check_stored_plan``); unusable results exit 2."""
 
 from __future__ import annotations
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from harness.cli import main
+from harness.results import read_manifest, sweep_lock
 import harness.cli.run_cmd as run_cmd
 import harness.cli.selection as selection
 import harness.judge as judge_mod
-import harness.launch.rules as rules_mod
-from harness.cli import main
-from harness.results import read_manifest, sweep_lock
+import harness.trust.stored_plan as rules_mod
 
 ONE_RANK = """\
 name: one-rank

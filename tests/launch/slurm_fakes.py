@@ -9,8 +9,8 @@ from pathlib import Path
 
 from harness.arms import plan_case
 from harness.caseplan import CasePlan
-from harness.launch.slurm import JobRef, record_jobs
-from harness.launch.slurm_poll import CommandResult
+from harness.launch.slurm.poll import CommandResult
+from harness.launch.slurm.submit import JobRef, record_jobs
 from harness.launch.sweep import prepare_case_dir
 from harness.results import StepWriter
 from tests.launch.cases import REPEAT, UNIFORM, load_case_file

@@ -1,5 +1,5 @@
-"""The parts of a command arm the local launcher and a Slurm job share (harness.launch.command):
-the rendezvous variables, the placeholders and the repro line (harness.launch.repro), which runs
+"""The parts of a command arm the local launcher and a Slurm job share (harness.launch.ranks.command):
+the rendezvous variables, the placeholders and the repro line (harness.launch.ranks.repro), which runs
 the arm on its own."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from harness.arms import plan_case
-from harness.launch.command import (Rendezvous, arm_command, command_cwd, rendezvous_env,
-                                    run_command_arm)
-from harness.launch.repro import REPRO_ROOT, repro_line
+from harness.launch.ranks.command import (Rendezvous, arm_command, command_cwd, rendezvous_env,
+                                          run_command_arm)
+from harness.launch.ranks.repro import REPRO_ROOT, repro_line
 from harness.spec import load_cases
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""When an arm is done (harness.launch.completion): the one rule of the local sweep, emulated ranks,
+"""When an arm is done (harness.launch.ranks.completion): the one rule of the local sweep, emulated ranks,
 a Slurm job, ``status`` and ``collect``."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harness.arms import plan_case
-from harness.launch.completion import arm_is_complete, arm_needs_run, rank_is_complete
+from harness.launch.ranks.completion import arm_is_complete, arm_needs_run, rank_is_complete
 from harness.launch.sweep import prepare_case_dir
 from harness.results import ArmOutcome, write_outcome
 from tests.launch.cases import REPEAT, load_case_file

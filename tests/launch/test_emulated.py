@@ -11,13 +11,13 @@ import pytest
 
 from harness.arms import plan_case
 from harness.cli import main
-from harness.launch.completion import rank_is_complete
-from harness.launch.emulated import combine, run_emulated_arm, visible_gpus
-from harness.launch.placement import profile_skip_reason, runs_on_cuda, skip_reason
-from harness.launch.profiles import Profile
-from harness.launch.slurm import case_time_min, shape_of
-from harness.launch.slurm_events import ArmStart, read_events
-from harness.launch.slurm_job import TaskIdentity, run_case_arms
+from harness.launch.ranks.completion import rank_is_complete
+from harness.launch.ranks.emulated import combine, run_emulated_arm, visible_gpus
+from harness.launch.ranks.placement import profile_skip_reason, runs_on_cuda, skip_reason
+from harness.launch.slurm.events import ArmStart, read_events
+from harness.launch.slurm.job import TaskIdentity, run_case_arms
+from harness.launch.slurm.profiles import Profile
+from harness.launch.slurm.submit import case_time_min, shape_of
 from harness.launch.sweep import prepare_case_dir
 from harness.results import ArmOutcome, read_outcome, read_steps
 from harness.spec import load_cases
@@ -135,7 +135,7 @@ def test_emulated_ranks_run_side_by_side_one_per_gpu(case_file, tmp_path):
 
 
 def test_combine_keeps_the_worst_outcome_and_names_every_rank():
-    from harness.launch.emulated import RankRun
+    from harness.launch.ranks.emulated import RankRun
 
     runs = [RankRun(0, "L0", ArmOutcome(status="timeout", detail="slow", wall_s=2)),
             RankRun(7, "L7", ArmOutcome(status="failed", returncode=1, detail="oom", wall_s=1,
@@ -209,7 +209,7 @@ def test_the_slurm_task_runs_the_emulated_arms_of_its_case(write_case, tmp_path)
 
 
 def test_rank_main_refuses_an_emulate_rank_the_arm_does_not_have(case_file, tmp_path, capsys):
-    from harness.launch.rank_main import main as rank_main
+    from harness.launch.ranks.rank_main import main as rank_main
 
     (case,) = load_cases([case_file])
     real = prepare_case_dir(plan_case(case), tmp_path / "real")

@@ -1,11 +1,11 @@
-"""One failure taxonomy for both launchers (``harness.launch.failures``)."""
+"""One failure taxonomy for both launchers (``harness.launch.ranks.failures``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.launch.failures import (CAUSE_CHARS, LOG_TAIL_BYTES, classify_failure, log_cause,
-                                      rank_cause)
+from harness.launch.ranks.failures import (CAUSE_CHARS, LOG_TAIL_BYTES, classify_failure, log_cause,
+                                           rank_cause)
 
 
 @pytest.mark.parametrize("state, code, log, status, words", [

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.launch.failures import classify_failure
-from harness.launch.local import RankCommand, device_env, rank_env, run_ranks
+from harness.launch.ranks.failures import classify_failure
+from harness.launch.ranks.processes import RankCommand, device_env, rank_env, run_ranks
 from harness.results import LOG_FILE
 
 PRELUDE = """
 import os, sys, time, subprocess
 from pathlib import Path
-from harness.launch.rank_main import register_stack_dump, stacks_path, start_orphan_watchdog
+from harness.launch.ranks.rank_main import register_stack_dump, stacks_path, start_orphan_watchdog
 start_orphan_watchdog()
 rank = int(os.environ["RANK"])
 arm_dir = Path(sys.argv[1])
@@ -174,7 +174,7 @@ def test_ctrl_c_of_the_launcher_leaves_no_empty_stack_files(tmp_path):
         import signal
         signal.signal(signal.SIGINT, signal.default_int_handler)
         from pathlib import Path
-        from harness.launch.local import RankCommand, run_ranks
+        from harness.launch.ranks.processes import RankCommand, run_ranks
         run_ranks(RankCommand(argv={cmd.argv!r}, world_size=2, arm_dir=Path({str(cmd.arm_dir)!r}),
                               timeout_s=600), kill_grace_s=2.0)
     """)], env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
@@ -235,7 +235,7 @@ def test_ranks_stop_when_the_launcher_is_killed(tmp_path):
         import signal
         signal.signal(signal.SIGINT, signal.default_int_handler)
         from pathlib import Path
-        from harness.launch.local import RankCommand, run_ranks
+        from harness.launch.ranks.processes import RankCommand, run_ranks
         run_ranks(RankCommand(argv={cmd.argv!r}, world_size=2, arm_dir=Path({str(cmd.arm_dir)!r}),
                               timeout_s=600))
     """)], env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
@@ -328,7 +328,7 @@ def test_ending_a_rank_whose_popen_lock_a_ctrl_c_left_held_does_not_hang():
     CPython race) leaves the Popen's wait lock held; the launcher's clean-up must still end."""
     import threading
 
-    from harness.launch.local import _Rank, _terminate
+    from harness.launch.ranks.processes import _Rank, _terminate
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
                             start_new_session=True)

@@ -1,6 +1,6 @@
 import socket
 
-from harness.launch.ports import is_addr_in_use, pick_free_port
+from harness.launch.ranks.ports import is_addr_in_use, pick_free_port
 
 
 def test_picked_port_can_be_bound():

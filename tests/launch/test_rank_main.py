@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from harness.launch.rank_main import first_slurm_host, resolve_rank_env, step_line
+from harness.launch.ranks.rank_main import first_slurm_host, resolve_rank_env, step_line
 from harness.results import StepRecord
 
 TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
@@ -82,7 +82,7 @@ def test_step_line_is_one_readable_line():
 
 
 def test_records_name_the_platform_they_ran_on(tmp_path):
-    from harness.launch.rank_main import _step_callback, device_platform
+    from harness.launch.ranks.rank_main import _step_callback, device_platform
     from harness.results import StepRecord, StepWriter, read_steps
 
     assert device_platform("cpu") == "cpu"
@@ -99,7 +99,7 @@ def test_a_cuda_device_is_named_by_its_gpu_generation():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     from harness.golden import platform_key
-    from harness.launch.rank_main import device_platform
+    from harness.launch.ranks.rank_main import device_platform
 
     name = torch.cuda.get_device_name(0)
     key = device_platform("cuda:0")
@@ -112,7 +112,7 @@ def test_each_leg_of_a_rank_writes_its_phase_marks(write_case, tmp_path, monkeyp
     """The two legs of an interrupted arm, both in this process (as a Slurm task runs them):
     one leg each in phases.rank0.json, its marks in the order they happen."""
     from harness.arms import plan_case
-    from harness.launch import rank_main
+    from harness.launch.ranks import rank_main
     from harness.results.phases import read_phases
     from harness.results.timing import arm_timing, checkpoint_rule
     from harness.spec.loader import load_cases
@@ -141,7 +141,7 @@ def test_each_leg_of_a_rank_writes_its_phase_marks(write_case, tmp_path, monkeyp
 def test_a_rank_that_raises_still_writes_its_marks(write_case, tmp_path, monkeypatch):
     import harness.workload
     from harness.arms import plan_case
-    from harness.launch import rank_main
+    from harness.launch.ranks import rank_main
     from harness.results.phases import read_phases
     from harness.spec.loader import load_cases
     from tests.launch.faults import Fault, with_fault
@@ -156,7 +156,7 @@ def test_a_rank_that_raises_still_writes_its_marks(write_case, tmp_path, monkeyp
 
 
 def test_the_rank_process_exits_with_its_output_flushed(write_case, tmp_path):
-    """``python -m harness.launch.rank_main`` (no ``-u``, its stdout a pipe) ends without tearing
+    """``python -m harness.launch.ranks.rank_main`` (no ``-u``, its stdout a pipe) ends without tearing
     the interpreter down: exit code 0, every line it printed delivered, its marks written."""
     import os
     import subprocess
@@ -177,7 +177,7 @@ def test_the_rank_process_exits_with_its_output_flushed(write_case, tmp_path):
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "PYTHONUNBUFFERED")}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
-    done = subprocess.run([sys.executable, "-m", "harness.launch.rank_main", "--case",
+    done = subprocess.run([sys.executable, "-m", "harness.launch.ranks.rank_main", "--case",
                            str(case_dir / "case.json"), "--arm", "eager", "--out",
                            str(case_dir / "eager")], env=env, capture_output=True, text=True,
                           timeout=300)

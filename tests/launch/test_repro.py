@@ -1,4 +1,4 @@
-"""The one repro line (harness.launch.repro): every launcher puts the same line in an arm's outcome,
+"""The one repro line (harness.launch.ranks.repro): every launcher puts the same line in an arm's outcome,
 and a built-in arm's line names a case file and arm that ``python -m harness.launch.local`` reads
 (the command case's line is run for real in test_command.py)."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import shlex
 import subprocess
 
-from harness.launch.repro import REPO_ROOT, REPRO_ROOT, repro_line
-from harness.launch.slurm_collect import outcomes_for_ended_job
-from harness.launch.slurm_poll import query_scheduler
+from harness.launch.ranks.repro import REPO_ROOT, REPRO_ROOT, repro_line
+from harness.launch.slurm.collect import outcomes_for_ended_job
+from harness.launch.slurm.poll import query_scheduler
 from harness.results import CASE_FILE
 
 from tests.launch.slurm_fakes import Scheduler

@@ -9,7 +9,7 @@ import pytest
 from harness.arms import plan_case
 from harness.cli import main
 from harness.compare import evaluate_case
-from harness.launch import rank_main
+from harness.launch.ranks import rank_main
 from harness.results import ArmOutcome, read_outcome, read_steps
 from harness.spec.loader import load_cases
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from harness.cli import report_cmd, submit_cmd
-from harness.launch.slurm import latest_jobs, read_jobs
-from harness.launch.slurm_events import ArmStart, ProcessEnd, read_events
-from harness.launch.slurm_collect import collect
-from harness.launch.slurm_retry import retry_infra
-from harness.launch.slurm_wait import wait_for_sweep
+from harness.launch.slurm.collect import collect
+from harness.launch.slurm.events import ArmStart, ProcessEnd, read_events
+from harness.launch.slurm.retry import retry_infra
+from harness.launch.slurm.submit import latest_jobs, read_jobs
+from harness.launch.slurm.wait import wait_for_sweep
 from harness.report import gate
 from harness.results import read_outcome, read_steps
 

@@ -1,6 +1,6 @@
-"""Collecting a Slurm sweep (``harness.launch.slurm_collect``): outcomes of the arms a job ended
+"""Collecting a Slurm sweep (``harness.launch.slurm.collect``): outcomes of the arms a job ended
 or left unfinished (classified, with the time they ran), verdicts and reports, checkpoints of
-complete arms removed; and the case's status meanwhile (``slurm_status``), against a scripted
+complete arms removed; and the case's status meanwhile (``slurm.status``), against a scripted
 scheduler (no Slurm)."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 import time
 
-from harness.launch.rank_main import CHECKPOINT_DIR
-from harness.launch.slurm_collect import arm_wall_s, collect, outcomes_for_ended_job
-from harness.launch.completion import arm_needs_run
-from harness.launch.slurm_events import ArmStart, append_event
-from harness.launch.slurm_poll import query_scheduler
-from harness.launch.slurm_retry import infra_cases, reset_infra
-from harness.launch.slurm_status import case_status
+from harness.launch.ranks.completion import arm_needs_run
+from harness.launch.ranks.rank_main import CHECKPOINT_DIR
+from harness.launch.slurm.collect import arm_wall_s, collect, outcomes_for_ended_job
+from harness.launch.slurm.events import ArmStart, append_event
+from harness.launch.slurm.poll import query_scheduler
+from harness.launch.slurm.retry import infra_cases, reset_infra
+from harness.launch.slurm.status import case_status
 from harness.results import ArmOutcome, read_outcome, write_outcome
 
 from tests.launch.slurm_fakes import Scheduler, steps

@@ -15,10 +15,10 @@ import yaml
 
 from harness.arms import plan_case
 from harness.caseplan import read_plan
-from harness.launch.profiles import load_profile
-from harness.launch.slurm import JobRef, record_jobs, shape_of
-from harness.launch.slurm_collect import collect
-from harness.launch.slurm_events import ProcessEnd, read_events
+from harness.launch.slurm.collect import collect
+from harness.launch.slurm.events import ProcessEnd, read_events
+from harness.launch.slurm.profiles import load_profile
+from harness.launch.slurm.submit import JobRef, record_jobs, shape_of
 from harness.launch.sweep import prepare_case_dir
 from harness.report import gate
 from harness.results import read_outcome, read_steps
@@ -59,7 +59,7 @@ def run_tasks(case_dir: Path, tasks: int) -> list[subprocess.CompletedProcess]:
     script = textwrap.dedent(f"""
         import sys
         from harness.caseplan import read_plan
-        from harness.launch.slurm_job import TaskIdentity, run_case_arms
+        from harness.launch.slurm.job import TaskIdentity, run_case_arms
         k = int(sys.argv[1])
         plan = read_plan({str(case_dir)!r})
         print(run_case_arms(plan, {str(case_dir)!r},

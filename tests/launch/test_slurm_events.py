@@ -1,4 +1,4 @@
-"""The Slurm job's typed events (harness.launch.slurm_events): validated when made and when read,
+"""The Slurm job's typed events (harness.launch.slurm.events): validated when made and when read,
 the lines the earlier untyped writer left read back, a damaged file an error naming file:line."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from harness.launch.slurm_collect import collect
-from harness.launch.slurm_events import (EVENTS_FILE, ArmEnd, ArmStart, ProcessEnd, TaskStart,
+from harness.launch.slurm.collect import collect
+from harness.launch.slurm.events import (EVENTS_FILE, ArmEnd, ArmStart, ProcessEnd, TaskStart,
                                          append_event, read_events)
 from harness.results import ResultsError, read_outcome
 

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.launch.slurm_job import (
+from harness.arms import plan_case
+from harness.launch.ranks.completion import arm_needs_run
+from harness.launch.slurm.events import ArmStart, TaskStart, read_events
+from harness.launch.slurm.job import (
     CaseJob,
     TaskIdentity,
     TaskLauncher,
@@ -18,9 +21,6 @@ from harness.launch.slurm_job import (
     distributed_env,
     run_case_arms,
 )
-from harness.launch.slurm_events import ArmStart, TaskStart, read_events
-from harness.arms import plan_case
-from harness.launch.completion import arm_needs_run
 from harness.launch.sweep import prepare_case_dir
 from harness.results import ArmOutcome, read_outcome, write_outcome
 from tests.launch.cases import REPEAT, UNIFORM, load_case_file
@@ -119,7 +119,7 @@ def test_crashing_arm_gets_a_failed_outcome_and_ends_the_job(tmp_path, monkeypat
 ])
 def test_raising_rank_is_classified_and_an_infra_arm_runs_again(tmp_path, monkeypatch, error,
                                                                  status):
-    import harness.launch.rank_main as rank_main
+    import harness.launch.ranks.rank_main as rank_main
 
     plan, case_dir = make_case(tmp_path)
 
@@ -141,7 +141,7 @@ def test_arm_past_its_limit_times_out_with_stacks(tmp_path):
     plan, case_dir = make_case(tmp_path, time_min=0.05)  # 3 s
     script = textwrap.dedent(f"""
         from harness.caseplan import read_plan
-        from harness.launch.slurm_job import TaskIdentity, run_case_arms
+        from harness.launch.slurm.job import TaskIdentity, run_case_arms
         plan = read_plan({str(case_dir)!r})
         run_case_arms(plan, {str(case_dir)!r}, TaskIdentity("5", 0, 0, 1, "127.0.0.1", 0))
     """)
@@ -160,7 +160,7 @@ def test_a_task_beyond_an_arms_ranks_sits_it_out_until_rank_0_finishes(tmp_path)
     import threading
     import time
 
-    from harness.launch.slurm_job import _sit_out
+    from harness.launch.slurm.job import _sit_out
 
     arm_dir = tmp_path / "reference"
     arm_dir.mkdir()
@@ -173,7 +173,7 @@ def test_a_task_beyond_an_arms_ranks_sits_it_out_until_rank_0_finishes(tmp_path)
 
 
 def test_an_interrupted_arm_runs_in_two_legs_on_their_own_ports(tmp_path, monkeypatch):
-    import harness.launch.rank_main as rank_main
+    import harness.launch.ranks.rank_main as rank_main
 
     case = load_case_file(tmp_path, "job", train={"steps": 2, "lr": 3.0e-3}, data=UNIFORM,
                           compare={"resume": {}}, resources={"time_min": 5})

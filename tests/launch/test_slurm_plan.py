@@ -10,8 +10,8 @@ import pytest
 from harness.arms import plan_case
 from harness.cli import report_cmd, submit_cmd
 from harness.errors import ConfigError
-from harness.launch.profiles import load_profile, parse_profile
-from harness.launch.slurm import (
+from harness.launch.slurm.profiles import load_profile, parse_profile
+from harness.launch.slurm.submit import (
     JobRef,
     JobShape,
     describe_plan,

@@ -1,9 +1,9 @@
 """Asking Slurm: squeue/sacct parsing and merging, polling with backoff and a cache of final
-states (``harness.launch.slurm_poll``), against a scripted scheduler (no Slurm)."""
+states (``harness.launch.slurm.poll``), against a scripted scheduler (no Slurm)."""
 
 from __future__ import annotations
 
-from harness.launch.slurm_poll import (
+from harness.launch.slurm.poll import (
     Backoff,
     SchedState,
     SchedulerPoller,

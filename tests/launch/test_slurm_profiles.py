@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ConfigError
-from harness.launch.profiles import (
+from harness.launch.slurm.profiles import (
     DETERMINISM_ENV,
     REPO_PROFILES,
     find_profile,

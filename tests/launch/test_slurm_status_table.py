@@ -5,7 +5,7 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.cli.submit_cmd import status_renderable
-from harness.launch.slurm_status import skipped_status
+from harness.launch.slurm.status import skipped_status
 
 
 def test_a_case_skipped_at_submit_is_not_shown_with_its_arms_done() -> None:

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.launch.slurm import latest_jobs
-from harness.launch.slurm_events import ProcessEnd, TaskStart, read_events
+from harness.launch.slurm.events import ProcessEnd, TaskStart, read_events
+from harness.launch.slurm.submit import latest_jobs
 from harness.report import gate
 from harness.results import read_outcome, read_steps
 

@@ -1,4 +1,4 @@
-"""Waiting for a submitted sweep (``harness.launch.slurm_wait``): a job that vanished ends, polls
+"""Waiting for a submitted sweep (``harness.launch.slurm.wait``): a job that vanished ends, polls
 back off, a scheduler outage is an infrastructure error, against a scripted scheduler (no Slurm)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import pytest
 
 from harness.cli import main, submit_cmd
 from harness.errors import ConfigError
-from harness.launch.slurm import JobRef
-from harness.launch.slurm_poll import SchedulerUnavailable, query_scheduler
-from harness.launch.slurm_status import case_status
-from harness.launch.slurm_wait import wait_for_sweep
+from harness.launch.slurm.poll import SchedulerUnavailable, query_scheduler
+from harness.launch.slurm.status import case_status
+from harness.launch.slurm.submit import JobRef
+from harness.launch.slurm.wait import wait_for_sweep
 
 from tests.launch.slurm_fakes import EndsAt, FakeClock, Scheduler
 

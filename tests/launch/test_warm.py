@@ -1,4 +1,4 @@
-"""Warm rank processes (``harness.launch.warm``, ``harness.launch.forkserver``).
+"""Warm rank processes (``harness.launch.ranks.warm``, ``harness.launch.ranks.forkserver``).
 
 The process-management tests run a small stand-in rank module (written per test) from a server
 whose preload is light (``json``), so they test exactly the fork server and its launcher side:
@@ -21,16 +21,17 @@ from pathlib import Path
 import pytest
 
 from harness.arms import plan_cases
-from harness.launch.local import LocalLauncher, RankCommand, run_ranks
+from harness.launch.local import LocalLauncher
+from harness.launch.ranks.processes import RankCommand, run_ranks
+from harness.launch.ranks.warm import WarmProcess, WarmStarter
 from harness.launch.sweep import run_sweep
-from harness.launch.warm import WarmProcess, WarmStarter
 from harness.results import LOG_FILE, read_steps
 from harness.spec import load_cases
 
 PROBE = '''
 import json, os, signal, sys, threading, time
 from pathlib import Path
-from harness.launch.rank_main import register_stack_dump, stacks_path, start_orphan_watchdog
+from harness.launch.ranks.rank_main import register_stack_dump, stacks_path, start_orphan_watchdog
 
 def start_thread():  # a preload that leaves a thread running: a server must refuse it
     threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
@@ -104,7 +105,7 @@ def _gone(pid: int, within_s: float = 5.0) -> bool:
 def _fork_problem_in_a_fresh_process(code: str) -> str:
     import subprocess
 
-    out = subprocess.run([sys.executable, "-c", code + "; from harness.launch.forkserver import "
+    out = subprocess.run([sys.executable, "-c", code + "; from harness.launch.ranks.forkserver import "
                           "fork_problem; print(fork_problem())"], capture_output=True, text=True,
                          check=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     return out.stdout.strip()
@@ -112,7 +113,7 @@ def _fork_problem_in_a_fresh_process(code: str) -> str:
 
 def test_the_server_of_this_machine_is_safe_to_fork_after_the_real_preload():
     assert _fork_problem_in_a_fresh_process(
-        "from harness.launch import rank_main; rank_main.preload()") == "None"
+        "from harness.launch.ranks import rank_main; rank_main.preload()") == "None"
 
 
 def test_a_preload_that_leaves_a_thread_is_refused_and_one_that_ends_it_is_not():

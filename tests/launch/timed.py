@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 
 from harness.arms import plan_case
 from harness.caseplan import CasePlan, write_plan
-from harness.launch.rank_main import arm_legs
+from harness.launch.ranks.rank_main import arm_legs
 from harness.results import ArmOutcome, write_outcome
 from harness.results.phases import Leg, RankPhases, StepMark, phases_file
 from harness.spec.loader import load_cases

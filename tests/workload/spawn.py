@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 import torch.multiprocessing as mp
 
-from harness.launch.ports import pick_free_port
+from harness.launch.ranks.ports import pick_free_port
 
 
 def _worker(rank: int, world: int, port: int, fn: Callable, args: tuple, out: str) -> None:

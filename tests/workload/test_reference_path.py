@@ -33,7 +33,7 @@ def test_reference_arm_of_a_graph_case_is_the_dynamic_path_on_one_rank():
 def test_static_eager_path_agrees_with_the_dynamic_reference_on_cpu(scope, monkeypatch):
     import torch.distributed as dist
 
-    from harness.launch.ports import pick_free_port
+    from harness.launch.ranks.ports import pick_free_port
     from harness.workload import RankContext, train_arm
 
     plan = plan_case(graph_case(scope))

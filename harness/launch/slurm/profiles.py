@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from harness.errors import ConfigError
 
 PROFILES_ENV = "DCP_HARNESS_PROFILES"
-REPO_PROFILES = Path(__file__).resolve().parents[2] / "slurm" / "profiles"
+REPO_PROFILES = Path(__file__).resolve().parents[3] / "slurm" / "profiles"
 _NAME = r"^[a-z0-9][a-z0-9._-]*$"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Variables that make cuBLAS and Transformer Engine choose reproducible algorithms.

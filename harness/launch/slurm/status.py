@@ -5,7 +5,7 @@ says whether the job is pending or running. Which arms a case has and on which r
 comes from its stored plan. A job that the scheduler no longer knows and that left no result is
 *gone*: it counts as ended (an infrastructure error), so nothing waits on it forever. A case that
 ``submit`` did not queue (it cannot run on the profile's nodes) is *skipped*, with the reason.
-Reads files and asks the scheduler (through a :class:`~harness.launch.slurm_poll.SchedulerPoller`);
+Reads files and asks the scheduler (through a :class:`~harness.launch.slurm.poll.SchedulerPoller`);
 writes nothing.
 """
 
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from harness.launch.slurm import JobRef, latest_jobs, skipped_cases
-from harness.launch.completion import arm_needs_run
-from harness.launch.slurm_poll import PENDING_STATES, Runner, SchedulerPoller, SchedulerView, \
+from harness.launch.ranks.completion import arm_needs_run
+from harness.launch.slurm.poll import PENDING_STATES, Runner, SchedulerPoller, SchedulerView, \
     run_command
+from harness.launch.slurm.submit import JobRef, latest_jobs, skipped_cases
 from harness.launch.sweep import load_plan
 from harness.results import VERDICT_FILE, ArmOutcome, read_json, read_outcome, read_steps
 

@@ -17,12 +17,12 @@ import sys
 from pathlib import Path
 
 from harness.caseplan import CasePlan, PlannedArm
-from harness.launch.command import (METRICS_DIR, Rendezvous, command_cwd, launcher_mode,
-                                    placeholder_values, rendezvous_env, shown_env, starters)
+from harness.launch.ranks.command import (METRICS_DIR, Rendezvous, command_cwd, launcher_mode,
+                                          placeholder_values, rendezvous_env, shown_env, starters)
+from harness.launch.ranks.processes import REPO_ROOT
 from harness.spec.command import arm_argv
 
 REPRO_ROOT = Path("/tmp/dcp-repro")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 _EACH_NODE = "\0node_rank\0"  # stands for the loop's $k in a command line of several launchers
 
 

@@ -5,7 +5,7 @@ task.
 submit time) says which arms run on which ranks. srun starts it once per task (one task per GPU);
 each task takes its rank from Slurm's variables (submitit's ``JobEnvironment``), exports the
 torch.distributed variables for the arm (``CUDA_VISIBLE_DEVICES`` is left as Slurm set it) and
-calls :func:`harness.launch.rank_main.run_rank`, which resumes after the last completed step.
+calls :func:`harness.launch.ranks.rank_main.run_rank`, which resumes after the last completed step.
 Tasks beyond an arm's ranks (the one-rank reference arm) sit that arm out.
 
 * An arm that is done (``completion.arm_needs_run`` with final outcomes kept: ``ok`` with every
@@ -18,7 +18,7 @@ Tasks beyond an arm's ranks (the one-rank reference arm) sit that arm out.
   timeout: ``failures.infra_reason``) gives ``infra`` instead, which a requeue runs again.
 * An arm running past ``case.resources.time_min`` gets a ``timeout`` outcome with the Python stacks
   of that rank, and the job ends.
-* A command case (``command:``, ``launch.command``): each task starts its rank's process
+* A command case (``command:``, ``launch.ranks.command``): each task starts its rank's process
   (``ranks: per_rank``, one task per rank) or its node's launcher (``launcher``, one task per
   node) with the job's rendezvous, after task 0 has cleaned the arm's metrics source; once every
   process has ended, task 0 reads the metrics into ``rank<k>.jsonl`` and writes the outcome
@@ -27,14 +27,14 @@ Tasks beyond an arm's ranks (the one-rank reference arm) sit that arm out.
   and requeues the job; the next start resumes the arm in flight. ``SLURM_RESTART_COUNT`` becomes
   the outcome's ``restarts`` (plus the ``--retry-infra`` round).
 * An emulated case's job has one task (``slurm.shape_of``): it runs each arm's emulated ranks as
-  the local launcher does (``launch.emulated``: a process per rank, alone on one of the task's
+  the local launcher does (``launch.ranks.emulated``: a process per rank, alone on one of the task's
   GPUs, side by side on several; on the CPU where the job has none and the case allows it), each
   rank with the arm's time limit; a requeued job runs only the ranks that lack steps.
 
 Every line a rank prints during an arm is also appended to ``<arm>/log.txt`` as ``[rank k] ...``,
 like the local launcher does. Rank 0 appends a typed event per arm start/end, each task one per
 arm it starts (its node and host name) and each task of a command arm one per process end, to
-``<case>/slurm_events.jsonl`` (``slurm_events``: job id, restart, the step it resumed after).
+``<case>/slurm_events.jsonl`` (``slurm.events``: job id, restart, the step it resumed after).
 """
 
 from __future__ import annotations
@@ -55,13 +55,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, TextIO, TypeVar
 
 from harness.caseplan import CasePlan, PlannedArm
-from harness.launch.failures import infra_reason, log_cause, tail_text
-from harness.launch import rank_main
-from harness.launch.command import (Rendezvous, arm_command, failed_outcome, prepare_metrics,
-                                    record_metrics, rendezvous_env, starters)
-from harness.launch.completion import arm_needs_run
-from harness.launch.repro import repro_line
-from harness.launch.slurm_events import (ArmEnd, ArmStart, ProcessEnd, TaskStart, append_event,
+from harness.launch.ranks import rank_main
+from harness.launch.ranks.command import (Rendezvous, arm_command, failed_outcome, prepare_metrics,
+                                          record_metrics, rendezvous_env, starters)
+from harness.launch.ranks.completion import arm_needs_run
+from harness.launch.ranks.emulated import EmulatedLauncher
+from harness.launch.ranks.failures import infra_reason, log_cause, tail_text
+from harness.launch.ranks.processes import RankCommand, cuda_device_count, run_ranks
+from harness.launch.ranks.repro import repro_line
+from harness.launch.slurm.events import (ArmEnd, ArmStart, ProcessEnd, TaskStart, append_event,
                                          read_events)
 from harness.launch.sweep import load_plan
 from harness.results import (CASE_FILE, LOG_FILE, OUTCOME_FILE, ArmOutcome, read_outcome,
@@ -334,7 +336,7 @@ def run_rank_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
 
 
 def _stamp(ident: TaskIdentity, arm: PlannedArm) -> dict:
-    """What every event of ``arm`` in this start of the job says (``slurm_events``)."""
+    """What every event of ``arm`` in this start of the job says (``slurm.events``)."""
     return dict(arm=arm.name, job_id=ident.job_id, restarts=ident.restarts, time=time.time())
 
 
@@ -357,7 +359,7 @@ def _wait_for(what: str, ready: Callable[[], bool], limit_s: float, poll_s: floa
 
 def run_command_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
                            ident: TaskIdentity) -> ArmOutcome:
-    """This task's process of the command arm ``arm`` (``launch.command``): its rank
+    """This task's process of the command arm ``arm`` (``launch.ranks.command``): its rank
     (``ranks: per_rank``, one task per rank) or its node's launcher (``launcher``, one task per
     node), started once task 0 has cleaned the metrics source (its ``arm_start`` event), with the
     job's rendezvous. Each task appends a ``process_end`` event; a process that cannot start or
@@ -365,8 +367,6 @@ def run_command_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
     does. Task 0 waits for every process's end, then reads the metrics into ``rank<k>.jsonl``
     (``command.record_metrics``) and writes the outcome; the other tasks wait for it. The arm's
     outcome."""
-    from harness.launch.local import RankCommand, cuda_device_count, run_ranks
-
     arm_dir = case_dir / arm.name
     limit_s = 60.0 * plan.case.resources.time_min
     count = starters(plan, arm)
@@ -417,9 +417,6 @@ def run_emulated_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
                             ident: TaskIdentity) -> ArmOutcome:
     """Run the emulated ``arm`` on this task's GPUs (``emulated.EmulatedLauncher``), record its
     outcome and the arm's start and end events."""
-    from harness.launch.emulated import EmulatedLauncher
-    from harness.launch.local import cuda_device_count
-
     arm_dir = case_dir / arm.name
     (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome in flight
     append_event(case_dir, ArmStart(

@@ -1,14 +1,14 @@
 """Run one arm of a command case (``command:``): the case's training command in place of the
 built-in workload, then its metrics read into ``<arm>/rank<k>.jsonl``. The local launcher
-(:func:`run_command_arm`) and a Slurm job (``slurm_job``, each task its own rank or node) share
+(:func:`run_command_arm`) and a Slurm job (``slurm.job``, each task its own rank or node) share
 what is here: the arm's command (:func:`arm_command`), its rendezvous variables
 (:func:`rendezvous_env`), the metrics clean-up before the start (:func:`prepare_metrics`) and the
-conversion after it (:func:`record_metrics`); its repro line is ``launch.repro``'s.
+conversion after it (:func:`record_metrics`); its repro line is ``launch.ranks.repro``'s.
 
 The arm's argument vector is ``command.argv`` plus its role's arguments, placeholders filled
 (``harness.spec.command``); it starts in ``command.cwd`` (relative to the case file's folder).
 ``ranks: per_rank`` starts one process per rank with RANK / LOCAL_RANK / WORLD_SIZE /
-LOCAL_WORLD_SIZE / MASTER_ADDR / MASTER_PORT set (``local.run_ranks``, the same process handling
+LOCAL_WORLD_SIZE / MASTER_ADDR / MASTER_PORT set (``processes.run_ranks``, the same process handling
 as the built-in ranks: output to ``log.txt`` prefixed ``[rank k]``, time limit, clean-up);
 ``ranks: launcher`` starts one process per node (a launcher such as torchrun) with NNODES /
 NODE_RANK / NPROC_PER_NODE / MASTER_ADDR / MASTER_PORT set, and the same as ``PET_*``, which
@@ -23,7 +23,7 @@ Once every process exited 0 the metrics source is read (``harness.metrics.read_s
 rank's records are written to ``rank<k>.jsonl``. A command that is not found, exits non-zero,
 writes no metrics or metrics that cannot be read fails the arm with the reason naming the arm;
 fewer steps than planned or NaN are the arm checks' FAIL (``steps_complete``, ``no_nan_inf``).
-The repro line (``launch.repro``) is the command itself, every rank of it, with the variables
+The repro line (``launch.ranks.repro``) is the command itself, every rank of it, with the variables
 the harness set (rendezvous on 127.0.0.1:29500, ``{arm_dir}`` in ``/tmp/dcp-repro``).
 """
 
@@ -38,7 +38,8 @@ from typing import Mapping, Optional
 
 from harness.caseplan import CasePlan, PlannedArm
 from harness.golden import platform_key
-from harness.launch.ports import pick_free_port
+from harness.launch.ranks.ports import pick_free_port
+from harness.launch.ranks.processes import ProcessStart, RankCommand, device_env, run_ranks
 from harness.metrics import (METRICS_DIR_ENV, MetricsError, read_source, source_path,
                              stale_files)
 from harness.results import LOG_FILE, ArmOutcome, StepWriter
@@ -191,9 +192,6 @@ def run_command_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, timeout_s: f
                     ) -> ArmOutcome:
     """Run arm ``arm`` of command case ``plan`` here and record its metrics (module doc); never
     raises for a failing arm."""
-    # local imports this module
-    from harness.launch.local import ProcessStart, RankCommand, device_env, run_ranks
-
     arm_dir = Path(arm_dir)
     arm_dir.mkdir(parents=True, exist_ok=True)
     device, where = device_env(arm.world_size, gpus, plan.largest_arm.world_size)

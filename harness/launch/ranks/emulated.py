@@ -1,14 +1,14 @@
 """Run one arm of an emulated case: each emulated rank in a process of its own, alone on a device.
 
 Every rank of an emulated arm (``PlannedArm.emulated``, ``ranks`` = the emulated ranks of an
-``N``-rank world) runs as ``python -m harness.launch.rank_main ... --emulate-rank R``: rank R of the
+``N``-rank world) runs as ``python -m harness.launch.ranks.rank_main ... --emulate-rank R``: rank R of the
 world alone, its communication on the loopback layer, on one GPU (``CUDA_VISIBLE_DEVICES`` = that
 GPU) or, where the case allows it (eager) and there is no GPU, on the CPU. With several GPUs the
 ranks run side by side, one per GPU (the next rank starts on the GPU that a finished one left);
 with one GPU (or the CPU) one after another. Each (arm, rank) is its own process, so the whole-device memory a rank
 records includes nothing another arm or rank loaded (a process's CUDA context, cached kernels and
 allocator are gone when it exits). Both launchers run emulated arms here: the local one with the
-GPUs it sees, a Slurm job's task with the GPUs of its allocation (``slurm_job``).
+GPUs it sees, a Slurm job's task with the GPUs of its allocation (``slurm.job``).
 
 Each rank's process has the arm's time limit to itself (``resources.time_min``: one emulated rank
 does the work one rank of the real run does). A rank that fails does not stop the others (what a
@@ -24,17 +24,15 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from harness.caseplan import CasePlan, PlannedArm
-from harness.launch.completion import rank_is_complete
-from harness.launch.placement import runs_on_cuda
-from harness.launch.repro import repro_line
+from harness.launch.ranks.completion import rank_is_complete
+from harness.launch.ranks.placement import runs_on_cuda
+from harness.launch.ranks.processes import RankCommand, run_ranks
+from harness.launch.ranks.repro import repro_line
 from harness.results import LOG_FILE, ArmOutcome
 from harness.spec.places import rank_place
-
-if TYPE_CHECKING:
-    from harness.launch.local import RankCommand
 
 # The outcome of an arm whose ranks ended differently: the first of these among them.
 _WORST_FIRST = ("failed", "timeout", "infra")
@@ -86,13 +84,11 @@ def side_by_side(arm: PlannedArm, gpus: Sequence[str]) -> int:
 
 def emulated_rank_command(arm: PlannedArm, arm_dir: Path, case_json: Path, *, rank: int,
                           gpu: Optional[str], side: int, timeout_s: float, python: str,
-                          repro: str) -> "RankCommand":
+                          repro: str) -> RankCommand:
     """The command of emulated rank ``rank`` of ``arm`` alone on ``gpu`` (its
     ``CUDA_VISIBLE_DEVICES`` value; None: on the CPU, GPUs hidden), ``side`` ranks side by side
     sharing the CPU's threads."""
-    from harness.launch.local import RankCommand
-
-    argv = (python, "-u", "-m", "harness.launch.rank_main", "--case", str(case_json),
+    argv = (python, "-u", "-m", "harness.launch.ranks.rank_main", "--case", str(case_json),
             "--arm", arm.name, "--out", str(arm_dir))
     env = {} if gpu is not None else {"CUDA_VISIBLE_DEVICES": ""}
     if "OMP_NUM_THREADS" not in os.environ:  # ranks side by side share the CPU's threads
@@ -108,9 +104,7 @@ def run_emulated_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, case_json: 
                      kill_grace_s: float = 5.0) -> ArmOutcome:
     """Run every rank of emulated ``arm`` (see the module doc) on ``gpus`` (``CUDA_VISIBLE_DEVICES``
     values: one rank per GPU at a time, side by side; empty: on the CPU, one after another, GPUs
-    hidden); never raises for a failing rank. ``run``: ``local.run_ranks`` (the default)."""
-    from harness.launch.local import run_ranks
-
+    hidden); never raises for a failing rank. ``run``: ``processes.run_ranks`` (the default)."""
     run = run or run_ranks
     arm_dir = Path(arm_dir)
     arm_dir.mkdir(parents=True, exist_ok=True)
@@ -150,7 +144,7 @@ class EmulatedLauncher:
     """The launcher (``launch.launcher.ArmLauncher``) of an emulated arm, for this machine and for
     a Slurm job's task alike: its ranks on the ``gpus`` CUDA GPUs this process sees where the case
     runs on CUDA (``placement.runs_on_cuda``), else on the CPU; each rank with ``timeout_s``; the
-    repro line of ``launch.repro``. ``run``: ``local.run_ranks`` (the default) or one with a
+    repro line of ``launch.ranks.repro``. ``run``: ``processes.run_ranks`` (the default) or one with a
     warm starter."""
 
     gpus: int

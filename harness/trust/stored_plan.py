@@ -25,8 +25,8 @@ from harness.arms import plan_case
 from harness.caseplan import CasePlan, PlanError, case_hash
 from harness.compare import Pair
 from harness.errors import ConfigError
-from harness.launch.golden_folders import golden_folder_problems
 from harness.spec.derive import as_emulated
+from harness.trust.golden_folders import golden_folder_problems
 
 # Settings of a golden pair resolved from this machine's files (compared by the hash check and
 # the copy itself, not by where the copy came from).

@@ -16,20 +16,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from harness.launch.failures import classify_failure, tail_text
 from harness.compare import DEFAULT_ALLOWED_SKIPS
-from harness.launch.rules import check_stored_plan
-from harness.launch.slurm import JobRef, latest_jobs
-from harness.launch.rank_main import remove_empty_stacks
-from harness.launch.repro import repro_line
-from harness.launch.completion import arm_needs_run
-from harness.launch.slurm_events import ArmStart, SlurmEvent, read_events
-from harness.launch.slurm_poll import Runner, SchedState, SchedulerPoller, run_command
-from harness.launch.slurm_status import CaseStatus, case_status, statuses_in_view
+from harness.launch.ranks.completion import arm_needs_run
+from harness.launch.ranks.failures import classify_failure, tail_text
+from harness.launch.ranks.rank_main import remove_empty_stacks
+from harness.launch.ranks.repro import repro_line
+from harness.launch.slurm.events import ArmStart, SlurmEvent, read_events
+from harness.launch.slurm.poll import Runner, SchedState, SchedulerPoller, run_command
+from harness.launch.slurm.status import CaseStatus, case_status, statuses_in_view
+from harness.launch.slurm.submit import JobRef, latest_jobs
 from harness.launch.sweep import finalize_case, load_plan, remove_checkpoints_if_complete
 from harness.report import write_reports
 from harness.results import (CASE_FILE, LOG_FILE, ArmOutcome, read_outcome, read_steps,
                              write_outcome)
+from harness.trust.stored_plan import check_stored_plan
 
 
 def job_log_text(ref: JobRef, lines: int = 80) -> str:

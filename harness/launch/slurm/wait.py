@@ -3,7 +3,7 @@
 The poll interval starts at ``poll_s`` and grows (x1.5, at most ``max_poll_s``) while nothing
 changes; jobs that have ended are not asked about again (``SchedulerPoller``). When squeue has not
 answered for ``scheduler_down_s`` seconds the wait ends with
-:class:`~harness.launch.slurm_poll.SchedulerUnavailable`.
+:class:`~harness.launch.slurm.poll.SchedulerUnavailable`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from harness.launch.slurm_poll import Backoff, Runner, SchedulerPoller, SchedulerUnavailable, \
+from harness.launch.slurm.poll import Backoff, Runner, SchedulerPoller, SchedulerUnavailable, \
     run_command
-from harness.launch.slurm_status import CaseStatus, sweep_status
+from harness.launch.slurm.status import CaseStatus, sweep_status
 
 
 def wait_for_sweep(sweep_dir: Path, timeout_s: Optional[float] = None, poll_s: float = 2.0,

@@ -1,7 +1,7 @@
 """Submitting a sweep to Slurm with submitit: plan, render, submit, and the sweep's job record.
 
 * **One job per case.** All arms of a case run one after another in the same allocation
-  (:mod:`harness.launch.slurm_job`), so a pair is compared on the same nodes.
+  (:mod:`harness.launch.slurm.job`), so a pair is compared on the same nodes.
 * **Arrays per resource shape.** Cases with the same (profile, nodes, ranks per node, GPUs per node)
   form one job array (``--array=0-N%P``, P = the profile's ``array_parallelism`` or
   ``--max-parallel``); a shape with one case is a plain job.
@@ -10,14 +10,14 @@
   command case with ``command.ranks: launcher`` has one task per node, its launcher), and a
   time limit always: arms x ``time_min`` + the profile's margin, the largest in the array. An
   emulated case (``emulate.ranks``) asks for one node and one task with as many GPUs as it has
-  emulated ranks (at most a node's), which runs them side by side (``launch.emulated``); its
+  emulated ranks (at most a node's), which runs them side by side (``launch.ranks.emulated``); its
   limit is arms x rounds of ranks x ``time_min`` + the margin.
 * **Logs** under ``<sweep>/slurm/logs/round-<k>/`` (submitit's folder: sbatch script, pickles,
   ``<job>_<task>_log.{out,err}``); the sweep folder must be on a filesystem the nodes share.
 * **Record.** ``<sweep>/slurm/jobs.json`` lists every submission round and, per case, its jobs,
   newest last, and the cases ``submit`` did not queue (``skipped``: they cannot run on the
   profile's nodes, e.g. a GPU case on a CPU profile) with the reason; ``status`` and ``collect``
-  (:mod:`harness.launch.slurm_status`, :mod:`harness.launch.slurm_collect`) read only it, the
+  (:mod:`harness.launch.slurm.status`, :mod:`harness.launch.slurm.collect`) read only it, the
   case folders (each with its ``plan.json``) and the scheduler.
 
 ``plan_jobs`` and ``render_sbatch`` are pure (``--dry-run`` uses them and touches no Slurm).
@@ -34,15 +34,15 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from harness.errors import ConfigError
-from harness.launch.profiles import Profile
-from harness.launch.slurm_job import CaseJob
+from harness.launch.slurm.job import CaseJob
+from harness.launch.slurm.profiles import Profile
 from harness.results import read_json, write_json_atomic
 from harness.spec.schema import Case, RankStart
 
 SLURM_DIR = "slurm"
 JOBS_FILE = "jobs.json"
 KILL_ON_BAD_EXIT = "--kill-on-bad-exit=1"
-_REPO_ROOT = Path(__file__).resolve().parents[2]
+_REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 # --------------------------------------------------------------------------- plan (pure)

@@ -3,10 +3,10 @@
 A rank process spends most of its start importing (torch with its CUDA libraries, dynamo, the
 workload: 10-12 s on a GPU host against ~8 s of steps for a one-GPU graph arm, 0.8-2 s on a CPU;
 ``bench/arm_phases.py``), the same work for every rank of every arm. :class:`WarmStarter` keeps one
-server process (``harness.launch.forkserver``) per rank environment, started ahead
+server process (``harness.launch.ranks.forkserver``) per rank environment, started ahead
 (:meth:`WarmStarter.prewarm`: the sweep starts every one its arms need before the first) or on
 first use: it imports ``rank_main.preload``'s modules, then forks each rank process on request.
-A forked rank is the same program as a cold ``python -u -m harness.launch.rank_main ...``: its
+A forked rank is the same program as a cold ``python -u -m harness.launch.ranks.rank_main ...``: its
 own session, its output on the launcher's pipe, its own environment, ``rank_main`` run as
 ``__main__``.
 
@@ -39,11 +39,11 @@ import weakref
 from dataclasses import dataclass, field
 from typing import IO, Mapping, Optional, Sequence
 
-from harness.launch.forkserver import DEFAULT_PRELOAD, receive, send
-from harness.launch.rank_main import LAUNCHER_PID_ENV
+from harness.launch.ranks.forkserver import DEFAULT_PRELOAD, receive, send
+from harness.launch.ranks.rank_main import LAUNCHER_PID_ENV
 
 # The rank entry points a warm server runs (anything else starts cold).
-WARM_MODULES = ("harness.launch.rank_main",)
+WARM_MODULES = ("harness.launch.ranks.rank_main",)
 # Variables no import reads, left out of a server's key: set per rank, read when the rank joins
 # its process group. (CUDA_VISIBLE_DEVICES stays in the key: CUDA reads it when it starts, after
 # the fork, but whether the driver library, mapped by ``import torch``, reads it when loaded is
@@ -86,7 +86,7 @@ class _Server:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [python, "-u", "-m", "harness.launch.forkserver", str(theirs.fileno()),
+                [python, "-u", "-m", "harness.launch.ranks.forkserver", str(theirs.fileno()),
                  "--preload", preload],
                 env=dict(env), pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, start_new_session=True)

@@ -1,10 +1,10 @@
 """The warm server: a process that imports what a rank imports once, then forks rank processes.
 
-    python -u -m harness.launch.forkserver FD [--preload MODULE:FUNCTION]
+    python -u -m harness.launch.ranks.forkserver FD [--preload MODULE:FUNCTION]
 
-Started by :class:`harness.launch.warm.WarmStarter` with the environment its ranks will have (all
+Started by :class:`harness.launch.ranks.warm.WarmStarter` with the environment its ranks will have (all
 but the rendezvous variables) and one end of a Unix ``SOCK_SEQPACKET`` socket pair as ``FD``. It
-runs the preload (default ``harness.launch.rank_main:preload``: torch, dynamo, the workload), then
+runs the preload (default ``harness.launch.ranks.rank_main:preload``: torch, dynamo, the workload), then
 says whether it is safe to fork from: one thread only and no CUDA context (a fork after either
 would give the children a broken runtime), Linux (``/proc/self/task``). Then it serves, one JSON
 message per packet:
@@ -42,7 +42,7 @@ from typing import Any, Optional
 
 MAX_MESSAGE = 1 << 20  # one request: argv and environment of one rank (a few KiB)
 _REAP_EVERY_S = 0.02
-DEFAULT_PRELOAD = "harness.launch.rank_main:preload"
+DEFAULT_PRELOAD = "harness.launch.ranks.rank_main:preload"
 
 
 def send(sock: socket.socket, message: dict[str, Any], fds: tuple[int, ...] = ()) -> None:
@@ -208,7 +208,7 @@ def serve(sock: socket.socket) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness.launch.forkserver")
+    p = argparse.ArgumentParser(prog="python -m harness.launch.ranks.forkserver")
     p.add_argument("fd", type=int, help="this end of the launcher's socket pair")
     p.add_argument("--preload", default=DEFAULT_PRELOAD, metavar="MODULE:FUNCTION")
     args = p.parse_args(argv)

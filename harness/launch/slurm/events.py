@@ -1,5 +1,5 @@
 """The Slurm job's events, ``<case>/slurm_events.jsonl``: one typed record per line, written by the
-job's tasks (``slurm_job``) and read by the job itself (a command arm's tasks wait on each other's
+job's tasks (``slurm.job``) and read by the job itself (a command arm's tasks wait on each other's
 events) and by ``collect`` (an ended arm's wall time, whether it started).
 
 * :class:`ArmStart`: task 0 starts an arm (a built-in arm: ``resumed_after_step``, the steps rank

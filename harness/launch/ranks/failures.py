@@ -3,7 +3,7 @@
 One taxonomy for every launcher: :func:`classify_exit` judges a rank that died (its signal and
 its output); the local launcher uses it for a rank process that exited non-zero, and the Slurm
 collector, through :func:`classify_failure`, for a job that ended without an outcome (Slurm state
-first, then the same rule); ``slurm_job`` uses :func:`infra_reason` for a rank that raised (its
+first, then the same rule); ``slurm.job`` uses :func:`infra_reason` for a rank that raised (its
 traceback: a rank whose peer vanished sees a connection error, which is not a regression of this
 rank). A rank killed by SIGKILL is ``infra`` everywhere (the host OOM killer or an operator).
 
@@ -87,7 +87,7 @@ def _signal(exit_code: str) -> Optional[int]:
 
 
 def classify_failure(state: Optional[str], exit_code: str = "", log_text: str = "") -> Classification:
-    """Why a job ended without an outcome for its arm in flight (see ``slurm_collect``)."""
+    """Why a job ended without an outcome for its arm in flight (see ``slurm.collect``)."""
     state = (state or "").upper()
     if state in INFRA_STATES:
         return Classification("infra", INFRA_STATES[state])

@@ -1,6 +1,6 @@
 """The process every rank runs, locally (spawned by ``local.py``) and under Slurm.
 
-    python -m harness.launch.rank_main --case CASE_JSON --arm NAME --out ARM_DIR [--emulate-rank R]
+    python -m harness.launch.ranks.rank_main --case CASE_JSON --arm NAME --out ARM_DIR [--emulate-rank R]
 
 The rendezvous comes from the environment: RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR /
 MASTER_PORT (torchrun, the local launcher), or Slurm's SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID
@@ -126,7 +126,7 @@ def resolve_rank_env(environ: Mapping[str, str], world_size: int) -> dict[str, s
             port = str(_SLURM_PORT_BASE + job % _SLURM_PORT_SPAN)
         env.update(MASTER_ADDR=addr, MASTER_PORT=port)
     elif world_size == 1:
-        from harness.launch.ports import pick_free_port
+        from harness.launch.ranks.ports import pick_free_port
 
         env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(pick_free_port())}
@@ -435,7 +435,7 @@ def run_emulated_rank(arm: PlannedArm, arm_dir: Path, rank: Optional[int],
 
 def preload() -> None:
     """Import what a rank imports before its first step, creating no CUDA context and starting no
-    thread: a warm server (``harness.launch.forkserver``) runs it once and forks ranks after."""
+    thread: a warm server (``harness.launch.ranks.forkserver``) runs it once and forks ranks after."""
     import torch
     import torch._dynamo  # noqa: F401  each optimizer imports it
     import torch.distributed  # noqa: F401
@@ -482,7 +482,7 @@ def read_plan_beside(case_json: Path) -> CasePlan:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m harness.launch.rank_main",
+        prog="python -m harness.launch.ranks.rank_main",
         description="Run one rank of one arm of a case (rendezvous from the environment).",
     )
     p.add_argument("--case", required=True, type=Path, metavar="CASE_JSON",
