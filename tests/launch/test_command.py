@@ -130,14 +130,16 @@ def test_the_megatron_case_runs_pretrain_gpt_eager_its_repeat_and_local_graphs(t
 
 # One write per launcher (they share the stdout of the repro line's shell).
 SHOW_NODE = ("import os, sys; sys.stdout.write(' '.join(['args', *sys.argv[1:], 'env', "
-             "os.environ['NODE_RANK'], os.environ['MASTER_ADDR'], os.environ['NNODES']]) + '\\n')")
+             "os.environ['NODE_RANK'], os.environ['MASTER_ADDR'], os.environ['MASTER_PORT'], "
+             "os.environ['NNODES']]) + '\\n')")
 
 
 def two_node_launcher(tmp_path, name):
     """A 2-node launcher case whose "launcher" prints its {node_rank}, {master_addr} and the
     rendezvous variables."""
     plan = plan_of(tmp_path, name, ranks="launcher",
-                   argv=["python", "-c", SHOW_NODE, "{node_rank}", "{master_addr}"])
+                   argv=["python", "-c", SHOW_NODE, "{node_rank}", "{master_addr}",
+                         "{master_port}"])
     return plan_case(plan.case.model_copy(update={"resources": plan.case.resources.model_copy(
         update={"nodes": 2})}))
 
@@ -149,8 +151,9 @@ def test_the_launchers_of_a_two_node_case_run_here_each_as_its_node(tmp_path):
     outcome = run_command_arm(plan, plan.arm("eager"), tmp_path / "eager", timeout_s=60,
                               gpus=0, repro="")
     log = (tmp_path / "eager" / "log.txt").read_text()
-    assert "[rank 0] args 0 127.0.0.1 env 0 127.0.0.1 2" in log, log
-    assert "[rank 1] args 1 127.0.0.1 env 1 127.0.0.1 2" in log, log
+    port = log.split(" x2 port ")[1].split()[0]  # fixed before the start: both use it
+    assert f"[rank 0] args 0 127.0.0.1 {port} env 0 127.0.0.1 {port} 2" in log, log
+    assert f"[rank 1] args 1 127.0.0.1 {port} env 1 127.0.0.1 {port} 2" in log, log
     assert outcome.status == "failed" and "wrote no step" in outcome.detail  # it prints no metrics
 
 
@@ -163,5 +166,5 @@ def test_the_repro_line_of_a_two_node_launcher_arm_runs_both_nodes_here(tmp_path
     done = subprocess.run(["bash", "-c", repro_line(plan, plan.arm("eager"), tmp_path / "c.json")],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert sorted(done.stdout.splitlines()) == ["args 0 127.0.0.1 env 0 127.0.0.1 2",
-                                                "args 1 127.0.0.1 env 1 127.0.0.1 2"]
+    assert sorted(done.stdout.splitlines()) == ["args 0 127.0.0.1 29500 env 0 127.0.0.1 29500 2",
+                                                "args 1 127.0.0.1 29500 env 1 127.0.0.1 29500 2"]

@@ -210,6 +210,7 @@ def run_command_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, timeout_s: f
     outcome = run_ranks(RankCommand(
         argv=cmd.argv, world_size=starters(plan, arm), arm_dir=arm_dir, timeout_s=timeout_s,
         env=cmd.env, repro=repro, cwd=cmd.cwd, redact=cmd.secrets,
+        rendezvous=rendezvous_env(plan, arm, place) if launcher else {},  # its port: fixed
         per_process={at.index: ProcessStart(arm_command(plan, arm, arm_dir, at, device).argv,
                                             rendezvous_env(plan, arm, at))
                      for at in (nodes if launcher else [])}),
