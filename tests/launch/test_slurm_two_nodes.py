@@ -6,9 +6,10 @@ node's only over the cluster's bridge, at the address the first node's name reso
   under torchrun, one launcher per node with its ``{node_rank}`` and the first node's address)
   are submitted together and gate 0, each node's ranks on their own node (the tasks' ``task_start``
   events: host names, node indices) and each launcher with its own node rank.
-* A seeded fault in each fails there: rank 3 of the built-in case (on the second node) raises at
-  step 2 (``tests/launch/faults``: an error, gate 2); the trainer's graph arm drifts
-  (``--fault graph-drift``: a regression, gate 1).
+* A seeded fault in each fails there, both in one sweep: rank 3 of the built-in case (on the
+  second node) raises at step 2 (``tests/launch/faults``: a failed arm, an error); the trainer's
+  graph arm drifts (``--fault graph-drift``: a loss check FAILs). The sweep gates 1 (a regression
+  outranks an error).
 """
 
 import json
