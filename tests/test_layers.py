@@ -22,10 +22,11 @@ FLOORS = {
     "caseplan": 5,
     "arms": 6, "judge": 6, "workload": 6,
     "report": 7, "trust": 7,
-    "launch": 8,
-    "bisect": 9,
-    "cli": 10,
-    "__main__": 11,
+    "history": 8,
+    "launch": 9,
+    "bisect": 10,
+    "cli": 11,
+    "__main__": 12,
 }
 
 

@@ -28,6 +28,7 @@ _COMMAND_MODULES = (
     "report_cmd",
     "golden_cmd",
     "bisect_cmd",
+    "history_cmd",
 )
 
 EXIT_USAGE = 2

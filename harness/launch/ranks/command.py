@@ -43,7 +43,7 @@ from harness.launch.ranks.processes import ProcessStart, RankCommand, device_env
 from harness.metrics import (METRICS_DIR_ENV, MetricsError, read_source, source_path,
                              stale_files)
 from harness.results import LOG_FILE, ArmOutcome, StepWriter
-from harness.spec.command import FIXED_CP_ROLES, arm_argv, fill
+from harness.spec.command import FIXED_CP_ROLES, arm_argv, command_dir, fill
 from harness.spec.schema import CommandSpec, MetricsSource, RankStart
 
 METRICS_DIR = "metrics"
@@ -117,8 +117,7 @@ def rendezvous_env(plan: CasePlan, arm: PlannedArm, place: Rendezvous) -> dict[s
 
 def command_cwd(plan: CasePlan, command: CommandSpec) -> Path:
     """Where the command starts: ``command.cwd`` relative to the case file's folder."""
-    base = Path(plan.source).parent
-    return (base / command.cwd).resolve() if command.cwd else base
+    return command_dir(plan.source, command)
 
 
 def find_program(program: str, cwd: Path, path: Optional[str]) -> Optional[str]:
