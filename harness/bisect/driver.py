@@ -26,6 +26,7 @@ from harness.bisect.step import LOG_FILE, FailedCheck, failing_checks, judge, ru
 from harness.bisect.target import (Target, find_target, profile_argument, step_command,
                                    step_environment, step_paths)
 from harness.errors import ConfigError
+from harness.history import ENV_VAR as HISTORY_ENV
 from harness.results import MANIFEST_FILE
 
 DEFAULT_ROOT = Path("results")
@@ -46,6 +47,7 @@ class Request:
     out: Optional[Path] = None
     keep_worktrees: bool = False
     allow_dirty: bool = False
+    history: Optional[str] = None  # the history database's URL, handed to every step's harness
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,8 @@ def bisect(request: Request, *, on_sweep: Optional[OnSweep] = None,
             f"{target.repo}; state in {out}")
     else:
         log(f"bisect: resuming {out} ({len(state.judged())} step(s) judged)")
-    runner = _Runner(target, out, state, key.profile, request.keep_worktrees, on_sweep, log)
+    runner = _Runner(target, out, state, key.profile, request.keep_worktrees, on_sweep, log,
+                     request.history)
     for role, sha in ((Role.GOOD_END, key.good), (Role.BAD_END, key.bad)):
         step = runner.judged(sha, role, retry_skip=True)
         wanted = Verdict.GOOD if role is Role.GOOD_END else Verdict.BAD
@@ -140,9 +143,10 @@ class _Runner:
     """Runs steps and keeps the state file current."""
 
     def __init__(self, target: Target, out: Path, state: BisectState, profile: Optional[str],
-                 keep: bool, on_sweep: Optional[OnSweep], log: Log) -> None:
+                 keep: bool, on_sweep: Optional[OnSweep], log: Log,
+                 history: Optional[str] = None) -> None:
         self.target, self.out, self.state, self.profile = target, out, state, profile
-        self.keep, self.on_sweep, self.log = keep, on_sweep, log
+        self.keep, self.on_sweep, self.log, self.history = keep, on_sweep, log, history
         self.warnings: list[str] = []
         self._subjects = subjects(target.repo, [*state.commits, state.key.good])
 
@@ -184,6 +188,8 @@ class _Runner:
         try:
             paths = step_paths(self.target, worktree, step_dir)
             env, cwd = step_environment(self.target, worktree)
+            if self.history is not None:  # a step whose own `run` records its sweep: the same db
+                env[HISTORY_ENV] = self.history
             argv = step_command(self.target, paths, sweep, self.profile, collect)
             code = run_command(argv, cwd, env, log_file)
         except KeyboardInterrupt:

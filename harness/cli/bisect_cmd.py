@@ -13,6 +13,7 @@ from pathlib import Path
 from harness.bisect import Outcome, Request, bisect
 from harness.bisect.state import Role
 from harness.cli.run_cmd import sigterm_as_interrupt
+from harness.history import history_url, record_sweep
 from harness.results.files import write_text_atomic
 
 RESULT_FILE = "result.txt"  # what the command printed at the end, beside bisect.json
@@ -47,6 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "results/bisect-<good>-<bad>-<hash of the command>)")
     p.add_argument("--keep-worktrees", action="store_true",
                    help="keep each step's worktree (default: removed after the step)")
+    p.add_argument("--history", default=None, metavar="URL",
+                   help="the history database each step's sweep goes into (default: "
+                        "$DCP_HARNESS_HISTORY, else results/history.sqlite here; docs/history.md)")
     p.add_argument("--allow-dirty", action="store_true",
                    help="bisect although an end is your checkout's HEAD and it has local changes "
                         "(they are not tested)")
@@ -54,11 +58,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    request = Request(good=args.good, bad=args.bad, paths=tuple(args.paths), k=args.k,
+    # One database for every step: resolved here (a relative SQLite path made absolute) and handed
+    # to the steps too, so a step whose own harness records its sweep writes to the same file.
+    url = history_url(args.history)
+    request = Request(history=url, good=args.good, bad=args.bad, paths=tuple(args.paths), k=args.k,
                       repo=args.repo, profile=args.profile, out=args.out,
                       keep_worktrees=args.keep_worktrees, allow_dirty=args.allow_dirty)
+    def into_history(sweep: Path) -> None:
+        print(record_sweep(sweep, url=url).line(), flush=True)
+
     with sigterm_as_interrupt():
-        outcome = bisect(request, log=lambda line: print(line, flush=True))
+        outcome = bisect(request, on_sweep=into_history, log=lambda line: print(line, flush=True))
     text = "\n".join(report_lines(outcome))
     print(text)
     write_text_atomic(outcome.out / RESULT_FILE, text.lstrip("\n") + "\n")

@@ -15,6 +15,7 @@ import pytest
 from harness.bisect.search import Probe, Verdict, next_step, steps_bound
 from harness.bisect.state import STATE_FILE, BisectState
 from harness.cli import main
+from harness.history import last_sweeps, open_history
 from tests.bisect.toyrepo import git, make_repo, write_case
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # minutes on a loaded machine
@@ -78,6 +79,13 @@ def test_bisect_finds_the_seeded_commit_skips_a_broken_one_and_resumes(tmp_path:
     for s in state.steps:  # every step's sweep folder and verdict are listed
         assert f"{s.sha[:12]}" in text and str(out / s.sweep) in text
         assert (out / s.sweep / "manifest.json").is_file()
+    # every step's sweep went into the history (the test's own database: tests/conftest.py)
+    history = open_history(create=False)
+    with history.read() as conn:
+        recorded = {Path(r.path).resolve() for r in last_sweeps(conn, 100)}
+    history.close()
+    assert {(out / s.sweep).resolve() for s in state.steps} <= recorded
+    assert "history: added" in text
     # the user's checkout untouched, every worktree gone
     assert git(repo, "status", "--porcelain") == "" and git(repo, "rev-parse", "HEAD") == shas[-1]
     assert len(git(repo, "worktree", "list").splitlines()) == 1
