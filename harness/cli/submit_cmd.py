@@ -157,6 +157,34 @@ def submit_skip_reasons(plans, profiles, profile_of) -> dict[str, str]:
     return out
 
 
+def memory_preflight(plans, profiles, profile_of) -> list[str]:
+    """Each queued case's predicted peak per rank on its profile's GPUs (``harness.memplan``):
+    the lines ``submit`` prints; a ConfigError with the bytes by part when a case does not fit
+    (nothing is submitted). Profiles that request no GPUs are not checked."""
+    from harness.memplan.fit import device_target, job_memory, rank_peaks_text, refusal
+
+    lines, refused = [], []
+    for plan in plans:
+        profile = profiles[profile_of[plan.case_id]]
+        if not profile.gpus:
+            continue
+        target = device_target(profile.gpu_memory_gib, profile.torch_version)
+        cm = job_memory(plan.case, target)
+        if cm is None:
+            lines.append(f"  memory of {plan.case_id}: no memory plan (dynamic shapes or fp32)")
+            continue
+        of = (f" of {target.device_bytes / 2**20:,.0f} MiB" if target.device_bytes is not None
+              else " (the profile sets no gpu_memory_gib: not checked)")
+        lines.append(f"  memory of {plan.case_id}: predicted peak {rank_peaks_text(plan.case, cm)}{of}")
+        why = refusal(plan.case, cm, profile.name)
+        if why is not None:
+            refused.append(why)
+    if refused:
+        raise ConfigError("refused before submission, the predicted memory does not fit: "
+                          + "; ".join(refused))
+    return lines
+
+
 def _skip_at_submit(plan: CasePlan, reason: str, out: Path) -> None:
     """Every arm of a case the profile cannot run gets a ``skipped`` outcome and the case its
     verdict, now (no job is queued for it)."""
@@ -195,9 +223,12 @@ def run_submit(args: argparse.Namespace) -> int:
     groups = plan_jobs([p.case for p in queued], {p.case_id: len(p.arms) for p in queued},
                        profiles, profile_of, args.max_parallel)
     out = (args.out or _default_out()).resolve()
+    memory = memory_preflight(queued, profiles, profile_of)
     print(describe_plan(groups))
     for cid, why in skips.items():
         print(f"  skipped {cid}: {why}")
+    for line in memory:
+        print(line)
     if args.dry_run:
         folder = round_folder(out, 0)
         for g in groups:

@@ -14,7 +14,8 @@ from harness.results import ArmOutcome
 from harness.spec.names import ARM_CHECKS_CONTRACT, ARM_CHECKS_PAIR
 from harness.spec.schema import SanitySpec
 
-from .arm_checks import COMPLETENESS, RankSet, arm_checks, sanity_checks
+from .arm_checks import COMPLETENESS, RankSet, arm_checks, ranks_agree, sanity_checks
+from .memory_model import memory_model_check
 from .packing import PackingRules, packing_check
 from .pair import Pair
 from .registry import CONTRACTS, PAIR_PARAMS, ContractSkipped
@@ -91,6 +92,7 @@ def evaluate_pair(
     sanity: Optional[SanitySpec] = None,
     sweep_dir: Optional[str] = None,
     packing: PackingRules = None,
+    memory_bound: Optional[float] = None,
 ) -> PairVerdict:
     """Arm checks and sanity checks (``sanity``; None: the defaults, all on) of the pair's arms
     + the contract's checks -> one PairVerdict. ``expected_ranks``: one count (or rank list) for
@@ -116,8 +118,12 @@ def evaluate_pair(
             errors.append(err)
         checks.extend(arm_checks(arm, steps, expected_steps, _ranks_of(expected_ranks, arm),
                                  pair.rank_name if pair.emulated is not None else None))
+        checks.append(ranks_agree(arm, steps, None if pair.emulated is None else
+                                  "emulated ranks record their own local figures, not the world's"))
         if packing is not None and arm in packing:
             checks.append(packing_check(arm, steps, packing[arm]))
+        checks.extend(memory_model_check(arm, steps, memory_bound,
+                                         pair.rank_name if pair.emulated is not None else None))
         checks.extend(sanity_checks(arm, steps, sanity))
     if pair.contract != ARM_CHECKS_CONTRACT:
         fn = CONTRACTS.get(pair.contract)
@@ -152,6 +158,7 @@ def evaluate_case(
     sanity: Optional[SanitySpec] = None,
     sweep_dir: Optional[str] = None,
     packing: PackingRules = None,
+    memory_bound: Optional[float] = None,
 ) -> CaseVerdict:
     """Evaluate every pair of a case. ``arm_data``: arm name -> (outcome or None, rank -> step
     records). ``expected_steps`` (``case.train.steps``) and ``expected_ranks`` (arm -> the ranks
@@ -164,7 +171,7 @@ def evaluate_case(
     check of every entry the arm is in."""
     verdicts = [evaluate_pair(case_id, p, arm_data, expected_steps=expected_steps,
                               expected_ranks=expected_ranks, sanity=sanity, sweep_dir=sweep_dir,
-                              packing=packing)
+                              packing=packing, memory_bound=memory_bound)
                 for p in pairs]
     in_pairs = {a for p, v in zip(pairs, verdicts) for a in p.arms
                 if v.status != "skipped" or _arms_skipped(p, arm_data) is not None}
@@ -177,5 +184,6 @@ def evaluate_case(
         else:
             verdicts.append(evaluate_pair(case_id, extra, arm_data, expected_steps=expected_steps,
                                           expected_ranks=expected_ranks, sanity=sanity,
-                                          sweep_dir=sweep_dir, packing=packing))
+                                          sweep_dir=sweep_dir, packing=packing,
+                                          memory_bound=memory_bound))
     return CaseVerdict(case_id, tuple(verdicts), combine_status([v.status for v in verdicts]))

@@ -51,6 +51,8 @@ from harness.results import (
     write_json_atomic,
     write_outcome,
 )
+from harness.results.code import HARNESS_REPO, code_versions
+from harness.spec.command import command_dir
 from harness.spec.names import GOLDEN
 from harness.spec.schema import Case
 from harness.trust.stored_plan import check_stored_plan
@@ -97,7 +99,14 @@ def sweep_start(command: str, cases: Sequence[Case], gpus: int, *, paths: Sequen
                       tags=tuple(tags) if tags is not None else None, emulate_ranks=emulate_ranks,
                       host=socket.gethostname(), gpus=gpus, cases=tuple(c.id for c in cases),
                       environment=inherited(os.environ, [n for c in cases if c.command is not None
-                                                         for n in c.command.secret_env]))
+                                                         for n in c.command.secret_env]),
+                      code=code_versions({c.id: code_folder(c) for c in cases}))
+
+
+def code_folder(case: Case) -> Path:
+    """The folder of the code a case runs: its command's for a command case, else this
+    repository's (``harness.results.code``)."""
+    return command_dir(case.source, case.command) if case.command is not None else HARNESS_REPO
 
 
 def record_manifest(plans: Sequence[CasePlan], out_dir: Path,

@@ -19,6 +19,7 @@ from typing import Literal, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .code import CodeVersion
 from .files import PathLike, ResultsError, read_json, write_json_atomic
 
 MANIFEST_FILE = "manifest.json"
@@ -63,6 +64,9 @@ class SweepStart(_Frozen):
     # The environment it ran in, less the shell session's variables, secrets redacted
     # (``inherited_env.inherited``): what a command inherits beyond its case.
     environment: dict[str, str] = {}
+    # The code under test (``harness.results.code``): per repository its commit and local changes;
+    # () in a manifest written before it was recorded.
+    code: tuple[CodeVersion, ...] = ()
 
 
 class Manifest(_Frozen):

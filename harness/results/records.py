@@ -69,6 +69,20 @@ class GraphStats:
 
 
 @dataclass(frozen=True)
+class PredictedMemory:
+    """What ``harness.memplan`` predicted for this arm on this rank, before it ran (recorded by
+    the rank process on CUDA, beside what the rank measures): the graph pool and arenas of a
+    graph arm (None for an eager arm), the peak allocated, and Megatron's estimate."""
+
+    __pydantic_config__ = _FORBID
+
+    pool_bytes: Optional[Int]
+    arena_bytes: Optional[Int]
+    peak_bytes: Int
+    megatron_bytes: Int
+
+
+@dataclass(frozen=True)
 class FrameReplays:
     """How many layer graphs one (CP size, physical slot) frame replayed in one step (forward
     replays, summed over the rank's layers; each has its backward replay)."""
@@ -105,18 +119,68 @@ class RunEnvironment:
     # (variable, value), sorted by variable; written to JSON as an object
     settings: Annotated[tuple[tuple[Str, Str], ...], BeforeValidator(_pairs)] = ()
     device_id: Optional[Str] = None  # the GPU's UUID, or the CPU rank's host name
+    # What decides the kernels (``harness.kernels.probe``: torch build, ATen CPU capability, BLAS
+    # ISA, threads; CUDA device, cuDNN, cuBLAS), (key, value) sorted by key, written to JSON as an
+    # object; empty in records written before it was recorded
+    kernels: Annotated[tuple[tuple[Str, Str], ...], BeforeValidator(_pairs)] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = {"torch": self.torch, "cuda": self.cuda, "nccl": self.nccl,
                "device_name": self.device_name, "settings": dict(self.settings)}
         if self.device_id is not None:
             out["device_id"] = self.device_id
+        if self.kernels:
+            out["kernels"] = dict(self.kernels)
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RunEnvironment":
         """An environment from its JSON object; a ResultsError naming a bad field."""
         return read_typed(RunEnvironment, data, "environment", nonfinite=False)
+
+
+@dataclass(frozen=True)
+class AttentionWork:
+    """One rank's causal attention work in one microbatch: the query-key pairs its attention
+    computes per layer (a query at position p of its sequence sees p + 1 keys), in the CP group
+    that starts at pool rank ``group`` (``cp`` ranks)."""
+
+    __pydantic_config__ = _FORBID
+
+    microbatch: Int
+    group: Int
+    cp: Int
+    work: Int
+
+
+@dataclass(frozen=True)
+class OracleStep:
+    """What the oracle (Hugging Face Qwen3-MoE with torch's AdamW and clip_grad_norm_, trained
+    beside the one-rank arm: ``harness.workload.oracle``) gave on one step: its LM loss, aux loss
+    (our definition, from its router) and grad norm, and the largest relative differences from
+    ours of the logits (before the step), the gradients (after clipping) and the parameters
+    (after the optimizer step); ``unavailable`` says why the oracle did not run (the rest None)."""
+
+    __pydantic_config__ = _FORBID
+
+    loss: Optional[Float] = None
+    aux_loss: Optional[Float] = None
+    grad_norm: Optional[Float] = None
+    logits_rel: Optional[Float] = None
+    grads_rel: Optional[Float] = None
+    params_rel: Optional[Float] = None
+    unavailable: Optional[Str] = None
+
+
+@dataclass(frozen=True)
+class StateDigest:
+    """Digests of the training state a resume must carry over (``harness.workload.state_digest``):
+    the optimizer's state and the RNG's, taken from the live objects."""
+
+    __pydantic_config__ = _FORBID
+
+    optimizer: Str
+    rng: Str
 
 
 @dataclass(frozen=True)
@@ -209,12 +273,25 @@ class StepRecord:
     # What the rank process ran with (versions, allocator and NCCL settings): on the first record
     # each rank process writes.
     environment: Optional[RunEnvironment] = None
+    # What harness.memplan predicted for this arm and rank (CUDA ranks): on the first record each
+    # rank process writes, beside the memory the records measure.
+    memory_predicted: Optional[PredictedMemory] = None
     # The step this rank process resumed after (it loaded that step's checkpoint); None: it
     # started from step 1. Set on every record the process writes.
     resumed_from: Optional[Step] = None
     # The step the checkpoint this rank process loaded holds, by the checkpoint's own metadata
     # (``harness.workload.checkpoint``; None: it loaded none). Set on every record it writes.
     checkpoint_step: Optional[Step] = None
+    # The state at the harness's stop (on the record of the step the arm stops after, taken before
+    # its checkpoint is written) and right after a resumed process restored its checkpoint (on
+    # the first record that process writes): ``compare.resume`` checks that they are equal.
+    stop_state: Optional[StateDigest] = None
+    loaded_state: Optional[StateDigest] = None
+    # This rank's causal attention work per microbatch (schedule order; empty in records written
+    # before it was recorded): what ``<arm>.cp_balance`` compares across each CP group.
+    attention_work: tuple[AttentionWork, ...] = ()
+    # The oracle arm's (``compare.oracle``) comparison with Hugging Face's Qwen3-MoE on this step.
+    oracle: Optional[OracleStep] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 1:
@@ -225,7 +302,11 @@ class StepRecord:
         out["cp_sizes"] = list(self.cp_sizes)
         out["replays"] = [asdict(f) for f in self.replays]
         out["packed"] = [mb.to_dict() for mb in self.packed]
+        out["attention_work"] = [asdict(w) for w in self.attention_work]
         out["environment"] = None if self.environment is None else self.environment.to_dict()
+        for key in ("stop_state", "loaded_state", "oracle"):  # older readers' layout where none
+            if out[key] is None:
+                del out[key]
         return out
 
     @classmethod

@@ -41,11 +41,11 @@ from harness.golden import platform_key
 from harness.launch.ranks.command_resume import (Checkpointed, Leg, resume_legs,
                                                  resumed_records, run_resumed, write_records)
 from harness.launch.ranks.ports import pick_free_port
-from harness.launch.ranks.processes import RankCommand, device_env, run_ranks
+from harness.launch.ranks.processes import ProcessStart, RankCommand, device_env, run_ranks
 from harness.metrics import (METRICS_DIR_ENV, MetricsError, read_source, source_mark,
                              source_path, stale_files)
 from harness.results import LOG_FILE, ArmOutcome, StepWriter, inherited, write_arm_env
-from harness.spec.command import FIXED_CP_ROLES, arm_argv, fill
+from harness.spec.command import FIXED_CP_ROLES, arm_argv, command_dir, fill
 from harness.spec.schema import CommandSpec, MetricsSource, RankStart
 
 METRICS_DIR = "metrics"
@@ -131,8 +131,7 @@ def process_label(plan: CasePlan) -> str:
 
 def command_cwd(plan: CasePlan, command: CommandSpec) -> Path:
     """Where the command starts: ``command.cwd`` relative to the case file's folder."""
-    base = Path(plan.source).parent
-    return (base / command.cwd).resolve() if command.cwd else base
+    return command_dir(plan.source, command)
 
 
 def find_program(program: str, cwd: Path, path: Optional[str]) -> Optional[str]:
@@ -233,14 +232,20 @@ def run_command_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, timeout_s: f
     spent: list[float] = []
 
     def run(leg: Optional[str]) -> ArmOutcome:
-        # A launcher's port is fixed before each start (the runs of a resumed arm get one each).
+        # A launcher's port is fixed before each start (the runs of a resumed arm get one each);
+        # the launchers of several nodes all start here, each as its node ({node_rank}).
         at = Rendezvous(master_port=pick_free_port()) if launcher else Rendezvous()
         leg_cmd = arm_command(plan, arm, arm_dir, at, device, leg)
+        nodes = [dataclasses.replace(at, index=k) for k in range(starters(plan, arm))]
         done = run_ranks(RankCommand(
             argv=leg_cmd.argv, world_size=starters(plan, arm), arm_dir=arm_dir,
             timeout_s=max(timeout_s - sum(spent), 1.0), env=leg_cmd.env, repro=repro,
             cwd=leg_cmd.cwd, redact=leg_cmd.secrets, label=process_label(plan),
-            rendezvous=rendezvous_env(plan, arm, at) if launcher else {}),
+            rendezvous=rendezvous_env(plan, arm, at) if launcher else {},  # its port: fixed
+            per_process={n.index: ProcessStart(arm_command(plan, arm, arm_dir, n, device,
+                                                           leg).argv,
+                                               rendezvous_env(plan, arm, n))
+                         for n in (nodes if launcher else [])}),
             stack_wait_s=stack_wait_s, kill_grace_s=kill_grace_s)
         spent.append(done.wall_s)
         return done

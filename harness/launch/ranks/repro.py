@@ -7,8 +7,10 @@ job and ``collect``) puts this one line in the arm's outcome.
 * A command arm (``command:``): the command itself, every process of it on this machine with the
   variables it inherited (``<arm>/inherited_env.json`` once the arm ran, else this environment:
   ``harness.results.inherited_env``) and those the harness sets (rendezvous on 127.0.0.1:29500;
-  secret ones left to the caller's shell), ``{arm_dir}`` in ``/tmp/dcp-repro``; for a ``-resumed`` arm both runs, the second
-  (``command.resume.load``) after the first (``command.resume.save``) ended.
+  secret ones left to the caller's shell), ``{arm_dir}`` in ``/tmp/dcp-repro``; the launchers of
+  a case of several nodes each as its node (``NODE_RANK`` and ``{node_rank}`` the loop's
+  ``$k``); for a ``-resumed`` arm both runs, the second (``command.resume.load``) after the
+  first (``command.resume.save``) ended.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from harness.results import inherited, read_arm_env, replayable
 from harness.spec.command import arm_argv
 
 REPRO_ROOT = Path("/tmp/dcp-repro")
+_EACH_NODE = "\0node_rank\0"  # stands for the loop's $k in a command line of several launchers
 
 
 def repro_dir(case_id: str, arm: str) -> Path:
@@ -49,12 +52,21 @@ def repro_line(plan: CasePlan, arm: PlannedArm, case_json: Path,
     return f"cd {shlex.quote(str(REPO_ROOT))} && {shlex.join(argv)}"
 
 
+def _quote(arg: str) -> str:
+    """``arg`` for the shell, a launcher's ``{node_rank}`` in it as ``"$k"``."""
+    if _EACH_NODE not in arg:
+        return shlex.quote(arg)
+    return '"$k"'.join(shlex.quote(part) if part else "" for part in arg.split(_EACH_NODE))
+
+
 def _command_line(plan: CasePlan, arm: PlannedArm, recorded: Mapping[str, str]) -> str:
     command = plan.case.command
     assert command is not None
     arm_dir = repro_dir(plan.case_id, arm.name)
     values = placeholder_values(plan, arm, arm_dir)
     count = starters(plan, arm)
+    if launcher_mode(plan) and count > 1:  # each launcher its own node: {node_rank} is $k
+        values["node_rank"] = _EACH_NODE
     set_here = {**rendezvous_env(plan, arm, Rendezvous()), **shown_env(command, values, arm_dir)}
     env = {**set_here, **replayable(recorded, set(set_here) | set(command.secret_env))}
     if not launcher_mode(plan):
@@ -62,7 +74,7 @@ def _command_line(plan: CasePlan, arm: PlannedArm, recorded: Mapping[str, str]) 
     per_process = ("NODE_RANK", "PET_NODE_RANK") if launcher_mode(plan) else ("RANK", "LOCAL_RANK")
     head = (f"mkdir -p {shlex.quote(str(arm_dir / METRICS_DIR))} && "
             f"cd {shlex.quote(str(command_cwd(plan, command)))} && ")
-    runs = [shlex.join(arm_argv(command, arm.kind, arm.repeat, values, leg))
+    runs = [" ".join(map(_quote, arm_argv(command, arm.kind, arm.repeat, values, leg)))
             for leg in resume_legs(arm)]
     if count == 1:
         assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
