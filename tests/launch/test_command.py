@@ -162,8 +162,8 @@ def test_the_launchers_of_a_two_node_case_run_here_each_as_its_node(tmp_path):
                               gpus=0, repro="")
     log = (tmp_path / "eager" / "log.txt").read_text()
     port = log.split(" x2 port ")[1].split()[0]  # fixed before the start: both use it
-    assert f"[rank 0] args 0 127.0.0.1 {port} env 0 127.0.0.1 {port} 2" in log, log
-    assert f"[rank 1] args 1 127.0.0.1 {port} env 1 127.0.0.1 {port} 2" in log, log
+    assert f"[node 0] args 0 127.0.0.1 {port} env 0 127.0.0.1 {port} 2" in log, log
+    assert f"[node 1] args 1 127.0.0.1 {port} env 1 127.0.0.1 {port} 2" in log, log
     assert outcome.status == "failed" and "wrote no step" in outcome.detail  # it prints no metrics
 
 
