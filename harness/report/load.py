@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from harness.compare import (
     DEFAULT_ALLOWED_SKIPS,
     CaseVerdict,
+    PairStatus,
     PairVerdict,
     combine_status,
     first_rank_records,
@@ -155,7 +156,7 @@ class SweepView:
         return tuple((c, p) for c in self.cases for p in c.verdict.pairs)
 
     @property
-    def status(self) -> str:
+    def status(self) -> PairStatus:
         """What the gate judges: every case's status, parked cases left out (a strict XPASS is a
         fail); a sweep of parked cases only passes."""
         if not self.cases:
