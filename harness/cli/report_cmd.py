@@ -19,10 +19,11 @@ DEFAULT_SWEEP = RESULTS_ROOT / LATEST  # where `dcp-harness run` points its newe
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "report",
-        help="(re)write summary.md, junit.xml, index.json and plots of a sweep folder",
+        help="(re)write summary.md, junit.xml, index.json, index.html and plots of a sweep folder",
         description="Judge every case of a sweep folder from its files (each verdict.json is "
         "checked against the step records and outcomes it was made from) and (re)write "
-        "summary.md, junit.xml, index.json and plots/<case>.png; print the table. Exit 0, or 2 "
+        "summary.md, junit.xml, index.json, index.html (the page to open in a browser) and "
+        "plots/<case>.png; print the table. Exit 0, or 2 "
         "for a missing folder or one a `dcp-harness run` is still writing.",
     )
     p.add_argument("dir", nargs="?", type=Path, default=DEFAULT_SWEEP, metavar="DIR",
@@ -75,7 +76,7 @@ def run_report(args: argparse.Namespace) -> int:
                                 "judges it as it stands now"):
         files = write_reports(sweep, check_plan=check_stored_plan, allowed_skips=skips)
     console_table(files, make_console())
-    print(f"wrote {files.summary}, {files.junit}, {files.index}"
+    print(f"wrote {files.summary}, {files.junit}, {files.index}, {files.page}"
           + (f" and {len(files.plots)} plot(s)" if files.plots else ""))
     for note in files.notes:
         print(note)

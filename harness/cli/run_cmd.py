@@ -148,7 +148,7 @@ def _run(args: argparse.Namespace) -> int:
         point_latest(RESULTS_ROOT, out)
     files = result.summary  # the sweep's reports, from the verdicts it judged once
     console_table(files, make_console())
-    shown = "summary.md, junit.xml, index.json" + (", plots/" if files.plots else "")
+    shown = "summary.md, junit.xml, index.json, index.html" + (", plots/" if files.plots else "")
     print(f"results: {out}  ({shown})")
     for note in files.notes:
         print(note)

@@ -1,4 +1,5 @@
-"""Reports of a sweep folder: summary.md, junit.xml, index.json, plots, console table, gate.
+"""Reports of a sweep folder: summary.md, junit.xml, index.json, index.html, plots, console
+table, gate.
 
 Everything is built from the folder alone (``*/case.json``, ``*/verdict.json``,
 ``*/<arm>/outcome.json``, ``*/<arm>/rank<k>.jsonl``); a case folder without a verdict counts
@@ -30,11 +31,13 @@ from .gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, GateResult, exit_code, gate,
 from .index import build_index
 from .junit import render_junit
 from .load import ArmView, CaseView, PlanCheck, SweepView, load_sweep
+from .page import PAGE_FILE, render_page
+from .pair_figures import entry_svg
 from .plots import NO_MATPLOTLIB, matplotlib_available, write_plots
 from .summary import render_summary
 
 __all__ = [
-    "ArmView", "CaseView", "EXIT_ERROR", "EXIT_FAIL", "EXIT_PASS", "GateResult", "PlanCheck",
+    "ArmView", "CaseView", "EXIT_ERROR", "EXIT_FAIL", "EXIT_PASS", "GateResult", "PAGE_FILE", "PlanCheck",
     "ReportFiles", "SweepView", "console_table", "gate", "gate_result", "load_sweep",
     "make_console", "write_reports",
 ]
@@ -49,16 +52,17 @@ class ReportFiles:
     exit_code: int
     sweep: SweepView
     notes: tuple[str, ...] = ()  # what the reports lack and why (e.g. no plots without matplotlib)
+    page: Optional[Path] = None  # index.html
 
 
 def write_reports(sweep_dir: PathLike, *, plots: bool = True,
                   check_plan: Optional[PlanCheck] = None,
                   judged: Optional[Mapping[str, CaseVerdict]] = None,
                   allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS) -> ReportFiles:
-    """Write summary.md, junit.xml, index.json (and plots/<case>.png with matplotlib) into the
-    sweep folder, atomically, from what the records prove (``load_sweep``: ``judged`` are the
-    verdicts this process made already, the other cases are judged here). Raises ConfigError
-    when the folder does not exist."""
+    """Write summary.md, junit.xml, index.json, index.html (and plots/<case>.png and the page's
+    figures with matplotlib) into the sweep folder, atomically, from what the records prove
+    (``load_sweep``: ``judged`` are the verdicts this process made already, the other cases are
+    judged here). Raises ConfigError when the folder does not exist."""
     sweep = load_sweep(sweep_dir, check_plan, judged=judged, allowed_skips=allowed_skips)
     if not sweep.exists:
         raise ConfigError(f"no sweep folder at {sweep_dir}: give the --out folder of a "
@@ -68,8 +72,12 @@ def write_reports(sweep_dir: PathLike, *, plots: bool = True,
     code = exit_code(sweep)
     plot_paths = write_plots(sweep) if plots else ()
     notes = (NO_MATPLOTLIB,) if plots and not matplotlib_available() else ()
+    figures = entry_svg if plots and not notes else None
+    page_note = (notes[0] if notes else None if plots
+                 else "figures left out (reports written without plots)")
     write_text_atomic(root / SUMMARY_FILE, render_summary(sweep, code))
     write_bytes_atomic(root / JUNIT_FILE, render_junit(sweep, now))
     write_json_atomic(root / INDEX_FILE, build_index(sweep, code, now, plot_paths))
+    write_text_atomic(root / PAGE_FILE, render_page(sweep, now, figures, page_note))
     return ReportFiles(root / SUMMARY_FILE, root / JUNIT_FILE, root / INDEX_FILE, plot_paths, code,
-                       sweep, notes)
+                       sweep, notes, root / PAGE_FILE)

@@ -19,6 +19,7 @@ from harness.results import (
 from harness.sites import sites_file
 
 from .load import ArmView, CaseView, SweepView
+from .page import PAGE_FILE
 
 INDEX_VERSION = 1
 
@@ -97,7 +98,7 @@ def build_index(sweep: SweepView, exit_code: int, generated_at: datetime,
         "exit_code": exit_code,
         "counts": sweep.counts(),
         "warnings": [w.strip() for w in sweep.warnings()],
-        "reports": {"summary": SUMMARY_FILE, "junit": JUNIT_FILE, "index": INDEX_FILE,
+        "reports": {"summary": SUMMARY_FILE, "junit": JUNIT_FILE, "index": INDEX_FILE, "page": PAGE_FILE,
                     "plots": sorted(plot_by_case.values())},
         "cases": cases,
     }

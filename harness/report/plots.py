@@ -2,22 +2,23 @@
 on a second axis; with memory probes (CUDA), per-rank memory bars of every arm (only with
 matplotlib).
 
-Uses matplotlib's object API with the Agg canvas, so no global backend is switched.
+Built on ``render.new_figure`` and written by ``render.figure_png``: the page's inline SVG
+(``page``) goes through the same path.
 """
 
 from __future__ import annotations
 
-import io
 import math
 from pathlib import Path
 from typing import Optional
 
 from harness.compare import step_series
 from harness.compare.series import memory_probes
-from harness.results import MemoryProbe, write_bytes_atomic
+from harness.results import MemoryProbe
 from harness.spec.places import short_label
 
 from .load import CaseView, SweepView
+from .render import figure_png, new_figure
 
 PLOTS_DIR = "plots"
 NO_MATPLOTLIB = ("no plots: matplotlib cannot be imported (a dependency of dcp-harness; "
@@ -37,8 +38,6 @@ def case_figure(case: CaseView):  # type: ignore[no-untyped-def]
     """One case's curves as a matplotlib Figure (Agg canvas); None when no arm recorded a loss.
     The arms' legend (with the |a - b| line's) below the curves, the memory bars' above the bars,
     none on the data; step ticks on whole steps."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
     if case.emulated:  # each emulated rank's figures are its own: one line per (arm, rank)
@@ -58,8 +57,7 @@ def case_figure(case: CaseView):  # type: ignore[no-untyped-def]
     rows = -(-entries // ncol)
     legend_in = 0.22 * rows + 0.1
     height = 3.2 + legend_in
-    fig = Figure(figsize=(12 if probes else 8, height), dpi=100)
-    FigureCanvasAgg(fig)
+    fig = new_figure(12 if probes else 8, height)
     axes = fig.subplots(1, 3 if probes else 2)
     ax_loss, ax_gn = axes[0], axes[1]
     for name, (loss, gn) in series.items():
@@ -92,12 +90,7 @@ def case_figure(case: CaseView):  # type: ignore[no-untyped-def]
 def plot_case(case: CaseView, path: Path) -> Optional[Path]:
     """Write one case's curves; None when no arm recorded a loss."""
     fig = case_figure(case)
-    if fig is None:
-        return None
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    write_bytes_atomic(path, buf.getvalue())
-    return path
+    return None if fig is None else figure_png(fig, path)
 
 
 def _loss_difference(case: CaseView, ax):  # type: ignore[no-untyped-def]

@@ -8,7 +8,7 @@
     <sweep>/<case_id>/<arm>/outcome.json      ArmOutcome
     <sweep>/<case_id>/<arm>/log.txt
     <sweep>/<case_id>/verdict.json            harness.compare.CaseVerdict
-    <sweep>/summary.md, junit.xml, index.json
+    <sweep>/summary.md, junit.xml, index.json, index.html
 """
 
 from __future__ import annotations
