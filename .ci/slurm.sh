@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start the single-node dev cluster (installing Slurm's Debian packages if needed) and run the
+# Start the two-node dev cluster (installing Slurm's Debian packages if needed) and run the
 # slurm-marked tests against it. A cluster this script started is stopped again at the end; one
 # that was already up is left running. Needs root (apt-get, slurmctld/slurmd as root).
 # Uses the active Python (the venv .ci/run made), or $PYTHON.
@@ -9,7 +9,7 @@ PYTHON="${PYTHON:-python}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 
 if [ "$(id -u)" != 0 ]; then
-    echo "error: .ci/slurm.sh needs root (it installs and starts a single-node Slurm)" >&2
+    echo "error: .ci/slurm.sh needs root (it installs and starts a two-node Slurm)" >&2
     exit 2
 fi
 

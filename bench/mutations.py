@@ -4,7 +4,9 @@ Each fault is ONE textual patch of one workload line, applied alone to a tempora
 repository's tracked files (never to this checkout, and no fault flag in production code). In the
 copy, ``dcp-harness run cases/focused --out OUT`` and ``dcp-harness gate OUT`` run with PYTHONPATH
 pointing at the copy; every fault must make the gate exit 1 (a regression), never 0 (missed) or
-2 (an error). The ``dead-model`` row runs no workload patch but a copy of ``tiny-moe-eager`` with
+2 (an error), or stop the run at preflight (exit 2) naming a broken invariant of the harness's own
+code (``dcp-harness bug: invariant ...``: a packer fault found before any arm runs, blamed on the
+harness, not on the case). The ``dead-model`` row runs no workload patch but a copy of ``tiny-moe-eager`` with
 ``lr: 1.0e+6`` (the model collapses after one step) and must fail too.
 
 GPU rows (``--gpu``, on a CUDA machine): faults in the static-shape path that both arms of a graph
@@ -49,6 +51,9 @@ class Mutation:
     new: str
     select: Optional[str] = None  # `-k` of the cases it runs against (None: all of cases/focused)
     gpu: bool = False  # needs a CUDA GPU (a graph case)
+    # A second line patched with the fault, (file, old, new): a case whose setting puts the fault
+    # where one guard alone can see it
+    also: Optional[tuple[str, str, str]] = None
 
 
 MUTATIONS: tuple[Mutation, ...] = (
@@ -136,6 +141,67 @@ MUTATIONS: tuple[Mutation, ...] = (
              "from harness.spec.layout import padded_length",
              "padded_length = lambda length, cp: length  # noqa: E731 (the fault: no CP padding)",
              select="tiny-dcp12-vs-cp2"),
+    Mutation("cp-contiguous-split", "harness/workload/batch.py",
+             "CP ranks hold contiguous slices of each sequence instead of the load-balanced chunks "
+             "r and 2cp-1-r: still correct (every position once, the causal mask by position), "
+             "but the last rank gets most of the causal work (<arm>.cp_balance; the reference pair "
+             "passes; the bitwise CPU golden values see the other rounding too)",
+             "            pos = torch.cat([torch.arange(lo, lo + chunk), torch.arange(hi, hi + chunk)])",
+             "            pos = torch.arange(2 * cp_rank * chunk, (2 * cp_rank + 2) * chunk)",
+             select="tiny-dcp12-vs-cp2"),
+    Mutation("optimizer-state-not-restored", "harness/workload/train.py",
+             "the resumed process restores the weights but not the optimizer state (Adam starts "
+             "over), in tiny-moe-eager stopped after step 11 of 12: step 12's loss and grad norm "
+             "come before the optimizer step the lost moments change, so the resume pair's "
+             "series pass (caught by resume / optimizer_state only)",
+             '    opt.load_state_dict(state["optimizer"])',
+             "    pass  # the optimizer state is not restored",
+             select="tiny-moe-eager",
+             also=("cases/focused/tiny-moe-eager.yaml", "  resume: {}", "  resume: {at_step: 11}")),
+    # Issue 41's second guards, each with the fault only the guard it adds catches.
+    Mutation("loss-reduced-to-rank0", "harness/workload/train.py",
+             "the step's loss and aux-loss sums reach rank 0 alone (a reduce to rank 0 where an "
+             "all-reduce belongs): every other rank records its own share while rank 0, the "
+             "rank every pair and the golden values read, stays right (caught by "
+             "<arm>.ranks_agree only)",
+             "    all_reduce_(sums, s.groups.world)",
+             "    reduced = all_reduce_(sums.clone(), s.groups.world); "
+             "sums = reduced if s.groups.world.rank == 0 else sums",
+             select="tiny-dcp12-vs-cp2"),
+    # The oracle (compare.oracle): faults in code every arm runs, seeded where only it judges
+    # them (the oracle case has no golden values and no pair of arms: every arm would share them).
+    Mutation("norm-weight-offset", "harness/workload/norm.py",
+             "RMSNorm scales by 1 + weight (Gemma's form) instead of weight (Qwen's)",
+             "        return (y * self.weight.float()).to(x.dtype)",
+             "        return (y * (1.0 + self.weight.float())).to(x.dtype)", select="tiny-moe-oracle"),
+    Mutation("rope-rotation-sign", "harness/workload/attention.py",
+             "RoPE rotates the other way (rotate-half with the signs swapped): every relative "
+             "position mirrored",
+             "    rotated = torch.cat([-xf[..., half:], xf[..., :half]], dim=-1)",
+             "    rotated = torch.cat([xf[..., half:], -xf[..., :half]], dim=-1)",
+             select="tiny-moe-oracle"),
+    Mutation("moe-topk-not-renormalised", "harness/workload/moe.py",
+             "the top-k router weights are not renormalised to sum to 1 (Qwen3-MoE's "
+             "norm_topk_prob)",
+             "            y = dispatch_and_compute(x, top_i, weights.to(x.dtype), self.experts, e, ctx.ep,",
+             "            y = dispatch_and_compute(x, top_i, top_p.to(x.dtype), self.experts, e, ctx.ep,",
+             select="tiny-moe-oracle"),
+    Mutation("aux-loss-without-topk", "harness/workload/moe.py",
+             "the load-balancing loss is not divided by top-k (E / T^2 instead of E / (T^2 k))",
+             "        aux_local = (prob_sum * counts).sum() * (e / (unit * unit * k))",
+             "        aux_local = (prob_sum * counts).sum() * (e / (unit * unit))",
+             select="tiny-moe-oracle"),
+    Mutation("grad-norm-squared", "harness/workload/optim.py",
+             "the global grad norm is reported (and clipped by) without its square root",
+             "    return math.sqrt(float(sq)) if math.isfinite(float(sq)) else float(\"nan\")",
+             "    return float(sq) if math.isfinite(float(sq)) else float(\"nan\")",
+             select="tiny-moe-oracle"),
+    Mutation("adam-betas-swapped", "harness/workload/optim.py",
+             "the optimizer gets (beta2, beta1) for (beta1, beta2) (the first step is the same: "
+             "Adam's bias correction cancels the betas there)",
+             "        list(params), lr=train.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay,",
+             "        list(params), lr=train.lr, betas=(o.beta2, o.beta1), eps=o.eps, weight_decay=o.weight_decay,",
+             select="tiny-moe-oracle"),
     # The static-shape path both arms of a graph case share (graph_vs_eager cannot see these).
     Mutation("static-cu-seqlens", "harness/workload/static.py",
              "static metadata: cu_seqlens of a CP1 microbatch lose the boundaries between packed "
@@ -196,14 +262,15 @@ def copy_repo(dest: Path) -> None:
 
 
 def apply(root: Path, m: Mutation) -> None:
-    path = root / m.file
-    text = path.read_text()
-    lines = text.split("\n")
-    hits = [i for i, line in enumerate(lines) if line == m.old]
-    if len(hits) != 1:
-        raise SystemExit(f"{m.name}: expected the line once in {m.file}, found it {len(hits)} times")
-    lines[hits[0]] = m.new
-    path.write_text("\n".join(lines))
+    for file, old, new in [(m.file, m.old, m.new)] + ([m.also] if m.also else []):
+        path = root / file
+        lines = path.read_text().split("\n")
+        hits = [i for i, line in enumerate(lines) if line == old]
+        if len(hits) != 1:
+            raise SystemExit(f"{m.name}: expected the line once in {file}, found it {len(hits)} "
+                             "times")
+        lines[hits[0]] = new
+        path.write_text("\n".join(lines))
 
 
 def dead_model_case(root: Path) -> str:
@@ -285,6 +352,10 @@ def run_one(name: str, mutation: Optional[Mutation], keep: bool, timeout_s: floa
         out = root / "results" / name
         t0 = time.monotonic()
         ran = _cli(root, "run", *cases, "--out", str(out), timeout_s=timeout_s)
+        bug = preflight_bug(ran.stderr)
+        if bug is not None:  # stopped before any arm ran: the harness's own invariant broke
+            return {"name": name, "run": ran.returncode, "gate": None, "preflight": bug,
+                    "wall_s": time.monotonic() - t0, "failed": [f"PREFLIGHT {bug}"], "tail": ""}
         gate = _cli(root, "gate", str(out), timeout_s=120)
         failed = failed_lines(gate.stdout)
         if verdicts is not None:
@@ -297,6 +368,22 @@ def run_one(name: str, mutation: Optional[Mutation], keep: bool, timeout_s: floa
             print(f"kept {root}", file=sys.stderr)
         else:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def preflight_bug(stderr: str) -> Optional[str]:
+    """The invariant a run's preflight named as broken (``dcp-harness bug: invariant '...'``: the
+    packer broke its own rule before any arm ran), else None."""
+    match = re.search(r"dcp-harness bug: invariant '([^']+)'", stderr)
+    return match.group(1) if match else None
+
+
+def caught(r: dict) -> bool:
+    """A row is caught when the gate exits 1 (a regression), or when preflight stopped the run
+    with exit 2 naming one of the harness's own invariants (a packer fault found before any arm
+    ran, blamed on the harness: ``launch.datacheck``)."""
+    if r.get("preflight"):
+        return r["run"] == 2
+    return r["gate"] == 1 and r["run"] == 1
 
 
 def _checks(failed: list[str]) -> str:
@@ -350,13 +437,14 @@ def main(argv: Optional[list[str]] = None) -> int:
             cases = (f"-k {m.select}" if m and m.select else "cases/focused" if m
                      else "dead-model-lr1e6")
             what = m.description if m else "train.lr 1.0e+6: the model collapses after one step"
-            print(f"| {name} | {where} | {cases} | {what} | {r['run']} | {r['gate']} | "
+            print(f"| {name} | {where} | {cases} | {what} | {r['run']} | {'-' if r['gate'] is None else r['gate']} | "
                   f"{_checks(r['failed'])} | {r['wall_s']:.0f} |", flush=True)
-            if r["gate"] != 1 or r["run"] != 1:
+            if not caught(r):
                 bad += 1
                 if r["tail"]:
                     print(f"<!-- {name} output tail:\n{r['tail']}\n-->", flush=True)
-    print(f"\n{len(rows) - bad} of {len(rows)} rows exit 1 (a regression)")
+    print(f"\n{len(rows) - bad} of {len(rows)} rows caught (gate exit 1, or preflight exit 2 "
+          "naming a broken harness invariant)")
     return 0 if bad == 0 else 1
 
 

@@ -14,6 +14,7 @@ import os
 import socket
 from typing import Any, Mapping, Optional
 
+from harness.kernels import probe as kernel_probe
 from harness.results import RunEnvironment
 
 # Variables recorded when set, because they change speed, memory or numerics.
@@ -63,6 +64,7 @@ def current_environment(device: Any, environ: Optional[Mapping[str, str]] = None
         device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name(),
         settings=settings_of(os.environ if environ is None else environ),
         device_id=device_id(dev),
+        kernels=kernel_probe(dev, environ),  # what decides the kernels (harness.kernels)
     )
 
 

@@ -36,3 +36,19 @@ class CaseError(ConfigError):
         if self.field:
             parts.append(f"field '{self.field}'")
         return ": ".join(parts + [self.message])
+
+
+class HarnessInvariantError(Exception):
+    """An invariant of dcp-harness's own code broke while it planned or packed a case that its
+    rules accept: a bug in the harness, not in the input. Names the invariant, the case, the arm
+    and the step; the CLI says so (exit 2) instead of sending the user to change a correct case
+    file."""
+
+    def __init__(self, invariant: str, detail: str, *, file: str, case: str) -> None:
+        self.invariant, self.detail, self.file, self.case = invariant, detail, file, case
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return (f"dcp-harness bug: invariant '{self.invariant}' broke for {self.file}: case "
+                f"'{self.case}', which its rules accept: {self.detail}. The case file is not at "
+                "fault; report this with the case file")

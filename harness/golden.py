@@ -45,6 +45,7 @@ from typing import Any, Callable, Container, Mapping, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict
 
+from harness import kernels as kern
 from harness.results import (
     PathLike,
     ResultsError,
@@ -233,6 +234,15 @@ def environment_of(steps: Steps) -> Optional[RunEnvironment]:
     return None
 
 
+def kernels_of(env: RunEnvironment) -> tuple[dict[str, str], bool]:
+    """The kernel identity an environment names (``harness.kernels``) and whether it is the whole
+    one the rank probed (False: derived from an environment recorded before it was,
+    :func:`harness.kernels.legacy`)."""
+    if env.kernels:
+        return dict(env.kernels), True
+    return dict(kern.legacy(env.torch, env.device_name, env.cuda, dict(env.settings))), False
+
+
 def run_devices(steps: Steps) -> tuple[str, ...]:
     """The devices (``RunEnvironment.device_id``) the arm's ranks recorded, sorted, each once;
     empty for records that name none (older runs)."""
@@ -411,12 +421,12 @@ LOSS_DEFAULTS: Mapping[str, LossBound] = MappingProxyType({
 
 
 def loss_bound(golden: Golden, metric: str, declared: Optional[LossBound], setting: str,
-               not_bitwise: Optional[str]) -> tuple[LossBound, str]:
+               not_bitwise: Optional[str], same: str = "") -> tuple[LossBound, str]:
     """The bound of loss metric ``metric`` against ``golden`` and where it comes from: the case's
     (``declared``, its field ``setting``); else, for a run that repeats its golden values bitwise
-    (``not_bitwise`` None: a deterministic fp32 CPU run in the environment the file was recorded
-    in), ``exact``, or the spread of the file's repeats x ``RTOL_FACTOR`` where they did not
-    agree bitwise; else :data:`LOSS_DEFAULTS` (``not_bitwise`` says why)."""
+    (``not_bitwise`` None: a deterministic run with the kernels the file was recorded with,
+    ``same`` says which), ``exact``, or the spread of the file's repeats x ``RTOL_FACTOR`` where
+    they did not agree bitwise; else :data:`LOSS_DEFAULTS` (``not_bitwise`` says why)."""
     if declared is not None:
         return declared, setting
     if not_bitwise is not None:
@@ -426,8 +436,8 @@ def loss_bound(golden: Golden, metric: str, declared: Optional[LossBound], setti
         return (Tolerance(max_rel=RTOL_FACTOR * spread),
                 f"{RTOL_FACTOR:g} x the spread {spread:.3g} of the golden file's {repeats} repeats")
     agreed = f"; the golden file's {repeats} repeats agreed bitwise" if repeats > 1 else ""
-    return "exact", ("bitwise: a deterministic fp32 run on CPU repeats its golden values in the "
-                     f"environment they were recorded in{agreed}")
+    return "exact", ("bitwise: a deterministic run repeats its golden values with the kernels they "
+                     f"were recorded with{f' ({same})' if same else ''}{agreed}")
 
 
 def _bound_allows(bound: LossBound, low: float, high: float, ref: float) -> bool:

@@ -27,6 +27,9 @@ def test_every_seeded_fault_finds_its_line_once(name, mutation):
     lines = (ROOT / mutation.file).read_text().split("\n")
     assert lines.count(mutation.old) == 1, f"{name}: {mutation.file} has the line {lines.count(mutation.old)} times"
     assert mutation.new != mutation.old
+    if getattr(mutation, "also", None):
+        file, old, new = mutation.also
+        assert (ROOT / file).read_text().split("\n").count(old) == 1 and new != old, name
 
 
 @pytest.mark.parametrize("shared_gpu", [False, True], ids=["alone", "shared-gpu"])

@@ -280,8 +280,8 @@ def test_case_without_pairs_gets_a_checks_entry() -> None:
     v = one([], {"eager": (OK, run(LOSS))})
     assert [p.pair for p in v.pairs] == ["checks"] and v.status == "pass"
     assert [c.name for c in v.pairs[0].checks] == [
-        "eager.steps_complete", "eager.no_nan_inf", "eager.no_skipped_step",
-        "eager.grad_norm_nonzero", "eager.loss_moves", "eager.loss_spike"]
+        "eager.steps_complete", "eager.no_nan_inf", "eager.no_skipped_step", "eager.ranks_agree",
+        "eager.cp_balance", "eager.grad_norm_nonzero", "eager.loss_moves", "eager.loss_spike"]
     v = one([], {"eager": (OK, run(LOSS, at={2: {"skipped": True}}))})
     assert v.status == "fail"
     v = one([], {})

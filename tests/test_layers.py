@@ -16,14 +16,17 @@ FLOORS = {
     "errors": 0, "textfmt": 0, "slotmem": 0,
     "spec": 1,
     "results": 2, "graphplan": 2,
+    "kernels": 2,
     "golden": 3, "sites": 3, "environment": 3,
     "compare": 4, "golden_diff": 4, "metrics": 4,
     "caseplan": 5,
     "arms": 6, "judge": 6, "workload": 6,
     "report": 7, "trust": 7,
-    "launch": 8,
-    "cli": 9,
-    "__main__": 10,
+    "history": 8,
+    "launch": 9,
+    "bisect": 10,
+    "cli": 11,
+    "__main__": 12,
 }
 
 

@@ -247,10 +247,11 @@ def test_loss_spike_beyond_the_factor_fails() -> None:
 
 def test_sanity_checks_switch_off_one_by_one() -> None:
     dead = run([5.9, 5.5, 5.5, 9.0], grad=[3.0, 0.0, 0.0, 0.0])
-    off = SanitySpec(grad_norm_nonzero=False, loss_moves=False, loss_spike_factor=None)
+    off = SanitySpec(grad_norm_nonzero=False, loss_moves=False, loss_spike_factor=None,
+                     cp_balance=None)
     assert sanity_checks("eager", dead, off) == ()
     assert one([], {"eager": (OK, dead)}, sanity=off).status == "pass"
-    only_spike = SanitySpec(grad_norm_nonzero=False, loss_moves=False)
+    only_spike = SanitySpec(grad_norm_nonzero=False, loss_moves=False, cp_balance=None)
     assert [c.name for c in sanity_checks("eager", dead, only_spike)] == ["eager.loss_spike"]
 
 

@@ -16,7 +16,7 @@ import sys
 from typing import Optional, Sequence
 
 from harness import __version__
-from harness.errors import ConfigError
+from harness.errors import ConfigError, HarnessInvariantError
 from harness.results import ResultsError
 
 # Order is the order of `dcp-harness --help`.
@@ -27,6 +27,8 @@ _COMMAND_MODULES = (
     "submit_cmd",
     "report_cmd",
     "golden_cmd",
+    "bisect_cmd",
+    "history_cmd",
 )
 
 EXIT_USAGE = 2
@@ -66,6 +68,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_USAGE
     except ResultsError as exc:
         print(f"error: unusable results: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except HarnessInvariantError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

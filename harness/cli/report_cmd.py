@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from harness.cli.run_cmd import LATEST, RESULTS_ROOT
+from harness.cli.history_cmd import add_drift_options, add_history_option, drift_report
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
 from harness.report import console_table, gate, make_console, write_reports
@@ -47,6 +48,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--as-is", action="store_true", dest="as_is",
                    help="judge a sweep that a `dcp-harness run` is still writing as it stands now "
                         "(its unfinished cases are errors); without it such a sweep is an error")
+    g.add_argument("--history", action="store_true",
+                   help="also fail figures of the sweep's cases that drifted across the history's "
+                        "sweeps although each passed (`dcp-harness history check`; docs/history.md)")
+    add_history_option(g, "--history-url")
+    add_drift_options(g)
     g.set_defaults(func=run_gate)
 
 
@@ -84,5 +90,18 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_gate(args: argparse.Namespace) -> int:
-    return gate(_sweep_dir(args.dir), check_plan=check_stored_plan,
-                allowed_skips=allowed_skips(args), as_is=args.as_is)
+    sweep = _sweep_dir(args.dir)
+    code = gate(sweep, check_plan=check_stored_plan, allowed_skips=allowed_skips(args),
+                as_is=args.as_is)
+    if not args.history:
+        return code
+    cases = [c.name for c in sweep.iterdir() if is_case_dir(c)]
+    report = drift_report(argparse.Namespace(**vars(args), case=None, metric=None, platform=None),
+                          cases=cases)
+    print("\n".join(report.lines()))
+    return combined_code(code, report.exit_code)
+
+
+def combined_code(*codes: int) -> int:
+    """The gate's rule for several verdicts: a failure (1) beats an error (2) beats a pass."""
+    return 1 if 1 in codes else max(codes)

@@ -1,5 +1,5 @@
 """The checks every arm gets, whatever its pairs: completeness, no NaN/Inf, no skipped step
-(``arm_checks``), and the sanity checks of ``compare.sanity`` (``sanity_checks``: grad norm not
+(``arm_checks``), the values every rank must share equal on every rank (``ranks_agree``), and the sanity checks of ``compare.sanity`` (``sanity_checks``: grad norm not
 zero, loss moves, no loss spike)."""
 
 from __future__ import annotations
@@ -95,6 +95,93 @@ def arm_checks(
     return (complete, finite, no_skip)
 
 
+# The fields every rank of an arm computes from the whole world (the loss and aux loss summed over
+# it, the global grad norm, the skip decision that follows from it, the step's microbatch count
+# from the one global packing plan): bitwise the same on every rank that records them.
+SHARED_FIELDS = ("loss", "aux_loss", "grad_norm", "skipped", "microbatches")
+RANKS_AGREE = "ranks_agree"
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal, a NaN equal to a NaN (``no_nan_inf`` judges those)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+def ranks_agree(arm: str, steps: Steps, not_applicable: Optional[str] = None) -> Check:
+    """``<arm>.ranks_agree``: per step, each of :data:`SHARED_FIELDS` equal on every rank that
+    recorded it (a rank that records no value of a field, such as a command whose last rank
+    alone writes metrics, is not compared); ``not_applicable``: why the ranks' values are not
+    the world's (emulated ranks compute their own local figures)."""
+    name = f"{arm}.{RANKS_AGREE}"
+    if not_applicable is not None:
+        return Check.not_applicable(name, not_applicable)
+    by_step: dict[int, dict[int, object]] = {}
+    for rank, rec in records_of(steps):
+        by_step.setdefault(rec.step, {})[rank] = rec
+    bad: list[str] = []
+    compared = 0
+    for step in sorted(by_step):
+        recs = by_step[step]
+        for field in SHARED_FIELDS:
+            values = {r: getattr(rec, field) for r, rec in sorted(recs.items())
+                      if getattr(rec, field) is not None}
+            if len(values) < 2:
+                continue
+            compared += 1
+            first_rank, first = next(iter(values.items()))
+            off = [r for r, v in values.items() if not _same(v, first)]
+            if off:
+                bad.append(f"step {step} {field}: rank {first_rank} {first!r} vs "
+                           + ", ".join(f"rank {r} {values[r]!r}" for r in off[:3])
+                           + (" ..." if len(off) > 3 else ""))
+    if compared == 0:
+        return Check.not_applicable(name, "fewer than two ranks recorded any shared value")
+    return Check(name, float(len(bad)), 0.0, not bad,
+                 ("ranks disagree on a value every rank must share: " + "; ".join(bad[:3])
+                  + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")) if bad
+                 else f"{', '.join(SHARED_FIELDS)} equal on every rank that recorded them "
+                      f"({compared} step/field comparisons)")
+
+
+CP_BALANCE = "cp_balance"
+
+
+def cp_balance(arm: str, steps: Steps, bound: float) -> Check:
+    """``<arm>.cp_balance``: per step and microbatch, the causal attention work of each CP group
+    of more than one rank (``StepRecord.attention_work``, every rank's own), max over mean within
+    ``bound`` (``compare.sanity.cp_balance``): a split of the sequences over the CP ranks that is
+    still correct (every position once) but gives one rank most of the causal work fails here,
+    though no loss moves. Not applicable where no CP group has two ranks or no rank recorded its
+    work (a command; records written before it was recorded)."""
+    name = f"{arm}.{CP_BALANCE}"
+    groups: dict[tuple[int, int, int, int], list[tuple[int, int]]] = {}
+    for rank, rec in records_of(steps):
+        for w in rec.attention_work:
+            if w.cp > 1:
+                groups.setdefault((rec.step, w.microbatch, w.group, w.cp), []).append((rank, w.work))
+    if not groups:
+        return Check.not_applicable(name, "no CP group of two or more ranks recorded its "
+                                          "attention work")
+    worst, where, over = 0.0, "", []
+    for (step, mb, start, cp), works in sorted(groups.items()):
+        mean = sum(w for _, w in works) / len(works)
+        ratio = max(w for _, w in works) / mean if mean > 0 else 1.0
+        if ratio > bound:
+            over.append(step)
+        if ratio > worst:
+            worst = ratio
+            where = (f"step {step} microbatch {mb}, CP{cp} group at pool rank {start}: work "
+                     + ", ".join(f"rank {r} {w}" for r, w in sorted(works)))
+    detail = (f"max/mean of the causal attention work over a CP group {worst:.3f} > {bound:g} in "
+              f"{len(over)} of {len(groups)} group-microbatches (worst {where}): the CP split "
+              "puts the causal work out of balance" if over else
+              f"max/mean {worst:.3f} <= {bound:g} over {len(groups)} CP group-microbatches "
+              f"(worst {where})")
+    return Check(name, worst, bound, not over, detail)
+
+
 def sanity_checks(arm: str, steps: Steps, spec: SanitySpec) -> tuple[Check, ...]:
     """``compare.sanity`` on one arm: ``<arm>.grad_norm_nonzero`` (steps, over every rank, whose
     grad norm is exactly 0: nothing learns), ``<arm>.loss_moves`` (steps whose LM loss is within
@@ -103,6 +190,8 @@ def sanity_checks(arm: str, steps: Steps, spec: SanitySpec) -> tuple[Check, ...]
     loss over the lowest loss of the earlier steps, bound ``loss_spike_factor``). Non-finite
     values are the ``no_nan_inf`` check's."""
     out: list[Check] = []
+    if spec.cp_balance is not None:
+        out.append(cp_balance(arm, steps, spec.cp_balance))
     if spec.grad_norm_nonzero:
         zero = [f"rank {rank} step {rec.step}" for rank, rec in records_of(steps)
                 if finite_number(rec.grad_norm) and rec.grad_norm == 0]

@@ -14,7 +14,7 @@ from harness.results import ArmOutcome
 from harness.spec.names import ARM_CHECKS_CONTRACT, ARM_CHECKS_PAIR
 from harness.spec.schema import SanitySpec
 
-from .arm_checks import COMPLETENESS, RankSet, arm_checks, sanity_checks
+from .arm_checks import COMPLETENESS, RankSet, arm_checks, ranks_agree, sanity_checks
 from .packing import PackingRules, packing_check
 from .pair import Pair
 from .registry import CONTRACTS, PAIR_PARAMS, ContractSkipped
@@ -122,6 +122,8 @@ def evaluate_pair(case_id: str, pair: Pair, arm_data: ArmData,
             errors.append(err)
         checks.extend(arm_checks(arm, steps, expected_steps, _ranks_of(expected_ranks, arm),
                                  pair.rank_name if pair.emulated is not None else None))
+        checks.append(ranks_agree(arm, steps, None if pair.emulated is None else
+                                  "emulated ranks record their own local figures, not the world's"))
         if packing is not None and arm in packing:
             checks.append(packing_check(arm, steps, packing[arm]))
         checks.extend(sanity_checks(arm, steps, sanity))

@@ -111,6 +111,15 @@ def describe_packing(packed: Sequence[PackedMicrobatch], most: int = 8) -> str:
     return f"{len(packed)} microbatch{'es' if len(packed) != 1 else ''}: {shown}{more}"
 
 
+def packing_problems(packed: Sequence[PackedMicrobatch], rule: PackingRule, tokens: int
+                     ) -> list[str]:
+    """The packer's rule (module doc) held against one step's microbatches as the packer gave
+    them (preflight packs every step before any arm runs: ``launch.datacheck``), the step holding
+    ``tokens`` real tokens; empty: the packing keeps the rule."""
+    rec = StepRecord(step=1, microbatches=len(packed), tokens=tokens, packed=tuple(packed))
+    return _step_problems(packed, rec, rule)
+
+
 def _step_problems(packed: Sequence[PackedMicrobatch], rec: Any, rule: PackingRule) -> list[str]:
     lay = rule.layout
     n = len(packed)

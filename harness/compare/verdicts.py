@@ -25,7 +25,7 @@ from harness.results.records import Bool, Float, Str
 PairStatus = Literal["pass", "fail", "error", "skipped"]
 PAIR_STATUSES: tuple[PairStatus, ...] = get_args(PairStatus)
 # The kind of a skipped entry (what each means: SKIP_KINDS).
-SkipKind = Literal["needs-gpu", "emulated", "golden-platform", "not-applicable"]
+SkipKind = Literal["needs-gpu", "emulated", "golden-platform", "not-applicable", "needs-package"]
 
 # Why an entry was skipped: every skipped entry names one of these kinds, which the gate counts
 # and a CI accepts by name (``dcp-harness gate --allow-skip KIND ...``).
@@ -34,10 +34,12 @@ SKIP_KINDS: Mapping[SkipKind, str] = {
     "emulated": "the pair does not apply to emulated ranks (their losses are local figures)",
     "golden-platform": "no golden values recorded yet for the platform the arm ran on",
     "not-applicable": "the contract does not apply to this run",
+    "needs-package": "an optional package the check needs is not installed here (e.g. the "
+                     "oracle's transformers: pip install 'dcp-harness[oracle]')",
 }
 # What `gate` accepts when not told otherwise: what the machine or the case's design decides.
 DEFAULT_ALLOWED_SKIPS: tuple[SkipKind, ...] = ("needs-gpu", "emulated", "golden-platform",
-                                               "not-applicable")
+                                               "not-applicable", "needs-package")
 
 
 # A check's detail may name the sweep folder as this mark (a command to run on it);

@@ -6,7 +6,11 @@ so whether they fit is known before any process starts. :func:`check_packing` pa
 every planned arm (arms that pack alike, e.g. an arm and its repeat, once) and turns the packer's
 ConfigError into a :class:`~harness.errors.CaseError` naming the file, the case, the field the
 message says to change (and its line), the arms and the step: the error a rank would otherwise
-raise at that step, minutes into the sweep. Packing needs torch (the seeded lengths): it is
+raise at that step, minutes into the sweep. The harness's own invariants are its fault, not the
+case's (:class:`~harness.errors.HarnessInvariantError`, naming the invariant): a packing that
+breaks the packer's rule (``compare.packing.packing_problems``, the rule ``<arm>.packing``
+holds the records to: every sequence once, the count, groups that tile the pool within their
+capacity), and a refusal of a step that preflight's exact fill rule says packs. Packing needs torch (the seeded lengths): it is
 imported on the first call, not with this module.
 
 Time: the packer's cost grows with the square of the global batch (one step on one core, measured
@@ -23,8 +27,10 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from harness.caseplan import CasePlan, PlannedArm
-from harness.errors import CaseError, ConfigError
-from harness.spec.schema import Case
+from harness.compare.packing import packing_problems, packing_rule
+from harness.errors import CaseError, ConfigError, HarnessInvariantError
+from harness.spec.preflight import fixed_fill
+from harness.spec.schema import Case, LengthDistribution
 from harness.spec.yamlfile import parse_case_yaml
 
 # Preflight's packing budget per arm, in units of ~0.3 us on one core: a step of global batch B
@@ -58,11 +64,38 @@ def check_packing(plans: Sequence[CasePlan]) -> None:
             groups.setdefault(packing_key(arm.case), []).append(arm)
         for arms in groups.values():
             case = arms[0].case
-            try:
-                for step in range(1, packed_steps(case) + 1):
-                    plan_step(case, step)
-            except ConfigError as exc:
-                raise packing_error(plan, arms, str(exc)) from None
+            rule = packing_rule(case)
+            for step in range(1, packed_steps(case) + 1):
+                try:
+                    packed = plan_step(case, step)
+                except ConfigError as exc:
+                    if preflight_says_it_packs(case):
+                        raise HarnessInvariantError(
+                            "a case preflight accepts packs every step", (
+                                f"{_arms(arms)} step {step}: the packer refused it ({exc}), but "
+                                "the microbatch-fill rule, exact for fixed-CP layouts with fixed "
+                                "lengths, says it packs (harness.spec.preflight.fixed_fill)"),
+                            file=plan.case.source, case=plan.case.id) from None
+                    raise packing_error(plan, arms, str(exc)) from None
+                wrong = packing_problems(packed.packed(), rule, packed.total_tokens)
+                if wrong:
+                    raise HarnessInvariantError(
+                        "the packer keeps its rule", (
+                            f"{_arms(arms)} step {step}: {'; '.join(wrong)} (the rule: "
+                            f"{rule.describe()}; harness.workload.packing.plan_step)"),
+                        file=plan.case.source, case=plan.case.id)
+
+
+def preflight_says_it_packs(case: Case) -> bool:
+    """Whether preflight's microbatch-fill rule guarantees that every step of the arm case packs:
+    it is exact for a fixed-CP layout with fixed lengths (``spec.preflight``), and the case
+    passed it. A packer that refuses such a step is broken, whatever its message advises."""
+    return (not case.layout.dynamic and case.data.lengths.distribution is LengthDistribution.FIXED
+            and not fixed_fill(case, case.layout, ""))
+
+
+def _arms(arms: Sequence[PlannedArm]) -> str:
+    return f"arm{'s' if len(arms) > 1 else ''} " + ", ".join(f"'{a.name}'" for a in arms)
 
 
 def packing_error(plan: CasePlan, arms: Sequence[PlannedArm], message: str) -> CaseError:

@@ -48,6 +48,8 @@ from harness.results import (
     write_json_atomic,
     write_outcome,
 )
+from harness.results.code import HARNESS_REPO, code_versions
+from harness.spec.command import command_dir
 from harness.spec.names import GOLDEN
 from harness.spec.schema import Case
 
@@ -84,7 +86,14 @@ def sweep_start(command: str, cases: Sequence[Case], gpus: int, *, paths: Sequen
     return SweepStart(command=command, started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                       paths=tuple(str(p) for p in paths), k=k,
                       tags=tuple(tags) if tags is not None else None, emulate_ranks=emulate_ranks,
-                      host=socket.gethostname(), gpus=gpus, cases=tuple(c.id for c in cases))
+                      host=socket.gethostname(), gpus=gpus, cases=tuple(c.id for c in cases),
+                      code=code_versions({c.id: code_folder(c) for c in cases}))
+
+
+def code_folder(case: Case) -> Path:
+    """The folder of the code a case runs: its command's for a command case, else this
+    repository's (``harness.results.code``)."""
+    return command_dir(case.source, case.command) if case.command is not None else HARNESS_REPO
 
 
 def record_manifest(plans: Sequence[CasePlan], out_dir: Path,

@@ -60,24 +60,27 @@ from .paths import (
     rank_files,
 )
 from .records import (
+    AttentionWork,
     FrameReplays,
     GraphStats,
     MemoryProbe,
+    OracleStep,
     PackedGroup,
     PackedMicrobatch,
     RunEnvironment,
+    StateDigest,
     StepRecord,
     field_of,
 )
 from .steps import StepWriter, parse_step_line, read_rank_file, read_steps
 
 __all__ = [
-    "ARM_STATUSES", "ArmOutcome", "ArmStatus", "CASE_FILE", "LOCK_FILE", "MANIFEST_FILE", "Manifest",
+    "ARM_STATUSES", "ArmOutcome", "AttentionWork", "ArmStatus", "CASE_FILE", "LOCK_FILE", "MANIFEST_FILE", "Manifest",
     "ManifestArm", "ManifestCase", "SweepStart", "add_to_manifest", "lock_holder", "read_manifest",
     "sweep_lock", "FrameReplays", "GraphStats", "INDEX_FILE",
-    "JUNIT_FILE", "LOG_FILE", "MemoryProbe", "OUTCOME_FILE", "PackedGroup", "PackedMicrobatch",
+    "JUNIT_FILE", "LOG_FILE", "MemoryProbe", "OUTCOME_FILE", "OracleStep", "PackedGroup", "PackedMicrobatch",
     "PathLike", "ResultsError", "RunEnvironment",
-    "SUMMARY_FILE", "StepRecord", "StepWriter", "VERDICT_FILE", "arm_dir", "case_dir",
+    "SUMMARY_FILE", "StateDigest", "StepRecord", "StepWriter", "VERDICT_FILE", "arm_dir", "case_dir",
     "current_umask", "decode_float", "decode_nonfinite", "dumps", "encode_nonfinite", "field_of",
     "file_mode", "list_arm_dirs", "parse_step_line", "rank_file", "rank_files", "read_json",
     "read_json_record", "read_noting", "read_typed", "record_json", "read_outcome", "read_rank_file", "read_steps", "write_bytes_atomic",

@@ -19,6 +19,7 @@ from typing import Literal, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .code import CodeVersion
 from .files import PathLike, ResultsError, read_json, write_json_atomic
 
 MANIFEST_FILE = "manifest.json"
@@ -60,6 +61,9 @@ class SweepStart(_Frozen):
     host: str = ""
     gpus: int = Field(default=0, ge=0)  # CUDA GPUs the launcher saw (submit: the profile's per node)
     cases: tuple[str, ...] = ()  # the case ids this invocation selected
+    # The code under test (``harness.results.code``): per repository its commit and local changes;
+    # () in a manifest written before it was recorded.
+    code: tuple[CodeVersion, ...] = ()
 
 
 class Manifest(_Frozen):

@@ -105,6 +105,10 @@ class RunEnvironment:
     # (variable, value), sorted by variable; written to JSON as an object
     settings: Annotated[tuple[tuple[Str, Str], ...], BeforeValidator(_pairs)] = ()
     device_id: Optional[Str] = None  # the GPU's UUID, or the CPU rank's host name
+    # What decides the kernels (``harness.kernels.probe``: torch build, ATen CPU capability, BLAS
+    # ISA, threads; CUDA device, cuDNN, cuBLAS), (key, value) sorted by key, written to JSON as an
+    # object; empty in records written before it was recorded
+    kernels: Annotated[tuple[tuple[Str, Str], ...], BeforeValidator(_pairs)] = ()
 
     # Hand-written: ``settings`` is an object in the file (pairs in the record), ``device_id`` is
     # left out while unset (the layout older readers know).
@@ -113,8 +117,54 @@ class RunEnvironment:
                "device_name": self.device_name, "settings": dict(self.settings)}
         if self.device_id is not None:
             out["device_id"] = self.device_id
+        if self.kernels:
+            out["kernels"] = dict(self.kernels)
         return out
 
+
+
+@dataclass(frozen=True)
+class AttentionWork:
+    """One rank's causal attention work in one microbatch: the query-key pairs its attention
+    computes per layer (a query at position p of its sequence sees p + 1 keys), in the CP group
+    that starts at pool rank ``group`` (``cp`` ranks)."""
+
+    __pydantic_config__ = _FORBID
+
+    microbatch: Int
+    group: Int
+    cp: Int
+    work: Int
+
+
+@dataclass(frozen=True)
+class OracleStep:
+    """What the oracle (Hugging Face Qwen3-MoE with torch's AdamW and clip_grad_norm_, trained
+    beside the one-rank arm: ``harness.workload.oracle``) gave on one step: its LM loss, aux loss
+    (our definition, from its router) and grad norm, and the largest relative differences from
+    ours of the logits (before the step), the gradients (after clipping) and the parameters
+    (after the optimizer step); ``unavailable`` says why the oracle did not run (the rest None)."""
+
+    __pydantic_config__ = _FORBID
+
+    loss: Optional[Float] = None
+    aux_loss: Optional[Float] = None
+    grad_norm: Optional[Float] = None
+    logits_rel: Optional[Float] = None
+    grads_rel: Optional[Float] = None
+    params_rel: Optional[Float] = None
+    unavailable: Optional[Str] = None
+
+
+@dataclass(frozen=True)
+class StateDigest:
+    """Digests of the training state a resume must carry over (``harness.workload.state_digest``):
+    the optimizer's state and the RNG's, taken from the live objects."""
+
+    __pydantic_config__ = _FORBID
+
+    optimizer: Str
+    rng: Str
 
 
 @dataclass(frozen=True)
@@ -214,6 +264,16 @@ class StepRecord:
     # The step the checkpoint this rank process loaded holds, by the checkpoint's own metadata
     # (``harness.workload.checkpoint``; None: it loaded none). Set on every record it writes.
     checkpoint_step: Optional[Step] = None
+    # The state at the harness's stop (on the record of the step the arm stops after, taken before
+    # its checkpoint is written) and right after a resumed process restored its checkpoint (on
+    # the first record that process writes): ``compare.resume`` checks that they are equal.
+    stop_state: Optional[StateDigest] = None
+    loaded_state: Optional[StateDigest] = None
+    # This rank's causal attention work per microbatch (schedule order; empty in records written
+    # before it was recorded): what ``<arm>.cp_balance`` compares across each CP group.
+    attention_work: tuple[AttentionWork, ...] = ()
+    # The oracle arm's (``compare.oracle``) comparison with Hugging Face's Qwen3-MoE on this step.
+    oracle: Optional[OracleStep] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 1:
@@ -225,7 +285,11 @@ class StepRecord:
         out["cp_sizes"] = list(self.cp_sizes)
         out["replays"] = [asdict(f) for f in self.replays]
         out["packed"] = [mb.to_dict() for mb in self.packed]
+        out["attention_work"] = [asdict(w) for w in self.attention_work]
         out["environment"] = None if self.environment is None else self.environment.to_dict()
+        for key in ("stop_state", "loaded_state", "oracle"):  # older readers' layout where none
+            if out[key] is None:
+                del out[key]
         return out
 
     # Kept: the one parse every reader of step records shares (rank files, a command's JSON

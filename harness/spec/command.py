@@ -22,6 +22,7 @@ each comparison says which arm roles it needs and whether a command case may hav
 from __future__ import annotations
 
 import string
+from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
 from harness.spec.names import FIXED_CP_KINDS, REPEAT_ROLE
@@ -48,6 +49,13 @@ def placeholders_in(text: str) -> list[str]:
 def fill(text: str, values: Mapping[str, object]) -> str:
     """``text`` with its placeholders replaced by ``values``."""
     return text.format_map({k: str(v) for k, v in values.items()})
+
+
+def command_dir(source: str, command: CommandSpec) -> Path:
+    """Where a command case's command starts: ``command.cwd`` relative to the folder of the case
+    file ``source`` (default: that folder)."""
+    base = Path(source).parent
+    return (base / command.cwd).resolve() if command.cwd else base
 
 
 def role_args(command: CommandSpec, kind: str, repeat: bool) -> list[str]:

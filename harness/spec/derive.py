@@ -61,10 +61,14 @@ class ArmSpec:
     repeat: bool = False
     microbatches: Optional[int] = None
     resumed_at: Optional[int] = None
+    # The one-rank case trained beside Hugging Face's Qwen3-MoE (``compare.oracle``): arm ``oracle``
+    oracle: bool = False
 
     @property
     def base(self) -> str:
         """The configuration's name (the derived case's ``arm``)."""
+        if self.oracle:
+            return ORACLE_ARM
         if self.kind in FIXED_CP_KINDS:
             name = f"{self.kind}{self.fixed_cp}"
         else:
@@ -76,6 +80,9 @@ class ArmSpec:
         """The arm's name and results folder."""
         return (self.base + (REPEAT_SUFFIX if self.repeat else "")
                 + (RESUMED_SUFFIX if self.resumed_at is not None else ""))
+
+
+ORACLE_ARM = "oracle"
 
 
 def has_graph_arms(case: BaseCase) -> bool:
@@ -104,6 +111,9 @@ def derive_arm_case(case: Case, spec: ArmSpec) -> ArmCase:
         derived = with_microbatches(derived, spec.microbatches, base)
     if spec.resumed_at is not None:
         derived = interrupted(derived, spec.resumed_at, base)
+    if spec.oracle:
+        derived = derived.model_copy(update={
+            "execution": derived.execution.model_copy(update={"oracle": True})})
     return derived
 
 

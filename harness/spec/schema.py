@@ -339,6 +339,10 @@ class SanitySpec(Strict):
     loss_moves_rel: float = Field(default=1e-6, ge=0)
     # None: spikes are not checked.
     loss_spike_factor: Optional[float] = Field(default=1.5, gt=1)
+    # Largest max/mean of the causal attention work (query-key pairs) over the ranks of one CP
+    # group in one microbatch; the load-balanced split (rank r holds chunks r and 2cp-1-r) gives
+    # 1.0. None: balance is not checked.
+    cp_balance: Optional[float] = Field(default=1.05, ge=1)
 
 
 class CompareSpec(Strict):
@@ -391,6 +395,8 @@ class Execution(Strict):
     # The harness stops the arm after this step (its processes exit after checkpointing it) and
     # starts it again from that checkpoint (a ``-resumed`` arm of ``compare.resume``).
     interrupt_after: Optional[int] = Field(default=None, ge=1)
+    # The one-rank arm trained beside Hugging Face's Qwen3-MoE (``compare.oracle``).
+    oracle: bool = False
 
 
 # --------------------------------------------------------------------------- resources

@@ -105,6 +105,18 @@ def _query_runs(q_segments: torch.Tensor, q_positions: torch.Tensor) -> list[tup
     )
 
 
+def causal_work(segments: torch.Tensor, positions: torch.Tensor) -> int:
+    """The query-key pairs causal attention computes for queries ``(segments, positions)`` (rows
+    with a negative segment are padding of a static buffer, not queries): a query at position
+    ``p`` of its sequence sees ``p + 1`` keys, so a run of ``n`` queries from ``p0`` costs
+    ``n * p0 + n (n + 1) / 2``. The measure ``<arm>.cp_balance`` compares across a CP group."""
+    keep = segments.cpu() >= 0
+    total = 0
+    for _, n, _, p0 in _query_runs(segments.cpu()[keep], positions.cpu()[keep]):
+        total += n * p0 + n * (n + 1) // 2
+    return total
+
+
 def attention_plan(
     q_segments: torch.Tensor,
     q_positions: torch.Tensor,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -13,11 +14,11 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from harness.errors import ConfigError
-from harness.results import GraphStats, MemoryProbe, StepRecord
+from harness.results import AttentionWork, GraphStats, MemoryProbe, StateDigest, StepRecord
 from harness.spec.layout import ParallelLayout
 from harness.spec.schema import Case, DType, Pools
 from harness.workload import checkpoint as ckpt
-from harness.workload.attention import AttentionContext, attention_plan
+from harness.workload.attention import AttentionContext, attention_plan, causal_work
 from harness.workload.batch import local_batch, static_batch
 from harness.workload.comm import all_reduce_
 from harness.workload.data import Table, successor_table
@@ -35,6 +36,7 @@ from harness.workload.moe import MoEContext, moe_scalars
 from harness.workload.optim import all_reduce_grads, clip_grads_, global_grad_norm, make_optimizer
 from harness.workload.packing import StepPlan, plan_step
 from harness.workload.pipeline import MicrobatchInput, StepTotals, run_step
+from harness.workload.state_digest import optimizer_digest, restore_rng, rng_digest, rng_state
 from harness.workload.runtime import ProcessGroups, RankContext, build_groups, communicator_for
 from harness.workload.transfer import to_device
 
@@ -103,12 +105,14 @@ class _GraphSlot:
 
 
 def _microbatch_input(
-    case: Case, plan: StepPlan, m: int, s: _Setup, table: Table, slot: _GraphSlot
+    case: Case, plan: StepPlan, m: int, s: _Setup, table: Table, slot: _GraphSlot,
+    works: dict[int, AttentionWork],
 ) -> MicrobatchInput:
     group = plan.microbatches[m].group_of(s.groups.pool_rank)
     if case.static_shapes:
-        return _static_input(case, plan, m, s, table, slot)
+        return _static_input(case, plan, m, s, table, slot, works)
     b = local_batch(group, s.groups.pool_rank, case.train.seed, plan.step, case.model.vocab, table)
+    works[m] = AttentionWork(m, group.start, group.size, causal_work(b.segments, b.positions))
     dev = s.device
     positions = b.positions.to(dev)
     attn = AttentionContext(
@@ -128,7 +132,8 @@ def _microbatch_input(
 
 
 def _static_input(
-    case: Case, plan: StepPlan, m: int, s: _Setup, table: Table, slot: _GraphSlot
+    case: Case, plan: StepPlan, m: int, s: _Setup, table: Table, slot: _GraphSlot,
+    works: dict[int, AttentionWork],
 ) -> MicrobatchInput:
     """A static-shape microbatch: fixed token buffer, metadata tensors, the block runner (eager
     call, or graph replay once captured)."""
@@ -137,6 +142,8 @@ def _static_input(
     group = plan.microbatches[m].group_of(s.groups.pool_rank)
     b = static_batch(group, s.groups.pool_rank, case.train.seed, plan.step, case.model.vocab, table,
                      case.layout.tokens_per_rank, case.train.max_seqs_per_microbatch)
+    works[m] = AttentionWork(m, group.start, group.size,
+                             causal_work(b.layout.segments, b.layout.positions))
     cp = s.groups.cp_group(group.size)
     host_scalars = moe_scalars(b.unit_tokens, plan.total_tokens, case.model.experts,
                                case.model.experts_per_token)
@@ -210,7 +217,12 @@ def _state(s: _Setup, opt: torch.optim.Optimizer, case: Case, step: int, rank: i
         "world_size": s.layout.world,
         "chunks": [c.state_dict() for c in s.chunks],
         "optimizer": opt.state_dict(),
+        "rng": rng_state(s.device),
     }
+
+
+def _digest(opt: torch.optim.Optimizer, device: torch.device) -> StateDigest:
+    return StateDigest(optimizer=optimizer_digest(opt), rng=rng_digest(device))
 
 
 def _restore(s: _Setup, opt: torch.optim.Optimizer, state: dict[str, Any], case: Case, rank: int) -> None:
@@ -223,6 +235,8 @@ def _restore(s: _Setup, opt: torch.optim.Optimizer, state: dict[str, Any], case:
     for chunk, sd in zip(s.chunks, state["chunks"]):
         chunk.load_state_dict(sd)
     opt.load_state_dict(state["optimizer"])
+    if "rng" in state:  # checkpoints written before the RNG state was kept have none
+        restore_rng(state["rng"], s.device)
 
 
 def _reduce_and_update(case: Case, s: _Setup, opt: torch.optim.Optimizer,
@@ -265,13 +279,14 @@ def _train_step(case: Case, ctx: RankContext, s: _Setup, opt: torch.optim.Optimi
     if slot.graphs is not None:
         slot.graphs.check_step(len(plan.microbatches))
     opt.zero_grad(set_to_none=False)
+    works: dict[int, AttentionWork] = {}  # microbatch -> this rank's attention work
     totals = run_step(
         s.chunks,
         s.groups,
         s.layout.pp,
         s.layout.group,
         len(plan.microbatches),
-        lambda m: _microbatch_input(case, plan, m, s, table, slot),
+        lambda m: _microbatch_input(case, plan, m, s, table, slot, works),
         plan.total_tokens,
         case.model.hidden,
         autocast,
@@ -292,6 +307,7 @@ def _train_step(case: Case, ctx: RankContext, s: _Setup, opt: torch.optim.Optimi
         tokens=plan.total_tokens,
         microbatches=len(plan.microbatches),
         cp_sizes=tuple(mb.group_of(s.groups.pool_rank).size for mb in plan.microbatches),
+        attention_work=tuple(works[m] for m in sorted(works)),
         lr=case.train.lr,
         step_time_s=elapsed,
         device=ctx.device,
@@ -340,11 +356,23 @@ def train_arm(
             took = time.monotonic() - restore_started
             if took >= ckpt.SLOW_S:
                 print(f"[checkpoint r{ctx.rank}] step {start}: restored in {took:.1f}s", flush=True)
+        # The state right after the load, for compare.resume (on the first record written).
+        loaded = _digest(opt, s.device) if start > 0 else None
         last = train.steps if stop_after is None else min(stop_after, train.steps)
         table = successor_table(train.seed, case.model.vocab).tolist()  # read once, not per sequence
         autocast = _autocast(case)
         slot = _GraphSlot()
         probe_step = train.memory_probe_step or train.steps
+        if case.execution.oracle:  # the one-rank arm beside Hugging Face's (compare.oracle)
+            from harness.workload.oracle import train_oracle
+
+            def inputs_of(plan: StepPlan) -> Callable[[int], MicrobatchInput]:
+                return lambda m: _microbatch_input(case, plan, m, s, table, slot, {})
+
+            train_oracle(case, ctx, on_step, lambda step: _train_step(
+                case, ctx, s, opt, step, table, slot, autocast, memory_probe=step == probe_step,
+                graph_stats=None, resumed_from=start), s, opt, inputs_of, start, last)
+            return
         try:
             for step in range(start + 1, last + 1):
                 stats: Optional[GraphStats] = None
@@ -354,6 +382,10 @@ def train_arm(
                 record = _train_step(case, ctx, s, opt, step, table, slot, autocast,
                                      memory_probe=step == probe_step, graph_stats=stats,
                                      resumed_from=start)
+                if loaded is not None:
+                    record, loaded = dataclasses.replace(record, loaded_state=loaded), None
+                if step == stop_after:  # the state the resumed process must get back
+                    record = dataclasses.replace(record, stop_state=_digest(opt, s.device))
                 # Record first, then checkpoint: a rank stopped in between re-runs this step on
                 # resume (same values; the results store drops the duplicate record), whereas the
                 # other order could resume after a step that was never recorded.

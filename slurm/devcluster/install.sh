@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Install the Debian packages of a single-node Slurm (idempotent: installs only what is missing).
+# Install the Debian packages of the dev cluster (idempotent: installs only what is missing).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 require_root
 
-packages=(slurmctld slurmd slurm-client munge)
+packages=(slurmctld slurmd slurm-client munge iproute2)
 [ "$ACCOUNTING" = 1 ] && packages+=(slurmdbd mariadb-server)
 
 missing=()

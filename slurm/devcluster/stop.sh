@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Stop the daemons start.sh started (by saved PID, checking /proc/PID/comm first), newest first.
-# Running jobs are cancelled first so no slurmstepd is left behind. Idempotent.
+# Stop the daemons start.sh started (by saved PID, checking /proc/PID/comm first), newest first,
+# then remove the namespaces and links it made (network.sh down). Running jobs are cancelled first
+# so no slurmstepd is left behind. Idempotent.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 require_root
 
@@ -15,6 +16,11 @@ fi
 
 names=($(daemon_names))
 [ "$ACCOUNTING" = 1 ] || names+=(slurmdbd mariadbd)  # stop leftovers of an earlier accounting run
+for f in "$PID_DIR"/slurmd*.pid; do  # and the nodes of an earlier start (more nodes, or one)
+    [ -e "$f" ] || continue
+    d="$(basename "$f" .pid)"
+    [[ " ${names[*]} " == *" $d "* ]] || names+=("$d")
+done
 for (( i=${#names[@]}-1; i>=0; i-- )); do
     d="${names[$i]}"
     pid="$(live_pid "$d" || true)"
@@ -34,4 +40,5 @@ for (( i=${#names[@]}-1; i>=0; i-- )); do
     rm -f "$PID_DIR/$d.pid"
     log "stopped $d (pid $pid)"
 done
+"$DEVCLUSTER_DIR/network.sh" down
 rm -f "$STATE_DIR/conf/running.hash"

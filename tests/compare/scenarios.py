@@ -12,7 +12,8 @@ from typing import Any, Callable, Mapping
 from harness.compare import Pair
 from harness.compare.contracts.golden import GoldenPairParams
 from harness.golden import GoldenCopy, golden_values
-from harness.results import FrameReplays, PackedGroup, PackedMicrobatch, StepRecord
+from harness.results import (FrameReplays, OracleStep, PackedGroup, PackedMicrobatch, StateDigest,
+                             StepRecord)
 
 from tests.records import GIB, changed, graph_stats, probe, record
 
@@ -49,6 +50,16 @@ def bump(name: str, step: int, field: str, rel: float) -> Fault:
     def fault(pair: Pair, data: Data) -> Scenario:
         return pair, _each(data, name, lambda r: dataclasses.replace(
             r, **{field: getattr(r, field) * (1 + rel)}) if r.step == step else r)
+    return fault
+
+
+def on_rank(name: str, rank: int, step: int, **fields: Any) -> Fault:
+    """``fields`` set on arm ``name``'s step ``step`` of rank ``rank`` alone (the other ranks
+    keep theirs: values every rank must share disagree)."""
+    def fault(pair: Pair, data: Data) -> Scenario:
+        recs = {r: [dataclasses.replace(x, **fields) if r == rank and x.step == step else x
+                    for x in rs] for r, rs in data[name].items()}
+        return pair, {**data, name: recs}
     return fault
 
 
@@ -193,12 +204,30 @@ def golden_gpu() -> Scenario:
 AFTER = 2  # the resume pair's stop
 
 
+ORACLE = OracleStep(loss=LOSS[0], aux_loss=AUX[0], grad_norm=GRAD[0], logits_rel=1e-6,
+                    grads_rel=3e-6, params_rel=3e-6)
+
+
+def oracle() -> Scenario:
+    """The oracle arm whose every step the oracle matched to rounding."""
+    def steps(s: int) -> dict[str, Any]:
+        return {"oracle": OracleStep(loss=LOSS[s - 1] * (1 + 5e-8), aux_loss=AUX[s - 1],
+                                     grad_norm=GRAD[s - 1], logits_rel=1e-6, grads_rel=3e-6,
+                                     params_rel=3e-6)}
+    return (Pair("oracle", "oracle", ("oracle",), {}),
+            {"oracle": arm(1, **{f"s{s}": steps(s) for s in range(1, STEPS + 1)})})
+
+
+STATE = StateDigest(optimizer="0123456789abcdef", rng="fedcba9876543210")
+
+
 def resume() -> Scenario:
     """A graph arm stopped after step 2 and resumed from that step's checkpoint (it captured
     again on step 3) against the same arm run straight through."""
     resumed = {"resumed_from": AFTER, "checkpoint_step": AFTER}
     straight = graph_arm()
-    again = graph_arm(s3={**resumed, "graph_stats": STATS}, s4=resumed)
+    again = graph_arm(s2={"stop_state": STATE}, s3={**resumed, "graph_stats": STATS,
+                                                     "loaded_state": STATE}, s4=resumed)
     return Pair("resume", "resume", ("graph-resumed", "graph"), {"after": AFTER}), \
         {"graph-resumed": again, "graph": straight}
 

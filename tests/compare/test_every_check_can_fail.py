@@ -7,7 +7,11 @@ check added without such inputs fails here. A value without a bound is a figure
 
 from __future__ import annotations
 
-from typing import Callable
+from harness.results import AttentionWork
+
+import dataclasses
+
+from typing import Any, Callable
 
 import pytest
 
@@ -25,9 +29,19 @@ CLEAN: dict[str, Make] = {
     "repeat": sc.repeat, "graph_vs_eager": sc.graph_vs_eager, "dcp_vs_fixed_cp": sc.dcp_vs_fixed_cp,
     "graph_pools": sc.graph_pools, "reference": sc.reference, "golden": sc.golden_gpu,
     "resume": sc.resume, "slot_ring": sc.slot_ring, "slot_ring_plan": sc.slot_ring_plan,
+    "oracle": sc.oracle,
 }
 # Values each contract reports without a bound (figures, never checks).
 FIGURES: dict[str, set[str]] = {"graph_vs_eager": {"capture"}, "dcp_vs_fixed_cp": {"graph_pool_bytes"}}
+
+
+def oracle_at(step: int, **fields: Any) -> Fault:
+    """The oracle's entry of ``step`` with ``fields`` changed (the oracle saw otherwise)."""
+    def fault(pair, data):
+        recs = {r: [dataclasses.replace(x, oracle=dataclasses.replace(x.oracle, **fields))
+                    if x.step == step else x for x in rs] for r, rs in data["oracle"].items()}
+        return pair, {**data, "oracle": recs}
+    return fault
 
 
 def _worse_and_better(name: str, scale: Callable[[float], Fault]) -> list[tuple[str, Fault]]:
@@ -83,9 +97,22 @@ FAULTS: dict[str, dict[str, list[tuple[str, Fault]]]] = {
         "grad_norm": [("1e-3", bump("graph", 2, "grad_norm", 1e-3))],
         "step_time": _worse_and_better("time", lambda f: scaled("graph", f, "step_time_s")),
         **_memory_faults()},
+    "oracle": {
+        "loss": [("off", oracle_at(2, loss=sc.LOSS[1] * (1 + 1e-4)))],
+        "logits": [("off", oracle_at(3, logits_rel=1e-2))],
+        "grads": [("off", oracle_at(1, grads_rel=0.2))],
+        "grad_norm": [("off", oracle_at(4, grad_norm=sc.GRAD[3] * 1.01))],
+        "params": [("off", oracle_at(2, params_rel=1e-3)), ("none", oracle_at(2, params_rel=None))],
+        "aux_loss": [("off", oracle_at(1, aux_loss=sc.AUX[0] * 1.001))]},
     "resume": {
         "resumed_after": [("from-scratch", at("graph-resumed", AFTER + 1, resumed_from=None))],
         "loaded_checkpoint": [("metadata", at("graph-resumed", AFTER + 1, checkpoint_step=1))],
+        "optimizer_state": [
+            ("moments-lost", at("graph-resumed", AFTER + 1, loaded_state=dataclasses.replace(
+                sc.STATE, optimizer="0000000000000000"))),
+            ("none-after-load", at("graph-resumed", AFTER + 1, loaded_state=None))],
+        "rng_state": [("rng-not-restored", at("graph-resumed", AFTER + 1, loaded_state=(
+            dataclasses.replace(sc.STATE, rng="0000000000000000"))))],
         "recaptured": [("no-capture", at("graph-resumed", AFTER + 1, graph_stats=None))],
         "loss_before_stop": [("ulp", bump("graph-resumed", 1, "loss", 1e-12))],
         "loss": [("ulp", bump("graph-resumed", 4, "loss", 1e-12))],
@@ -147,7 +174,8 @@ ONE = (sc.packed((0, 1, 2, 3), cp=2),)  # one microbatch: a CP2 group of the 4 s
 
 def arm_entry(fault: Fault = lambda pair, data: (pair, data)) -> dict[str, Check]:
     """The ``checks`` entry of a case whose only arm is ``eager`` (2 ranks, 4 steps)."""
-    clean = sc.arm(every={"packed": ONE, "microbatches": 1, "tokens": 40})
+    clean = sc.arm(every={"packed": ONE, "microbatches": 1, "tokens": 40,
+                          "attention_work": (AttentionWork(0, 0, 2, 420),)})
     _, data = fault(None, {"eager": clean})  # type: ignore[arg-type]
     ok = ArmOutcome(status="ok", returncode=0)
     v = evaluate_case("c", [], {"eager": (ok, data["eager"])}, expected_steps=sc.STEPS,
@@ -162,7 +190,12 @@ ARM_FAULTS: dict[str, list[tuple[str, Fault]]] = {
     "eager.no_nan_inf": [("nan-loss", at("eager", 2, loss=float("nan"), nan=True)),
                          ("inf-grad", at("eager", 2, grad_norm=float("inf")))],
     "eager.no_skipped_step": [("skipped", at("eager", 3, skipped=True))],
+    "eager.ranks_agree": [("rank1-loss", sc.on_rank("eager", 1, 2, loss=sc.LOSS[1] * (1 + 1e-15))),
+                          ("rank1-skipped", sc.on_rank("eager", 1, 3, skipped=True)),
+                          ("rank0-microbatches", sc.on_rank("eager", 0, 4, microbatches=2))],
     "eager.packing": [("twice", at("eager", 2, packed=(sc.packed((0, 1, 2, 3, 3), cp=2),)))],
+    "eager.cp_balance": [("contiguous-split", sc.on_rank("eager", 1, 2, attention_work=(
+        AttentionWork(0, 0, 2, 620),)))],
     "eager.grad_norm_nonzero": [("zero", at("eager", 2, grad_norm=0.0))],
     "eager.loss_moves": [("stuck", at("eager", 3, loss=sc.LOSS[1]))],
     "eager.loss_spike": [("spike", at("eager", 4, loss=10.0))],

@@ -26,7 +26,7 @@ from harness.spec.comparisons import sections
 from harness.spec.schema import CompareSpec
 
 ORDER = ["repeat", "graph_vs_eager", "dcp_vs_fixed_cp", "graph_pools", "reference", "golden",
-         "resume", "slot_ring"]
+         "oracle", "resume", "slot_ring"]
 
 
 def test_every_comparison_module_registers_one_comparison() -> None:
@@ -65,7 +65,7 @@ def test_each_emulated_table_part_and_command_rule_has_one_owner() -> None:
                       "memory": "dcp_vs_fixed_cp"}
     assert {n: j.capture_checks for n, j in JUDGED.items() if j.capture_checks} == {
         "graph_vs_eager": ("capture", "variants_replayed")}
-    assert [c.name for c in comparisons() if c.not_for_commands] == ["resume", "slot_ring"]
+    assert [c.name for c in comparisons() if c.not_for_commands] == ["oracle", "resume", "slot_ring"]
     assert {s.name: s.not_for_commands for s in sections()} == {
         c.name: c.not_for_commands for c in comparisons()}
 

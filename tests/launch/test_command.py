@@ -13,13 +13,15 @@ import pytest
 import yaml
 
 from harness.arms import plan_case
-from harness.launch.ranks.command import Rendezvous, arm_command, command_cwd, rendezvous_env
+from harness.launch.ranks.command import (Rendezvous, arm_command, command_cwd, rendezvous_env,
+                                          run_command_arm)
 from harness.launch.ranks.repro import REPRO_ROOT, repro_line
 from harness.spec import load_cases
 
 REPO = Path(__file__).resolve().parents[2]
 TRAINER = REPO / "examples" / "trainer" / "train.py"
 TORCHRUN = REPO / "cases" / "command" / "trainer-torchrun.yaml"
+TWO_NODE_TORCHRUN = REPO / "cases" / "multinode" / "twonode-trainer-torchrun.yaml"
 
 
 def plan_of(tmp_path: Path, name: str, **command):
@@ -124,3 +126,45 @@ def test_the_megatron_case_runs_pretrain_gpt_eager_its_repeat_and_local_graphs(t
     assert args["--tensorboard-dir"] == str((tmp_path / "tensorboard").resolve())
     assert "--deterministic-mode" in argv["eager"] and "--mock-data" in argv["eager"]
     assert command_cwd(plan, case.command) == REPO / ".megatron"
+
+
+# One write per launcher (they share the stdout of the repro line's shell).
+SHOW_NODE = ("import os, sys; sys.stdout.write(' '.join(['args', *sys.argv[1:], 'env', "
+             "os.environ['NODE_RANK'], os.environ['MASTER_ADDR'], os.environ['MASTER_PORT'], "
+             "os.environ['NNODES']]) + '\\n')")
+
+
+def two_node_launcher(tmp_path, name):
+    """A 2-node launcher case whose "launcher" prints its {node_rank}, {master_addr} and the
+    rendezvous variables."""
+    plan = plan_of(tmp_path, name, ranks="launcher",
+                   argv=["python", "-c", SHOW_NODE, "{node_rank}", "{master_addr}",
+                         "{master_port}"])
+    return plan_case(plan.case.model_copy(update={"resources": plan.case.resources.model_copy(
+        update={"nodes": 2})}))
+
+
+def test_the_launchers_of_a_two_node_case_run_here_each_as_its_node(tmp_path):
+    """Run on one machine, a 2-node launcher case starts both launchers, each with its own
+    {node_rank} and NODE_RANK (not node 0 twice), both meeting at the first node's address."""
+    plan = two_node_launcher(tmp_path, "two")
+    outcome = run_command_arm(plan, plan.arm("eager"), tmp_path / "eager", timeout_s=60,
+                              gpus=0, repro="")
+    log = (tmp_path / "eager" / "log.txt").read_text()
+    port = log.split(" x2 port ")[1].split()[0]  # fixed before the start: both use it
+    assert f"[rank 0] args 0 127.0.0.1 {port} env 0 127.0.0.1 {port} 2" in log, log
+    assert f"[rank 1] args 1 127.0.0.1 {port} env 1 127.0.0.1 {port} 2" in log, log
+    assert outcome.status == "failed" and "wrote no step" in outcome.detail  # it prints no metrics
+
+
+def test_the_repro_line_of_a_two_node_launcher_arm_runs_both_nodes_here(tmp_path, repro_name):
+    (case,) = load_cases([TWO_NODE_TORCHRUN])
+    line = repro_line(plan_case(case), plan_case(case).arm("eager"), tmp_path / "case.json")
+    assert "for k in 0 1; do NNODES=2 NODE_RANK=$k " in line
+    assert '--nnodes 2 --node-rank "$k" --nproc-per-node 2 --master-addr 127.0.0.1' in line
+    plan = two_node_launcher(tmp_path, repro_name)
+    done = subprocess.run(["bash", "-c", repro_line(plan, plan.arm("eager"), tmp_path / "c.json")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(done.stdout.splitlines()) == ["args 0 127.0.0.1 29500 env 0 127.0.0.1 29500 2",
+                                                "args 1 127.0.0.1 29500 env 1 127.0.0.1 29500 2"]

@@ -4,6 +4,7 @@ after a minute of arms."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import yaml
 import harness.workload.packing as packing
 from harness.arms import plan_case
 from harness.cli import main
-from harness.errors import CaseError, ConfigError
+from harness.errors import CaseError, ConfigError, HarnessInvariantError
 from harness.launch.datacheck import check_packing, packed_steps, packing_error
 from harness.spec import load_cases
 
@@ -125,6 +126,49 @@ def test_a_long_case_packs_its_first_steps_within_the_budget(tmp_path: Path, mon
     assert packed_steps(case(1024, 1_000_000)) == 9
     assert packed_steps(case(4096, 16)) == 0  # one step alone takes seconds: none
     packed = []
-    monkeypatch.setattr(packing, "plan_step", lambda c, step: packed.append(step))
+    first = packing.plan_step(case(1024, 1_000_000), 1)  # every step checked as it is packed
+    monkeypatch.setattr(packing, "plan_step", lambda c, step: packed.append(step) or first)
     check_packing([plan_case(case(1024, 1_000_000))])
     assert packed == list(range(1, 10))
+
+
+def test_a_packer_that_breaks_its_rule_is_the_harness_s_fault_not_the_case_s(tmp_path: Path,
+                                                                            monkeypatch) -> None:
+    """Issue 41: a packer fault found at preflight named the case's field ("raise
+    train.global_batch"); a valid case's broken packing is a harness error naming the invariant."""
+    plan = plan_case(load_cases([write_case_file(tmp_path, "ok")])[0])
+    real = packing.plan_step
+
+    def drops_one(c, step):  # the packer loses the last sequence of its first microbatch
+        got = real(c, step)
+        mb = got.microbatches[0]
+        group = dataclasses.replace(mb.groups[-1], sequences=mb.groups[-1].sequences[:-1])
+        first = dataclasses.replace(mb, groups=mb.groups[:-1] + (group,))
+        return dataclasses.replace(got, microbatches=(first,) + got.microbatches[1:])
+
+    monkeypatch.setattr(packing, "plan_step", drops_one)
+    with pytest.raises(HarnessInvariantError) as err:
+        check_packing([plan])
+    text = str(err.value)
+    assert "dcp-harness bug: invariant 'the packer keeps its rule'" in text
+    assert "in no microbatch" in text and "step 1" in text
+    assert "The case file is not at fault" in text and "raise train" not in text
+
+
+def test_a_refusal_preflight_rules_out_is_the_harness_s_fault(tmp_path: Path, monkeypatch) -> None:
+    """Fixed CP with fixed lengths: preflight's fill rule is exact, so a refusal is a bug; with
+    random lengths a refusal stays the case's (preflight cannot tell)."""
+    def refuses(c, step):
+        raise ConfigError(f"step {step}: sequences cannot fill 4 microbatch bins (dp=1); raise "
+                          "train.global_batch or lower train.microbatches")
+
+    fixed = plan_case(load_cases([write_case_file(
+        tmp_path, "fixed", data={"lengths": {"distribution": "fixed", "max": 64}})])[0])
+    random = plan_case(load_cases([write_case_file(tmp_path, "random")])[0])
+    monkeypatch.setattr(packing, "plan_step", refuses)
+    with pytest.raises(HarnessInvariantError) as err:
+        check_packing([fixed])
+    assert "invariant 'a case preflight accepts packs every step'" in str(err.value)
+    with pytest.raises(CaseError) as case_err:
+        check_packing([random])
+    assert "field 'train.global_batch'" in str(case_err.value)

@@ -29,6 +29,11 @@ def test_an_interrupted_arm_resumes_bitwise(write_case, tmp_path):
     # and, by the checkpoint's own metadata, the checkpoint it loaded holds step 2
     assert [r.checkpoint_step for r in resumed] == [None, None, 2, 2]
     assert checks["loaded_checkpoint"]["passed"]
+    # the optimizer and RNG state after the load are the ones at the stop
+    assert checks["optimizer_state"]["passed"] and checks["rng_state"]["passed"]
+    assert [r.stop_state is not None for r in resumed] == [False, True, False, False]
+    assert [r.loaded_state is not None for r in resumed] == [False, False, True, False]
+    assert resumed[1].stop_state == resumed[2].loaded_state
     # each process recorded its environment once: the first leg on step 1, the second on step 3
     assert [r.environment is not None for r in resumed] == [True, False, True, False]
     log = (out / "res" / "eager-resumed" / "log.txt").read_text()
@@ -40,20 +45,27 @@ def test_an_interrupted_arm_resumes_bitwise(write_case, tmp_path):
     assert all(r.resumed_from is None for r in read_steps(out / "res" / "eager")[0])
 
 
-def test_a_resume_that_loses_the_optimizer_state_fails(write_case, tmp_path, monkeypatch):
-    """Both legs in this process (run_rank, the function every launcher runs per rank), the
-    second with a restore that keeps the model but starts a fresh optimizer."""
-    import harness.workload.train as train
-
-    case = write_case("lost", train={"steps": 4}, compare={"resume": {}})
+def _up_to_the_stop(write_case, tmp_path, monkeypatch, name):
+    """A 4-step case with compare.resume: its eager arm run whole and its resumed arm's first leg
+    (stopped after step 2), both in this process (run_rank, what every launcher runs per rank)."""
+    case = write_case(name, train={"steps": 4}, compare={"resume": {}})
     plan = plan_case(load_cases([case])[0])
     arms = {a.name: a for a in plan.arms}
-    out = tmp_path / "lost"
+    out = tmp_path / name
     monkeypatch.delenv("RANK", raising=False)
     rank_main.run_rank(arms["eager"], out / "eager")
     legs = rank_main.arm_legs(arms["eager-resumed"])
     assert legs == (2, None)
     rank_main.run_rank(arms["eager-resumed"], out / "eager-resumed", stop_after=legs[0])
+    return plan, arms, out
+
+
+def test_a_resume_that_loses_the_optimizer_state_fails(write_case, tmp_path, monkeypatch):
+    """Both legs in this process (run_rank, the function every launcher runs per rank), the
+    second with a restore that keeps the model but starts a fresh optimizer."""
+    import harness.workload.train as train
+
+    plan, arms, out = _up_to_the_stop(write_case, tmp_path, monkeypatch, "lost")
     real = train._restore
 
     def forgetful(s, opt, state, case, rank):
@@ -71,6 +83,44 @@ def test_a_resume_that_loses_the_optimizer_state_fails(write_case, tmp_path, mon
     # It really stopped and resumed after step 2, and the steps before match: only after it differs.
     assert entry.status == "fail" and "loss" in failed
     assert "loss_before_stop" not in failed and "resumed_after" not in failed
+    # and, independently of the losses, the optimizer state the resumed process got is not the
+    # one it stopped with (its RNG is)
+    assert "optimizer_state" in failed and "rng_state" not in failed
+    (opt_check,) = [c for c in entry.checks if c.name == "optimizer_state"]
+    assert "rank 0: optimizer state" in opt_check.detail and "after the load" in opt_check.detail
+
+
+def test_a_resume_that_leaves_the_rng_where_the_fresh_process_put_it_fails(write_case, tmp_path,
+                                                                           monkeypatch):
+    """The RNG not restored: the losses cannot see it (the model draws no random numbers while it
+    trains), the rng_state check does."""
+    import torch
+
+    import harness.workload.train as train
+
+    plan, arms, out = _up_to_the_stop(write_case, tmp_path, monkeypatch, "rng")
+    torch.manual_seed(99)  # where this test's process left the generator: not the stop's state
+    monkeypatch.setattr(train, "restore_rng", lambda state, device: None)
+    monkeypatch.setattr(train, "_determinism", _seeded_elsewhere(train._determinism))
+    rank_main.run_rank(arms["eager-resumed"], out / "eager-resumed")
+    ok = ArmOutcome(status="ok", returncode=0)
+    data = {a: (ok, read_steps(out / a)) for a in ("eager", "eager-resumed")}
+    v = evaluate_case("rng", plan.pairs, data, expected_steps=4, expected_ranks=plan.expected_ranks)
+    (entry,) = [p for p in v.pairs if p.pair == "resume"]
+    failed = [c.name for c in entry.failed_checks]
+    assert failed == ["rng_state"], failed
+
+
+def _seeded_elsewhere(real):
+    """``train._determinism`` that seeds the generator with another seed (a fresh process whose
+    generator is not the one the checkpoint's stop had)."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def seeded(enabled, seed):
+        with real(enabled, seed + 1):
+            yield
+    return seeded
 
 
 def test_preflight_refuses_a_stop_outside_the_run(write_case, capsys):

@@ -36,7 +36,7 @@ name: devtest
 partition: debug
 gpus: false
 gpus_per_node: 4
-max_nodes: 1
+max_nodes: 2
 cpus_per_task: 1
 time_margin_min: 5
 array_parallelism: 3

@@ -7,8 +7,8 @@ import pytest
 from pydantic import ValidationError
 
 from harness.launch.slurm.collect import collect
-from harness.launch.slurm.events import (EVENTS_FILE, ArmEnd, ArmStart, ProcessEnd, append_event,
-                                         read_events)
+from harness.launch.slurm.events import (EVENTS_FILE, ArmEnd, ArmStart, ProcessEnd, TaskStart,
+                                         append_event, read_events)
 from harness.results import ResultsError, read_outcome
 
 from tests.launch.slurm_fakes import Scheduler, steps
@@ -43,6 +43,18 @@ def test_lines_the_untyped_writer_left_read_back_and_are_written_again_the_same(
     assert read_events(again) == events
     written = (again / EVENTS_FILE).read_text().splitlines()
     assert written[:2] == OLD_LINES[:2]  # same keys, same order; a kind's unused keys left out
+
+
+def test_a_task_start_says_where_a_task_ran(tmp_path):
+    event = TaskStart(arm="dcp", job_id="41", restarts=0, time=1700000040.0, task=3, node=1,
+                      host="node2")
+    append_event(tmp_path, event)
+    assert (tmp_path / EVENTS_FILE).read_text() == (
+        '{"arm": "dcp", "event": "task_start", "host": "node2", "job_id": "41", "node": 1, '
+        '"restarts": 0, "task": 3, "time": 1700000040.0}\n')
+    assert read_events(tmp_path) == [event]
+    with pytest.raises(ValidationError):
+        TaskStart(arm="dcp", job_id="41", restarts=0, time=1.0, task=3, node=-1, host="node2")
 
 
 def test_a_torn_line_is_left_out(tmp_path):

@@ -1,6 +1,7 @@
 """The in-allocation side of a Slurm job, exercised without Slurm (a TaskIdentity by hand)."""
 
 import pickle
+import socket
 import subprocess
 import sys
 import textwrap
@@ -10,7 +11,7 @@ import pytest
 
 from harness.arms import plan_case
 from harness.launch.ranks.completion import arm_needs_run
-from harness.launch.slurm.events import ArmStart, read_events
+from harness.launch.slurm.events import ArmStart, TaskStart, read_events
 from harness.launch.slurm.job import (
     CaseJob,
     TaskIdentity,
@@ -102,9 +103,12 @@ def test_crashing_arm_gets_a_failed_outcome_and_ends_the_job(tmp_path, monkeypat
     assert outcome.describe().endswith("; cause: " + outcome.cause)
     assert "Traceback" in (case_dir / "eager" / "log.txt").read_text()
     assert read_outcome(case_dir / "eager-repeat") is None  # never started
-    (start,) = read_events(case_dir)
+    task, start = read_events(case_dir)
     assert isinstance(start, ArmStart)
     assert (start.arm, start.restarts, start.resumed_after_step) == ("eager", 3, 0)
+    # where the task ran (a job of several nodes: which host each rank was on)
+    assert isinstance(task, TaskStart)
+    assert (task.arm, task.task, task.node, task.host) == ("eager", 0, 0, socket.gethostname())
 
 
 @pytest.mark.parametrize("error, status", [

@@ -20,7 +20,7 @@ from typing import Mapping, Optional, Sequence
 
 from pydantic import Field, field_validator
 
-from harness.environment import differences
+from harness import kernels as kern
 from harness.golden import (
     Golden,
     GoldenCopy,
@@ -28,6 +28,7 @@ from harness.golden import (
     environment_of,
     golden_file,
     golden_key,
+    kernels_of,
     loss_bound,
     metric_series,
     platform_of,
@@ -131,6 +132,9 @@ class GoldenPairParams(GoldenContract):
     steps: int = Field(ge=1)
     files: dict[str, GoldenCopy] = {}
     deterministic_fp32: bool = False
+    # The arm trains deterministically (``train.deterministic``), in any dtype: on CUDA, with the
+    # kernels a golden file names in full, it repeats bitwise too.
+    deterministic: bool = False
 
 
 class GoldenMissing(ContractSkipped):
@@ -165,32 +169,60 @@ class GoldenMissing(ContractSkipped):
                 "and commit the file")
 
 
-def _not_bitwise(deterministic_fp32: bool, platform: str, golden: Golden, steps: Steps,
-                 refresh: str) -> Optional[str]:
-    """Why the arm need not repeat ``golden``'s loss values bitwise (None: it must): only a
-    deterministic fp32 run on CPU in the environment the file was recorded in (the same torch,
-    CPU and thread settings: CPU kernels round differently on other CPUs) repeats them."""
-    if platform != "cpu" or not deterministic_fp32:
-        return "not a deterministic fp32 run on CPU"
+def _kernels_line(kernels: Mapping[str, str]) -> str:
+    return ", ".join(f"{kern.WHAT.get(k, k)} {v}" for k, v in sorted(kernels.items()))
+
+
+def _not_bitwise(p: "GoldenPairParams", platform: str, golden: Golden, steps: Steps,
+                 refresh: str) -> tuple[Optional[str], str]:
+    """(why the arm need not repeat ``golden``'s loss values bitwise, None: it must; which kernels
+    it shares with the file). Bitwise where the run takes the kernels the file was recorded with
+    (``harness.kernels``: torch build, ATen CPU capability, BLAS ISA, threads; CUDA device,
+    cuDNN, cuBLAS, TF32) and is deterministic: a deterministic fp32 arm on CPU, a deterministic
+    arm on CUDA against a file that names the whole identity, or any arm whose golden file's
+    repeats (``golden record --repeats N``) showed it repeats (a command)."""
     run = environment_of(steps)
-    if golden.environment is None or run is None:
-        return (f"{'the golden file' if golden.environment is None else 'the run'} names no "
-                f"environment, so whether the run repeats it bitwise is not known ({refresh} "
-                "here records one that does)")
-    changed = differences(golden.environment, run)
+    if run is None:
+        return ("the arm's records name no environment, so whether it runs the golden file's "
+                "kernels is not known (a command's TensorBoard or log-line metrics carry none; "
+                "metrics written through the record API, harness.metrics.StepRecorder, do)"), ""
+    if golden.environment is None:
+        return (f"the golden file names no environment, so whether the run takes its kernels is "
+                f"not known ({refresh} here records one that does)"), ""
+    recorded, full = kernels_of(golden.environment)
+    now, _ = kernels_of(run)
+    changed = kern.differences(recorded, now)
     if changed:
-        return (f"recorded in another environment ({', '.join(changed)}): fp32 kernels round "
-                f"differently there ({refresh} here for a bitwise bound)")
-    return None
+        return (f"other kernels than the golden file's ({'; '.join(changed)}): fp32 results "
+                f"differ in their last bits there ({refresh} with these kernels for a bitwise "
+                "bound)"), ""
+    repeated = golden.repeats.get("lm loss", 1) > 1
+    if platform == "cpu":
+        if not (p.deterministic_fp32 or repeated):
+            return ("not a deterministic fp32 arm, and no repeats in the golden file show that it "
+                    f"repeats ({refresh} to show it)"), ""
+    elif not full:
+        return (f"the golden file predates the kernel identity: on {platform} it names only "
+                f"{_kernels_line(recorded)}, not cuDNN, cuBLAS or TF32 ({refresh} records the "
+                "whole one)"), ""
+    elif not (p.deterministic or repeated):
+        return ("not a deterministic arm (train.deterministic), and no repeats in the golden "
+                f"file show that it repeats ({refresh} to show it)"), ""
+    same = _kernels_line(recorded)
+    left = kern.unjudged(recorded, now)
+    if left:
+        same += (f"; the file predates {', '.join(kern.WHAT.get(k, k) for k in left)}, not "
+                 "judged")
+    return None, same
 
 
 def _golden_check(name: str, metric: str, run: Mapping[int, float], golden: Golden,
-                  declared: Optional[LossBound], why_not: Optional[str], arm: str,
+                  declared: Optional[LossBound], why_not: tuple[Optional[str], str], arm: str,
                   steps: int) -> Check:
     """``metric`` of the arm against the golden series under the case's bound ``declared``, else
     the one :func:`harness.golden.loss_bound` gives (``why_not``: :func:`_not_bitwise`)."""
     want = covered(golden, metric, run, arm, steps)
-    bound, source = loss_bound(golden, metric, declared, f"compare.golden.{name}", why_not)
+    bound, source = loss_bound(golden, metric, declared, f"compare.golden.{name}", *why_not)
     check = compare_series(name, dict(run), dict(want), bound, (arm, f"golden {golden.path.name}"))
     return replace(check, detail=f"{check.detail} (bound: {source})")
 
@@ -216,7 +248,7 @@ def check_golden(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     values = copy.golden()
     refresh = (f"`dcp-harness golden record {SWEEP_MARK} --case {p.case_id} --platform {platform} "
                f"--repeats {max(3, max(values.repeats.values(), default=1))}`")
-    why_not = _not_bitwise(p.deterministic_fp32, platform, values, steps, refresh)
+    why_not = _not_bitwise(p, platform, values, steps, refresh)
     # A series the plan marks not applicable (e.g. a command whose metrics have no aux loss) is
     # recorded as such with the plan's reason, never looked up in a file that cannot have it.
     absent = pair.not_applicable_checks
@@ -240,8 +272,15 @@ def golden_dir(case: Case) -> Path:
 
 
 def _deterministic_fp32(arm_case: ArmCase) -> bool:
-    """Whether the arm trains deterministically in fp32 (on CPU it repeats bitwise)."""
-    return arm_case.train.deterministic and arm_case.train.dtype is DType.FP32
+    """Whether the arm trains deterministically in fp32 (on CPU it repeats bitwise). A command's
+    ``train`` section does not describe its training: its golden file's repeats must show it."""
+    return _deterministic(arm_case) and arm_case.train.dtype is DType.FP32
+
+
+def _deterministic(arm_case: ArmCase) -> bool:
+    """Whether the built-in workload trains the arm deterministically (``train.deterministic``;
+    never known for a command)."""
+    return arm_case.command is None and arm_case.train.deterministic
 
 
 class GoldenComparison(Comparison):
@@ -276,7 +315,8 @@ class GoldenComparison(Comparison):
         params = GoldenPairParams(**{**dict(settings), "arm": name}, case_id=case.id,
                                   golden_dir=str(where), steps=case.train.steps,
                                   files=snapshot_golden(where, case.id),
-                                  deterministic_fp32=_deterministic_fp32(planner.case_of(name)))
+                                  deterministic_fp32=_deterministic_fp32(planner.case_of(name)),
+                                  deterministic=_deterministic(planner.case_of(name)))
         return [Pair(GOLDEN, GOLDEN, (name,), params)]
 
 

@@ -26,6 +26,7 @@ from harness.spec.schema import Case, LossBound, Strict
 
 from ..pair import Pair
 from ..registry import Comparison, Judged, Planner, register
+from ..resume_state import state_checks
 from ..series import Steps, series_check_on
 from ..verdicts import Check
 
@@ -133,6 +134,7 @@ def check_resume(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     grad = p.grad_norm if p.grad_norm is not None else p.loss
     after = f"after the stop at step {k}"
     checks = [_resumed_check(arms[0], data[arms[0]], k), _loaded_check(arms[0], data[arms[0]], k)]
+    checks += state_checks(arms[0], data[arms[0]], k)  # optimizer and RNG state (resume_state)
     # A graph arm that captured before the stop: it must capture again on the step after it.
     if any(rec.step <= k and rec.graphed for recs in data[arms[0]].values() for rec in recs):
         checks.append(_recaptured_check(arms[0], data[arms[0]], k))

@@ -29,6 +29,7 @@ the harness set (rendezvous on 127.0.0.1:29500, ``{arm_dir}`` in ``/tmp/dcp-repr
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from dataclasses import dataclass
@@ -38,11 +39,11 @@ from typing import Mapping, Optional
 from harness.caseplan import CasePlan, PlannedArm
 from harness.golden import platform_key
 from harness.launch.ranks.ports import pick_free_port
-from harness.launch.ranks.processes import RankCommand, device_env, run_ranks
+from harness.launch.ranks.processes import ProcessStart, RankCommand, device_env, run_ranks
 from harness.metrics import (METRICS_DIR_ENV, MetricsError, read_source, source_path,
                              stale_files)
 from harness.results import LOG_FILE, ArmOutcome, StepWriter
-from harness.spec.command import FIXED_CP_ROLES, arm_argv, fill
+from harness.spec.command import FIXED_CP_ROLES, arm_argv, command_dir, fill
 from harness.spec.schema import CommandSpec, RankStart
 
 METRICS_DIR = "metrics"
@@ -116,8 +117,7 @@ def rendezvous_env(plan: CasePlan, arm: PlannedArm, place: Rendezvous) -> dict[s
 
 def command_cwd(plan: CasePlan, command: CommandSpec) -> Path:
     """Where the command starts: ``command.cwd`` relative to the case file's folder."""
-    base = Path(plan.source).parent
-    return (base / command.cwd).resolve() if command.cwd else base
+    return command_dir(plan.source, command)
 
 
 def find_program(program: str, cwd: Path, path: Optional[str]) -> Optional[str]:
@@ -204,10 +204,15 @@ def run_command_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, timeout_s: f
     log_start = prepare_metrics(plan, arm, arm_dir, cmd.metrics_path)
     log_line(arm_dir, f"case {plan.case_id} arm {arm.name}: command case, {where}; "
                       f"{'one launcher per node' if launcher else 'one process per rank'}")
+    # The launchers of several nodes all start here, each as its node ({node_rank}, NODE_RANK).
+    nodes = [dataclasses.replace(place, index=k) for k in range(starters(plan, arm))]
     outcome = run_ranks(RankCommand(
         argv=cmd.argv, world_size=starters(plan, arm), arm_dir=arm_dir, timeout_s=timeout_s,
         env=cmd.env, repro=repro, cwd=cmd.cwd, redact=cmd.secrets,
-        rendezvous=rendezvous_env(plan, arm, place) if launcher else {}),
+        rendezvous=rendezvous_env(plan, arm, place) if launcher else {},  # its port: fixed
+        per_process={at.index: ProcessStart(arm_command(plan, arm, arm_dir, at, device).argv,
+                                            rendezvous_env(plan, arm, at))
+                     for at in (nodes if launcher else [])}),
         stack_wait_s=stack_wait_s, kill_grace_s=kill_grace_s)
     if not outcome.ok:
         return outcome

@@ -43,6 +43,14 @@ STACK_LINES = 80
 
 
 @dataclass(frozen=True)
+class ProcessStart:
+    """One process's own argument vector and rendezvous variables (``RankCommand.per_process``)."""
+
+    argv: tuple[str, ...]
+    rendezvous: Mapping[str, str]
+
+
+@dataclass(frozen=True)
 class RankCommand:
     """What to spawn for every rank of one arm (the rank environment is added per rank).
 
@@ -65,6 +73,9 @@ class RankCommand:
     # variables above (a MASTER_PORT here is fixed: never retried on another port).
     rendezvous: Mapping[str, str] = field(default_factory=dict)
     redact: tuple[str, ...] = ()  # values (secrets) printed as *** in the log and the tail
+    # Processes whose argument vector and rendezvous differ from ``argv`` / ``rendezvous`` (a
+    # command case's launchers on one machine, one per node: each its own ``{node_rank}``).
+    per_process: Mapping[int, "ProcessStart"] = field(default_factory=dict)
 
     @property
     def started(self) -> tuple[int, ...]:
@@ -72,11 +83,15 @@ class RankCommand:
         return self.ranks or tuple(range(self.world_size))
 
     def argv_of(self, rank: int) -> list[str]:
+        if rank in self.per_process:
+            return list(self.per_process[rank].argv)
         return list(self.argv) + (["--emulate-rank", str(rank)] if self.emulated else [])
 
     def env_of(self, base: Mapping[str, str], rank: int, port: int) -> dict[str, str]:
         if not self.emulated:
-            return {**rank_env(base, rank, self.world_size, port, self.env), **self.rendezvous}
+            rendezvous = (self.per_process[rank].rendezvous if rank in self.per_process
+                          else self.rendezvous)
+            return {**rank_env(base, rank, self.world_size, port, self.env), **rendezvous}
         extra = dict(self.env)
         if rank in self.devices:
             extra["CUDA_VISIBLE_DEVICES"] = self.devices[rank]

@@ -6,7 +6,8 @@ job and ``collect``) puts this one line in the arm's outcome.
   harness.launch.local --case <case.json> --arm <arm> --out /tmp/dcp-repro/<case>/<arm>``.
 * A command arm (``command:``): the command itself, every process of it on this machine with the
   variables the harness sets (rendezvous on 127.0.0.1:29500; secret ones left to the caller's
-  shell), ``{arm_dir}`` in ``/tmp/dcp-repro``.
+  shell), ``{arm_dir}`` in ``/tmp/dcp-repro``; the launchers of a case of several nodes each as
+  its node (``NODE_RANK`` and ``{node_rank}`` the loop's ``$k``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from harness.launch.ranks.processes import REPO_ROOT
 from harness.spec.command import arm_argv
 
 REPRO_ROOT = Path("/tmp/dcp-repro")
+_EACH_NODE = "\0node_rank\0"  # stands for the loop's $k in a command line of several launchers
 
 
 def repro_dir(case_id: str, arm: str) -> Path:
@@ -40,13 +42,22 @@ def repro_line(plan: CasePlan, arm: PlannedArm, case_json: Path,
     return f"cd {shlex.quote(str(REPO_ROOT))} && {shlex.join(argv)}"
 
 
+def _quote(arg: str) -> str:
+    """``arg`` for the shell, a launcher's ``{node_rank}`` in it as ``"$k"``."""
+    if _EACH_NODE not in arg:
+        return shlex.quote(arg)
+    return '"$k"'.join(shlex.quote(part) if part else "" for part in arg.split(_EACH_NODE))
+
+
 def _command_line(plan: CasePlan, arm: PlannedArm) -> str:
     command = plan.case.command
     assert command is not None
     arm_dir = repro_dir(plan.case_id, arm.name)
     values = placeholder_values(plan, arm, arm_dir)
-    run = shlex.join(arm_argv(command, arm.kind, arm.repeat, values))
     count = starters(plan, arm)
+    if launcher_mode(plan) and count > 1:  # each launcher its own node: {node_rank} is $k
+        values["node_rank"] = _EACH_NODE
+    run = " ".join(map(_quote, arm_argv(command, arm.kind, arm.repeat, values)))
     env = {**rendezvous_env(plan, arm, Rendezvous()), **shown_env(command, values, arm_dir)}
     if not launcher_mode(plan):
         env["LOCAL_WORLD_SIZE"] = str(count)  # every rank on this machine

@@ -5,6 +5,9 @@ events) and by ``collect`` (an ended arm's wall time, whether it started).
 * :class:`ArmStart`: task 0 starts an arm (a built-in arm: ``resumed_after_step``, the steps rank
   0 held; a command arm: ``processes``; an emulated arm: ``emulated``, its ranks, and
   ``recorded_steps``, the steps each held).
+* :class:`TaskStart`: a task of the job starts its share of an arm, or sits it out (``task``, its
+  rank in the job; ``node``, its node's index in the allocation; ``host``, the host name it runs
+  on): where each rank of a job of several nodes ran.
 * :class:`ProcessEnd`: one process of a command arm ended (``process``, its ``status``).
 * :class:`ArmEnd`: task 0 ended an arm (``wall_s``; ``status`` for a command or emulated arm).
 
@@ -50,6 +53,15 @@ class ArmStart(_Event):
     recorded_steps: Optional[dict[str, int]] = None
 
 
+class TaskStart(_Event):
+    """A task of the job starts (its share of) an arm: where it runs."""
+
+    event: Literal["task_start"] = "task_start"
+    task: int = Field(ge=0)
+    node: int = Field(ge=0)
+    host: str
+
+
 class ProcessEnd(_Event):
     """One process of a command arm ended."""
 
@@ -66,7 +78,7 @@ class ArmEnd(_Event):
     status: Optional[ArmStatus] = None
 
 
-SlurmEvent = Union[ArmStart, ProcessEnd, ArmEnd]
+SlurmEvent = Union[ArmStart, TaskStart, ProcessEnd, ArmEnd]
 _LINE: TypeAdapter[SlurmEvent] = TypeAdapter(
     Annotated[SlurmEvent, Field(discriminator="event")])
 

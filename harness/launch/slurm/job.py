@@ -32,9 +32,9 @@ Tasks beyond an arm's ranks (the one-rank reference arm) sit that arm out.
   rank with the arm's time limit; a requeued job runs only the ranks that lack steps.
 
 Every line a rank prints during an arm is also appended to ``<arm>/log.txt`` as ``[rank k] ...``,
-like the local launcher does. Rank 0 appends a typed event per arm start/end (and each task of a
-command arm one per process end) to ``<case>/slurm_events.jsonl`` (``slurm.events``: job id,
-restart, the step it resumed after).
+like the local launcher does. Rank 0 appends a typed event per arm start/end, each task one per
+arm it starts (its node and host name) and each task of a command arm one per process end, to
+``<case>/slurm_events.jsonl`` (``slurm.events``: job id, restart, the step it resumed after).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ import importlib
 import io
 import os
 import random
+import socket
 import sys
 import threading
 import time
@@ -62,7 +63,8 @@ from harness.launch.ranks.completion import arm_needs_run
 from harness.launch.ranks.emulated import EmulatedLauncher
 from harness.launch.ranks.failures import infra_reason, log_cause, tail_text
 from harness.launch.ranks.processes import RankCommand, cuda_device_count, run_ranks
-from harness.launch.slurm.events import ArmEnd, ArmStart, ProcessEnd, append_event, read_events
+from harness.launch.slurm.events import (ArmEnd, ArmStart, ProcessEnd, TaskStart, append_event,
+                                         read_events)
 from harness.launch.sweep import load_plan
 from harness.results import (CASE_FILE, LOG_FILE, OUTCOME_FILE, ArmOutcome, read_outcome,
                              read_steps, write_outcome)
@@ -84,6 +86,8 @@ class TaskIdentity:
     world_size: int
     master_addr: str
     restarts: int
+    node: int = 0  # this task's node: its index in the job's node list
+    host: str = dataclasses.field(default_factory=socket.gethostname)
 
 
 def task_identity(environ: Optional[dict] = None) -> TaskIdentity:
@@ -94,7 +98,8 @@ def task_identity(environ: Optional[dict] = None) -> TaskIdentity:
     return TaskIdentity(
         job_id=str(env.job_id), rank=env.global_rank, local_rank=env.local_rank,
         world_size=env.num_tasks, master_addr=env.hostnames[0],
-        restarts=int(environ.get("SLURM_RESTART_COUNT", "0") or 0),
+        restarts=int(environ.get("SLURM_RESTART_COUNT", "0") or 0), node=env.node,
+        host=socket.gethostname(),
     )
 
 
@@ -262,7 +267,10 @@ class TaskLauncher:
 
     def run_arm(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path,
                 case_json: Path) -> ArmOutcome:
-        """This task's share of ``arm`` (``arm_runner.run_arm``: this task is the place)."""
+        """This task's share of ``arm`` (``arm_runner.run_arm``: this task is the place), after
+        its ``task_start`` event (which node and host it runs on)."""
+        append_event(Path(arm_dir).parent, TaskStart(**_stamp(self.ident, arm), task=self.ident.rank,
+                                                     node=self.ident.node, host=self.ident.host))
         return run_arm(self, plan, arm, arm_dir, case_json)
 
     # ------------------------------------------------------------ the place (arm_runner.ArmPlace)

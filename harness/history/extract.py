@@ -1,0 +1,251 @@
+"""A sweep folder as the rows the history keeps (pure: a judged ``SweepView`` in, typed rows out).
+
+The sweep is read as the gate reads it (``harness.report.load_sweep`` with the stored-plan check,
+by ``store``); nothing here judges again. Per case its status and the commit of the code it ran
+(the manifest's last start that ran it); per pair its status, skip kind and failed checks, and the
+value of each check as a figure; per arm its outcome, platform and figures (``arm_figures`` of the
+reports, plus device used, graph pool and the capture line's counts), and the same per rank;
+per step of an arm of at most :data:`STEPS_KEPT` steps its loss, grad norm and step time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+from harness.errors import ConfigError
+from harness.report import SweepView
+from harness.report.gate import exit_code
+from harness.report.load import ArmView, CaseView, arm_figures, value_series
+from harness.results import MANIFEST_FILE, Manifest, StepRecord, SweepStart
+from harness.results.code import CodeVersion
+
+from .schema import ARM, PAIR, WHOLE
+
+STEPS_KEPT = 1000  # arms with more steps keep their figures, not every step
+
+
+@dataclass(frozen=True)
+class CaseRow:
+    case_id: str
+    case_hash: str
+    status: str
+    commit: Optional[str]
+    dirty: Optional[bool]
+    platform: str
+    emulated: bool
+    parked: Optional[str]
+
+
+@dataclass(frozen=True)
+class PairRow:
+    case_id: str
+    pair: str
+    contract: str
+    status: str
+    skip: Optional[str]
+    error: Optional[str]
+    failed_checks: str
+
+
+@dataclass(frozen=True)
+class ArmRow:
+    case_id: str
+    arm: str
+    status: Optional[str]
+    platform: str
+    ranks: int
+    steps: int
+    capture: Optional[str]
+    problem: Optional[str]
+
+
+@dataclass(frozen=True)
+class FigureRow:
+    case_id: str
+    subject: str  # an arm, or a pair (its checks' values)
+    kind: str  # ARM or PAIR
+    rank: int  # WHOLE: the arm or pair as a whole
+    metric: str
+    platform: str
+    value: float
+
+
+@dataclass(frozen=True)
+class StepRow:
+    case_id: str
+    arm: str
+    step: int
+    loss: Optional[float]
+    grad_norm: Optional[float]
+    step_time_s: Optional[float]
+
+
+@dataclass(frozen=True)
+class SweepRecord:
+    """Everything the history keeps of one sweep."""
+
+    key: str
+    name: str
+    path: str
+    started: str
+    host: str
+    command: str
+    selection: dict[str, Any]
+    platform: str
+    commit: Optional[str]
+    dirty: Optional[bool]
+    repo: Optional[str]
+    status: str
+    exit_code: int
+    code: tuple[CodeVersion, ...]
+    cases: tuple[CaseRow, ...]
+    pairs: tuple[PairRow, ...]
+    arms: tuple[ArmRow, ...]
+    figures: tuple[FigureRow, ...]
+    steps: tuple[StepRow, ...]
+
+    @property
+    def fingerprint(self) -> str:
+        """What was recorded, as a hash: the same sweep read twice gives the same (its folder's
+        place aside), so adding it again is a no-op."""
+        data = asdict(self)
+        data.pop("path")
+        return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# Figures of an arm and of each rank: name -> value (finite values only).
+def _finite(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _last(records: list[StepRecord], get: Any) -> Optional[Any]:
+    found = [v for v in (get(r) for r in records) if v is not None]
+    return found[-1] if found else None
+
+
+def figures_of(steps: dict[int, list[StepRecord]], *, loss: bool) -> dict[str, float]:
+    """The figures of records of one arm (every rank) or of one rank: final loss (``loss``),
+    median step time, peak allocated / reserved, device used, graph pool, capture counts."""
+    f = arm_figures(steps)
+    records = [r for rank in sorted(steps) for r in steps[rank]]
+    probes = [r.memory_probe.device_used_bytes for r in records if r.memory_probe is not None]
+    graph = _last(records, lambda r: r.graph_stats)
+    values: dict[str, Any] = {
+        "final_loss": f.final_loss if loss else None,
+        "step_time_median_s": f.median_step_time_s,
+        "peak_allocated_bytes": f.peak_allocated_bytes,
+        "peak_reserved_bytes": f.peak_reserved_bytes,
+        "device_used_bytes": max(probes) if probes else None,
+    }
+    if graph is not None:
+        pools = [r.graph_stats.pool_reserved_bytes for r in records if r.graph_stats is not None]
+        values.update(graph_pool_bytes=max(pools), capture_variants=graph.variants,
+                      capture_physical_slots=graph.physical_slots, capture_graphs=graph.graphs,
+                      capture_pools=graph.pools)
+    return {k: v for k, v in ((k, _finite(v)) for k, v in values.items()) if v is not None}
+
+
+def _platform(arm: ArmView) -> str:
+    return _last([r for rank in sorted(arm.steps) for r in arm.steps[rank]],
+                 lambda r: r.platform) or ""
+
+
+def _arm_rows(case: CaseView, arm: ArmView) -> tuple[ArmRow, list[FigureRow], list[StepRow]]:
+    platform = _platform(arm)
+    records = [r for rank in sorted(arm.steps) for r in arm.steps[rank]]
+    graph = _last(records, lambda r: r.graph_stats)
+    row = ArmRow(case.case_id, arm.name, arm.outcome.status if arm.outcome else None, platform,
+                 len(arm.steps), arm.figures.steps, graph.summary if graph else None, arm.problem)
+    whole = figures_of(dict(arm.steps), loss=not case.emulated)
+    if arm.outcome is not None and arm.outcome.status != "skipped":
+        whole["wall_s"] = arm.outcome.wall_s
+    figs = [FigureRow(case.case_id, arm.name, ARM, WHOLE, m, platform, v) for m, v in whole.items()]
+    if len(arm.steps) > 1:
+        figs += [FigureRow(case.case_id, arm.name, ARM, rank, m, platform, v)
+                 for rank in sorted(arm.steps)
+                 for m, v in figures_of({rank: arm.steps[rank]}, loss=False).items()]
+    steps: list[StepRow] = []
+    if arm.figures.steps <= STEPS_KEPT:
+        loss, grad = value_series(arm.steps, "loss"), value_series(arm.steps, "grad_norm")
+        times: dict[int, float] = {}
+        for rec in records:
+            t = _finite(rec.step_time_s)
+            if t is not None:
+                times[rec.step] = max(times.get(rec.step, t), t)
+        steps = [StepRow(case.case_id, arm.name, s, _finite(loss.get(s)), _finite(grad.get(s)),
+                         times.get(s)) for s in sorted(set(loss) | set(grad) | set(times))]
+    return row, figs, steps
+
+
+def _case_code(manifest: Manifest, case_id: str) -> Optional[CodeVersion]:
+    """The code version of the last start that ran ``case_id`` (None: none recorded)."""
+    for start in reversed(manifest.starts):
+        for version in start.code:
+            if case_id in version.cases:
+                return version
+    return None
+
+
+def _main_code(start: SweepStart) -> Optional[CodeVersion]:
+    """The repository most of the start's cases ran (this repository for built-in cases)."""
+    return max(start.code, key=lambda v: len(v.cases), default=None)
+
+
+def sweep_key(first: SweepStart, folder_name: str) -> str:
+    """A sweep's identity: its first start (time, host, command) and its folder's name, so the
+    same folder added again (or a copy of it) is the same sweep."""
+    text = f"{first.started}|{first.host}|{first.command}|{folder_name}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def sweep_record(view: SweepView, manifest: Optional[Manifest]) -> SweepRecord:
+    """The rows of a judged sweep; a ConfigError for a folder that is not a sweep."""
+    root = view.sweep_dir.resolve()
+    if not view.exists:
+        raise ConfigError(f"{root} does not exist: give the --out folder of a `dcp-harness run` "
+                          "or `submit`")
+    if manifest is None or not manifest.starts:
+        raise ConfigError(f"{root} is not a sweep folder the history can keep: it has no "
+                          f"{MANIFEST_FILE} (or one that records no `run` or `submit`), so nothing "
+                          "says when, where and what it ran; give the --out folder of a "
+                          "`dcp-harness run` or `submit`")
+    first, last = manifest.starts[0], manifest.starts[-1]
+    cases, pairs, arms, figures, steps = [], [], [], [], []
+    platforms: list[str] = []
+    for case in view.cases:
+        code = _case_code(manifest, case.case_id)
+        entry = manifest.case(case.case_id)
+        rows = [_arm_rows(case, arm) for arm in case.arms.values()]
+        case_platforms = sorted({r.platform for r, _, _ in rows if r.platform})
+        platforms += case_platforms
+        cases.append(CaseRow(case.case_id, entry.case_hash if entry else "", case.verdict.status,
+                             code.commit if code else None, code.dirty if code else None,
+                             ",".join(case_platforms), case.emulated,
+                             case.parked.outcome if case.parked is not None else None))
+        for p in case.verdict.pairs:
+            pairs.append(PairRow(case.case_id, p.pair, p.contract, p.status, p.skip, p.error,
+                                 ",".join(c.name for c in p.failed_checks)))
+            figures += [FigureRow(case.case_id, p.pair, PAIR, WHOLE, c.name, ",".join(case_platforms),
+                                  v) for c in p.checks if (v := _finite(c.value)) is not None]
+        for row, figs, srows in rows:
+            arms.append(row)
+            figures += figs
+            steps += srows
+    main = _main_code(last)
+    selection = {"paths": list(last.paths), "k": last.k,
+                 "tags": list(last.tags) if last.tags is not None else None,
+                 "emulate_ranks": last.emulate_ranks, "cases": list(last.cases)}
+    return SweepRecord(
+        key=sweep_key(first, root.name), name=root.name, path=str(root), started=first.started,
+        host=last.host, command=last.command, selection=selection,
+        platform=",".join(sorted(set(platforms))), commit=main.commit if main else None,
+        dirty=main.dirty if main else None, repo=main.repo if main else None,
+        status=view.status, exit_code=exit_code(view), code=tuple(last.code),
+        cases=tuple(cases), pairs=tuple(pairs), arms=tuple(arms), figures=tuple(figures),
+        steps=tuple(steps))

@@ -1,0 +1,187 @@
+"""Adding sweeps to the history: :func:`record_sweep` (idempotent) and :func:`rebuild`.
+
+A sweep is read as the gate reads it (``load_sweep`` with ``check_stored_plan``) unless the
+caller hands the view it judged already (``run`` at its end). In one write transaction the sweep
+is looked up by its key: the same record again is a no-op (``unchanged``); a sweep that changed
+since (resumed, collected) replaces its rows (``updated``); else it is ``added``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal, Optional, Sequence
+
+from sqlalchemy import Connection, delete, insert, select
+
+from harness.errors import ConfigError
+from harness.trust.stored_plan import check_stored_plan
+from harness.report import SweepView, load_sweep
+from harness.results import ResultsError, read_manifest
+
+from . import schema
+from .db import History, open_history
+from .extract import FigureRow, SweepRecord, sweep_record
+
+RecordStatus = Literal["added", "updated", "unchanged"]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What :func:`record_sweep` did: the sweep's row id and key, ``added`` / ``updated`` /
+    ``unchanged``, how many cases, arms and figures it holds, and the database (password hidden)."""
+
+    sweep_id: int
+    key: str
+    status: RecordStatus
+    sweep: str
+    cases: int
+    arms: int
+    figures: int
+    database: str
+
+    def line(self) -> str:
+        return (f"history: {self.status} {self.sweep} ({self.cases} case(s), {self.arms} arm(s), "
+                f"{self.figures} figure(s)) in {self.database}")
+
+
+def read_sweep(sweep_dir: Path, view: Optional[SweepView] = None) -> SweepRecord:
+    """The rows of a sweep folder, judged as the gate judges it (``view``: judged already)."""
+    root = Path(sweep_dir)
+    if not root.is_dir():
+        what = "is not a folder" if root.exists() else "does not exist"
+        raise ConfigError(f"sweep folder {root} {what}: give the --out folder of a `dcp-harness "
+                          "run` or `submit`")
+    try:
+        manifest = read_manifest(root)
+    except (ResultsError, OSError) as exc:
+        raise ConfigError(f"{root} is not a sweep the history can keep: {exc}") from None
+    if view is None:
+        view = load_sweep(root, check_stored_plan)
+    return sweep_record(view, manifest)
+
+
+def _rows(rows: Sequence[object], sweep_id: int) -> list[dict]:
+    return [{**asdict(r), "sweep_id": sweep_id} for r in rows]  # type: ignore[call-overload]
+
+
+def store(conn: Connection, rec: SweepRecord) -> tuple[int, RecordStatus]:
+    """Write ``rec`` in the caller's write transaction; (row id, what happened)."""
+    t = schema.sweeps
+    old = conn.execute(select(t.c.id, t.c.fingerprint).where(t.c.key == rec.key)).first()
+    fingerprint = rec.fingerprint
+    if old is not None and old.fingerprint == fingerprint:
+        return old.id, "unchanged"
+    if old is not None:
+        remove(conn, old.id)
+    values = {
+        "key": rec.key, "fingerprint": fingerprint, "name": rec.name, "path": rec.path,
+        "started": rec.started, "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": rec.host, "command": rec.command,
+        "selection": json.dumps(rec.selection, sort_keys=True), "platform": rec.platform,
+        "commit": rec.commit, "dirty": rec.dirty, "repo": rec.repo, "status": rec.status,
+        "exit_code": rec.exit_code,
+        "code": json.dumps([v.model_dump(mode="json") for v in rec.code]),
+    }
+    if old is not None:
+        values["id"] = old.id  # the same sweep keeps its id
+    sweep_id = conn.execute(insert(t).values(**values)).inserted_primary_key[0]
+    for table, rows in ((schema.cases, rec.cases), (schema.pairs, rec.pairs),
+                        (schema.arms, rec.arms), (schema.steps, rec.steps)):
+        if rows:
+            conn.execute(insert(table), _rows(rows, sweep_id))
+    if rec.figures:
+        ids = series_ids(conn, rec.figures)
+        conn.execute(insert(schema.figures), [
+            {"sweep_id": sweep_id, "series_id": ids[_key(f)], "started": rec.started,
+             "value": f.value} for f in rec.figures])
+    return sweep_id, "added" if old is None else "updated"
+
+
+_KEY = ("case_id", "kind", "subject", "rank", "metric", "platform")
+
+
+def _key(row: object) -> tuple:
+    return tuple(getattr(row, k) for k in _KEY)
+
+
+def series_ids(conn: Connection, figures: Sequence[FigureRow]) -> dict[tuple, int]:
+    """Series key -> id for every figure's series, the missing ones made (in the caller's
+    write transaction, so no other writer makes them meanwhile)."""
+    s = schema.series
+    cases = sorted({f.case_id for f in figures})
+    known = {_key(r): r.id for r in conn.execute(select(s).where(s.c.case_id.in_(cases)))}
+    new = sorted({_key(f) for f in figures} - set(known))
+    if new:
+        conn.execute(insert(s), [dict(zip(_KEY, k)) for k in new])
+        known = {_key(r): r.id for r in conn.execute(select(s).where(s.c.case_id.in_(cases)))}
+    return known
+
+
+def remove(conn: Connection, sweep_id: int) -> None:
+    """Delete one sweep's rows (children first)."""
+    for table in schema.SWEEP_TABLES:
+        column = table.c.id if table is schema.sweeps else table.c.sweep_id
+        conn.execute(delete(table).where(column == sweep_id))
+
+
+def write_record(history: History, rec: SweepRecord) -> Recorded:
+    """Write a sweep's rows into an open history, in one transaction of their own."""
+    with history.write() as conn:
+        sweep_id, status = store(conn, rec)
+    return Recorded(sweep_id, rec.key, status, rec.path, len(rec.cases), len(rec.arms),
+                    len(rec.figures), history.shown)
+
+
+def add(history: History, sweep_dir: Path, view: Optional[SweepView] = None) -> Recorded:
+    """Read one sweep folder and write it into an open history."""
+    return write_record(history, read_sweep(sweep_dir, view))
+
+
+def record_sweep(sweep_dir: Path, *, url: Optional[str] = None,
+                 view: Optional[SweepView] = None) -> Recorded:
+    """Add the sweep in ``sweep_dir`` to the history at ``url`` (None: ``$DCP_HARNESS_HISTORY``,
+    else ``results/history.sqlite`` under the current directory). Idempotent: the same sweep
+    again is ``unchanged``; one that changed since (resumed, collected) is ``updated``. ``view``:
+    the sweep as the caller judged it already (``run``'s reports), else it is judged here as
+    ``gate`` judges it. A ConfigError (HistoryError for the database) for a folder that is not a
+    sweep or a database that cannot be used; nothing is written then."""
+    rec = read_sweep(Path(sweep_dir), view)  # before the database: a bad folder creates nothing
+    history = open_history(url)
+    try:
+        return write_record(history, rec)
+    finally:
+        history.close()
+
+
+def sweep_folders(paths: Sequence[Path]) -> list[Path]:
+    """The sweep folders in ``paths``: each a sweep (it has a manifest) or a folder of sweeps
+    (``results/``: its sub-folders that have one, ``latest`` left out), sorted."""
+    found: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            raise ConfigError(f"{path} is not a folder: give sweep folders or folders of sweeps "
+                              "(such as results/)")
+        if (path / "manifest.json").is_file():
+            found.append(path.resolve())
+            continue
+        inner = [c.resolve() for c in sorted(path.iterdir())
+                 if c.is_dir() and not c.is_symlink() and (c / "manifest.json").is_file()]
+        if not inner:
+            raise ConfigError(f"{path} holds no sweep folders (none with a manifest.json)")
+        found += inner
+    return sorted(dict.fromkeys(found))
+
+
+def rebuild(history: History, paths: Sequence[Path]) -> list[Recorded | str]:
+    """Re-import every sweep folder under ``paths`` (each one alone: one that cannot be read is
+    reported, the others still go in). Each entry a Recorded, or the line of a folder left out."""
+    out: list[Recorded | str] = []
+    for folder in sweep_folders(paths):
+        try:
+            out.append(add(history, folder))
+        except ConfigError as exc:
+            out.append(f"history: left out {folder}: {exc}")
+    return out
