@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.slotmem import SlotPlan, allowed_microbatch_counts, plan_pipeline
+from harness.slotmem import PipelinePlan, SlotPlan, allowed_microbatch_counts, plan_pipeline
 from harness.spec.schema import Case
 
 
@@ -32,15 +32,18 @@ def reachable_microbatch_counts(pp: int, vpp: int, group: int, most: int) -> tup
     return counts
 
 
+def pipeline_plans(layout: GraphLayout, separate: bool) -> list[PipelinePlan]:
+    """The slot plans of every PP rank: one over every CP size, or one per CP size (separate
+    pools). ``layout.pp_rank`` is not read (``harness.memplan`` plans every stage from these)."""
+    sizes = [(c,) for c in layout.cp_sizes] if separate else [layout.cp_sizes]
+    return [plan_pipeline(layout.pp, layout.vpp, layout.microbatch_counts, cps,
+                          layers_per_chunk=list(layout.layers_per_chunk), group=layout.group)
+            for cps in sizes]
+
+
 def rank_plans(layout: GraphLayout, separate: bool) -> list[SlotPlan]:
     """This rank's slot plan(s): one over every CP size, or one per CP size (separate pools)."""
-    sizes = [(c,) for c in layout.cp_sizes] if separate else [layout.cp_sizes]
-    out = []
-    for cps in sizes:
-        plan = plan_pipeline(layout.pp, layout.vpp, layout.microbatch_counts, cps,
-                             layers_per_chunk=list(layout.layers_per_chunk), group=layout.group)
-        out.append(plan.ranks[layout.pp_rank])
-    return out
+    return [plan.ranks[layout.pp_rank] for plan in pipeline_plans(layout, separate)]
 
 
 def capture_counts(case: Case) -> tuple[int, ...]:

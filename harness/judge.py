@@ -111,7 +111,9 @@ def judge(plan: CasePlan, arms: Mapping[str, ArmFiles], sweep_dir: Optional[str]
     data = {a: (arms[a].outcome, arms[a].steps) for a in plan.arm_names if a in arms}
     return evaluate_case(plan.case_id, plan.pairs, data, expected_steps=plan.steps,
                          expected_ranks=plan.expected_ranks, sanity=plan.sanity,
-                         sweep_dir=sweep_dir, packing=plan.packing_rules)
+                         sweep_dir=sweep_dir, packing=plan.packing_rules,
+                         memory_bound=(plan.case.memory_model.max_rel
+                                       if plan.case.memory_model is not None else None))
 
 
 # --------------------------------------------------------------------------- the manifest

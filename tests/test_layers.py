@@ -21,7 +21,7 @@ FLOORS = {
     "compare": 4, "golden_diff": 4, "metrics": 4,
     "caseplan": 5,
     "arms": 6, "judge": 6, "workload": 6,
-    "report": 7, "trust": 7,
+    "report": 7, "trust": 7, "memplan": 7,
     "history": 8,
     "launch": 9,
     "bisect": 10,

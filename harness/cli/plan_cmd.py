@@ -43,6 +43,8 @@ from harness.cli.run_cmd import LATEST, RESULTS_ROOT
 from harness.cli.selection import add_emulate_argument, selected_cases
 from harness.errors import ConfigError
 from harness.launch.estimate import CaseEstimate, estimate_case, measure_sweep
+from harness.memplan.records import MemoryTarget
+from harness.memplan.render import case_text
 from harness.slotmem.plan import PipelinePlan, plan_pipeline
 from harness.slotmem.planerrors import PlanError
 from harness.slotmem.schedule import (
@@ -86,6 +88,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--history", type=Path, default=RESULTS_ROOT / LATEST, metavar="SWEEP",
                    help="with CASE: the earlier sweep on this machine whose figures say how long "
                         f"the case will take (default {RESULTS_ROOT / LATEST})")
+    p.add_argument("--memory", action="store_true",
+                   help="with CASE: also predict each PP rank's bytes (weights, gradients, optimizer "
+                        "state, one block's saved tensors, arenas, graph pool shared vs separate, "
+                        "expected peak; Megatron's estimate beside it): harness.memplan")
+    p.add_argument("--varlen-gqa", dest="varlen_gqa", choices=("auto", "native", "repeat"),
+                   default="auto", help="with --memory: whether the target torch hands fewer K/V heads "
+                   "to flash varlen (torch >= 2.12: native) or repeats them (older); auto: as this torch")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=run)
 
@@ -365,11 +374,29 @@ def time_json(est: Optional[CaseEstimate], history: Path) -> dict[str, Any]:
             "history": str(history), "known": not t.unknown}
 
 
+def case_memory(requests: Sequence[PlanRequest], args: argparse.Namespace) -> dict[str, Any]:
+    """``--memory``: each case's memory plan (harness.memplan), by case id."""
+    from harness.memplan.predict import MemoryPlanError, predict_case
+
+    if any(r.case is None for r in requests):
+        raise ConfigError("--memory needs a case file (the layout flags give no model shapes)")
+    gqa = {"auto": None, "native": True, "repeat": False}[args.varlen_gqa]
+    out = {}
+    for req in requests:
+        assert req.case is not None and req.label is not None
+        try:
+            out[req.label] = predict_case(req.case, MemoryTarget(varlen_native_gqa=gqa))
+        except MemoryPlanError as e:
+            raise ConfigError(str(e)) from None
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     _in_range(args.slots, "--slots")
     requests = _requests(args)
     plans = [(req, build(req, args.slots)) for req in requests]
     times = case_times(requests, args.history)
+    memory = case_memory(requests, args) if getattr(args, "memory", False) else {}
     if args.json:
         docs = []
         for req, plan in plans:
@@ -380,6 +407,8 @@ def run(args: argparse.Namespace) -> int:
                 doc["time"] = time_json(times[req.case.id], args.history)
             if req.skipped:
                 doc["summary"]["skipped_counts"] = list(req.skipped)
+            if req.label in memory:
+                doc["memory"] = memory[req.label].to_json()
             if req.emulated:
                 doc["emulated"] = [{"rank": r, "label": label, "pp_rank": stage}
                                    for r, label, stage in req.emulated]
@@ -388,6 +417,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         text = "\n\n".join(render_text(plan, req, args.records, [
             time_text(times[req.case.id], args.history)] if req.case is not None else [])
+            + (("\n" + case_text(memory[req.label])) if req.label in memory else "")
             for req, plan in plans)
         if len(times) > 1:
             text += "\n\n" + total_text(list(times.values()))

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
-from harness.cli.selection import add_emulate_argument, selected_plans
+from harness.cli.selection import add_emulate_argument, emulated_on_too_few_gpus, selected_plans
 from harness.cli.sinks import sweep_sinks
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
@@ -126,6 +126,10 @@ def _run(args: argparse.Namespace) -> int:
     allowed = allowed_skips(args)
     # each case planned once, its steps packed (an arm or a step it cannot have: a CaseError)
     plans = selected_plans(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks)
+    gpus = cuda_device_count()
+    plans, notes = emulated_on_too_few_gpus(plans, gpus)
+    for note in notes:
+        print(note)
     cases = [p.case for p in plans]
     now = datetime.now(timezone.utc)
     out: Path = args.out if args.out is not None else default_out_dir(RESULTS_ROOT, now)
@@ -135,7 +139,6 @@ def _run(args: argparse.Namespace) -> int:
     if args.out is None:
         check_latest(RESULTS_ROOT)
 
-    gpus = cuda_device_count()
     start = sweep_start("run", cases, gpus, paths=args.paths, k=args.k,
                         tags=args.tags, emulate_ranks=args.emulate_ranks)
     with LocalLauncher(timeout_min=args.timeout_min, warm=not args.cold_start) as launcher:

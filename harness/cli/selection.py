@@ -78,6 +78,27 @@ def selected_cases(paths: Sequence[str], k: Optional[str] = None,
     return emulated(cases, emulate_ranks)
 
 
+def emulated_on_too_few_gpus(plans: Sequence[CasePlan], gpus: int) -> tuple[list[CasePlan], list[str]]:
+    """``plans`` with each case that needs more GPUs than this machine's ``gpus`` re-planned with
+    emulated ranks (``launch.ranks.placement.emulated_instead``), and one line per such case saying so."""
+    from harness.launch.ranks.placement import emulated_instead
+
+    out, notes = [], []
+    for plan in plans:
+        ranks = emulated_instead(plan, gpus)
+        if ranks is None:
+            out.append(plan)
+            continue
+        why = f"{gpus} GPU(s) for {plan.largest_arm.world_size} ranks"
+        new = plan_case(as_emulated(plan.case, ranks, why))
+        check_packing([new])
+        out.append(new)
+        notes.append(f"{plan.case_id}: {why}: emulated ranks {', '.join(map(str, ranks))} instead of "
+                     "a skip (memory, slots, capture and graph vs eager judged on this GPU; loss pairs "
+                     "skipped with their reason)")
+    return out, notes
+
+
 def selected_plans(paths: Sequence[str], k: Optional[str] = None,
                    tags: Optional[Sequence[str]] = None,
                    emulate_ranks: Optional[str] = None) -> list[CasePlan]:

@@ -126,6 +126,34 @@ def _backend(args: argparse.Namespace, on_poll=None) -> SlurmBackend:
                         poll_s=args.poll_s, on_poll=on_poll)
 
 
+def memory_preflight(plans, profiles, profile_of) -> list[str]:
+    """Each queued case's predicted peak per rank on its profile's GPUs (``harness.memplan``):
+    the lines ``submit`` prints; a ConfigError with the bytes by part when a case does not fit
+    (nothing is submitted). Profiles that request no GPUs are not checked."""
+    from harness.memplan.fit import device_target, job_memory, rank_peaks_text, refusal
+
+    lines, refused = [], []
+    for plan in plans:
+        profile = profiles[profile_of[plan.case_id]]
+        if not profile.gpus:
+            continue
+        target = device_target(profile.gpu_memory_gib, profile.torch_version)
+        cm = job_memory(plan.case, target)
+        if cm is None:
+            lines.append(f"  memory of {plan.case_id}: no memory plan (dynamic shapes or fp32)")
+            continue
+        of = (f" of {target.device_bytes / 2**20:,.0f} MiB" if target.device_bytes is not None
+              else " (the profile sets no gpu_memory_gib: not checked)")
+        lines.append(f"  memory of {plan.case_id}: predicted peak {rank_peaks_text(plan.case, cm)}{of}")
+        why = refusal(plan.case, cm, profile.name)
+        if why is not None:
+            refused.append(why)
+    if refused:
+        raise ConfigError("refused before submission, the predicted memory does not fit: "
+                          + "; ".join(refused))
+    return lines
+
+
 def run_submit(args: argparse.Namespace) -> int:
     check_wait_args(args)
     # each case planned once, its steps packed (an arm or a step it cannot have: a CaseError)
@@ -134,9 +162,13 @@ def run_submit(args: argparse.Namespace) -> int:
     backend = _backend(args)
     todo = backend.plan(plans)
     out = (args.out or _default_out()).resolve()
+    queued = [p for p in plans if p.case_id not in todo.skips]
+    memory = memory_preflight(queued, todo.profiles, todo.profile_of)
     print(describe_plan(todo.groups))
     for cid, why in todo.skips.items():
         print(f"  skipped {cid}: {why}")
+    for line in memory:
+        print(line)
     if args.dry_run:
         folder = round_folder(out, 0)
         for g in todo.groups:

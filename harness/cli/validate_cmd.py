@@ -27,6 +27,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-k", dest="k", default=None, metavar="EXPR", help="select case ids (pytest -k style)")
     p.add_argument("--tags", nargs="+", default=None, metavar="TAG", help="keep cases with any of these tags")
     add_emulate_argument(p)
+    p.add_argument("--memory", action="store_true",
+                   help="also print each case's memory plan (harness.memplan; docs/memory-plan.md): "
+                        "per PP stage the parts, the graph pool shared vs separate, the expected "
+                        "peak and Megatron's estimate")
     p.set_defaults(func=run)
 
 
@@ -66,4 +70,17 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(case.id, layout(case), ranks, steps_cell(case),
                       ", ".join(arms), ", ".join(pairs), case.source)
     make_console().print(table)
+    if getattr(args, "memory", False):
+        print("\n".join(memory_section(case) for case in cases))
     return 0
+
+
+def memory_section(case: Case) -> str:
+    """The ``memory`` section of one case: its plan's text, or why it has none."""
+    from harness.memplan.predict import MemoryPlanError, predict_case
+    from harness.memplan.render import case_text
+
+    try:
+        return case_text(predict_case(case))
+    except MemoryPlanError as e:
+        return f"memory of {case.id}: no memory plan ({e})"

@@ -15,6 +15,7 @@ from harness.spec.names import ARM_CHECKS_CONTRACT, ARM_CHECKS_PAIR
 from harness.spec.schema import SanitySpec
 
 from .arm_checks import COMPLETENESS, RankSet, arm_checks, ranks_agree, sanity_checks
+from .memory_model import memory_model_check
 from .packing import PackingRules, packing_check
 from .pair import Pair
 from .registry import CONTRACTS, PAIR_PARAMS, ContractSkipped
@@ -88,13 +89,15 @@ class Expected:
     an arm not named: the largest rank seen) make the completeness check exact; ``sanity``
     (None: every sanity check on); ``sweep_dir``, named in the commands of skipped entries;
     ``packing``: arm -> its :class:`PackingRule` (``CasePlan.packing_rules``), each arm named
-    there also gets ``<arm>.packing``."""
+    there also gets ``<arm>.packing``; ``memory_bound``: the case's bound on the predicted vs
+    measured memory (:func:`evaluate_case`)."""
 
     steps: Optional[int] = None
     ranks: ExpectedRanks = None
     sanity: Optional[SanitySpec] = None
     sweep_dir: Optional[str] = None
     packing: PackingRules = None
+    memory_bound: Optional[float] = None
 
 
 def evaluate_pair(case_id: str, pair: Pair, arm_data: ArmData,
@@ -104,7 +107,7 @@ def evaluate_pair(case_id: str, pair: Pair, arm_data: ArmData,
     whose contract does not apply (:class:`ContractSkipped`, e.g. no golden values for this
     platform), is ``skipped`` with the reason and no checks."""
     expected_steps, expected_ranks = expected.steps, expected.ranks
-    sweep_dir, packing = expected.sweep_dir, expected.packing
+    sweep_dir, packing, memory_bound = expected.sweep_dir, expected.packing, expected.memory_bound
     sanity = expected.sanity if expected.sanity is not None else SanitySpec()
     checks: list[Check] = []
     errors: list[str] = []
@@ -126,6 +129,8 @@ def evaluate_pair(case_id: str, pair: Pair, arm_data: ArmData,
                                   "emulated ranks record their own local figures, not the world's"))
         if packing is not None and arm in packing:
             checks.append(packing_check(arm, steps, packing[arm]))
+        checks.extend(memory_model_check(arm, steps, memory_bound,
+                                         pair.rank_name if pair.emulated is not None else None))
         checks.extend(sanity_checks(arm, steps, sanity))
     if pair.contract != ARM_CHECKS_CONTRACT:
         fn = CONTRACTS.get(pair.contract)
@@ -160,6 +165,7 @@ def evaluate_case(
     sanity: Optional[SanitySpec] = None,
     sweep_dir: Optional[str] = None,
     packing: PackingRules = None,
+    memory_bound: Optional[float] = None,
 ) -> CaseVerdict:
     """Evaluate every pair of a case. ``arm_data``: arm name -> (outcome or None, rank -> step
     records). ``expected_steps`` (``case.train.steps``) and ``expected_ranks`` (arm -> the ranks
@@ -170,7 +176,7 @@ def evaluate_case(
     checks (an arm whose only pair's contract was skipped keeps its arm checks there).
     ``packing``: arm -> its packing rule (``CasePlan.packing_rules``), the ``<arm>.packing``
     check of every entry the arm is in."""
-    expected = Expected(expected_steps, expected_ranks, sanity, sweep_dir, packing)
+    expected = Expected(expected_steps, expected_ranks, sanity, sweep_dir, packing, memory_bound)
     verdicts = [evaluate_pair(case_id, p, arm_data, expected) for p in pairs]
     in_pairs = {a for p, v in zip(pairs, verdicts) for a in p.arms
                 if v.status != "skipped" or _arms_skipped(p, arm_data) is not None}

@@ -62,6 +62,7 @@ from .paths import (
 from .records import (
     AttentionWork,
     FrameReplays,
+    PredictedMemory,
     GraphStats,
     MemoryProbe,
     OracleStep,
@@ -77,7 +78,7 @@ from .steps import StepWriter, parse_step_line, read_rank_file, read_steps
 __all__ = [
     "ARM_STATUSES", "ArmOutcome", "AttentionWork", "ArmStatus", "CASE_FILE", "LOCK_FILE", "MANIFEST_FILE", "Manifest",
     "ManifestArm", "ManifestCase", "SweepStart", "add_to_manifest", "lock_holder", "read_manifest",
-    "sweep_lock", "FrameReplays", "GraphStats", "INDEX_FILE",
+    "sweep_lock", "FrameReplays", "GraphStats", "INDEX_FILE", "PredictedMemory",
     "JUNIT_FILE", "LOG_FILE", "MemoryProbe", "OUTCOME_FILE", "OracleStep", "PackedGroup", "PackedMicrobatch",
     "PathLike", "ResultsError", "RunEnvironment",
     "SUMMARY_FILE", "StateDigest", "StepRecord", "StepWriter", "VERDICT_FILE", "arm_dir", "case_dir",

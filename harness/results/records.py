@@ -69,6 +69,20 @@ class GraphStats:
 
 
 @dataclass(frozen=True)
+class PredictedMemory:
+    """What ``harness.memplan`` predicted for this arm on this rank, before it ran (recorded by
+    the rank process on CUDA, beside what the rank measures): the graph pool and arenas of a
+    graph arm (None for an eager arm), the peak allocated, and Megatron's estimate."""
+
+    __pydantic_config__ = _FORBID
+
+    pool_bytes: Optional[Int]
+    arena_bytes: Optional[Int]
+    peak_bytes: Int
+    megatron_bytes: Int
+
+
+@dataclass(frozen=True)
 class FrameReplays:
     """How many layer graphs one (CP size, physical slot) frame replayed in one step (forward
     replays, summed over the rank's layers; each has its backward replay)."""
@@ -258,6 +272,9 @@ class StepRecord:
     # What the rank process ran with (versions, allocator and NCCL settings): on the first record
     # each rank process writes.
     environment: Optional[RunEnvironment] = None
+    # What harness.memplan predicted for this arm and rank (CUDA ranks): on the first record each
+    # rank process writes, beside the memory the records measure.
+    memory_predicted: Optional[PredictedMemory] = None
     # The step this rank process resumed after (it loaded that step's checkpoint); None: it
     # started from step 1. Set on every record the process writes.
     resumed_from: Optional[Step] = None

@@ -42,7 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .arenas import COMPONENT, Producer, TensorMeta
 from .saved import CaptureMismatch
-from .tensors import is_plain
+from .tensors import is_plain, storage_key
 
 Target = tuple[str, int]
 
@@ -160,8 +160,7 @@ def _has_subclass_arg(args: tuple, kwargs: dict) -> bool:
     return any(isinstance(x, torch.Tensor) and not is_plain(x) for x in leaves((args, tuple(kwargs.values()))))
 
 
-def _storage(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr()
+_storage = storage_key
 
 
 def find_producers(

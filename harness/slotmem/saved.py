@@ -13,15 +13,14 @@ from typing import Mapping, Sequence
 import torch
 
 from .arenas import EXTERNAL, INPUT, NATIVE, Observation, SavedEntry, StorageGroups, TensorMeta, group_storage
-from .tensors import WarmupError, has_storage, storage_keys
+from .tensors import WarmupError, has_storage, storage_key, storage_keys
 
 
 class CaptureMismatch(RuntimeError):
     """A captured forward does not match what warmup observed for it."""
 
 
-def _storage_key(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr()
+_storage_key = storage_key
 
 
 def _byte_span(t: torch.Tensor) -> torch.Tensor:

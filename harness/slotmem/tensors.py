@@ -60,9 +60,17 @@ def inner_tensors(t: torch.Tensor, _depth: int = 0) -> list[torch.Tensor]:
     return out
 
 
+def storage_key(t: torch.Tensor) -> int:
+    """The key of the storage that holds a plain tensor's bytes: its data pointer; on the meta
+    device (no bytes, every pointer 0) the identity of its storage object, which torch keeps
+    while the storage lives (the planner of ``harness.memplan`` runs warmup on meta tensors)."""
+    s = t.untyped_storage()
+    return id(s) if t.device.type == "meta" else s.data_ptr()
+
+
 def storage_keys(t: torch.Tensor) -> frozenset[int]:
-    """Data pointers of the storages that hold ``t``'s bytes (see :func:`inner_tensors`)."""
-    return frozenset(x.untyped_storage().data_ptr() for x in inner_tensors(t))
+    """Keys (:func:`storage_key`) of the storages that hold ``t``'s bytes (see :func:`inner_tensors`)."""
+    return frozenset(storage_key(x) for x in inner_tensors(t))
 
 
 def is_plain(t: object) -> bool:

@@ -182,6 +182,7 @@ def _build(variant: Variant, parsed: ParsedYaml, file: str, name: Optional[str])
         expect=spec.expect,
         emulate=spec.emulate,
         command=spec.command,
+        memory_model=spec.memory_model,
         matrix_values=variant.matrix_values,
     )
     problems = preflight(case)

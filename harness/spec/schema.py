@@ -461,6 +461,16 @@ class EmulateSpec(Strict):
     ranks: list[int]
 
 
+# --------------------------------------------------------------------------- memory model
+class MemoryModelSpec(Strict):
+    """How close the memory plan (``harness.memplan``, ``dcp-harness plan CASE --memory``) must
+    come to what a CUDA rank measures: ``max_rel`` bounds ``|predicted / measured - 1|`` of the
+    graph pool, the arenas and the peak allocated, per arm and rank (``<arm>.memory_model``).
+    Without it the ratios are recorded as a figure and bound nothing."""
+
+    max_rel: float = Field(gt=0, le=1)
+
+
 # --------------------------------------------------------------------------- file / case
 class CaseFile(Strict):
     """One YAML file as written by a user (before matrix expansion and preset resolution)."""
@@ -483,14 +493,18 @@ class CaseFile(Strict):
     emulate: Optional[EmulateSpec] = None
     # A training command run in place of the built-in workload (``CommandSpec``).
     command: Optional[CommandSpec] = None
+    # A bound on the memory plan against what CUDA ranks measure (``MemoryModelSpec``).
+    memory_model: Optional[MemoryModelSpec] = None
     # Dotted field path -> list of values; the cartesian product gives one case each.
     matrix: Optional[dict[str, list]] = None
 
 
 def _without_no_command(data: Any) -> Any:
-    """A built-in case is dumped without ``command`` (its ``case.json`` and hash as before)."""
-    if isinstance(data, dict) and data.get("command", 0) is None:
-        del data["command"]
+    """A built-in case is dumped without ``command`` (its ``case.json`` and hash as before), and
+    a case without ``memory_model`` without it too."""
+    for key in ("command", "memory_model"):
+        if isinstance(data, dict) and key in data and data[key] is None:
+            del data[key]
     return data
 
 
@@ -515,6 +529,7 @@ class BaseCase(Strict):
     # Emulated ranks (each alone on one device, loopback communication); None: a real run.
     emulate: Optional[EmulateSpec] = None
     command: Optional[CommandSpec] = None  # a training command instead of the built-in workload
+    memory_model: Optional[MemoryModelSpec] = None  # predicted vs measured memory bound
     # The matrix values that produced this case (dotted path -> value), for ids and reports.
     matrix_values: dict[str, object] = {}
 

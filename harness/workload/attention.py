@@ -280,17 +280,21 @@ class _CoveredRows(torch.autograd.Function):
 
 
 def varlen_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor,
-                  cu_k: torch.Tensor, max_q: int, max_k: int) -> torch.Tensor:
+                  cu_k: torch.Tensor, max_q: int, max_k: int,
+                  native_gqa: bool | None = None) -> torch.Tensor:
     """Causal (bottom-right aligned) attention of the query segments ``cu_q`` over the key
     segments ``cu_k``: flash varlen on CUDA in fp16/bf16 (offsets read on the device: capturable),
-    one SDPA call per segment elsewhere. ``q`` ``[Tq, H, D]``, ``k``/``v`` ``[Tk, Hkv, D]``."""
-    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
+    one SDPA call per segment elsewhere. ``q`` ``[Tq, H, D]``, ``k``/``v`` ``[Tk, Hkv, D]``.
+    ``native_gqa``: hand fewer K/V heads to varlen (None: exactly when this torch's varlen takes
+    them; the memory planner sets it to plan for another torch's path)."""
+    # meta tensors stand for the GPU (harness.memplan plans memory on them): the flash path
+    if (q.is_cuda or q.is_meta) and q.dtype in (torch.float16, torch.bfloat16):
         from torch.nn.attention.varlen import varlen_attn
 
         if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
             k, v = _CoveredRows.apply(k, cu_k), _CoveredRows.apply(v, cu_k)
         heads, kv = q.shape[1], k.shape[1]
-        native = _varlen_takes_gqa()
+        native = _varlen_takes_gqa() if native_gqa is None else native_gqa
         if heads != kv and not native:
             k, v = k.repeat_interleave(heads // kv, dim=1), v.repeat_interleave(heads // kv, dim=1)
         extra = {"enable_gqa": True} if heads != kv and native else {}
@@ -299,17 +303,18 @@ def varlen_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch
 
 
 def static_packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cp_size: int,
-                            meta: tuple[torch.Tensor, ...]) -> torch.Tensor:
+                            meta: tuple[torch.Tensor, ...],
+                            native_gqa: bool | None = None) -> torch.Tensor:
     """Exact packed causal attention over a static layout (``harness.workload.static``): local
     queries ``q`` ``[T, H, D]``, all-gathered ``k``/``v`` ``[cp*T, Hkv, D]``; ``meta`` is
     ``StaticLayout.metadata()`` without positions (k_index, cu_q, cu_k of call A, then of B)."""
     t = q.shape[0]
     ka, cqa, cka, kb, cqb, ckb = meta
     if cp_size == 1:
-        return varlen_causal(q, k, v, cqa, cka, t, t)
+        return varlen_causal(q, k, v, cqa, cka, t, t, native_gqa)
     half, cap = t // 2, cp_size * t
-    out_a = varlen_causal(q[:half], k[ka], v[ka], cqa, cka, half, cap)
-    out_b = varlen_causal(q[half:], k[kb], v[kb], cqb, ckb, half, cap)
+    out_a = varlen_causal(q[:half], k[ka], v[ka], cqa, cka, half, cap, native_gqa)
+    out_b = varlen_causal(q[half:], k[kb], v[kb], cqb, ckb, half, cap, native_gqa)
     return torch.cat([out_a, out_b])
 
 
@@ -340,6 +345,9 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
         self.q_norm = RMSNorm(head_dim, eps)
         self.k_norm = RMSNorm(head_dim, eps)
+        # flash varlen with fewer K/V heads (None: when this torch's varlen takes them); the
+        # memory planner sets it to plan for the torch of the machine a case runs on
+        self.varlen_gqa: bool | None = None
 
     def forward_static(self, x: torch.Tensor, meta: tuple[torch.Tensor, ...],
                        cp: GroupHandle | None) -> torch.Tensor:
@@ -355,7 +363,8 @@ class Attention(nn.Module):
         k = rope(k, positions, self.theta)
         k = all_gather_rows(k, cp)
         v = all_gather_rows(v, cp)
-        out = static_packed_attention(q, k, v, cp.size if cp is not None else 1, meta[1:])
+        out = static_packed_attention(q, k, v, cp.size if cp is not None else 1, meta[1:],
+                                      self.varlen_gqa)
         return self.o_proj(out.reshape(t, self.heads * self.head_dim))
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:

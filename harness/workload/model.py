@@ -61,7 +61,9 @@ class LayerContext:
 def _amp(device: torch.device, dtype: Optional[torch.dtype]) -> Any:
     # cache_enabled=False: a captured graph must cast the weights itself on every replay
     # (torch.cuda.make_graphed_callables' rule for autocast); eager static arms do the same.
-    if dtype is None:
+    # On the meta device (the memory planner's stand-in for the GPU, harness.memplan) the planner
+    # applies the device's autocast casts itself: torch has no autocast for meta tensors.
+    if dtype is None or device.type == "meta":
         return nullcontext()
     return torch.autocast(device.type, dtype=dtype, cache_enabled=False)
 

@@ -13,6 +13,12 @@
   enough for any of them (several run side by side), so it runs on CUDA wherever there is a GPU
   and, when it does not need CUDA (an eager case), on CPU elsewhere (the loopback layer runs
   there); a graph case emulated still needs a GPU.
+* A built-in case that needs CUDA on a machine with GPUs, but fewer than its ranks
+  (:func:`emulated_instead`), is not skipped: a local run emulates its first and last rank
+  instead (``dcp-harness run --emulate-ranks ends``), so memory, slots, capture and graph vs eager
+  are judged on the GPU there is; its loss pairs are skipped with their reason (emulated ranks'
+  losses are not the model's). ``submit`` does not do this: a cluster has the GPUs or the case
+  is refused.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 from typing import Optional
 
 from harness.caseplan import CasePlan
+from harness.spec.places import stage_ranks
 
 
 def _why_cuda(plan: CasePlan) -> str:
@@ -67,6 +74,16 @@ def profile_skip_reason(plan: CasePlan, profile_name: str, gpus_per_node: int) -
         return (f"needs {need} CUDA GPUs per node (arm '{arm.name}'); profile '{profile_name}' "
                 f"nodes have {gpus_per_node}")
     return None
+
+
+def emulated_instead(plan: CasePlan, gpus: int) -> Optional[tuple[int, ...]]:
+    """The ranks a local run on ``gpus`` GPUs emulates instead of skipping ``plan`` (module doc):
+    its first and last rank when it needs CUDA, the machine has at least one GPU but fewer than
+    its largest arm's ranks, and it is a built-in case not emulated already; else None."""
+    if (not plan.needs_cuda or plan.emulated or plan.case.command is not None or gpus < 1
+            or gpus >= plan.largest_arm.world_size or plan.case.layout.world < 2):
+        return None
+    return tuple(sorted(set(stage_ranks(plan.case))))
 
 
 def runs_on_cuda(plan: CasePlan, gpus: int) -> bool:

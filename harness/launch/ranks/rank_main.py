@@ -39,7 +39,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional
 
 if TYPE_CHECKING:
     from harness.caseplan import CasePlan, PlannedArm
-    from harness.results import RunEnvironment, StepRecord, StepWriter
+    from harness.results import PredictedMemory, RunEnvironment, StepRecord, StepWriter
     from harness.results.phases import PhaseRecorder
     from harness.spec.schema import Case
 
@@ -180,14 +180,33 @@ def device_platform(device: object) -> str:
     return platform_key(torch.cuda.get_device_name(dev))
 
 
+def memory_prediction(case: Case, rank: int, device: object, arm_name: str) -> Optional[PredictedMemory]:
+    """What ``harness.memplan`` predicts for this arm on ``rank``, recorded beside what a CUDA
+    rank measures (None on CPU, where no memory is measured, or for a case without a memory
+    plan). A prediction that fails is said in one line and left out: it never stops the arm."""
+    if "cuda" not in str(device):
+        return None
+    try:
+        from harness.memplan.arm import rank_prediction
+
+        return rank_prediction(case, rank)
+    except Exception as e:  # noqa: BLE001 - the measurement goes on without its prediction
+        print(f"[{arm_name} r{rank}] memory prediction failed, recorded without it: "
+              f"{type(e).__name__}: {e}", flush=True)
+        return None
+
+
 def _step_callback(writer: StepWriter, rank: int, arm_name: str, steps: int,
                    platform: Optional[str] = None, environment: Optional[RunEnvironment] = None,
                    phases: Optional[PhaseRecorder] = None,
-                   loaded: Optional[Callable[[], Optional[int]]] = None
+                   loaded: Optional[Callable[[], Optional[int]]] = None,
+                   predicted: Optional[PredictedMemory] = None,
                    ) -> Callable[["StepRecord"], None]:
     """``loaded``: the step the checkpoint this process loaded holds (its own metadata), asked
-    once, on the first record, and stamped on every record (``StepRecord.checkpoint_step``)."""
+    once, on the first record, and stamped on every record (``StepRecord.checkpoint_step``).
+    ``predicted``: the memory plan's figures, on the first record (beside the environment)."""
     pending = [environment]  # the environment goes on the first record this process writes
+    first = [predicted]
     checkpoint: list[Optional[int]] = []
 
     def on_step(record: StepRecord) -> None:
@@ -200,10 +219,13 @@ def _step_callback(writer: StepWriter, rank: int, arm_name: str, steps: int,
             record = dataclasses.replace(record, checkpoint_step=checkpoint[0])
         if pending[0] is not None and record.environment is None:
             record = dataclasses.replace(record, environment=pending[0])
+        if first[0] is not None and record.memory_predicted is None:
+            record = dataclasses.replace(record, memory_predicted=first[0])
         # A step re-run after resuming from an older checkpoint is already recorded: the store
         # keeps the first record and append() returns False.
         if writer.append(record):
             pending[0] = None
+            first[0] = None
             print(step_line(arm_name, rank, steps, record), flush=True)
             if record.graph_stats is not None:
                 print(f"[{arm_name} r{rank}] {record.graph_stats.summary}", flush=True)
@@ -350,7 +372,8 @@ def run_rank(arm: PlannedArm, arm_dir: Path, resume: bool = True,
         train_arm(run_case, ctx,
                   _step_callback(writer, rank, arm.name, steps, device_platform(ctx.device),
                                  current_environment(ctx.torch_device), phases,
-                                 lambda: ckpt.loaded_step(checkpoint_dir, rank)),
+                                 lambda: ckpt.loaded_step(checkpoint_dir, rank),
+                                 memory_prediction(run_case, rank, ctx.device, arm.name)),
                   checkpoint_dir=checkpoint_dir, stop_after=stop_after,
                   chunk_builder=_timed_build(phases))
         phases.mark("trained_at")
@@ -424,7 +447,8 @@ def run_emulated_rank(arm: PlannedArm, arm_dir: Path, rank: Optional[int],
         started = time.monotonic()
         result = emulate_rank(
             run_case, rank, _step_callback(writer, rank, arm.name, steps, device_platform(device),
-                                           current_environment(device), phases),
+                                           current_environment(device), phases,
+                                           predicted=memory_prediction(run_case, rank, device, arm.name)),
             device=device, weights=WeightCache(threads=min(16, os.cpu_count() or 1)),
             sites=device != "cpu", checkpoint_dir=arm_dir / CHECKPOINT_DIR)
         probe = run_case.train.memory_probe_step or steps

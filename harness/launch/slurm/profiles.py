@@ -74,6 +74,12 @@ class Profile(_Strict):
     max_nodes: Optional[int] = Field(default=None, ge=1)
     cpus_per_task: Optional[int] = Field(default=None, ge=1)
     mem_gb: Optional[float] = Field(default=None, gt=0)  # per node; None: the partition default
+    # Memory of one GPU (GiB, as torch.cuda.get_device_properties reports it): submit refuses a
+    # case whose predicted peak (harness.memplan) exceeds it. None: not checked.
+    gpu_memory_gib: Optional[float] = Field(default=None, gt=0)
+    # The torch of the compute nodes (e.g. "2.11"): which attention path the memory plan follows
+    # (flash varlen takes fewer K/V heads from 2.12 on). None: the submitting machine's torch.
+    torch_version: Optional[str] = Field(default=None, pattern=r"^\d+\.\d+")
     # Job time limit = arms x case time_min + time_margin_min, refused above max_time_min.
     time_margin_min: float = Field(default=10, ge=0)
     max_time_min: Optional[float] = Field(default=None, gt=0)
