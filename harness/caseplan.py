@@ -102,6 +102,8 @@ class PlannedArm:
         """``emulated rank r of N (PP stage s of P, pool rank p)`` per rank (empty: real ranks)."""
         return emulated_labels(self.case, self.ranks) if self.emulated else ()
 
+    # Hand-written: what plan.json keeps of an arm is not the arm (``StoredArm`` reads it): the
+    # labels of its emulated ranks, its derived case dumped by pydantic.
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "world_size": self.world_size,
                 "ranks": list(self.ranks), "repeat": self.repeat,
@@ -226,6 +228,8 @@ class CasePlan:
                             arms=tuple(ManifestArm(name=a.name, ranks=a.ranks) for a in self.arms),
                             pairs=tuple(p.name for p in self.pairs))
 
+    # Hand-written: plan.json is a ``StoredPlan`` (version, hash, source), not the plan itself,
+    # which also holds the case (``case.json``); ``from_dict`` joins the two again.
     def to_dict(self) -> dict[str, Any]:
         """``plan.json`` (the case itself is ``case.json``; ``case_hash`` ties the two)."""
         return {"version": PLAN_VERSION, "case_id": self.case_id, "case_hash": self.case_hash,

@@ -53,6 +53,7 @@ from harness.results import (
     StepRecord,
     field_of,
     read_json,
+    read_typed,
     write_json_atomic,
 )
 from harness.spec.schema import LossBound, Tolerance
@@ -579,7 +580,8 @@ def golden_from_document(path: PathLike, doc: Any) -> Golden:
             repeats[metric] = count
         if environment is None and entry.get("environment") is not None:
             try:
-                environment = RunEnvironment.from_dict(entry["environment"])
+                environment = read_typed(RunEnvironment, entry["environment"], "environment",
+                                         nonfinite=False)
             except (ResultsError, TypeError, AttributeError) as exc:
                 raise GoldenError(f"{path}: metric '{metric}': bad 'environment' ({exc})") from None
     return Golden(path, MappingProxyType(metrics), MappingProxyType(rtols),

@@ -38,8 +38,8 @@ from harness.compare import (
 from harness.results import (
     ArmOutcome,
     ManifestCase,
-    ResultsError,
     StepRecord,
+    read_noting,
     read_outcome,
     read_steps,
 )
@@ -64,16 +64,8 @@ class ArmFiles:
 def read_arm(arm_dir: Path) -> ArmFiles:
     """The outcome and step records of one arm folder; unreadable files become ``problem``."""
     problems: list[str] = []
-    outcome: Optional[ArmOutcome] = None
-    steps: Steps = {}
-    try:
-        outcome = read_outcome(arm_dir)
-    except (ResultsError, OSError) as exc:
-        problems.append(str(exc))
-    try:
-        steps = read_steps(arm_dir)
-    except (ResultsError, OSError) as exc:
-        problems.append(str(exc))
+    outcome = read_noting(lambda: read_outcome(arm_dir), problems, None)
+    steps: Steps = read_noting(lambda: read_steps(arm_dir), problems, {})
     return ArmFiles(outcome, steps, "; ".join(problems) or None)
 
 

@@ -66,6 +66,7 @@ class SiteTable:
     step: int
     sites: tuple[SiteBytes, ...]
 
+    # Hand-written: the file carries its layout's version, which the table does not.
     def to_dict(self) -> dict[str, Any]:
         return {"version": SITES_VERSION, "rank": self.rank, "step": self.step,
                 "sites": [asdict(s) for s in self.sites]}

@@ -21,7 +21,7 @@ from harness.compare import (
     read_verdict,
     write_verdict,
 )
-from harness.results import ArmOutcome, FrameReplays, ResultsError, StepRecord
+from harness.results import ArmOutcome, FrameReplays, ResultsError, StepRecord, read_typed
 from tests.records import GIB, changed, graph_stats, probe, record
 
 OK = ArmOutcome(status="ok", returncode=0, wall_s=1.0)
@@ -309,7 +309,7 @@ def test_verdict_json_round_trip(tmp_path: Path) -> None:
     back = read_verdict(tmp_path)
     assert back is not None
     # NaN-valued checks: compare through the JSON form (NaN != NaN).
-    assert back.to_dict() == CaseVerdict.from_dict(v.to_dict()).to_dict()
+    assert back.to_dict() == read_typed(CaseVerdict, v.to_dict(), "verdict").to_dict()
     assert [c.name for c in back.pairs[0].checks] == [c.name for c in v.pairs[0].checks]
     assert back.pairs[1] == v.pairs[1]
     assert read_verdict(tmp_path / "none") is None

@@ -9,7 +9,7 @@ import pytest
 
 from harness.environment import (SETTINGS, cpu_name, current_environment, describe, differences,
                                  settings_of)
-from harness.results import ResultsError, RunEnvironment, StepRecord
+from harness.results import ResultsError, RunEnvironment, StepRecord, read_typed
 
 
 def test_only_the_settings_that_change_behaviour_and_are_set() -> None:
@@ -46,7 +46,7 @@ def test_the_device_is_not_a_change_of_environment_and_round_trips() -> None:
     a = RunEnvironment("2.11.0", "13.0", "2.27.3", "NVIDIA H200", device_id="GPU-a")
     b = RunEnvironment("2.11.0", "13.0", "2.27.3", "NVIDIA H200", device_id="GPU-b")
     assert differences(a, b) == [] and "GPU-" not in describe(a)
-    assert RunEnvironment.from_dict(a.to_dict()) == a and a.to_dict()["device_id"] == "GPU-a"
+    assert read_typed(RunEnvironment, a.to_dict(), "environment", nonfinite=False) == a and a.to_dict()["device_id"] == "GPU-a"
     assert "device_id" not in RunEnvironment("2.13.0+cpu").to_dict()  # older readers' layout
 
 
@@ -72,7 +72,7 @@ def test_records_carry_it_and_reject_a_bad_one() -> None:
     with pytest.raises(ResultsError, match="field 'environment.rocm': unknown key 'rocm'"):
         StepRecord.from_dict({**data, "environment": {"torch": "2", "rocm": "6"}})
     with pytest.raises(ResultsError, match="bad environment: field 'torch'"):
-        RunEnvironment.from_dict({"torch": 2})
+        read_typed(RunEnvironment, {"torch": 2}, "environment", nonfinite=False)
 
 
 def test_the_rank_writes_it_on_its_first_record_only(tmp_path) -> None:

@@ -15,7 +15,7 @@ from typing import Optional
 import pytest
 
 from harness.arms import plan_case
-from harness.compare import Pair, evaluate_pair
+from harness.compare import Expected, Pair, evaluate_pair
 from harness.launch.sweep import finalize_case, prepare_case_dir
 from harness.report import gate, load_sweep, write_reports
 from harness.report.emulated import emulated_tables, rank_figures
@@ -140,8 +140,8 @@ def test_plan_decisions_are_applied_when_a_pair_is_evaluated() -> None:
     v = evaluate_pair("c", skipped, {})
     assert v.status == "skipped" and v.error == "because" and v.checks == ()
     marked = Pair("r", "repeat", ("a", "b"), {}, not_applicable={"loss": "not here"})
-    v = evaluate_pair("c", marked, {"a": (OK, steps), "b": (OK, steps)}, expected_steps=1,
-                      expected_ranks=1)
+    v = evaluate_pair("c", marked, {"a": (OK, steps), "b": (OK, steps)},
+                      Expected(steps=1, ranks=1))
     loss = next(c for c in v.checks if c.name == "loss")
     assert not loss.applicable and loss.detail == "not applicable: not here" and v.status == "pass"
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from harness.results import ArmOutcome, ResultsError, write_outcome
+from harness.results import ArmOutcome, ResultsError, record_json, write_outcome
 from harness.results.phases import (
     Leg,
     PhaseRecorder,
@@ -121,7 +121,7 @@ def test_a_stop_after_step_saves_and_a_resumed_legs_extra_setup_is_the_load():
 
 def _write(arm_dir, rank, *legs):
     arm_dir.mkdir(parents=True, exist_ok=True)
-    phases_file(arm_dir, rank).write_text(json.dumps(RankPhases(rank, legs).to_dict()))
+    phases_file(arm_dir, rank).write_text(json.dumps(record_json(RankPhases(rank, legs))))
 
 
 def test_an_arms_legs_run_one_after_another_and_its_ranks_side_by_side(tmp_path):

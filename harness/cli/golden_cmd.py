@@ -60,8 +60,8 @@ from harness.golden import (
     write_golden,
 )
 from harness.golden_diff import diff_golden, on_platform, render_diff
-from harness.launch.sweep import arm_is_complete, load_plan, run_arm_into, sweep_lock
-from harness.results import CASE_FILE, read_outcome, read_steps
+from harness.launch.sweep import arm_is_complete, load_plan, run_arm_into
+from harness.results import CASE_FILE, read_outcome, read_steps, sweep_lock
 from harness.spec.names import GOLDEN
 from harness.spec.schema import NAME_PATTERN
 

@@ -18,13 +18,15 @@ from pathlib import Path
 from typing import Iterator
 
 from harness.cli.selection import add_emulate_argument, emulated_on_too_few_gpus, selected_plans
+from harness.cli.sinks import sweep_sinks
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
 from harness.launch.local import LocalLauncher
+from harness.launch.local_backend import run_sweep
 from harness.launch.progress import make_progress
 from harness.launch.ranks.placement import runs_beside_gpu_arms
 from harness.launch.ranks.processes import cuda_device_count
-from harness.launch.sweep import check_resumable, run_sweep, sweep_start
+from harness.launch.sweep import check_resumable, sweep_start
 from harness.report import console_table, gate_result, make_console
 
 RESULTS_ROOT = Path("results")
@@ -143,7 +145,8 @@ def _run(args: argparse.Namespace) -> int:
         result = run_sweep(plans, out, launcher,
                            progress=make_progress(sys.stderr, plans, RESULTS_ROOT / LATEST),
                            start=start, allowed_skips=allowed,
-                           beside=lambda plan: runs_beside_gpu_arms(plan, gpus))
+                           beside=lambda plan: runs_beside_gpu_arms(plan, gpus),
+                           sinks=sweep_sinks(args))
     if args.out is None:
         point_latest(RESULTS_ROOT, out)
     files = result.summary  # the sweep's reports, from the verdicts it judged once

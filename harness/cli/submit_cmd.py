@@ -8,40 +8,27 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from harness.caseplan import CasePlan
 from harness.cli.run_cmd import RESULTS_ROOT
 from harness.cli.selection import add_emulate_argument, selected_plans
+from harness.cli.sinks import sweep_sinks
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
-from harness.launch.ranks.placement import profile_skip_reason
-from harness.launch.slurm.collect import collect
+from harness.launch.pipeline import Collection, finish
+from harness.launch.slurm.backend import SlurmBackend
 from harness.launch.slurm.poll import SchedulerPoller, SchedulerUnavailable
-from harness.launch.slurm.profiles import find_profile, load_profile
-from harness.launch.slurm.retry import retry_infra
 from harness.launch.slurm.status import counts, sweep_status
-from harness.launch.slurm.submit import (describe_plan, plan_jobs, record_skipped, render_sbatch,
-                                         round_folder, slurm_dir, submit_groups)
-from harness.launch.slurm.wait import wait_for_sweep
-from harness.launch.sweep import (
-    check_resumable,
-    finalize_case,
-    prepare_case_dir,
-    record_manifest,
-    sweep_start,
-)
+from harness.launch.slurm.submit import describe_plan, render_sbatch, round_folder, slurm_dir
+from harness.launch.sweep import sweep_start
 from harness.report import EXIT_ERROR, console_table, gate, load_sweep, make_console, write_reports
-from harness.results import MANIFEST_FILE, ArmOutcome, write_outcome
 from harness.trust.stored_plan import check_stored_plan
 
 _STATE_STYLE = {"pending": "yellow", "running": "cyan", "done": "green", "failed": "red",
@@ -133,28 +120,10 @@ def _default_out() -> Path:
     return RESULTS_ROOT / time.strftime("slurm-%Y%m%d-%H%M%S")
 
 
-def _load_profiles(cases, override: Optional[str]):
-    names = sorted({override} if override else {c.resources.profile for c in cases})
-    profiles, files = {}, {}
-    for name in names:
-        profile = load_profile(name)
-        profiles[profile.name] = profile
-        files[profile.name] = str(find_profile(name).resolve())
-    only = next(iter(profiles)) if override else None
-    profile_of = {c.id: only or c.resources.profile for c in cases}
-    return profiles, files, profile_of
-
-
-def submit_skip_reasons(plans, profiles, profile_of) -> dict[str, str]:
-    """Case id -> why the profile's nodes cannot run it (``placement.profile_skip_reason``): not
-    queued, every arm ``skipped`` with that reason, as a local run on such a machine does."""
-    out = {}
-    for plan in plans:
-        profile = profiles[profile_of[plan.case_id]]
-        why = profile_skip_reason(plan, profile.name, profile.gpus_per_node if profile.gpus else 0)
-        if why is not None:
-            out[plan.case_id] = why
-    return out
+def _backend(args: argparse.Namespace, on_poll=None) -> SlurmBackend:
+    return SlurmBackend(profile=getattr(args, "profile", None), max_parallel=args.max_parallel,
+                        retry_infra=args.retry_infra, allowed_skips=allowed_skips(args),
+                        poll_s=args.poll_s, on_poll=on_poll)
 
 
 def memory_preflight(plans, profiles, profile_of) -> list[str]:
@@ -185,83 +154,32 @@ def memory_preflight(plans, profiles, profile_of) -> list[str]:
     return lines
 
 
-def _skip_at_submit(plan: CasePlan, reason: str, out: Path) -> None:
-    """Every arm of a case the profile cannot run gets a ``skipped`` outcome and the case its
-    verdict, now (no job is queued for it)."""
-    case_dir = out / plan.case_id
-    for arm in plan.arms:
-        (case_dir / arm.name).mkdir(parents=True, exist_ok=True)
-        write_outcome(case_dir / arm.name, ArmOutcome(status="skipped", detail=reason))
-    finalize_case(case_dir)
-
-
-def _created_paths(out: Path, plans) -> list[Path]:
-    """What a submission into ``out`` creates: the folder itself when it is new, else the case
-    folders and the manifest it adds (removed again when sbatch refuses the first job)."""
-    if not out.exists():
-        return [out]
-    made = [out / p.case_id for p in plans] + [out / MANIFEST_FILE, slurm_dir(out)]
-    return [path for path in made if not path.exists()]
-
-
-def _remove(paths: list[Path]) -> None:
-    for path in paths:
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
-
-
 def run_submit(args: argparse.Namespace) -> int:
     check_wait_args(args)
     # each case planned once, its steps packed (an arm or a step it cannot have: a CaseError)
     plans = selected_plans(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks)
     cases = [p.case for p in plans]
-    profiles, files, profile_of = _load_profiles(cases, args.profile)
-    skips = submit_skip_reasons(plans, profiles, profile_of)
-    queued = [p for p in plans if p.case_id not in skips]
-    groups = plan_jobs([p.case for p in queued], {p.case_id: len(p.arms) for p in queued},
-                       profiles, profile_of, args.max_parallel)
+    backend = _backend(args)
+    todo = backend.plan(plans)
     out = (args.out or _default_out()).resolve()
-    memory = memory_preflight(queued, profiles, profile_of)
-    print(describe_plan(groups))
-    for cid, why in skips.items():
+    queued = [p for p in plans if p.case_id not in todo.skips]
+    memory = memory_preflight(queued, todo.profiles, todo.profile_of)
+    print(describe_plan(todo.groups))
+    for cid, why in todo.skips.items():
         print(f"  skipped {cid}: {why}")
     for line in memory:
         print(line)
     if args.dry_run:
         folder = round_folder(out, 0)
-        for g in groups:
+        for g in todo.groups:
             print(f"\n# ---- sbatch script of {g.name} ({folder}) ----")
-            print(render_sbatch(g, profiles[g.shape.profile], folder))
+            print(render_sbatch(g, todo.profiles[g.shape.profile], folder))
         print(f"\ndry run: nothing submitted (sweep folder would be {out})")
         return 0
-    if groups and shutil.which("sbatch") is None:
-        raise ConfigError("sbatch is not on PATH: run on a Slurm login node, start the dev cluster "
-                          "(slurm/devcluster/start.sh), or use --dry-run")
-    if (slurm_dir(out) / "jobs.json").is_file():
-        raise ConfigError(f"{out} already holds a submitted sweep; follow it with `dcp-harness "
-                          f"status {out}` / `dcp-harness collect {out}`, re-run its infrastructure "
-                          f"failures with `dcp-harness collect {out} --retry-infra N`, or pass a "
-                          "fresh --out")
-    check_resumable(cases, out)
-    gpus = max((p.gpus_per_node if p.gpus else 0 for p in profiles.values()), default=0)
-    created = _created_paths(out, plans)
-    record_manifest(plans, out, sweep_start("submit", cases, gpus, paths=args.paths, k=args.k,
-                                            tags=args.tags, emulate_ranks=args.emulate_ranks))
-    for plan in plans:
-        prepare_case_dir(plan, out)
-    if skips:
-        record_skipped(out, skips)
-        for plan in plans:
-            if plan.case_id in skips:
-                _skip_at_submit(plan, skips[plan.case_id], out)
-    try:
-        refs = submit_groups(groups, profiles, out, files)
-    except ConfigError:
-        if not (slurm_dir(out) / "jobs.json").is_file():  # nothing queued: leave nothing behind
-            _remove(created)
-        raise
+    gpus = max((p.gpus_per_node if p.gpus else 0 for p in todo.profiles.values()), default=0)
+    backend.submit(plans, out, sweep_start("submit", cases, gpus, paths=args.paths, k=args.k,
+                                           tags=args.tags, emulate_ranks=args.emulate_ranks))
+    refs = backend.submitted
     for ref in refs:
         print(f"  {ref.case_id}: job {ref.job_id}")
     if refs:
@@ -337,7 +255,8 @@ def _print_collect(result, out=sys.stdout) -> None:
 
 
 def _wait_collect_gate(sweep: Path, args: argparse.Namespace) -> int:
-    deadline = None if args.timeout_min is None else time.monotonic() + 60 * args.timeout_min
+    """Wait for the jobs, collect (again after each --retry-infra round), hand the finished sweep
+    to the sinks (``pipeline.finish``), then gate."""
     last: dict[str, str] = {}
 
     def on_poll(statuses) -> None:  # one line per case state change (CI-friendly)
@@ -346,24 +265,25 @@ def _wait_collect_gate(sweep: Path, args: argparse.Namespace) -> int:
                 last[s.case_id] = s.state
                 print(f"  {s.case_id}: {s.state} (job {s.job_id}, {s.slurm_state})", flush=True)
 
-    while True:
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        try:
-            wait_for_sweep(sweep, timeout_s=left, poll_s=args.poll_s, on_poll=on_poll)
-        except SchedulerUnavailable as exc:  # an infrastructure error, not the user's input
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_ERROR
-        result = collect(sweep, allowed_skips=allowed_skips(args))
-        _print_collect(result)
-        if result.still_active:
-            print(f"gave up waiting after {args.timeout_min} min", file=sys.stderr)
-            return EXIT_ERROR
-        new = retry_infra(sweep, args.retry_infra, args.max_parallel) if args.retry_infra else []
-        if not new:
-            break
-        print(f"retrying {len(new)} case(s) after infrastructure failures: "
-              + ", ".join(f"{r.case_id} (job {r.job_id})" for r in new), flush=True)
-        last.clear()
+    backend = _backend(args, on_poll)
+
+    def on_collect(collection: Collection) -> None:
+        _print_collect(collection)
+        if collection.resubmitted and not collection.still_active:
+            print(f"retrying {len(backend.retried)} case(s) after infrastructure failures: "
+                  + ", ".join(f"{r.case_id} (job {r.job_id})" for r in backend.retried),
+                  flush=True)
+            last.clear()
+
+    try:
+        done = finish(backend, sweep, sweep_sinks(args), on_collect=on_collect,
+                      timeout_s=None if args.timeout_min is None else 60 * args.timeout_min)
+    except SchedulerUnavailable as exc:  # an infrastructure error, not the user's input
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if done.still_active:
+        print(f"gave up waiting after {args.timeout_min} min", file=sys.stderr)
+        return EXIT_ERROR
     return gate(sweep, check_plan=check_stored_plan, allowed_skips=allowed_skips(args))
 
 
@@ -372,8 +292,7 @@ def run_collect(args: argparse.Namespace) -> int:
     sweep = _sweep(args.dir)
     if args.wait or args.retry_infra:
         return _wait_collect_gate(sweep, args)
-    result = collect(sweep, allowed_skips=allowed_skips(args))
-    _print_collect(result)
+    _print_collect(finish(_backend(args), sweep, sweep_sinks(args), wait=False))
     console_table(load_sweep(sweep, check_stored_plan, allowed_skips=allowed_skips(args)),
                   make_console())
     print(f"wrote {sweep / 'summary.md'}, {sweep / 'junit.xml'}, {sweep / 'index.json'}\n"

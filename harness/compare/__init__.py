@@ -26,7 +26,8 @@ Modules, one job each (this package is a leaf: no torch, no launch, no workload)
   itself; a new comparison is one new module there;
 * ``golden_perf``: the golden contract's two-sided step-time and memory checks;
 * ``ring``: the slot ring's fill rule (``compare.slot_ring``);
-* ``evaluate``: ``evaluate_pair``, ``evaluate_case``, ``pair_status``.
+* ``evaluate``: ``evaluate_pair``, ``evaluate_case``, ``Expected`` (what a case expects of its
+  arms), ``pair_status``.
 
 Every name other code uses is importable from ``harness.compare`` itself.
 """
@@ -41,7 +42,7 @@ from .contracts.golden import GoldenMissing, GoldenPairParams
 from .contracts.reference import ReferencePairParams, StaticBins, regroup_step
 from .contracts.resume import ResumePairParams
 from .contracts.slot_ring import SlotRingPairParams, SlotRingPlanParams
-from .evaluate import ArmData, ExpectedRanks, evaluate_case, evaluate_pair, pair_status
+from .evaluate import ArmData, Expected, ExpectedRanks, evaluate_case, evaluate_pair, pair_status
 from .packing import PackingRule, PackingRules, describe_packing, packing_check, packing_rule
 from .pair import Pair, StoredPair
 from .registry import (
@@ -91,7 +92,7 @@ __all__ = [
     "ARM_CHECKS_CONTRACT", "ARM_CHECKS_PAIR", "ArmData", "DEFAULT_ALLOWED_SKIPS", "SKIP_KINDS", "COMPLETENESS", "CONTRACTS", "CaseVerdict",
     "COMPARISONS", "Comparison", "EMULATED_LOSSES", "EmulatedFigures", "JUDGED", "Judged", "Planner", "SummarySection",
     "comparison_of", "comparisons", "register",
-    "Check", "ContractFn", "ContractSkipped", "ExpectedRanks", "GoldenMissing", "GoldenPairParams",
+    "Check", "ContractFn", "ContractSkipped", "Expected", "ExpectedRanks", "GoldenMissing", "GoldenPairParams",
     "LOSS_SANITY_CHECKS", "MIB", "PAIR_PARAMS", "PAIR_STATUSES", "PackingRule", "PairStatus", "SkipKind", "PackingRules",
     "Pair", "PairVerdict", "RankSet", "Record", "ReferencePairParams", "ResumePairParams",
     "SWEEP_MARK", "SlotRingPairParams", "StoredPair", "SlotRingPlanParams", "StaticBins", "Steps",

@@ -7,7 +7,7 @@ statuses combine are in ``verdicts``' docstring.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Sequence, Union
 
 from harness.results import ArmOutcome
@@ -82,26 +82,33 @@ def _not_applicable(checks: Sequence[Check], why: Mapping[str, str]) -> list[Che
             for c in checks]
 
 
-def evaluate_pair(
-    case_id: str,
-    pair: Pair,
-    arm_data: ArmData,
-    *,
-    expected_steps: Optional[int] = None,
-    expected_ranks: ExpectedRanks = None,
-    sanity: Optional[SanitySpec] = None,
-    sweep_dir: Optional[str] = None,
-    packing: PackingRules = None,
-    memory_bound: Optional[float] = None,
-) -> PairVerdict:
-    """Arm checks and sanity checks (``sanity``; None: the defaults, all on) of the pair's arms
-    + the contract's checks -> one PairVerdict. ``expected_ranks``: one count (or rank list) for
-    every arm, or arm -> count (an arm not named: the largest rank seen). A pair with an arm that
-    was not run here, or whose contract does not apply (:class:`ContractSkipped`, e.g. no golden
-    values for this platform), is ``skipped`` with the reason (``sweep_dir`` goes into the
-    commands it names) and no checks. ``packing``: arm -> its :class:`PackingRule`
-    (``CasePlan.packing_rules``); each arm named there also gets ``<arm>.packing``."""
-    sanity = sanity if sanity is not None else SanitySpec()
+@dataclass(frozen=True)
+class Expected:
+    """What a case expects of its arms, for every pair it judges (:func:`evaluate_case`'s
+    keywords): ``steps`` and ``ranks`` (one count or rank list for every arm, or arm -> count;
+    an arm not named: the largest rank seen) make the completeness check exact; ``sanity``
+    (None: every sanity check on); ``sweep_dir``, named in the commands of skipped entries;
+    ``packing``: arm -> its :class:`PackingRule` (``CasePlan.packing_rules``), each arm named
+    there also gets ``<arm>.packing``; ``memory_bound``: the case's bound on the predicted vs
+    measured memory (:func:`evaluate_case`)."""
+
+    steps: Optional[int] = None
+    ranks: ExpectedRanks = None
+    sanity: Optional[SanitySpec] = None
+    sweep_dir: Optional[str] = None
+    packing: PackingRules = None
+    memory_bound: Optional[float] = None
+
+
+def evaluate_pair(case_id: str, pair: Pair, arm_data: ArmData,
+                  expected: Expected = Expected()) -> PairVerdict:
+    """Arm checks and sanity checks of the pair's arms + the contract's checks -> one
+    PairVerdict, by what the case ``expected``. A pair with an arm that was not run here, or
+    whose contract does not apply (:class:`ContractSkipped`, e.g. no golden values for this
+    platform), is ``skipped`` with the reason and no checks."""
+    expected_steps, expected_ranks = expected.steps, expected.ranks
+    sweep_dir, packing, memory_bound = expected.sweep_dir, expected.packing, expected.memory_bound
+    sanity = expected.sanity if expected.sanity is not None else SanitySpec()
     checks: list[Check] = []
     errors: list[str] = []
     if pair.skipped is not None:  # decided when the plan was made: emulated ranks
@@ -169,10 +176,8 @@ def evaluate_case(
     checks (an arm whose only pair's contract was skipped keeps its arm checks there).
     ``packing``: arm -> its packing rule (``CasePlan.packing_rules``), the ``<arm>.packing``
     check of every entry the arm is in."""
-    verdicts = [evaluate_pair(case_id, p, arm_data, expected_steps=expected_steps,
-                              expected_ranks=expected_ranks, sanity=sanity, sweep_dir=sweep_dir,
-                              packing=packing, memory_bound=memory_bound)
-                for p in pairs]
+    expected = Expected(expected_steps, expected_ranks, sanity, sweep_dir, packing, memory_bound)
+    verdicts = [evaluate_pair(case_id, p, arm_data, expected) for p in pairs]
     in_pairs = {a for p, v in zip(pairs, verdicts) for a in p.arms
                 if v.status != "skipped" or _arms_skipped(p, arm_data) is not None}
     loose = tuple(a for a in sorted(arm_data) if a not in in_pairs)
@@ -182,8 +187,5 @@ def evaluate_case(
             verdicts.append(PairVerdict(case_id, ARM_CHECKS_PAIR, ARM_CHECKS_CONTRACT, (), (), "error",
                                         "the case has no arms with results"))
         else:
-            verdicts.append(evaluate_pair(case_id, extra, arm_data, expected_steps=expected_steps,
-                                          expected_ranks=expected_ranks, sanity=sanity,
-                                          sweep_dir=sweep_dir, packing=packing,
-                                          memory_bound=memory_bound))
+            verdicts.append(evaluate_pair(case_id, extra, arm_data, expected))
     return CaseVerdict(case_id, tuple(verdicts), combine_status([v.status for v in verdicts]))

@@ -69,6 +69,8 @@ class Pair:
         """How a check's detail names ``rank``: ``r3``, or ``emulated rank 3 of N``."""
         return f"r{rank}" if self.emulated is None else short_label(rank, self.emulated)
 
+    # Hand-written: its typed settings as their model dumps them; ``skipped``, ``not_applicable``
+    # and ``emulated`` left out while unset (``StoredPair`` reads it back).
     def to_dict(self) -> dict[str, Any]:
         params = (self.params.model_dump(mode="json") if isinstance(self.params, BaseModel)
                   else dict(self.params or {}))

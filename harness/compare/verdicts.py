@@ -20,7 +20,6 @@ from pydantic import ConfigDict
 
 from harness.results import VERDICT_FILE, PathLike, read_json_record, write_json_record
 from harness.results.records import Bool, Float, Str
-from harness.results.typed import read_typed
 
 # A pair's or a case's status (the rules: the module doc); JSON spells it as is.
 PairStatus = Literal["pass", "fail", "error", "skipped"]
@@ -69,6 +68,8 @@ class Check:
     lower: Optional[Float] = None
     figure: Bool = False
 
+    # Hand-written: ``lower`` and ``figure`` are left out while unset, so verdicts written before
+    # they existed and new ones of the same checks are the same JSON.
     def to_dict(self) -> dict[str, Any]:
         out = {
             "name": self.name,
@@ -94,9 +95,6 @@ class Check:
         """A figure reported with the checks (no bound: nothing to pass or fail)."""
         return cls(name, value, None, True, detail, figure=True)
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Check":
-        return read_typed(Check, data, "check")
 
 
 @dataclass(frozen=True)
@@ -130,6 +128,7 @@ class PairVerdict:
         """Checks that passed (figures are not checks: :meth:`Check.figure_of`)."""
         return sum(1 for c in self.checks if c.passed and not c.figure)
 
+    # Hand-written: ``skip`` is left out while unset (verdicts written before skip kinds).
     def to_dict(self) -> dict[str, Any]:
         return {
             "case_id": self.case_id,
@@ -142,9 +141,6 @@ class PairVerdict:
             "checks": [c.to_dict() for c in self.checks],
         }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "PairVerdict":
-        return read_typed(PairVerdict, data, "verdict entry")
 
 
 @dataclass(frozen=True)
@@ -159,15 +155,11 @@ class CaseVerdict:
         if self.status not in PAIR_STATUSES:
             raise ValueError(f"CaseVerdict.status must be one of {PAIR_STATUSES}, got {self.status!r}")
 
+    # Hand-written: the status before the entries (what a reader of verdict.json looks for first).
     def to_dict(self) -> dict[str, Any]:
         return {"case_id": self.case_id, "status": self.status,
                 "pairs": [p.to_dict() for p in self.pairs]}
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "CaseVerdict":
-        """A verdict from its JSON object (non-finite names decoded); a ResultsError naming each
-        unknown, mistyped or missing field, or a broken status rule."""
-        return read_typed(CaseVerdict, data, "verdict")
 
 
 def combine_status(statuses: Sequence[PairStatus]) -> PairStatus:
@@ -188,4 +180,4 @@ def write_verdict(case_dir: PathLike, verdict: CaseVerdict) -> Path:
 
 def read_verdict(case_dir: PathLike) -> Optional[CaseVerdict]:
     """The case's verdict, or None when it has none (never finished)."""
-    return read_json_record(Path(case_dir) / VERDICT_FILE, CaseVerdict.from_dict)
+    return read_json_record(Path(case_dir) / VERDICT_FILE, CaseVerdict, "verdict")

@@ -14,7 +14,6 @@ for a failing arm.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import os
 import sys
@@ -25,12 +24,12 @@ from typing import Callable, Optional, Sequence
 
 from harness.caseplan import CasePlan, PlannedArm
 from harness.errors import ConfigError
+from harness.launch.ranks.arm_runner import joined, run_arm, run_legs
 from harness.launch.ranks.command import run_command_arm
 from harness.launch.ranks.emulated import EmulatedLauncher
 from harness.launch.ranks.placement import runs_on_cuda, skip_reason
 from harness.launch.ranks.processes import RankCommand, cuda_device_count, device_env, run_ranks
-from harness.launch.ranks.rank_main import arm_legs, read_plan_beside
-from harness.launch.ranks.repro import repro_line
+from harness.launch.ranks.rank_main import read_plan_beside
 from harness.launch.ranks.warm import WarmStarter
 from harness.results import CASE_FILE, LOG_FILE, ArmOutcome, write_outcome
 
@@ -80,40 +79,58 @@ class LocalLauncher:
 
     def run_arm(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path,
                 case_json: Path) -> ArmOutcome:
-        """Run every rank of ``arm``; never raises for a failing arm (see :class:`ArmOutcome`)."""
-        arm_dir = Path(arm_dir)
-        gpus = cuda_device_count()
+        """Run every rank of ``arm`` (``arm_runner.run_arm``: this machine is the place); never
+        raises for a failing arm (see :class:`ArmOutcome`)."""
+        return run_arm(self, plan, arm, arm_dir, case_json)
+
+    # ------------------------------------------------------------ the place (arm_runner.ArmPlace)
+    def before(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path) -> Optional[ArmOutcome]:
+        """A ``skipped`` outcome for a case this machine cannot place (``placement``), logged."""
         arm_dir.mkdir(parents=True, exist_ok=True)
-        skip = skip_reason(plan, gpus)
-        if skip is not None:
-            with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
-                log.write(f"[launcher] case {plan.case_id} arm {arm.name}: skipped: {skip}\n")
-            return ArmOutcome(status="skipped", detail=skip)
-        repro = repro_line(plan, arm, case_json, self.python)
-        if plan.case.command is not None:  # a training command instead of the built-in workload
-            return run_command_arm(plan, arm, arm_dir, self.timeout_s(plan), gpus, repro,
-                                   stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s)
-        if arm.emulated:  # each emulated rank alone, on one GPU (side by side on several) or CPU
-            return self._emulated(plan, gpus).run_arm(plan, arm, arm_dir, case_json)
+        skip = skip_reason(plan, cuda_device_count())
+        if skip is None:
+            return None
+        with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
+            log.write(f"[launcher] case {plan.case_id} arm {arm.name}: skipped: {skip}\n")
+        return ArmOutcome(status="skipped", detail=skip)
+
+    def command_arm(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path,
+                    repro: str) -> ArmOutcome:
+        return run_command_arm(plan, arm, arm_dir, self.timeout_s(plan), cuda_device_count(),
+                               repro, stack_wait_s=self.stack_wait_s,
+                               kill_grace_s=self.kill_grace_s)
+
+    def emulated_arm(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path, case_json: Path,
+                     repro: str) -> ArmOutcome:
+        # on one GPU (side by side on several) or the CPU; the same repro line
+        return self._emulated(plan, cuda_device_count()).run_arm(plan, arm, arm_dir, case_json)
+
+    def builtin_arm(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path, case_json: Path,
+                    repro: str) -> ArmOutcome:
+        """A process per rank, each leg of an interrupted arm started afresh within what is left
+        of the arm's time limit."""
+        gpus = cuda_device_count()
         with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
             log.write(f"[launcher] case {plan.case_id} arm {arm.name}: "
                       f"{self._device(plan, arm, gpus)[1]}\n")
-        outcomes: list[ArmOutcome] = []
-        for stop in arm_legs(arm):  # an interrupted arm: stop after step K, then resume
+        spent: list[float] = []
+
+        def leg(index: int, stop: Optional[int]) -> ArmOutcome:
             if stop is not None:
                 with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
                     log.write(f"[launcher] case {plan.case_id} arm {arm.name}: stopping its ranks "
                               f"after step {stop} (compare.resume), then starting them again from "
                               "that checkpoint\n")
-            left = self.timeout_s(plan) - sum(o.wall_s for o in outcomes)
+            left = self.timeout_s(plan) - sum(spent)
             cmd = self._command(plan, arm, arm_dir, case_json, gpus, stop=stop,
                                 timeout_s=max(left, 1.0), repro=repro)
-            outcomes.append(run_ranks(cmd, stack_wait_s=self.stack_wait_s,
-                                      kill_grace_s=self.kill_grace_s, port_retries=self.port_retries,
-                                      starter=self.starter))
-            if not outcomes[-1].ok:
-                break
-        return _joined(outcomes, arm_legs(arm))
+            outcome = run_ranks(cmd, stack_wait_s=self.stack_wait_s,
+                                kill_grace_s=self.kill_grace_s, port_retries=self.port_retries,
+                                starter=self.starter)
+            spent.append(outcome.wall_s)
+            return outcome
+
+        return joined(run_legs(arm, leg), arm)
 
     def prewarm(self, plans: Sequence[CasePlan], out_dir: Path,
                 needs_run: Callable[[PlannedArm, Path], bool]) -> int:
@@ -166,20 +183,6 @@ class LocalLauncher:
                            world_size=arm.world_size, arm_dir=arm_dir, timeout_s=timeout_s,
                            env=self._device(plan, arm, gpus)[0], repro=repro,
                            stop=self.stop_event)
-
-
-def _joined(outcomes: Sequence[ArmOutcome], legs: Sequence[Optional[int]]) -> ArmOutcome:
-    """One outcome of an arm run in legs: the last leg's, with the legs' wall time and restarts
-    summed; an interrupted arm's detail says where it was stopped (and which leg failed)."""
-    last = outcomes[-1]
-    if len(legs) == 1:
-        return last
-    stop = legs[0]
-    where = (f"stopped by the harness after step {stop} and resumed from its checkpoint"
-             if len(outcomes) == len(legs) else f"its first leg (to step {stop}) did not finish")
-    detail = f"{where}; {last.detail}" if last.detail else where
-    return dataclasses.replace(last, wall_s=round(sum(o.wall_s for o in outcomes), 3),
-                               restarts=sum(o.restarts for o in outcomes), detail=detail)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -5,8 +5,10 @@ Each case comes planned (``harness.arms.plan_case``). For each: ``prepare_case_d
 planned arm runs unless it is complete (``completion.arm_needs_run``: its outcome says ``ok`` and
 every rank it records on holds every step; an arm that failed, timed out or was interrupted runs
 again and resumes after its last checkpointed step); ``finalize_case`` evaluates the planned
-pairs and writes ``verdict.json``. At the end ``write_reports`` writes ``summary.md``,
-``junit.xml``, ``index.json``. A failing arm never stops the sweep; only Ctrl-C does.
+pairs and writes ``verdict.json``. A failing arm never stops the sweep; only Ctrl-C does. The
+local backend (``local_backend``: ``run_sweep``) runs a sweep's cases through :func:`run_cases`
+and writes the reports; a Slurm job's task reads ``load_plan``, ``collect`` calls
+``finalize_case``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import threading
 import traceback
 from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -26,7 +27,6 @@ from harness.caseplan import UNHASHED_FIELDS, CasePlan, PlannedArm, read_plan, w
 from harness.compare import (
     ARM_CHECKS_CONTRACT,
     ARM_CHECKS_PAIR,
-    DEFAULT_ALLOWED_SKIPS,
     CaseVerdict,
     PairVerdict,
     write_verdict,
@@ -47,7 +47,6 @@ from harness.results import (
     add_to_manifest,
     inherited,
     read_json,
-    sweep_lock,
     write_json_atomic,
     write_outcome,
 )
@@ -55,14 +54,6 @@ from harness.results.code import HARNESS_REPO, code_versions
 from harness.spec.command import command_dir
 from harness.spec.names import GOLDEN
 from harness.spec.schema import Case
-from harness.trust.stored_plan import check_stored_plan
-
-
-@dataclass(frozen=True)
-class SweepResult:
-    out_dir: Path
-    verdicts: tuple[CaseVerdict, ...]
-    summary: Any = None  # what harness.report.write_reports returned (for console_table)
 
 
 # --------------------------------------------------------------------------- case folders
@@ -192,29 +183,6 @@ def _finalize_or_error(case_id: str, case_dir: Path) -> CaseVerdict:
         return verdict
 
 
-def run_sweep(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
-              progress: Optional[SweepProgress] = None, start: Optional[SweepStart] = None,
-              allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS,
-              beside: Callable[[CasePlan], bool] = lambda plan: False) -> SweepResult:
-    """List every case in the sweep's manifest, then run every planned arm of every case into
-    ``out_dir`` (resuming; cases ``beside`` selects in a second lane, :func:`_run_cases`), judge
-    each case once, write reports from those verdicts (cases of earlier runs into the same folder
-    are judged from their files)."""
-    from harness.report import write_reports
-
-    out_dir = Path(out_dir)
-    check_resumable([p.case for p in plans], out_dir)
-    with sweep_lock(out_dir):
-        record_manifest(plans, out_dir, start)
-        prewarm = getattr(launcher, "prewarm", None)  # LocalLauncher: its warm servers
-        if prewarm is not None:  # they import beside the first arms, not before each lane's first
-            prewarm(plans, out_dir, _runs)
-        verdicts = _run_cases(plans, out_dir, launcher, progress or NullProgress(), beside)
-        summary = write_reports(out_dir, check_plan=check_stored_plan, allowed_skips=allowed_skips,
-                                judged={v.case_id: v for v in verdicts})
-    return SweepResult(out_dir=out_dir, verdicts=tuple(verdicts), summary=summary)
-
-
 def timing_judged_arms(plan: CasePlan) -> frozenset[str]:
     """The arms whose step time a golden pair judges (``compare.golden.step_time``): nothing may
     run beside them, not even on other devices, while they run."""
@@ -272,7 +240,7 @@ class _Serialized:
         return call
 
 
-def _runs(arm: PlannedArm, arm_dir: Path) -> bool:
+def runs_again(arm: PlannedArm, arm_dir: Path) -> bool:
     """Whether the sweep runs ``arm`` (again): it is not complete (a failed or timed-out arm
     too: a new local run retries final outcomes, ``completion.arm_needs_run``)."""
     return arm_needs_run(arm, arm_dir, retry_final=True)
@@ -288,7 +256,7 @@ def _run_case(index: int, total: int, plan: CasePlan, out_dir: Path, launcher: A
     shown.case_started(title, index, len(plan.arms))
     for arm in plan.arms:
         arm_dir = case_dir / arm.name
-        if not _runs(arm, arm_dir):
+        if not runs_again(arm, arm_dir):
             shown.arm_skipped(title, arm.name, "already complete")
             continue
         (case_dir / VERDICT_FILE).unlink(missing_ok=True)
@@ -302,7 +270,7 @@ def _run_case(index: int, total: int, plan: CasePlan, out_dir: Path, launcher: A
     shown.case_finished(title, verdict)
 
 
-def _run_cases(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
+def run_cases(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
                shown: SweepProgress, beside: Callable[[CasePlan], bool] = lambda plan: False
                ) -> list[CaseVerdict]:
     """Every case, in plan order. Cases ``beside`` selects (CPU ranks on a machine with GPUs) run

@@ -6,8 +6,8 @@ Modules, one job each: ``errors`` (:class:`MetricsError`, naming file and line),
 (:class:`StepMetrics`, a reader's values per step, and how they become step records),
 ``tensorboard`` (``read_tensorboard``, TensorBoard's own ``EventAccumulator``; Megatron's tags,
 :data:`TB_TAGS`), ``megatron_log`` (``read_megatron_log``; :data:`LOG_KEYS`), ``jsonl``
-(``read_jsonl``), ``sources`` (a case's ``command.metrics`` -> rank -> records:
-``read_source``, ``source_fields``), ``recorder`` (:class:`StepRecorder`, ``cuda_memory``,
+(``read_jsonl``), ``sources`` (one reader object per source, :class:`SourceReader`: its
+fields, tag map, default path, stale files and reading; ``reader_of``, ``read_source``), ``recorder`` (:class:`StepRecorder`, ``cuda_memory``,
 ``memory_probe``, ``pool_bytes``). No module imports torch or tensorboard when imported.
 """
 
@@ -19,14 +19,16 @@ from .megatron_log import LOG_KEYS, read_megatron_log
 from .recorder import (METRICS_DIR_ENV, GraphStats, MemoryProbe, StepRecorder, cuda_memory,
                        memory_probe, pool_bytes)
 from .series import StepMetrics, rank_records, step_record
-from .sources import (DEFAULT_PATHS, SourceMark, read_source, source_fields, source_mark,
-                      source_path, stale_files)
+from .sources import (DEFAULT_PATHS, READERS, JsonLinesReader, MegatronLogReader, SourceMark,
+                      SourceReader, TensorBoardReader, read_between, read_source, reader_of,
+                      source_fields, source_mark, source_path, stale_files)
 from .tensorboard import TB_TAGS, event_files, read_tensorboard, reader_missing
 
 __all__ = [
-    "DEFAULT_PATHS", "LOG_KEYS", "METRICS_DIR_ENV", "TB_TAGS", "GraphStats", "MemoryProbe",
+    "DEFAULT_PATHS", "JsonLinesReader", "LOG_KEYS", "MegatronLogReader", "READERS",
+    "SourceReader", "TensorBoardReader", "METRICS_DIR_ENV", "TB_TAGS", "GraphStats", "MemoryProbe",
     "MetricsError", "StepMetrics", "StepRecorder", "cuda_memory", "event_files", "memory_probe",
-    "pool_bytes", "rank_records", "read_jsonl", "read_megatron_log", "read_source",
+    "pool_bytes", "rank_records", "read_jsonl", "read_megatron_log", "read_source", "reader_of",
     "read_tensorboard", "source_fields", "source_path", "stale_files", "step_record",
-    "SourceMark", "source_mark", "reader_missing",
+    "SourceMark", "source_mark", "reader_missing", "read_between",
 ]

@@ -1,18 +1,20 @@
-"""A command case's metrics source (``command.metrics``) -> each rank's step records.
+"""A command case's metrics source (``command.metrics``) -> each rank's step records: one reader
+object per source.
 
-``read_source(spec, arm_dir, ranks, platform)`` reads the source the case declares, its path
-relative to the arm's folder (:func:`source_path`), and gives rank -> typed step records; a
-MetricsError naming the file (and line) for anything it cannot read. ``source_fields(spec)`` is
-what a source can fill, known when the case is planned (``harness.arms`` marks the checks of the
-others not applicable).
+A :class:`SourceReader` holds all a source is: the fields it can fill (known when the case is
+planned: ``harness.arms`` marks the checks of the others not applicable), its tag map, its
+default path (relative to the arm's folder), the files an earlier run left in it, and reading it
+(rank -> typed step records; a MetricsError naming the file, and line, for anything it cannot
+read). :class:`TensorBoardReader`, :class:`MegatronLogReader` and :class:`JsonLinesReader` (JSON
+lines, and the record API's files) are the readers; :func:`reader_of` picks the one of a case.
+Nothing outside this module asks which source a case has.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import ClassVar, Mapping, Optional, Sequence
 
 from harness.results import StepRecord
 from harness.spec.schema import METRIC_FIELDS, MetricsSource, MetricsSpec
@@ -20,22 +22,151 @@ from harness.spec.schema import METRIC_FIELDS, MetricsSource, MetricsSpec
 from .errors import MetricsError
 from .jsonl import read_jsonl
 from .megatron_log import LOG_KEYS, read_megatron_log
-from .series import StepMetrics, rank_records
+from .series import rank_records
 from .tensorboard import TB_TAGS, event_files, read_tensorboard
 
-# Where each source is read, relative to the arm's folder, unless ``command.metrics.path`` says.
-DEFAULT_PATHS: Mapping[MetricsSource, str] = {
-    MetricsSource.TENSORBOARD: "tensorboard",
-    MetricsSource.MEGATRON_LOG: "log.txt",  # the ranks' output, as the launcher keeps it
-    MetricsSource.JSONL: "metrics/rank{rank}.jsonl",
-    MetricsSource.RECORD: "metrics/rank{rank}.jsonl",  # harness.metrics.StepRecorder's files
-}
 # What a step record holds beyond the series (the record API and JSON lines can carry them).
 _RECORD_EXTRAS = ("graph_stats", "memory_probe", "packed", "replays", "environment")
 _MEMORY_LOG_FIELDS = ("allocated_bytes", "max_allocated_bytes", "reserved_bytes")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
+class SourceReader:
+    """The reader of one case's metrics source (``spec``); a subclass per source."""
+
+    spec: MetricsSpec
+    default_path: ClassVar[str]  # relative to the arm's folder, unless command.metrics.path says
+    base_tags: ClassVar[Mapping[str, str]] = {}  # field -> the source's own name for it
+
+    @property
+    def path(self) -> str:
+        """The source's path as the case gives it (placeholders not yet filled)."""
+        return self.spec.path if self.spec.path is not None else self.default_path
+
+    def tag_map(self) -> dict[str, str]:
+        """Field -> the source's tag or key: the source's defaults with the case's
+        ``command.metrics.tags`` over them."""
+        return {**self.base_tags, **(self.spec.tags or {})}
+
+    def fields(self) -> frozenset[str]:
+        """The step-record fields this source can fill."""
+        return frozenset(self.tag_map())
+
+    def stale_files(self, arm_dir: Path, path: str, ranks: Sequence[int]) -> list[Path]:
+        """Files an earlier run of the arm left in the source that a new run must not be read
+        with (the launcher removes them before it starts the command)."""
+        return []
+
+    def read(self, arm_dir: Path, ranks: Sequence[int], platform: Optional[str], path: str,
+             start: int = 0) -> dict[int, list[StepRecord]]:
+        """Rank -> step records of ``ranks`` (``path``: the source's path, placeholders filled;
+        ``start``: where this run's lines begin in the arm's log, for a source read from it)."""
+        raise NotImplementedError
+
+
+class TensorBoardReader(SourceReader):
+    """TensorBoard event files in a folder (``tensorboard``), Megatron's tags (``TB_TAGS``); an
+    earlier run's event files are stale."""
+
+    default_path = "tensorboard"
+    base_tags = TB_TAGS
+
+    def stale_files(self, arm_dir: Path, path: str, ranks: Sequence[int]) -> list[Path]:
+        return event_files(Path(arm_dir) / path)
+
+    def read(self, arm_dir: Path, ranks: Sequence[int], platform: Optional[str], path: str,
+             start: int = 0) -> dict[int, list[StepRecord]]:
+        return rank_records(read_tensorboard(Path(arm_dir) / path, self.tag_map()), ranks,
+                            platform)
+
+
+class MegatronLogReader(SourceReader):
+    """Megatron's log lines in the ranks' output as the launcher keeps it (``log.txt``), its keys
+    (``LOG_KEYS``) and its memory report; read from where this run's lines begin, so nothing is
+    stale."""
+
+    default_path = "log.txt"
+    base_tags = LOG_KEYS
+
+    def fields(self) -> frozenset[str]:
+        return super().fields() | frozenset(_MEMORY_LOG_FIELDS)
+
+    def read(self, arm_dir: Path, ranks: Sequence[int], platform: Optional[str], path: str,
+             start: int = 0) -> dict[int, list[StepRecord]]:
+        target = Path(arm_dir) / path
+        if not target.is_file():
+            raise MetricsError(target, "no log here: the command wrote none")
+        return rank_records(read_megatron_log(target, self.tag_map(), start=start), ranks,
+                            platform)
+
+
+class JsonLinesReader(SourceReader):
+    """Step records as JSON lines, one file per rank (``{rank}`` in the path) or one for every
+    rank: a command's own (``jsonl``) or the record API's (``record``: ``StepRecorder``); every
+    field of a step record; the files an earlier run wrote are stale."""
+
+    default_path = "metrics/rank{rank}.jsonl"
+
+    def fields(self) -> frozenset[str]:
+        return frozenset(METRIC_FIELDS) | frozenset(_RECORD_EXTRAS)
+
+    def _files(self, arm_dir: Path, path: str, ranks: Sequence[int]) -> dict[int, Path]:
+        return {r: Path(arm_dir) / path.replace("{rank}", str(r)) for r in ranks}
+
+    def stale_files(self, arm_dir: Path, path: str, ranks: Sequence[int]) -> list[Path]:
+        files = self._files(arm_dir, path, ranks).values()
+        return [f for f in dict.fromkeys(files) if f.is_file()]
+
+    def read(self, arm_dir: Path, ranks: Sequence[int], platform: Optional[str], path: str,
+             start: int = 0) -> dict[int, list[StepRecord]]:
+        out = {}
+        for rank, file in self._files(arm_dir, path, ranks).items():
+            if not file.is_file():
+                raise MetricsError(file, f"no metrics file for rank {rank}: the command wrote none")
+            out[rank] = [r if r.platform is not None else dataclasses.replace(r, platform=platform)
+                         for r in read_jsonl(file)]
+        return out
+
+
+READERS: Mapping[MetricsSource, type[SourceReader]] = {
+    MetricsSource.TENSORBOARD: TensorBoardReader,
+    MetricsSource.MEGATRON_LOG: MegatronLogReader,
+    MetricsSource.JSONL: JsonLinesReader,
+    MetricsSource.RECORD: JsonLinesReader,  # harness.metrics.StepRecorder's files
+}
+DEFAULT_PATHS: Mapping[MetricsSource, str] = {s: r.default_path for s, r in READERS.items()}
+
+
+def reader_of(spec: MetricsSpec) -> SourceReader:
+    """The reader of ``spec``'s source."""
+    return READERS[spec.source](spec)
+
+
+def source_path(spec: MetricsSpec) -> str:
+    """The source's path as the case gives it (placeholders not yet filled)."""
+    return reader_of(spec).path
+
+
+def source_fields(spec: MetricsSpec) -> frozenset[str]:
+    """The step-record fields ``spec``'s source can fill."""
+    return reader_of(spec).fields()
+
+
+def stale_files(spec: MetricsSpec, arm_dir: Path, path: str, ranks: Sequence[int]) -> list[Path]:
+    """What an earlier run of the arm left in ``spec``'s source (:meth:`SourceReader.stale_files`)."""
+    return reader_of(spec).stale_files(arm_dir, path, ranks)
+
+
+def read_source(spec: MetricsSpec, arm_dir: Path, ranks: Sequence[int], platform: Optional[str],
+                path: Optional[str] = None, log_start: int = 0) -> dict[int, list[StepRecord]]:
+    """Rank -> step records of ``ranks`` from the source of ``spec`` (``path``: the source's
+    path with its placeholders filled, default :func:`source_path`; ``log_start``: where this
+    run's lines begin in the arm's log)."""
+    reader = reader_of(spec)
+    return reader.read(arm_dir, ranks, platform, reader.path if path is None else path, log_start)
+
+
+@dataclasses.dataclass(frozen=True)
 class SourceMark:
     """How far a source was written when a run began, for a source two runs write (the two runs
     of a resumed arm): the log's size, the event files already there, each per-rank file's
@@ -58,43 +189,25 @@ def source_mark(spec: MetricsSpec, arm_dir: Path, path: str, ranks: Sequence[int
     return SourceMark(sizes=tuple((str(f), f.stat().st_size) for f in files if f.is_file()))
 
 
-def source_path(spec: MetricsSpec) -> str:
-    """The source's path as the case gives it (placeholders not yet filled)."""
-    return spec.path if spec.path is not None else DEFAULT_PATHS[spec.source]
-
-
-def source_fields(spec: MetricsSpec) -> frozenset[str]:
-    """The step-record fields ``spec``'s source can fill."""
-    if spec.source in (MetricsSource.JSONL, MetricsSource.RECORD):
-        return frozenset(METRIC_FIELDS) | frozenset(_RECORD_EXTRAS)
-    return frozenset(tag_map(spec)) | (frozenset(_MEMORY_LOG_FIELDS)
-                                       if spec.source is MetricsSource.MEGATRON_LOG else frozenset())
-
-
-def tag_map(spec: MetricsSpec) -> dict[str, str]:
-    """Field -> TensorBoard tag or Megatron log key: Megatron's (``TB_TAGS``, ``LOG_KEYS``) with
-    the case's ``command.metrics.tags`` over them."""
-    base = TB_TAGS if spec.source is MetricsSource.TENSORBOARD else LOG_KEYS
-    return {**base, **(spec.tags or {})}
-
-
-def stale_files(spec: MetricsSpec, arm_dir: Path, path: str, ranks: Sequence[int]) -> list[Path]:
-    """The files an earlier run of the arm left in the source (event files, rank files) that a
-    new run must not be read with: the launcher removes them before it starts the command."""
+def read_between(spec: MetricsSpec, arm_dir: Path, ranks: Sequence[int], platform: Optional[str],
+                 path: str, since: SourceMark, until: Optional[SourceMark] = None
+                 ) -> dict[int, list[StepRecord]]:
+    """Rank -> step records of what one run wrote to ``spec``'s source, between the marks
+    ``since`` and ``until`` (None: to the end): the event files it added, the log's lines, each
+    per-rank file's bytes (a file smaller than at ``since`` was written afresh: all of it)."""
+    reader = reader_of(spec)
     arm_dir = Path(arm_dir)
     if spec.source is MetricsSource.TENSORBOARD:
-        return event_files(arm_dir / path)
+        metrics = read_tensorboard(arm_dir / path, reader.tag_map(), skip=since.event_files,
+                                   only=until.event_files if until is not None else None)
+        return rank_records(metrics, ranks, platform)
     if spec.source is MetricsSource.MEGATRON_LOG:
-        return []  # the launcher reads from where this run's lines begin
-    files = [arm_dir / path.replace("{rank}", str(r)) for r in ranks]
-    return [f for f in dict.fromkeys(files) if f.is_file()]
-
-
-def _per_rank_files(path: str, arm_dir: Path, ranks: Sequence[int], platform: Optional[str],
-                    since: SourceMark, until: Optional[SourceMark]) -> dict[int, list[StepRecord]]:
-    """JSON lines: one file per rank (``{rank}`` in the path) or one file for every rank; the
-    bytes written between ``since`` and ``until`` (a file smaller than at ``since`` was written
-    afresh: all of it)."""
+        target = arm_dir / path
+        if not target.is_file():
+            raise MetricsError(target, "no log here: the command wrote none")
+        metrics = read_megatron_log(target, reader.tag_map(), start=since.log_bytes,
+                                    end=until.log_bytes if until is not None else None)
+        return rank_records(metrics, ranks, platform)
     out = {}
     for rank in ranks:
         file = arm_dir / path.replace("{rank}", str(rank))
@@ -107,29 +220,3 @@ def _per_rank_files(path: str, arm_dir: Path, ranks: Sequence[int], platform: Op
         out[rank] = [r if r.platform is not None else dataclasses.replace(r, platform=platform)
                      for r in read_jsonl(file, start, end)]
     return out
-
-
-def read_source(spec: MetricsSpec, arm_dir: Path, ranks: Sequence[int], platform: Optional[str],
-                path: Optional[str] = None, log_start: int = 0,
-                since: Optional[SourceMark] = None, until: Optional[SourceMark] = None
-                ) -> dict[int, list[StepRecord]]:
-    """Rank -> step records of ``ranks`` from the source of ``spec`` (``path``: the source's
-    path with its placeholders filled, default :func:`source_path`; ``log_start``: where this
-    run's lines begin in a Megatron log). ``since`` / ``until``: only what was written between
-    these marks (:func:`source_mark`; one run of a source two runs write)."""
-    arm_dir = Path(arm_dir)
-    since = since if since is not None else SourceMark(log_bytes=log_start)
-    where = path if path is not None else source_path(spec)
-    if spec.source in (MetricsSource.JSONL, MetricsSource.RECORD):
-        return _per_rank_files(where, arm_dir, ranks, platform, since, until)
-    target = arm_dir / where
-    metrics: StepMetrics
-    if spec.source is MetricsSource.TENSORBOARD:
-        metrics = read_tensorboard(target, tag_map(spec), skip=since.event_files,
-                                   only=until.event_files if until is not None else None)
-    else:
-        if not target.is_file():
-            raise MetricsError(target, "no log here: the command wrote none")
-        metrics = read_megatron_log(target, tag_map(spec), start=since.log_bytes,
-                                    end=until.log_bytes if until is not None else None)
-    return rank_records(metrics, ranks, platform)

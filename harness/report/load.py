@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from harness.compare import (
     DEFAULT_ALLOWED_SKIPS,
     CaseVerdict,
+    PairStatus,
     PairVerdict,
     combine_status,
     first_rank_records,
@@ -33,6 +34,7 @@ from harness.results import (
     list_arm_dirs,
     read_json,
     read_manifest,
+    read_noting,
 )
 
 from harness.caseplan import PLAN_FILE, CasePlan, plan_from_files
@@ -155,7 +157,7 @@ class SweepView:
         return tuple((c, p) for c in self.cases for p in c.verdict.pairs)
 
     @property
-    def status(self) -> str:
+    def status(self) -> PairStatus:
         """What the gate judges: every case's status, parked cases left out (a strict XPASS is a
         fail); a sweep of parked cases only passes."""
         if not self.cases:
@@ -253,11 +255,7 @@ PlanCheck = Callable[[CasePlan], None]
 def _load_arm(name: str, path: Path) -> ArmView:
     files = read_arm(path)
     problems = [files.problem] if files.problem else []
-    sites: Mapping[int, SiteTable] = {}
-    try:
-        sites = read_sites(path)
-    except (ResultsError, OSError) as exc:
-        problems.append(str(exc))
+    sites: Mapping[int, SiteTable] = read_noting(lambda: read_sites(path), problems, {})
     return ArmView(name, path, files.outcome, files.steps, arm_figures(files.steps),
                    "; ".join(problems) or None, sites)
 
@@ -288,6 +286,9 @@ class _Judging:
     allowed_skips: tuple[str, ...]
 
 
+_UNREADABLE = object()  # what read_noting gives for a file it could not read (noted already)
+
+
 def _read_case_files(path: Path) -> tuple[Optional[Mapping[str, Any]], Optional[CasePlan],
                                           Optional[CaseVerdict], list[str]]:
     case: Optional[Mapping[str, Any]] = None
@@ -295,24 +296,16 @@ def _read_case_files(path: Path) -> tuple[Optional[Mapping[str, Any]], Optional[
     stored: Optional[CaseVerdict] = None
     problems: list[str] = []
     if (path / CASE_FILE).is_file():
-        try:
-            data = read_json(path / CASE_FILE)
-            if isinstance(data, dict):
-                case = data
-            else:
-                problems.append(f"{path / CASE_FILE}: expected a JSON object, got a "
-                                f"{type(data).__name__}")
-        except (ResultsError, OSError) as exc:
-            problems.append(str(exc))
+        data = read_noting(lambda: read_json(path / CASE_FILE), problems, _UNREADABLE)
+        if isinstance(data, dict):
+            case = data
+        elif data is not _UNREADABLE:
+            problems.append(f"{path / CASE_FILE}: expected a JSON object, got a "
+                            f"{type(data).__name__}")
     if case is not None and (path / PLAN_FILE).is_file():
-        try:
-            plan = plan_from_files(case, read_json(path / PLAN_FILE), path)
-        except (ResultsError, OSError) as exc:
-            problems.append(str(exc))
-    try:
-        stored = read_verdict(path)
-    except (ResultsError, OSError) as exc:
-        problems.append(str(exc))
+        plan = read_noting(lambda: plan_from_files(case, read_json(path / PLAN_FILE), path),
+                           problems, None)
+    stored = read_noting(lambda: read_verdict(path), problems, None)
     return case, plan, stored, problems
 
 

@@ -86,6 +86,8 @@ class Parked:
         return (f"  WARN  {case_id}: parked ({self.status}) until {self.expect.until.isoformat()}, "
                 f"which has passed: fix it and remove expect:, or move expect.until")
 
+    # Hand-written: index.json's entry of a parked case (derived figures: ``counted``, ``expired``),
+    # never read back.
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "reason": self.expect.reason,
                 "until": self.expect.until.isoformat() if self.expect.until else None,

@@ -29,10 +29,9 @@ from .files import (
     encode_nonfinite,
     file_mode,
     read_json,
-    read_json_record,
+    read_noting,
     write_bytes_atomic,
     write_json_atomic,
-    write_json_record,
     write_text_atomic,
 )
 from .inherited_env import (
@@ -43,6 +42,7 @@ from .inherited_env import (
     replayable,
     write_arm_env,
 )
+from .typed import read_json_record, read_typed, record_json, write_json_record
 from .manifest import (
     MANIFEST_FILE,
     Manifest,
@@ -93,7 +93,7 @@ __all__ = [
     "SUMMARY_FILE", "StateDigest", "StepRecord", "StepWriter", "VERDICT_FILE", "arm_dir", "case_dir",
     "current_umask", "decode_float", "decode_nonfinite", "dumps", "encode_nonfinite", "field_of",
     "file_mode", "list_arm_dirs", "parse_step_line", "rank_file", "rank_files", "read_json",
-    "read_json_record", "read_outcome", "read_rank_file", "read_steps", "write_bytes_atomic",
+    "read_json_record", "read_noting", "read_typed", "record_json", "read_outcome", "read_rank_file", "read_steps", "write_bytes_atomic",
     "write_json_atomic", "write_json_record", "write_outcome", "write_text_atomic",
     "ARM_ENV_FILE", "differences", "inherited", "read_arm_env", "replayable", "write_arm_env",
 ]

@@ -12,19 +12,13 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Protocol, TypeVar, Union
+from typing import Any, Callable, Mapping, Optional, TypeVar, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 T = TypeVar("T")
 
 _NONFINITE_TO_STR = {math.inf: "Infinity", -math.inf: "-Infinity"}
 _STR_TO_NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-
-
-class Record(Protocol):
-    """A typed record kept as one JSON file (an outcome, a verdict, a plan)."""
-
-    def to_dict(self) -> dict[str, Any]: ...
 
 
 class ResultsError(Exception):
@@ -140,14 +134,17 @@ def write_json_atomic(path: PathLike, obj: Any) -> None:
     write_text_atomic(path, dumps(obj) + "\n")
 
 
-def write_json_record(path: PathLike, record: Record) -> Path:
-    """Write ``record.to_dict()`` to ``path`` atomically and return the path (read it back with
-    :func:`read_json_record`)."""
-    write_json_atomic(path, record.to_dict())
-    return Path(path)
-
-
 # --------------------------------------------------------------------------- reads
+def read_noting(read: Callable[[], T], problems: list[str], default: T) -> T:
+    """``read()``; ``default`` when the file it reads cannot be used (ResultsError, OSError),
+    the reason appended to ``problems`` (a reader that reports what it cannot read and goes on)."""
+    try:
+        return read()
+    except (ResultsError, OSError) as exc:
+        problems.append(str(exc))
+        return default
+
+
 def read_json(path: PathLike) -> Any:
     """Parse a JSON file; raises ResultsError naming the file when it is not valid JSON
     (torn, truncated or not UTF-8)."""
@@ -156,19 +153,3 @@ def read_json(path: PathLike) -> Any:
         return json.loads(p.read_text(encoding="utf-8"))
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
         raise ResultsError(f"{p}: not valid JSON ({exc}); delete it and re-run the case") from exc
-
-
-def read_json_record(path: PathLike, parse: Callable[[Mapping[str, Any]], T]) -> Optional[T]:
-    """``parse`` of the JSON object in ``path``; None when there is no such file. A file that is
-    not a JSON object, or that ``parse`` rejects (ResultsError), raises ResultsError naming it."""
-    p = Path(path)
-    if not p.is_file():
-        return None
-    data = read_json(p)
-    if not isinstance(data, dict):
-        raise ResultsError(f"{p}: expected a JSON object, got a {type(data).__name__}; "
-                           "delete it and re-run the case")
-    try:
-        return parse(data)
-    except ResultsError as exc:
-        raise ResultsError(f"{p}: {exc}") from exc

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional, get_args
+from typing import Literal, Optional, get_args
 
 from pydantic import ConfigDict
 
-from .files import PathLike, read_json_record, write_json_record
+from .files import PathLike
 from .paths import OUTCOME_FILE
 from .records import Float, Int, Str
-from .typed import read_typed
+from .typed import read_json_record, write_json_record
 
 # How an arm's run ended (what each means: ArmOutcome); JSON spells it as is.
 ArmStatus = Literal["ok", "failed", "timeout", "infra", "skipped"]
@@ -62,14 +62,6 @@ class ArmOutcome:
         text = f"{text}: {self.detail}" if self.detail else text
         return f"{text}; cause: {self.cause}" if self.cause else text
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "ArmOutcome":
-        """An outcome from its JSON object; a ResultsError naming each unknown, mistyped or
-        missing field."""
-        return read_typed(ArmOutcome, data, "outcome")
 
 
 def write_outcome(arm_dir_: PathLike, outcome: ArmOutcome) -> Path:
@@ -78,4 +70,4 @@ def write_outcome(arm_dir_: PathLike, outcome: ArmOutcome) -> Path:
 
 def read_outcome(arm_dir_: PathLike) -> Optional[ArmOutcome]:
     """The arm's outcome, or None when it has none yet (never ran or never finished)."""
-    return read_json_record(Path(arm_dir_) / OUTCOME_FILE, ArmOutcome.from_dict)
+    return read_json_record(Path(arm_dir_) / OUTCOME_FILE, ArmOutcome, "outcome")

@@ -29,15 +29,15 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import ConfigDict
 
-from .files import PathLike, ResultsError, read_json_record, write_json_record
+from .files import PathLike, ResultsError
 from .records import Float, Int, Str
-from .typed import read_typed
+from .typed import read_json_record, write_json_record
 
 PHASES_FILE = re.compile(r"^phases\.rank(\d+)\.json$")
 _FORBID = ConfigDict(extra="forbid")
@@ -96,12 +96,6 @@ class RankPhases:
     rank: Int
     legs: tuple[Leg, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "RankPhases":
-        return read_typed(RankPhases, data, "phase marks", nonfinite=False)
 
 
 def process_spawned_at() -> Optional[float]:
@@ -158,7 +152,8 @@ class PhaseRecorder:
 def read_phases(arm_dir: PathLike, rank: int) -> Optional[RankPhases]:
     """The marks of one rank of an arm; None when it wrote none (a ResultsError naming the file
     when they cannot be read)."""
-    return read_json_record(phases_file(arm_dir, rank), RankPhases.from_dict)
+    return read_json_record(phases_file(arm_dir, rank), RankPhases, "phase marks",
+                            nonfinite=False)
 
 
 def read_arm_phases(arm_dir: PathLike) -> dict[int, RankPhases]:

@@ -124,6 +124,8 @@ class RunEnvironment:
     # object; empty in records written before it was recorded
     kernels: Annotated[tuple[tuple[Str, Str], ...], BeforeValidator(_pairs)] = ()
 
+    # Hand-written: ``settings`` is an object in the file (pairs in the record), ``device_id`` is
+    # left out while unset (the layout older readers know).
     def to_dict(self) -> dict[str, Any]:
         out = {"torch": self.torch, "cuda": self.cuda, "nccl": self.nccl,
                "device_name": self.device_name, "settings": dict(self.settings)}
@@ -133,10 +135,6 @@ class RunEnvironment:
             out["kernels"] = dict(self.kernels)
         return out
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "RunEnvironment":
-        """An environment from its JSON object; a ResultsError naming a bad field."""
-        return read_typed(RunEnvironment, data, "environment", nonfinite=False)
 
 
 @dataclass(frozen=True)
@@ -224,6 +222,7 @@ class PackedMicrobatch:
         return " + ".join(f"CP{g.cp} [{' '.join(map(str, g.sequences))}] {g.tokens}"
                           for g in self.groups)
 
+    # Hand-written: a group's ``lengths`` is left out while empty (records written before it).
     def to_dict(self) -> dict[str, Any]:
         return {"groups": [{"cp": g.cp, "sequences": list(g.sequences), "tokens": g.tokens,
                             **({"lengths": list(g.lengths)} if g.lengths else {})}
@@ -297,6 +296,7 @@ class StepRecord:
         if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 1:
             raise ValueError(f"a step record needs an integer 'step' >= 1, got {self.step!r}")
 
+    # Hand-written: its environment and packed microbatches through their own ``to_dict`` (above).
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["cp_sizes"] = list(self.cp_sizes)
@@ -309,6 +309,8 @@ class StepRecord:
                 del out[key]
         return out
 
+    # Kept: the one parse every reader of step records shares (rank files, a command's JSON
+    # lines, the record API), its non-finite names decoded by the caller.
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "StepRecord":
         """A record from its JSON object (non-finite floats decoded, as ``read_steps`` gives

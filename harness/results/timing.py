@@ -29,10 +29,10 @@ exit, the launcher's own work between legs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Literal, Optional, Sequence, Union
 
 from .files import PathLike
-from .outcome import read_outcome
+from .outcome import ArmStatus, read_outcome
 from .phases import Leg, StepMark, read_arm_phases
 
 PHASES = ("start", "imports", "rendezvous", "build", "setup", "steps", "checkpoint", "records",
@@ -141,7 +141,7 @@ class ArmTiming:
     step's record written, summed over runs (what the steps cost with everything between them);
     ``device``: where its ranks ran (``cpu``, ``cuda:0``)."""
 
-    status: str
+    status: Union[ArmStatus, Literal["no outcome"]]  # the outcome's, or none yet
     wall_s: Optional[float]
     phases: Phases
     exit: Optional[float]

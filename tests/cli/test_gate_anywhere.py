@@ -139,7 +139,7 @@ def test_a_sweep_without_a_plan_is_an_error_naming_the_fix(tmp_path, capsys):
 
 
 def test_report_refuses_a_sweep_that_is_still_running(tmp_path, capsys):
-    from harness.launch.sweep import sweep_lock
+    from harness.results import sweep_lock
 
     _dead_sweep(tmp_path)
     sweep = tmp_path / "sweep"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import harness.cli.submit_cmd as submit_cmd
+import harness.launch.slurm.backend as backend_mod
 from harness.cli import main
 from harness.errors import ConfigError
 from tests.launch.cases import REPEAT, write_case_file
@@ -26,7 +26,7 @@ time_margin_min: 5
 
 @pytest.fixture
 def case_and_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
-    monkeypatch.setattr(submit_cmd.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(backend_mod.shutil, "which", lambda name: f"/usr/bin/{name}")
     profile = tmp_path / "guardtest.yaml"
     profile.write_text(PROFILE)
     case = write_case_file(tmp_path / "cases", "guard", compare=REPEAT,
@@ -40,7 +40,7 @@ def refuse(*args, **kwargs):
 
 def test_a_refused_sbatch_leaves_no_new_folder(case_and_profile, tmp_path, monkeypatch, capsys):
     case, profile = case_and_profile
-    monkeypatch.setattr(submit_cmd, "submit_groups", refuse)
+    monkeypatch.setattr(backend_mod, "submit_groups", refuse)
     out = tmp_path / "sweep"
     assert main(["submit", str(case), "--profile", str(profile), "--out", str(out)]) == 2
     assert "sbatch refused guard" in capsys.readouterr().err
@@ -49,7 +49,7 @@ def test_a_refused_sbatch_leaves_no_new_folder(case_and_profile, tmp_path, monke
 
 def test_a_refused_sbatch_keeps_what_the_folder_held(case_and_profile, tmp_path, monkeypatch):
     case, profile = case_and_profile
-    monkeypatch.setattr(submit_cmd, "submit_groups", refuse)
+    monkeypatch.setattr(backend_mod, "submit_groups", refuse)
     out = tmp_path / "shared"
     out.mkdir()
     (out / "notes.txt").write_text("mine")

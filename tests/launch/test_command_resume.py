@@ -18,7 +18,7 @@ from pathlib import Path
 from harness.compare import Pair
 from harness.launch.ranks.command_resume import (Checkpointed, first_run_problem, joined,
                                            read_iteration_file)
-from harness.metrics import SourceMark, read_source, source_mark
+from harness.metrics import SourceMark, read_between, read_source, source_mark
 from harness.spec.schema import MetricsSource, MetricsSpec
 from tests.test_compare import OK, by_name, one
 
@@ -44,8 +44,8 @@ def _resumed(arm: Path, checkpoint: int = 10) -> dict:
     cut = data.rfind(b"\n", 0, data.find(SECOND)) + 1
     start, middle = SourceMark(), SourceMark(log_bytes=cut)
     assert source_mark(LOG, arm, "log.txt", (0,)).log_bytes == len(data)
-    first = read_source(LOG, arm, (0,), "h100", path="log.txt", since=start, until=middle)
-    second = read_source(LOG, arm, (0,), "h100", path="log.txt", since=middle)
+    first = read_between(LOG, arm, (0,), "h100", "log.txt", start, middle)
+    second = read_between(LOG, arm, (0,), "h100", "log.txt", middle)
     assert first_run_problem(first, 10) is None
     return joined(first, second, 10, Checkpointed(step=checkpoint))
 

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from harness.cli import main, submit_cmd
+import harness.launch.slurm.backend as backend_mod
+from harness.cli import main
 from harness.errors import ConfigError
 from harness.launch.slurm.poll import SchedulerUnavailable, query_scheduler
 from harness.launch.slurm.status import case_status
@@ -58,6 +59,6 @@ def test_submit_wait_on_an_outage_exits_2(sweep, monkeypatch, capsys) -> None:
     def down(*args, **kwargs):
         raise SchedulerUnavailable("squeue has not answered for 600s")
 
-    monkeypatch.setattr(submit_cmd, "wait_for_sweep", down)
+    monkeypatch.setattr(backend_mod, "wait_for_sweep", down)
     assert main(["collect", str(out), "--wait"]) == 2
     assert "error: squeue has not answered" in capsys.readouterr().err

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from harness.arms import plan_cases
-from harness.launch.sweep import run_sweep, timing_judged_arms
+from harness.launch.local_backend import run_sweep
+from harness.launch.sweep import timing_judged_arms
 from harness.report import gate
 from harness.results import ArmOutcome, StepWriter
 from harness.spec import load_cases

@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 from harness.arms import plan_case
 from harness.caseplan import CasePlan, write_plan
 from harness.launch.ranks.rank_main import arm_legs
-from harness.results import ArmOutcome, write_outcome
+from harness.results import ArmOutcome, record_json, write_outcome
 from harness.results.phases import Leg, RankPhases, StepMark, phases_file
 from harness.spec.loader import load_cases
 
@@ -49,7 +49,7 @@ def finish_arm(plan: CasePlan, arm_name: str, arm_dir: Path, status: str = "ok")
             t += span + 0.2
             wall += span + 0.2
     for r, made in per_rank.items():
-        phases_file(arm_dir, r).write_text(json.dumps(RankPhases(r, tuple(made)).to_dict()))
+        phases_file(arm_dir, r).write_text(json.dumps(record_json(RankPhases(r, tuple(made)))))
     write_outcome(arm_dir, ArmOutcome(status=status, returncode=0 if status == "ok" else 1,
                                       wall_s=wall))
     return wall

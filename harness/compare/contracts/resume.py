@@ -92,39 +92,40 @@ def _no_step_after(name: str, arm: str, after: int) -> Check:
                  f"arm '{arm}' recorded no step {after + 1} (the step after the stop)")
 
 
-def _resumed_check(arm: str, steps: Steps, after: int) -> Check:
+def _after_stop_check(name: str, arm: str, steps: Steps, after: int,
+                      got: Callable[[StepRecord], Optional[int]],
+                      how: Callable[[Optional[int]], str], agreed: str, expected: str) -> Check:
+    """Every rank's step ``after + 1`` says ``after`` by ``got`` (the value a resumed process
+    stamps on its records); ``how(value)`` says what a process that did not did, ``agreed`` and
+    ``expected`` what the detail says when all did and what was expected."""
     records = _first_after(steps, after)
     if not records:
-        return _no_step_after("resumed_after", arm, after)
-    wrong = []
-    for rank, rec in records.items():
-        got = rec.resumed_from
-        if got != after:
-            how = "started from step 1" if got is None else f"resumed after step {got}"
-            wrong.append(f"rank {rank}: step {after + 1} was written by a process that {how}")
-    detail = (f"every rank's step {after + 1} came from a process that loaded the checkpoint of "
-              f"step {after}" if not wrong else "; ".join(wrong) + f" (expected: resumed after "
-                                                                    f"step {after})")
-    return Check("resumed_after", float(len(wrong)), 0.0, not wrong, detail)
+        return _no_step_after(name, arm, after)
+    wrong = [f"rank {rank}: step {after + 1} was written by a process that {how(got(rec))}"
+             for rank, rec in records.items() if got(rec) != after]
+    detail = (f"every rank's step {after + 1} came from a process that {agreed}" if not wrong
+              else "; ".join(wrong) + f" (expected: {expected})")
+    return Check(name, float(len(wrong)), 0.0, not wrong, detail)
+
+
+def _resumed_check(arm: str, steps: Steps, after: int) -> Check:
+    """Every rank's step ``after + 1`` came from a process that resumed after step ``after``
+    (``StepRecord.resumed_from``)."""
+    return _after_stop_check(
+        "resumed_after", arm, steps, after, lambda rec: rec.resumed_from,
+        lambda got: "started from step 1" if got is None else f"resumed after step {got}",
+        f"loaded the checkpoint of step {after}", f"resumed after step {after}")
 
 
 def _loaded_check(arm: str, steps: Steps, after: int) -> Check:
     """The checkpoint behind every rank's step ``after + 1`` holds step ``after`` by its own
     metadata (``StepRecord.checkpoint_step``)."""
-    records = _first_after(steps, after)
-    if not records:
-        return _no_step_after("loaded_checkpoint", arm, after)
-    wrong = []
-    for rank, rec in records.items():
-        got = rec.checkpoint_step
-        if got != after:
-            how = ("loaded no checkpoint (or its records name none)" if got is None
-                   else f"loaded a checkpoint that holds step {got}")
-            wrong.append(f"rank {rank}: step {after + 1} was written by a process that {how}")
-    detail = (f"every rank's step {after + 1} came from a process that loaded a checkpoint "
-              f"holding step {after} (its own metadata)" if not wrong
-              else "; ".join(wrong) + f" (expected: a checkpoint of step {after})")
-    return Check("loaded_checkpoint", float(len(wrong)), 0.0, not wrong, detail)
+    return _after_stop_check(
+        "loaded_checkpoint", arm, steps, after, lambda rec: rec.checkpoint_step,
+        lambda got: ("loaded no checkpoint (or its records name none)" if got is None
+                     else f"loaded a checkpoint that holds step {got}"),
+        f"loaded a checkpoint holding step {after} (its own metadata)",
+        f"a checkpoint of step {after}")
 
 
 def _recaptured_check(arm: str, steps: Steps, after: int) -> Check:

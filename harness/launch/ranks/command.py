@@ -46,7 +46,7 @@ from harness.metrics import (METRICS_DIR_ENV, MetricsError, read_source, source_
                              source_path, stale_files)
 from harness.results import LOG_FILE, ArmOutcome, StepWriter, inherited, write_arm_env
 from harness.spec.command import FIXED_CP_ROLES, arm_argv, command_dir, fill
-from harness.spec.schema import CommandSpec, MetricsSource, RankStart
+from harness.spec.schema import CommandSpec, RankStart
 
 METRICS_DIR = "metrics"
 # A launcher's (torchrun's) workers share its output: torchrun tees each worker's lines prefixed
@@ -294,8 +294,7 @@ def record_metrics(plan: CasePlan, arm: PlannedArm, arm_dir: Path, outcome: ArmO
     spec = plan.case.command.metrics  # type: ignore[union-attr]
     try:
         records = read_source(spec, arm_dir, arm.ranks, _platform(on_cuda), path=path,
-                              log_start=log_start if spec.source is MetricsSource.MEGATRON_LOG
-                              else 0)
+                              log_start=log_start)
     except MetricsError as exc:
         return failed_outcome(arm, arm_dir, f"its metrics ({spec.source}) cannot be read: {exc}",
                               outcome.repro, outcome)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from harness.caseplan import CasePlan, PlannedArm
-from harness.metrics import MetricsError, SourceMark, read_source, source_mark
+from harness.metrics import MetricsError, SourceMark, read_between, source_mark
 from harness.results import ArmOutcome, StepRecord, StepWriter
 from harness.spec.command import RESUME_LEGS, fill
 
@@ -164,8 +164,8 @@ def resumed_records(plan: CasePlan, arm: PlannedArm, arm_dir: Path, path: str,
     read: list[Records] = []
     for which, leg in zip(("first", "second"), legs):
         try:
-            read.append(read_source(spec, arm_dir, arm.ranks, platform, path=path,
-                                    since=leg.since, until=leg.until))
+            read.append(read_between(spec, arm_dir, arm.ranks, platform, path, leg.since,
+                                     leg.until))
         except MetricsError as exc:
             return None, f"its {which} run's metrics ({spec.source}) cannot be read: {exc}"
     problem = first_run_problem(read[0], stop)

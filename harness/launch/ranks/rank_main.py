@@ -24,6 +24,7 @@ There are no fault hooks here: tests fail a rank by wrapping ``harness.workload.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import faulthandler
 import math
@@ -34,7 +35,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
     from harness.caseplan import CasePlan, PlannedArm
@@ -355,9 +356,7 @@ def run_rank(arm: PlannedArm, arm_dir: Path, resume: bool = True,
     rank = int(os.environ["RANK"])
     writer, done = _open_writer(arm_dir, rank, resume)
     checkpoint_dir = arm_dir / CHECKPOINT_DIR
-    start_orphan_watchdog()
-    stack_file = register_stack_dump(stacks_path(arm_dir, rank))
-    try:
+    with _rank_process(arm_dir, rank, phases):
         ctx = init_distributed()
         phases.mark("rendezvous_at")
         phases.note(device=ctx.device, stop_after=stop_after)
@@ -383,6 +382,17 @@ def run_rank(arm: PlannedArm, arm_dir: Path, resume: bool = True,
               f"{time.monotonic() - started:.1f}s", flush=True)
         _destroy_process_group()
         phases.mark("done_at")
+
+
+@contextlib.contextmanager
+def _rank_process(arm_dir: Path, rank: int, phases: "PhaseRecorder") -> Iterator[None]:
+    """The life of a rank process around its training (a real rank and an emulated one alike):
+    the orphan watchdog and the SIGUSR1 stack dump on the way in; on the way out, however it
+    ends, the dump unregistered, an empty stack file removed and the phase marks written."""
+    start_orphan_watchdog()
+    stack_file = register_stack_dump(stacks_path(arm_dir, rank))
+    try:
+        yield
     finally:
         faulthandler.unregister(signal.SIGUSR1)
         stack_file.close()
@@ -426,9 +436,7 @@ def run_emulated_rank(arm: PlannedArm, arm_dir: Path, rank: Optional[int],
     arm_dir = Path(arm_dir)
     arm_dir.mkdir(parents=True, exist_ok=True)
     writer, done = _open_writer(arm_dir, rank, resume)
-    start_orphan_watchdog()
-    stack_file = register_stack_dump(stacks_path(arm_dir, rank))
-    try:
+    with _rank_process(arm_dir, rank, phases):
         device = "cuda:0" if torch.cuda.is_available() else "cpu"
         phases.note(device=device)
         steps = run_case.train.steps
@@ -450,11 +458,6 @@ def run_emulated_rank(arm: PlannedArm, arm_dir: Path, rank: Optional[int],
         print(f"[{arm.name} r{rank}] done: {writer.completed_steps()}/{steps} steps recorded in "
               f"{time.monotonic() - started:.1f}s as {label}", flush=True)
         phases.mark("done_at")
-    finally:
-        faulthandler.unregister(signal.SIGUSR1)
-        stack_file.close()
-        remove_empty_stacks(arm_dir, (rank,))
-        _write_phases(phases, arm_dir, rank)
 
 
 def preload() -> None:

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Callable, Optional, TextIO, TypeVar
 
 from harness.caseplan import CasePlan, PlannedArm
 from harness.launch.ranks import rank_main
+from harness.launch.ranks.arm_runner import leg_name, run_arm, run_legs
 from harness.launch.ranks.command import (ArmCommand, Rendezvous, arm_command, failed_outcome,
                                           log_line, placeholder_values, prepare_metrics,
                                           process_label, record_environment, record_metrics,
@@ -66,7 +67,6 @@ from harness.launch.ranks.completion import arm_needs_run
 from harness.launch.ranks.emulated import EmulatedLauncher
 from harness.launch.ranks.failures import infra_reason, log_cause, tail_text
 from harness.launch.ranks.processes import RankCommand, cuda_device_count, run_ranks
-from harness.launch.ranks.repro import repro_line
 from harness.launch.slurm.events import (ArmEnd, ArmStart, ProcessEnd, TaskStart, append_event,
                                          read_events)
 from harness.metrics import source_mark
@@ -260,6 +260,7 @@ class TaskLauncher:
     the arm failed here: the job ends (srun stops the other tasks)."""
 
     ident: TaskIdentity
+    python: str = sys.executable  # the interpreter the repro line names
 
     def takes_part(self, plan: CasePlan, arm: PlannedArm) -> bool:
         """Whether this task runs a share of ``arm``."""
@@ -271,18 +272,32 @@ class TaskLauncher:
 
     def run_arm(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path,
                 case_json: Path) -> ArmOutcome:
-        case_dir = Path(arm_dir).parent
-        append_event(case_dir, TaskStart(**_stamp(self.ident, arm), task=self.ident.rank,
-                                         node=self.ident.node, host=self.ident.host))
-        if not self.takes_part(plan, arm):
-            limit_s = 60.0 * plan.case.resources.time_min
-            _sit_out(arm_dir, limit_s * (len(arm.ranks) if arm.emulated else 1) + 120.0)
-            return _written_outcome(arm_dir)
-        if plan.case.command is not None:
-            return run_command_arm_in_job(plan, arm, case_dir, self.ident)
-        if arm.emulated:
-            return run_emulated_arm_in_job(plan, arm, case_dir, self.ident)
-        return run_rank_in_job(plan, arm, case_dir, self.ident)
+        """This task's share of ``arm`` (``arm_runner.run_arm``: this task is the place), after
+        its ``task_start`` event (which node and host it runs on)."""
+        append_event(Path(arm_dir).parent, TaskStart(**_stamp(self.ident, arm), task=self.ident.rank,
+                                                     node=self.ident.node, host=self.ident.host))
+        return run_arm(self, plan, arm, arm_dir, case_json)
+
+    # ------------------------------------------------------------ the place (arm_runner.ArmPlace)
+    def before(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path) -> Optional[ArmOutcome]:
+        """A task beyond the arm's sits it out until task 0 wrote the arm's outcome: that one."""
+        if self.takes_part(plan, arm):
+            return None
+        limit_s = 60.0 * plan.case.resources.time_min
+        _sit_out(arm_dir, limit_s * (len(arm.ranks) if arm.emulated else 1) + 120.0)
+        return _written_outcome(arm_dir)
+
+    def command_arm(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path,
+                    repro: str) -> ArmOutcome:
+        return run_command_arm_in_job(plan, arm, arm_dir.parent, self.ident, repro)
+
+    def emulated_arm(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path, case_json: Path,
+                     repro: str) -> ArmOutcome:
+        return run_emulated_arm_in_job(plan, arm, arm_dir.parent, self.ident)
+
+    def builtin_arm(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path, case_json: Path,
+                    repro: str) -> ArmOutcome:
+        return run_rank_in_job(plan, arm, arm_dir.parent, self.ident, repro)
 
 
 def _written_outcome(arm_dir: Path) -> ArmOutcome:
@@ -292,8 +307,8 @@ def _written_outcome(arm_dir: Path) -> ArmOutcome:
     return outcome
 
 
-def run_rank_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
-                    ident: TaskIdentity) -> ArmOutcome:
+def run_rank_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path, ident: TaskIdentity,
+                    repro: str) -> ArmOutcome:
     """This task's rank of the built-in ``arm``, in this process (``rank_main.run_rank``, resuming
     after the last completed step), its output teed into the arm's log, within the arm's limit
     (:class:`_ArmWatchdog`); task 0 records the arm's start, end and outcome. A raising rank
@@ -304,7 +319,6 @@ def run_rank_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
         done = read_steps(arm_dir).get(0, [])
         append_event(case_dir, ArmStart(**_stamp(ident, arm), resumed_after_step=len(done)))
     arm_ident = dataclasses.replace(ident, world_size=arm.world_size)
-    repro = repro_line(plan, arm, case_dir / CASE_FILE)
     started = time.monotonic()
     out, err = sys.stdout, sys.stderr
     tee_out = _TeeLines(out, arm_dir / LOG_FILE, f"[rank {ident.rank}] ")
@@ -313,12 +327,15 @@ def run_rank_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
     try:
         with _ArmWatchdog(60.0 * plan.case.resources.time_min, arm_dir, ident, started, repro):
             # An interrupted arm (compare.resume) runs in two legs: the first stops after its
-            # step and tears its process group down, the second resumes from the checkpoint.
-            for leg, stop in enumerate(rank_main.arm_legs(arm)):
-                name = arm.name if leg == 0 else f"{arm.name}/leg{leg}"
-                os.environ.update(distributed_env(arm_ident, arm_port(ident.job_id, name,
-                                                                      ident.restarts)))
+            # step and tears its process group down, the second resumes from the checkpoint,
+            # each leg on a port of its own.
+            def leg(index: int, stop: Optional[int]) -> ArmOutcome:
+                os.environ.update(distributed_env(arm_ident, arm_port(
+                    ident.job_id, leg_name(arm, index), ident.restarts)))
                 rank_main.run_rank(arm, arm_dir, resume=True, stop_after=stop)
+                return ArmOutcome(status="ok")  # a leg that fails raises
+
+            run_legs(arm, leg)
     except Exception as exc:
         tb = traceback.format_exc()
         print(tb, file=sys.stderr, flush=True)
@@ -366,7 +383,7 @@ def _wait_for(what: str, ready: Callable[[], bool], limit_s: float, poll_s: floa
 
 
 def run_command_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
-                           ident: TaskIdentity) -> ArmOutcome:
+                           ident: TaskIdentity, repro: str) -> ArmOutcome:
     """This task's process of the command arm ``arm`` (``launch.ranks.command``): its rank
     (``ranks: per_rank``, one task per rank) or its node's launcher (``launcher``, one task per
     node), started once task 0 has cleaned the metrics source (its ``arm_start`` event), with the
@@ -379,7 +396,6 @@ def run_command_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
     and the iteration file read between them). The arm's outcome."""
     arm_dir = case_dir / arm.name
     limit_s = 60.0 * plan.case.resources.time_min
-    repro = repro_line(plan, arm, case_dir / CASE_FILE)
     spec = plan.case.command.metrics  # type: ignore[union-attr]
     legs: list[Leg] = []
     loaded = Checkpointed()

@@ -14,8 +14,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence, get_args
 
+from harness.launch.pipeline import CaseState
 from harness.launch.ranks.completion import arm_needs_run
 from harness.launch.slurm.poll import PENDING_STATES, Runner, SchedulerPoller, SchedulerView, \
     run_command
@@ -23,7 +24,7 @@ from harness.launch.slurm.submit import JobRef, latest_jobs, skipped_cases
 from harness.launch.sweep import load_plan
 from harness.results import VERDICT_FILE, ArmOutcome, read_json, read_outcome, read_steps
 
-PROGRESS_ORDER = ("pending", "running", "done", "failed", "error", "skipped")
+PROGRESS_ORDER: tuple[CaseState, ...] = get_args(CaseState)
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class CaseStatus:
 
     case_id: str
     job_id: str
-    state: str  # pending | running | done | failed | error | skipped
+    state: CaseState
     slurm_state: str
     arms_done: int
     arms_total: int
@@ -44,7 +45,7 @@ class CaseStatus:
     verdict: str = ""
 
 
-def _outcome_state(outcomes: Sequence[Optional[ArmOutcome]]) -> str:
+def _outcome_state(outcomes: Sequence[Optional[ArmOutcome]]) -> CaseState:
     statuses = {o.status for o in outcomes if o is not None}
     if statuses & {"infra", "timeout"}:
         return "error"
@@ -70,7 +71,7 @@ def case_status(case_dir: Path, ref: JobRef, view: SchedulerView, now: Optional[
     verdict_path = case_dir / VERDICT_FILE
     if verdict_path.is_file():
         verdict = str(read_json(verdict_path).get("status", "error"))
-        state = {"pass": "done", "fail": "failed"}.get(verdict, "error")
+        state: CaseState = {"pass": "done", "fail": "failed"}.get(verdict, "error")
         return CaseStatus(state=state, terminal=True, verdict=verdict, **base)
     if sched is not None and sched.active:
         if sched.state in PENDING_STATES:

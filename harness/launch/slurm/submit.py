@@ -29,14 +29,17 @@ import math
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
+
+from pydantic import ConfigDict, TypeAdapter
 
 from harness.errors import ConfigError
 from harness.launch.slurm.job import CaseJob
 from harness.launch.slurm.profiles import Profile
 from harness.results import read_json, write_json_atomic
+from harness.results.typed import read_typed
 from harness.spec.schema import Case, RankStart
 
 SLURM_DIR = "slurm"
@@ -49,6 +52,8 @@ _REPO_ROOT = Path(__file__).resolve().parents[3]
 @dataclass(frozen=True, order=True)
 class JobShape:
     """What one array's jobs share: same profile, nodes, tasks per node and GPUs per node."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # as stored in jobs.json: unknown keys named
 
     profile: str
     nodes: int
@@ -64,6 +69,8 @@ class JobShape:
 @dataclass(frozen=True)
 class JobGroup:
     """One sbatch submission: a plain job (one case) or an array (several cases)."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
 
     index: int
     shape: JobShape
@@ -216,6 +223,8 @@ def describe_plan(groups: Sequence[JobGroup]) -> str:
 class JobRef:
     """One case's job of one submission round."""
 
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
     case_id: str
     job_id: str  # "123" or "123_4" (array element)
     round: int
@@ -223,6 +232,31 @@ class JobRef:
     folder: str  # submitit folder (logs, pickles)
     submitted_at: float
     profile_file: str = ""  # the profile YAML it was submitted with (for --retry-infra)
+
+
+@dataclass(frozen=True)
+class JobRound:
+    """One submission round: when, and the job groups it submitted."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    round: int
+    submitted_at: float
+    groups: tuple[JobGroup, ...]
+
+
+@dataclass(frozen=True)
+class JobsRecord:
+    """``<sweep>/slurm/jobs.json``, written and read through this type (``read_typed``: a bad
+    field is a ResultsError naming it): every round, each case's jobs (oldest first), and the
+    cases ``submit`` did not queue (case id -> why)."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    version: int = 1
+    rounds: tuple[JobRound, ...] = ()
+    cases: dict[str, tuple[JobRef, ...]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
 
 
 def slurm_dir(sweep_dir: Path) -> Path:
@@ -233,14 +267,30 @@ def round_folder(sweep_dir: Path, round_: int) -> Path:
     return slurm_dir(sweep_dir) / "logs" / f"round-{round_}"
 
 
+def jobs_path(sweep_dir: Path) -> Path:
+    return slurm_dir(sweep_dir) / JOBS_FILE
+
+
+def read_jobs_record(sweep_dir: Path) -> JobsRecord:
+    """The sweep's ``jobs.json`` (an empty record where there is none yet)."""
+    path = jobs_path(sweep_dir)
+    if not path.is_file():
+        return JobsRecord()
+    return read_typed(JobsRecord, read_json(path), str(path), nonfinite=False)
+
+
+def _write_jobs_record(sweep_dir: Path, record: JobsRecord) -> None:
+    path = jobs_path(sweep_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, TypeAdapter(JobsRecord).dump_python(record, mode="json"))
+
+
 def read_jobs(sweep_dir: Path) -> dict[str, list[JobRef]]:
     """Case id -> its jobs, oldest first. ConfigError when the folder holds no Slurm sweep."""
-    path = slurm_dir(sweep_dir) / JOBS_FILE
-    if not path.is_file():
+    if not jobs_path(sweep_dir).is_file():
         raise ConfigError(f"{sweep_dir} holds no {SLURM_DIR}/{JOBS_FILE}; pass the --out folder "
                           "of `dcp-harness submit`")
-    data = read_json(path)
-    return {cid: [JobRef(**ref) for ref in refs] for cid, refs in data.get("cases", {}).items()}
+    return {cid: list(refs) for cid, refs in read_jobs_record(sweep_dir).cases.items()}
 
 
 def latest_jobs(sweep_dir: Path) -> dict[str, JobRef]:
@@ -249,41 +299,29 @@ def latest_jobs(sweep_dir: Path) -> dict[str, JobRef]:
 
 def skipped_cases(sweep_dir: Path) -> dict[str, str]:
     """Case id -> why ``submit`` did not queue it ({} for a sweep without such cases)."""
-    path = slurm_dir(sweep_dir) / JOBS_FILE
-    data = read_json(path) if path.is_file() else {}
-    return {str(k): str(v) for k, v in (data.get("skipped") or {}).items()}
-
-
-def _jobs_doc(path: Path) -> dict[str, Any]:
-    data = read_json(path) if path.is_file() else {"version": 1, "rounds": [], "cases": {}}
-    data.setdefault("skipped", {})
-    return data
+    return dict(read_jobs_record(sweep_dir).skipped)
 
 
 def record_skipped(sweep_dir: Path, reasons: Mapping[str, str]) -> None:
     """Add cases ``submit`` did not queue (case id -> reason) to ``jobs.json`` atomically."""
-    path = slurm_dir(sweep_dir) / JOBS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = _jobs_doc(path)
-    data["skipped"].update(reasons)
-    write_json_atomic(path, data)
+    record = read_jobs_record(sweep_dir)
+    _write_jobs_record(sweep_dir, replace(record, skipped={**record.skipped, **reasons}))
 
 
 def record_jobs(sweep_dir: Path, refs: Sequence[JobRef], groups: Sequence[JobGroup]) -> None:
     """Append ``refs`` (one round) to ``<sweep>/slurm/jobs.json`` atomically."""
-    path = slurm_dir(sweep_dir) / JOBS_FILE
-    data = _jobs_doc(path)
-    round_ = refs[0].round if refs else len(data["rounds"])
-    data["rounds"].append({"round": round_, "submitted_at": time.time(),
-                           "groups": [{**asdict(g), "shape": asdict(g.shape)} for g in groups]})
+    record = read_jobs_record(sweep_dir)
+    round_ = refs[0].round if refs else len(record.rounds)
+    cases = {cid: tuple(jobs) for cid, jobs in record.cases.items()}
     for ref in refs:
-        data["cases"].setdefault(ref.case_id, []).append(asdict(ref))
-    write_json_atomic(path, data)
+        cases[ref.case_id] = cases.get(ref.case_id, ()) + (ref,)
+    _write_jobs_record(sweep_dir, replace(
+        record, rounds=record.rounds + (JobRound(round_, time.time(), tuple(groups)),),
+        cases=cases))
 
 
 def next_round(sweep_dir: Path) -> int:
-    path = slurm_dir(sweep_dir) / JOBS_FILE
-    return len(read_json(path)["rounds"]) if path.is_file() else 0
+    return len(read_jobs_record(sweep_dir).rounds)
 
 
 # --------------------------------------------------------------------------- submit

@@ -1,0 +1,123 @@
+"""The local backend of the sweep pipeline (``launch.pipeline``): a sweep's arms run on this
+machine, in this process's lanes, through an arm launcher (``local.LocalLauncher``).
+
+* ``submit``: takes the sweep folder's run lock (held until ``collect`` or ``close``: a second
+  ``run`` into the same folder is refused meanwhile), lists every case in the manifest; nothing
+  runs yet.
+* ``wait``: runs every arm not yet complete and judges each case once its arms ended
+  (``sweep._run_cases``: two lanes, progress, resume); returns when every case is judged.
+* ``state``: a case with a verdict is ``done`` / ``failed`` / ``error`` (by its verdict), any other
+  ``pending`` (its arms run inside ``wait``).
+* ``collect``: the reports, from the verdicts ``wait`` judged (cases of earlier runs into the same
+  folder judged from their files); the lock is released.
+
+Use it as a context manager (``with LocalBackend(...) as backend``) so the lock is released
+however the sweep ends. :func:`run_sweep` is the whole of it: the pipeline's ``run_to_end`` on
+this backend (``dcp-harness run``, the tests, the benchmarks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from harness.caseplan import CasePlan
+from harness.compare import DEFAULT_ALLOWED_SKIPS, CaseVerdict
+from harness.errors import ConfigError
+from harness.launch.launcher import ArmLauncher
+from harness.launch.pipeline import CaseState, Collection, SweepSink, run_to_end
+from harness.launch.progress import NullProgress, SweepProgress
+from harness.launch.sweep import check_resumable, record_manifest, run_cases, runs_again
+from harness.report import write_reports
+from harness.results import VERDICT_FILE, SweepStart, read_json, sweep_lock
+from harness.trust.stored_plan import check_stored_plan
+
+_VERDICT_STATE: Mapping[str, CaseState] = {"pass": "done", "fail": "failed"}
+
+
+@dataclass
+class LocalBackend:
+    """This machine's backend (module doc). ``beside(plan)``: the cases run in the second lane
+    (``placement.runs_beside_gpu_arms``)."""
+
+    launcher: ArmLauncher
+    progress: Optional[SweepProgress] = None
+    allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS
+    beside: Callable[[CasePlan], bool] = lambda plan: False
+    _submitted: bool = field(default=False, init=False, repr=False)
+    _plans: tuple[CasePlan, ...] = field(default=(), init=False, repr=False)
+    _verdicts: tuple[CaseVerdict, ...] = field(default=(), init=False, repr=False)
+    _lock: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, init=False, repr=False)
+
+    def __enter__(self) -> "LocalBackend":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the sweep folder's run lock (the sweep stays resumable)."""
+        self._lock.close()
+
+    def submit(self, plans: Sequence[CasePlan], out_dir: Path,
+               start: Optional[SweepStart] = None) -> None:
+        out_dir = Path(out_dir)
+        check_resumable([p.case for p in plans], out_dir)
+        self._lock.enter_context(sweep_lock(out_dir))
+        record_manifest(plans, out_dir, start)
+        self._plans = tuple(plans)
+        self._submitted = True
+
+    def state(self, out_dir: Path) -> dict[str, CaseState]:
+        out: dict[str, CaseState] = {}
+        for plan in self._plans:
+            path = Path(out_dir) / plan.case_id / VERDICT_FILE
+            if path.is_file():
+                out[plan.case_id] = _VERDICT_STATE.get(str(read_json(path).get("status")), "error")
+            else:
+                out[plan.case_id] = "pending"
+        return out
+
+    def wait(self, out_dir: Path, timeout_s: Optional[float] = None) -> None:
+        """Run the submitted cases to their verdicts (``timeout_s``: the arms' own limits bound
+        a local sweep; there is nothing else to give up on)."""
+        if not self._submitted:
+            raise ConfigError("LocalBackend.wait before submit: nothing was submitted")
+        prewarm = getattr(self.launcher, "prewarm", None)  # LocalLauncher: its warm servers
+        if prewarm is not None:  # they import beside the first arms, not before each lane's first
+            prewarm(self._plans, Path(out_dir), runs_again)
+        self._verdicts = tuple(run_cases(self._plans, Path(out_dir), self.launcher,
+                                         self.progress or NullProgress(), self.beside))
+
+    def collect(self, out_dir: Path) -> Collection:
+        try:
+            summary = write_reports(out_dir, check_plan=check_stored_plan,
+                                    allowed_skips=self.allowed_skips,
+                                    judged={v.case_id: v for v in self._verdicts})
+        finally:
+            self.close()
+        return Collection(out_dir=Path(out_dir), verdicts=self._verdicts, summary=summary)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    out_dir: Path
+    verdicts: tuple[CaseVerdict, ...]
+    summary: Any = None  # what harness.report.write_reports returned (for console_table)
+
+
+def run_sweep(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
+              progress: Optional[SweepProgress] = None, start: Optional[SweepStart] = None,
+              allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS,
+              beside: Callable[[CasePlan], bool] = lambda plan: False,
+              sinks: Sequence[SweepSink] = ()) -> SweepResult:
+    """List every case in the sweep's manifest, then run every planned arm of every case into
+    ``out_dir`` (resuming; cases ``beside`` selects in a second lane, ``sweep.run_cases``), judge
+    each case once, write reports from those verdicts (cases of earlier runs into the same folder
+    are judged from their files), and hand the folder to ``sinks`` (``pipeline.deliver``)."""
+    out_dir = Path(out_dir)
+    with LocalBackend(launcher, progress, allowed_skips, beside) as backend:
+        done = run_to_end(backend, plans, out_dir, start, sinks)
+    return SweepResult(out_dir=out_dir, verdicts=done.verdicts, summary=done.summary)

@@ -1,0 +1,176 @@
+"""The Slurm backend of the sweep pipeline (``launch.pipeline``): a job per case through
+submitit, followed through the sweep folder and the scheduler.
+
+* ``plan(plans, out_dir)``: the profiles, the cases the profiles' nodes cannot run (not queued:
+  every arm ``skipped`` with the reason, as a local run on such a machine does) and the job
+  groups, pure (``submit --dry-run`` prints it);
+* ``submit``: refuses a folder that holds a submitted sweep, lists the cases in the manifest,
+  writes their folders, judges the skipped ones at once, queues the others
+  (``submit.submit_groups``; an sbatch that refuses the first job leaves nothing behind), and keeps
+  the jobs in ``self.submitted``;
+* ``state``: ``status.sweep_status``; ``wait``: ``wait.wait_for_sweep`` (``SchedulerUnavailable``
+  when squeue stops answering);
+* ``collect``: ``collect.collect`` (outcomes of ended jobs, verdicts, reports); then, with
+  ``retry_infra`` N, the cases with infrastructure failures queued again (at most N times each:
+  ``retry.retry_infra``), their new jobs in ``self.retried``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
+
+from harness.caseplan import CasePlan
+from harness.compare import DEFAULT_ALLOWED_SKIPS
+from harness.errors import ConfigError
+from harness.launch.pipeline import CaseState, Collection
+from harness.launch.ranks.placement import profile_skip_reason
+from harness.launch.slurm.collect import collect
+from harness.launch.slurm.poll import Runner, run_command
+from harness.launch.slurm.profiles import Profile, find_profile, load_profile
+from harness.launch.slurm.retry import retry_infra
+from harness.launch.slurm.status import CaseStatus, sweep_status
+from harness.launch.slurm.submit import (JOBS_FILE, JobGroup, JobRef, plan_jobs, record_skipped,
+                                         slurm_dir, submit_groups)
+from harness.launch.slurm.wait import wait_for_sweep
+from harness.launch.sweep import check_resumable, finalize_case, prepare_case_dir, record_manifest
+from harness.results import MANIFEST_FILE, ArmOutcome, SweepStart, write_outcome
+
+
+@dataclass(frozen=True)
+class SubmitPlan:
+    """What ``submit`` queues: the profiles by name (and the file each came from), each case's
+    profile, the cases not queued (id -> why) and the job groups."""
+
+    profiles: Mapping[str, Profile]
+    files: Mapping[str, str]
+    profile_of: Mapping[str, str]
+    skips: Mapping[str, str]
+    groups: tuple[JobGroup, ...]
+
+
+def load_profiles(plans: Sequence[CasePlan], override: Optional[str]
+                  ) -> tuple[dict[str, Profile], dict[str, str], dict[str, str]]:
+    """(profiles by name, the file of each, each case's profile): ``override`` (``--profile``)
+    for every case, else each case's ``resources.profile``."""
+    cases = [p.case for p in plans]
+    names = sorted({override} if override else {c.resources.profile for c in cases})
+    profiles, files = {}, {}
+    for name in names:
+        profile = load_profile(name)
+        profiles[profile.name] = profile
+        files[profile.name] = str(find_profile(name).resolve())
+    only = next(iter(profiles)) if override else None
+    profile_of = {c.id: only or c.resources.profile for c in cases}
+    return profiles, files, profile_of
+
+
+def submit_skip_reasons(plans: Sequence[CasePlan], profiles: Mapping[str, Profile],
+                        profile_of: Mapping[str, str]) -> dict[str, str]:
+    """Case id -> why the profile's nodes cannot run it (``placement.profile_skip_reason``): not
+    queued, every arm ``skipped`` with that reason, as a local run on such a machine does."""
+    out = {}
+    for plan in plans:
+        profile = profiles[profile_of[plan.case_id]]
+        why = profile_skip_reason(plan, profile.name, profile.gpus_per_node if profile.gpus else 0)
+        if why is not None:
+            out[plan.case_id] = why
+    return out
+
+
+def _skip_at_submit(plan: CasePlan, reason: str, out: Path) -> None:
+    """Every arm of a case the profile cannot run gets a ``skipped`` outcome and the case its
+    verdict, now (no job is queued for it)."""
+    case_dir = out / plan.case_id
+    for arm in plan.arms:
+        (case_dir / arm.name).mkdir(parents=True, exist_ok=True)
+        write_outcome(case_dir / arm.name, ArmOutcome(status="skipped", detail=reason))
+    finalize_case(case_dir)
+
+
+def _created_paths(out: Path, plans: Sequence[CasePlan]) -> list[Path]:
+    """What a submission into ``out`` creates: the folder itself when it is new, else the case
+    folders and the manifest it adds (removed again when sbatch refuses the first job)."""
+    if not out.exists():
+        return [out]
+    made = [out / p.case_id for p in plans] + [out / MANIFEST_FILE, slurm_dir(out)]
+    return [path for path in made if not path.exists()]
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+@dataclass
+class SlurmBackend:
+    """The Slurm backend (module doc). ``profile``: ``--profile`` (every case on it);
+    ``max_parallel``: the array concurrency cap; ``on_poll``: sees every status while waiting."""
+
+    profile: Optional[str] = None
+    max_parallel: Optional[int] = None
+    retry_infra: int = 0
+    allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS
+    poll_s: float = 2.0
+    runner: Runner = run_command
+    on_poll: Optional[Callable[[list[CaseStatus]], None]] = None
+    submitted: tuple[JobRef, ...] = field(default=(), init=False)
+    retried: tuple[JobRef, ...] = field(default=(), init=False)
+
+    def plan(self, plans: Sequence[CasePlan]) -> SubmitPlan:
+        profiles, files, profile_of = load_profiles(plans, self.profile)
+        skips = submit_skip_reasons(plans, profiles, profile_of)
+        queued = [p for p in plans if p.case_id not in skips]
+        groups = plan_jobs([p.case for p in queued], {p.case_id: len(p.arms) for p in queued},
+                           profiles, profile_of, self.max_parallel)
+        return SubmitPlan(profiles, files, profile_of, skips, tuple(groups))
+
+    def submit(self, plans: Sequence[CasePlan], out_dir: Path,
+               start: Optional[SweepStart] = None) -> None:
+        out = Path(out_dir)
+        todo = self.plan(plans)
+        if todo.groups and shutil.which("sbatch") is None:
+            raise ConfigError("sbatch is not on PATH: run on a Slurm login node, start the dev "
+                              "cluster (slurm/devcluster/start.sh), or use --dry-run")
+        if (slurm_dir(out) / JOBS_FILE).is_file():
+            raise ConfigError(f"{out} already holds a submitted sweep; follow it with `dcp-harness "
+                              f"status {out}` / `dcp-harness collect {out}`, re-run its "
+                              f"infrastructure failures with `dcp-harness collect {out} "
+                              "--retry-infra N`, or pass a fresh --out")
+        check_resumable([p.case for p in plans], out)
+        created = _created_paths(out, plans)
+        record_manifest(plans, out, start)
+        for plan in plans:
+            prepare_case_dir(plan, out)
+        if todo.skips:
+            record_skipped(out, todo.skips)
+            for plan in plans:
+                if plan.case_id in todo.skips:
+                    _skip_at_submit(plan, todo.skips[plan.case_id], out)
+        try:
+            self.submitted = tuple(submit_groups(todo.groups, todo.profiles, out, todo.files))
+        except ConfigError:
+            if not (slurm_dir(out) / JOBS_FILE).is_file():  # nothing queued: leave nothing behind
+                _remove(created)
+            raise
+
+    def state(self, out_dir: Path) -> dict[str, CaseState]:
+        return {s.case_id: s.state for s in sweep_status(Path(out_dir), self.runner)}
+
+    def wait(self, out_dir: Path, timeout_s: Optional[float] = None) -> None:
+        wait_for_sweep(Path(out_dir), timeout_s=timeout_s, poll_s=self.poll_s, runner=self.runner,
+                       on_poll=self.on_poll)
+
+    def collect(self, out_dir: Path) -> Collection:
+        result = collect(Path(out_dir), self.runner, allowed_skips=self.allowed_skips)
+        self.retried = ()
+        if self.retry_infra and not result.still_active:
+            self.retried = tuple(retry_infra(Path(out_dir), self.retry_infra, self.max_parallel))
+        return Collection(out_dir=Path(out_dir), still_active=result.still_active,
+                          resubmitted=tuple(r.case_id for r in self.retried),
+                          problems=result.problems)

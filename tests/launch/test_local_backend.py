@@ -1,0 +1,79 @@
+"""The local backend (``launch.local_backend``): ``run``'s submit, wait and collect, and the
+pipeline's sinks at its end. One real CPU run (rank processes, gloo); the rest with a launcher
+that runs no processes (``test_sweep.RecordingLauncher``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.arms import plan_cases
+from harness.cli import main
+from harness.errors import ConfigError
+from harness.launch.local import LocalLauncher
+from harness.launch.local_backend import LocalBackend, run_sweep
+from harness.launch.pipeline import run_to_end
+from harness.spec import load_cases
+from tests.launch.test_sweep import RecordingLauncher
+
+
+def test_a_real_run_reaches_the_sinks_once_with_its_verdicts_and_reports(write_case, tmp_path):
+    plans = plan_cases(load_cases([write_case("one", train={"steps": 2})]))
+    out = tmp_path / "out"
+    seen: list[tuple[Path, str, bool]] = []
+
+    def sink(sweep_dir: Path) -> None:  # what a history database would read, there already
+        verdict = json.loads((sweep_dir / "one" / "verdict.json").read_text())["status"]
+        seen.append((sweep_dir, verdict, (sweep_dir / "summary.md").is_file()))
+
+    with LocalLauncher(warm=False) as launcher, LocalBackend(launcher) as backend:
+        done = run_to_end(backend, plans, out, sinks=[sink])
+    assert seen == [(out, "pass", True)]
+    assert done.finished and [v.status for v in done.verdicts] == ["pass"]
+    assert done.summary.sweep.exists
+
+
+def test_state_follows_the_verdicts_and_the_lock_is_held_until_collect(write_case, tmp_path):
+    plans = plan_cases(load_cases([write_case("a"), write_case("b", compare={"repeat": {}})]))
+    out = tmp_path / "out"
+    launcher = RecordingLauncher(fail={"eager-repeat": "failed"})
+    with LocalBackend(launcher) as backend:
+        with pytest.raises(ConfigError, match="before submit"):
+            backend.wait(out)
+        backend.submit(plans, out)
+        assert backend.state(out) == {"a": "pending", "b": "pending"}
+        with pytest.raises(ConfigError, match="being written by another sweep"):
+            run_sweep(plans, out, RecordingLauncher())
+        backend.wait(out)
+        assert backend.state(out) == {"a": "done", "b": "error"}
+        collected = backend.collect(out)
+    assert collected.finished and (out / "summary.md").is_file()
+    assert launcher.calls == [("a", "eager"), ("b", "eager"), ("b", "eager-repeat")]
+    run_sweep(plans, out, RecordingLauncher())  # released: a resume may start
+
+
+def test_run_sweep_hands_the_sweep_to_its_sinks_once(write_case, tmp_path):
+    plans = plan_cases(load_cases([write_case("a")]))
+    got: list[Path] = []
+    result = run_sweep(plans, tmp_path / "out", RecordingLauncher(), sinks=[got.append])
+    assert got == [tmp_path / "out"] and [v.status for v in result.verdicts] == ["pass"]
+
+
+def test_dcp_harness_run_calls_the_cli_s_sinks_once(write_case, tmp_path, monkeypatch):
+    import harness.cli.run_cmd as run_cmd
+
+    class Launcher(RecordingLauncher):  # runs no processes; a context manager as LocalLauncher
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    got: list[Path] = []
+    monkeypatch.setattr(run_cmd, "LocalLauncher", lambda **kw: Launcher())
+    monkeypatch.setattr(run_cmd, "sweep_sinks", lambda args: [got.append])
+    out = tmp_path / "out"
+    assert main(["run", str(write_case("a")), "--out", str(out)]) == 0
+    assert got == [out]
