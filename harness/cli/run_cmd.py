@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from harness.cli.selection import add_emulate_argument, emulated_on_too_few_gpus, selected_plans
-from harness.cli.sinks import sweep_sinks
+from harness.cli.sinks import add_history_arguments, sweep_sinks
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
 from harness.launch.local import LocalLauncher
@@ -56,6 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "that imported torch and the workload once (slower; the records are the "
                         "same: docs/design.md)")
     add_allow_skip_argument(p)
+    add_history_arguments(p)
     p.set_defaults(func=run)
 
 

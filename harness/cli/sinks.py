@@ -1,17 +1,56 @@
-"""The sweep sinks of the CLI: what gets a sweep folder once its verdicts are written (``run``,
+"""The sweep sinks of the CLI: what gets a sweep once its verdicts are written (``run``,
 ``collect``, ``submit --wait``: ``launch.pipeline.deliver``, once per finished collection).
 
-Each sink is a ``Callable[[Path], None]`` (``launch.pipeline.SweepSink``); a sink that records
-sweeps elsewhere (a history database) is added here, in one place for both backends.
+Each sink is a ``Callable[[Collection], None]`` (``launch.pipeline.SweepSink``). The one sink
+today is the history database (docs/history.md): every finished sweep goes into it, with the
+verdicts this process judged (nothing is judged twice). A history problem is one line on stderr
+and never changes the gate's verdict: the sweep folder stays the source of truth, and
+``dcp-harness history add SWEEP`` adds it later.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from dataclasses import dataclass
+from typing import Optional, TextIO
 
-from harness.launch.pipeline import SweepSink
+from harness.errors import ConfigError
+from harness.history import record_sweep
+from harness.launch.pipeline import Collection, SweepSink
+
+
+def add_history_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--history URL`` / ``--no-history`` of the commands whose sweeps end in the sinks."""
+    parser.add_argument("--history", default=None, metavar="URL",
+                        help="the history database the finished sweep goes into (default: "
+                             "$DCP_HARNESS_HISTORY, else results/history.sqlite here; "
+                             "docs/history.md)")
+    parser.add_argument("--no-history", action="store_true",
+                        help="do not record the sweep in the history database")
+
+
+@dataclass(frozen=True)
+class HistorySink:
+    """Records a finished sweep in the history database at ``url`` (None: the default)."""
+
+    url: Optional[str] = None
+    out: Optional[TextIO] = None  # None: sys.stdout / sys.stderr as they are at the call
+    err: Optional[TextIO] = None
+
+    def __call__(self, collection: Collection) -> None:
+        view = getattr(collection.summary, "sweep", None)  # the verdicts judged in this process
+        try:
+            recorded = record_sweep(collection.out_dir, url=self.url, view=view)
+        except ConfigError as exc:  # the history's own errors (HistoryError) included
+            print(f"history: not recorded ({exc}); add it later with `dcp-harness history add "
+                  f"{collection.out_dir}`", file=self.err or sys.stderr, flush=True)
+            return
+        print(recorded.line(), file=self.out or sys.stdout, flush=True)
 
 
 def sweep_sinks(args: argparse.Namespace) -> list[SweepSink]:
-    """The sinks of this invocation (``args``: its options). None so far."""
-    return []
+    """The sinks of this invocation (``args``: its options)."""
+    if getattr(args, "no_history", False):
+        return []
+    return [HistorySink(getattr(args, "history", None))]

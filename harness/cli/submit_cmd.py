@@ -19,7 +19,7 @@ from rich.text import Text
 
 from harness.cli.run_cmd import RESULTS_ROOT
 from harness.cli.selection import add_emulate_argument, selected_plans
-from harness.cli.sinks import sweep_sinks
+from harness.cli.sinks import add_history_arguments, sweep_sinks
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
 from harness.launch.pipeline import Collection, finish
@@ -57,6 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="jobs of one array running at once (default: the profile's array_parallelism)")
     _add_wait_args(p)
     add_allow_skip_argument(p)
+    add_history_arguments(p)
     p.set_defaults(func=run_submit)
 
     s = subparsers.add_parser(
@@ -84,6 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="array concurrency of --retry-infra submissions")
     _add_wait_args(c)
     add_allow_skip_argument(c)
+    add_history_arguments(c)
     c.set_defaults(func=run_collect)
 
 

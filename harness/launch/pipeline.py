@@ -19,8 +19,9 @@ later process can ``state`` / ``wait`` / ``collect`` what an earlier one submitt
 ``dcp-harness run`` is the local backend's :func:`run_to_end` (submit, wait, collect);
 ``submit`` / ``status`` / ``collect`` are the Slurm backend's verbs, and ``submit --wait`` /
 ``collect --wait`` its :func:`finish`. Both end in :func:`deliver`: each sweep sink (a
-``Callable[[Path], None]`` the CLI passes in, e.g. a history database recording the sweep) gets
-the sweep folder once per finished collection (every case judged, nothing queued, running or
+``Callable[[Collection], None]`` the CLI passes in: the history database recording the sweep,
+``cli.sinks``) gets the finished collection (its sweep folder, the verdicts judged in this process,
+the reports) once per finished collection (every case judged, nothing queued, running or
 re-submitted).
 
 Adding a backend is one module with a test of its own: a class with these four verbs
@@ -41,8 +42,9 @@ from harness.results import SweepStart
 # Where a case of a sweep stands (the states of ``dcp-harness status``).
 CaseState = Literal["pending", "running", "done", "failed", "error", "skipped"]
 
-# Called with the sweep folder once a collection is finished (module doc).
-SweepSink = Callable[[Path], None]
+# Called with the finished collection (its sweep folder, the verdicts judged in this process and
+# the reports written) once a collection is finished (module doc).
+SweepSink = Callable[["Collection"], None]
 
 
 @dataclass(frozen=True)
@@ -82,11 +84,12 @@ class SweepBackend(Protocol):
 
 
 def deliver(collection: Collection, sinks: Sequence[SweepSink]) -> None:
-    """The pipeline's end, for every backend: each sink gets the sweep folder once when
-    ``collection`` is finished; nothing while cases are queued, running or queued again."""
+    """The pipeline's end, for every backend: each sink gets ``collection`` (its ``out_dir``, the
+    verdicts and reports) once when it is finished; nothing while cases are queued, running or
+    queued again."""
     if collection.finished:
         for sink in sinks:
-            sink(collection.out_dir)
+            sink(collection)
 
 
 def finish(backend: SweepBackend, out_dir: Path, sinks: Sequence[SweepSink] = (), *,

@@ -14,7 +14,7 @@ from harness.cli import main
 from harness.errors import ConfigError
 from harness.launch.local import LocalLauncher
 from harness.launch.local_backend import LocalBackend, run_sweep
-from harness.launch.pipeline import run_to_end
+from harness.launch.pipeline import Collection, run_to_end
 from harness.spec import load_cases
 from tests.launch.test_sweep import RecordingLauncher
 
@@ -24,7 +24,8 @@ def test_a_real_run_reaches_the_sinks_once_with_its_verdicts_and_reports(write_c
     out = tmp_path / "out"
     seen: list[tuple[Path, str, bool]] = []
 
-    def sink(sweep_dir: Path) -> None:  # what a history database would read, there already
+    def sink(collection: Collection) -> None:  # what a history database reads, there already
+        sweep_dir = collection.out_dir
         verdict = json.loads((sweep_dir / "one" / "verdict.json").read_text())["status"]
         seen.append((sweep_dir, verdict, (sweep_dir / "summary.md").is_file()))
 
@@ -57,7 +58,7 @@ def test_state_follows_the_verdicts_and_the_lock_is_held_until_collect(write_cas
 def test_run_sweep_hands_the_sweep_to_its_sinks_once(write_case, tmp_path):
     plans = plan_cases(load_cases([write_case("a")]))
     got: list[Path] = []
-    result = run_sweep(plans, tmp_path / "out", RecordingLauncher(), sinks=[got.append])
+    result = run_sweep(plans, tmp_path / "out", RecordingLauncher(), sinks=[lambda c: got.append(c.out_dir)])
     assert got == [tmp_path / "out"] and [v.status for v in result.verdicts] == ["pass"]
 
 
@@ -73,7 +74,7 @@ def test_dcp_harness_run_calls_the_cli_s_sinks_once(write_case, tmp_path, monkey
 
     got: list[Path] = []
     monkeypatch.setattr(run_cmd, "LocalLauncher", lambda **kw: Launcher())
-    monkeypatch.setattr(run_cmd, "sweep_sinks", lambda args: [got.append])
+    monkeypatch.setattr(run_cmd, "sweep_sinks", lambda args: [lambda c: got.append(c.out_dir)])
     out = tmp_path / "out"
     assert main(["run", str(write_case("a")), "--out", str(out)]) == 0
     assert got == [out]

@@ -36,7 +36,7 @@ def test_a_finished_sweep_goes_to_every_sink_once(tmp_path: Path) -> None:
     got: list[tuple[str, Path]] = []
     backend = ScriptedBackend([Collection(tmp_path)])
     done = run_to_end(backend, [object(), object()], tmp_path, None,
-                      [lambda p: got.append(("a", p)), lambda p: got.append(("b", p))])
+                      [lambda c: got.append(("a", c.out_dir)), lambda c: got.append(("b", c.out_dir))])
     assert done.finished and backend.calls == ["submit 2", "wait", "collect"]
     assert got == [("a", tmp_path), ("b", tmp_path)]
 
@@ -46,7 +46,7 @@ def test_cases_queued_again_are_waited_for_and_the_last_collection_delivered(tmp
     seen: list[Collection] = []
     backend = ScriptedBackend([Collection(tmp_path, resubmitted=("t",)),
                                Collection(tmp_path, resubmitted=("t",)), Collection(tmp_path)])
-    done = finish(backend, tmp_path, [got.append], on_collect=seen.append)
+    done = finish(backend, tmp_path, [lambda c: got.append(c.out_dir)], on_collect=seen.append)
     assert backend.calls == ["wait", "collect"] * 3
     assert [c.resubmitted for c in seen] == [("t",), ("t",), ()]
     assert done.finished and got == [tmp_path]
@@ -55,13 +55,13 @@ def test_cases_queued_again_are_waited_for_and_the_last_collection_delivered(tmp
 def test_nothing_is_delivered_while_cases_are_active(tmp_path: Path) -> None:
     got: list[Path] = []
     backend = ScriptedBackend([Collection(tmp_path, still_active=("t",))])
-    done = finish(backend, tmp_path, [got.append], timeout_s=0.0)
+    done = finish(backend, tmp_path, [lambda c: got.append(c.out_dir)], timeout_s=0.0)
     assert not done.finished and got == []
     # a collect without --wait of a sweep queued again is not finished either, and not repeated
     backend = ScriptedBackend([Collection(tmp_path, resubmitted=("t",))])
-    assert not finish(backend, tmp_path, [got.append], wait=False).finished
+    assert not finish(backend, tmp_path, [lambda c: got.append(c.out_dir)], wait=False).finished
     assert backend.calls == ["collect"] and got == []
-    deliver(Collection(tmp_path, still_active=("u",)), [got.append])
+    deliver(Collection(tmp_path, still_active=("u",)), [lambda c: got.append(c.out_dir)])
     assert got == []
 
 

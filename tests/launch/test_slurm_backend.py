@@ -36,7 +36,7 @@ def test_state_wait_and_collect_of_a_finished_job_reach_the_sinks_once(sweep):
     got: list[Path] = []
     polls: list[list] = []
     backend = SlurmBackend(runner=ENDED, poll_s=0.01, on_poll=polls.append)
-    done = finish(backend, out, [got.append])
+    done = finish(backend, out, [lambda c: got.append(c.out_dir)])
     assert done.finished and got == [out] and len(polls) == 1
     assert backend.state(out) == {"t": "done"}
     assert (out / "t" / "verdict.json").is_file() and (out / "summary.md").is_file()
@@ -45,7 +45,7 @@ def test_state_wait_and_collect_of_a_finished_job_reach_the_sinks_once(sweep):
 def test_a_running_job_is_not_delivered(sweep):
     out, plan, ref = sweep
     got: list[Path] = []
-    done = finish(SlurmBackend(runner=RUNNING, poll_s=0.01), out, [got.append], timeout_s=0.05)
+    done = finish(SlurmBackend(runner=RUNNING, poll_s=0.01), out, [lambda c: got.append(c.out_dir)], timeout_s=0.05)
     assert done.still_active == ("t",) and got == []
     assert not (out / "t" / "verdict.json").exists()
 
@@ -70,7 +70,7 @@ def test_a_case_queued_again_is_collected_again_then_delivered_once(sweep, monke
     monkeypatch.setattr(backend_mod, "retry_infra", retry)
     got: list[Path] = []
     backend = SlurmBackend(runner=ENDED, poll_s=0.01, retry_infra=1)
-    done = finish(backend, out, [got.append])
+    done = finish(backend, out, [lambda c: got.append(c.out_dir)])
     assert retries == [1, 1] and done.finished and got == [out]
     assert backend.state(out) == {"t": "done"}
 
@@ -80,7 +80,7 @@ def test_collect_wait_of_the_cli_calls_its_sinks_once(sweep, monkeypatch, capsys
     finished_arms(out / "t")
     got: list[Path] = []
     monkeypatch.setattr(submit_cmd, "SlurmBackend", functools.partial(SlurmBackend, runner=ENDED))
-    monkeypatch.setattr(submit_cmd, "sweep_sinks", lambda args: [got.append])
+    monkeypatch.setattr(submit_cmd, "sweep_sinks", lambda args: [lambda c: got.append(c.out_dir)])
     assert main(["collect", str(out), "--wait", "--poll-s", "0.01"]) == 0
     assert got == [out.resolve()]
     got.clear()  # a plain collect of the finished sweep is a finished collection too
