@@ -2,8 +2,9 @@
 # Megatron-LM's own pretrain_gpt.py under the harness on one GPU, from the repository root:
 #     bash bench/megatron_gpu.sh
 # runs cases/megatron/pretrain-gpt-tiny.yaml (a tiny GPT on Megatron's mock data, Megatron's local
-# transformer layers: no Transformer Engine, no apex; eager, its repeat, and the graph arm with
-# --cuda-graph-impl local, compared bitwise) through `python3 -m harness run`, then the gate.
+# transformer layers: no Transformer Engine, no apex; eager, its repeat, the graph arm with
+# --cuda-graph-impl local, and eager-resumed: saved at iteration 10, exited, loaded, on to 20;
+# compared bitwise) through `python3 -m harness run`, then the gate.
 #
 # Needs (bench/megatron_fetch.md says how): the Megatron-LM sources in .megatron/ (git-ignored:
 # carry it), the harness's own packages importable (pydantic, submitit: the .whl folder, as for
@@ -12,8 +13,10 @@
 # pybind11 and a C++ compiler (Megatron's dataset index helpers are C++, built here once).
 #
 # Writes to $OUT (default ./gpu-logs): megatron_gpu.log (everything printed), megatron.md (the
-# figures: per arm its steps, losses, step time, memory; the verdict's pairs), megatron.tgz (the
-# sweep: records, verdict, reports, every arm's log.txt and TensorBoard files). Exit code: the
+# figures: per arm its steps, losses, step time, memory; the verdict's pairs and the resume
+# pair's checks), megatron_resume.md (per iteration, eager vs eager-resumed from both Megatron's
+# TensorBoard scalars and its log lines: bench/resume_series.py), megatron.tgz (the sweep:
+# records, verdict, reports, every arm's log.txt and TensorBoard files; no checkpoints). Exit code: the
 # gate's (0 pass, 1 a check failed, 2 errors), 2 when something it needs is missing.
 set -o pipefail
 cd "$(dirname "$0")/.."
@@ -108,9 +111,14 @@ for pair in verdict["pairs"]:
     lines.append(f"* {pair['pair']}: {pair['status']}"
                  + (f" (failed: {', '.join(failed)})" if failed else "")
                  + (f" ({pair['error']})" if pair.get("error") else ""))
+    if pair["contract"] == "resume":
+        lines += [f"  * {c['name']}: {'n/a' if not c['applicable'] else 'pass' if c['passed'] else 'FAIL'}"
+                  f": {c['detail']}" for c in pair["checks"]]
 out.write_text("\n".join(lines) + "\n")
 print(out.read_text())
 EOF
-tar -czf "$OUT/megatron.tgz" -C "$(dirname "$SWEEP")" "$(basename "$SWEEP")"
+$PY bench/resume_series.py "$(dirname "$(ls "$SWEEP"/*/plan.json | head -1)")" \
+    --out "$OUT/megatron_resume.md" 2>&1 | tee -a "$LOG"
+tar -czf "$OUT/megatron.tgz" --exclude=ckpt -C "$(dirname "$SWEEP")" "$(basename "$SWEEP")"
 say "gate exit $gate_rc; the sweep in $OUT/megatron.tgz"
 exit $gate_rc

@@ -43,9 +43,11 @@ from harness.compare import (
 )
 from harness.errors import CaseError
 from harness.metrics import source_fields
+from harness.spec.command import checkpoint_named
 from harness.spec.comparisons import settings_of
 from harness.spec.derive import ArmSpec, derive_arm_case, has_graph_arms
 from harness.spec.names import (
+    REPEAT_ROLE,
     DCP,
     EAGER,
     FIXED_CP,
@@ -53,6 +55,7 @@ from harness.spec.names import (
     GRAPH_FIXED_CP,
     REFERENCE,
     REPEAT_SUFFIX,
+    RESUME,
     SEPARATE_POOLS,
 )
 from harness.spec.schema import ArmCase, Case
@@ -161,12 +164,35 @@ def plan_case(case: Case) -> CasePlan:
         if emulated:  # its arm checks, with the loss sanity checks not applicable
             pairs.append(emulated_pair(Pair(ARM_CHECKS_PAIR, ARM_CHECKS_CONTRACT, tuple(names)),
                                        world))
+    if case.command is not None:
+        unused_role_problem(case, [planner.spec_of(n) for n in names])
     arms = tuple(PlannedArm(name=n, kind=planner.spec_of(n).kind, case=planner.case_of(n),
                             world_size=planner.case_of(n).layout.world,
                             ranks=_ranks(planner.case_of(n)), repeat=planner.spec_of(n).repeat)
                  for n in names)
     return CasePlan(case=case, case_hash=case_hash(case.model_dump(mode="json")),
                     source=str(Path(case.source).resolve()), arms=arms, pairs=tuple(pairs))
+
+
+def unused_role_problem(case: Case, specs: Sequence[ArmSpec]) -> None:
+    """A CaseError naming a ``command.arms`` role no planned arm runs: its arguments would be
+    ignored in silence (e.g. ``fixed-cp`` beside ``graph``: ``dcp_vs_fixed_cp`` then compares
+    the graph arms, ``graph`` against ``graph-fixed-cp<N>``)."""
+    assert case.command is not None
+    used = {s.kind for s in specs} | ({REPEAT_ROLE} if any(s.repeat for s in specs) else set())
+    for role in case.command.arms:
+        if role in used:
+            continue
+        hint = ""
+        if role == FIXED_CP and GRAPH in case.command.arms:
+            hint = (": with command.arms.graph, compare.dcp_vs_fixed_cp compares the graph arms "
+                    "(graph against graph-fixed-cp<N>): give its arguments as "
+                    "command.arms.graph-fixed-cp, or drop them")
+        elif role == FIXED_CP:
+            hint = ": compare.dcp_vs_fixed_cp runs it"
+        raise CaseError(f"no arm of this case runs the '{role}' role, so its arguments would be "
+                        f"ignored{hint or ' (drop them, or add the comparison that runs it)'}",
+                        file=case.source, case=case.id, field=f"command.arms.{role}")
 
 
 def command_pair(pair: Pair, case: Case) -> Pair:
@@ -179,14 +205,21 @@ def command_pair(pair: Pair, case: Case) -> Pair:
     metrics = case.command.metrics
     has = source_fields(metrics)
     source = f"command.metrics.source {metrics.source}"
-    why = {name: f"the command's metrics ({source}) have no {name.replace('_', ' ')}: map its "
-                 f"tag or log key in command.metrics.tags to have it checked"
-           for name in ("aux_loss", "grad_norm") if name not in has}
+    resume = pair.contract == RESUME  # its checks of Megatron's averaged log line too
+    why = {check: f"the command's metrics ({source}) have no {name.replace('_', ' ')}: map "
+                  f"its tag or log key in command.metrics.tags to have it checked"
+           for name in ("aux_loss", "grad_norm") if name not in has
+           for check in (name, f"{name}_first_interval") if resume or check == name}
     judged = JUDGED.get(pair.contract)
     if "graph_stats" not in has and judged is not None:
         for name in judged.capture_checks:
             why[name] = (f"the command's metrics ({source}) carry no CUDA-graph capture "
                          "statistics (harness.metrics.StepRecorder records them: graph_stats=)")
+    if pair.contract == RESUME and not checkpoint_named(case.command):
+        why["loaded_checkpoint"] = (
+            f"the case names no command.resume.iteration_file (e.g. Megatron's "
+            f"latest_checkpointed_iteration.txt) and its metrics ({source}) name no checkpoint "
+            f"step (the record API's checkpoint_step=)")
     for arm_name in pair.arms:
         why[f"{arm_name}.packing"] = ("a command packs its own batches; the packing rule is the "
                                       "built-in workload's")

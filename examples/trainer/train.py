@@ -9,10 +9,21 @@ rank, tags ``lm loss``, ``z_loss`` (an auxiliary loss), ``grad-norm``, ``learnin
 ``iteration N/ M | ... | lm loss: ... |`` log line on the last rank. It knows nothing of the
 harness.
 
+Checkpoints as Megatron-LM's: ``--save DIR --save-interval N`` saves every N iterations
+(``DIR/iter_000000N/rank<r>.pt``: model, optimizer, LR scheduler, iteration) and writes the
+iteration to ``DIR/latest_checkpointed_iteration.txt``; ``--exit-interval N`` exits after
+iteration N; ``--load DIR`` starts from the iteration that file names.
+
 ``--cuda-graph-impl local`` runs each step through static input buffers, as a captured CUDA
 graph would (on the CPU the same arithmetic: a graph-vs-eager pair is bitwise). ``--fault
 graph-drift`` is a seeded fault of that path (the weights drift after step 2): the harness's
-verdict must fail it.
+verdict must fail it. Seeded faults of the resume (for the harness's resume pair):
+``resume-from-zero`` ignores ``--load`` (trains from iteration 1 again), ``resume-no-optimizer``
+saves no optimizer or scheduler state (the loaded run starts them afresh), ``resume-early-save``
+saves one iteration before its save interval (the loaded run resumes from the wrong checkpoint).
+``TRAINER_LR_SCALE`` in the environment scales the learning rate (a drift an inherited
+environment variable causes, as ``NCCL_ALGO`` or a framework's flag can: the harness records
+it and its repro line sets it).
 
     RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python train.py --train-iters 4
 """
@@ -42,7 +53,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--tensorboard-dir", default=None)
     p.add_argument("--log-interval", type=int, default=1)
     p.add_argument("--cuda-graph-impl", choices=("none", "local"), default="none")
-    p.add_argument("--fault", choices=("none", "graph-drift", "nan"), default="none")
+    p.add_argument("--save", default=None)
+    p.add_argument("--load", default=None)
+    p.add_argument("--save-interval", type=int, default=None)
+    p.add_argument("--exit-interval", type=int, default=None)
+    p.add_argument("--fault", choices=("none", "graph-drift", "nan", "resume-from-zero",
+                                       "resume-no-optimizer", "resume-early-save"),
+                   default="none")
     return p.parse_args()
 
 
@@ -96,6 +113,42 @@ class Step:
         return float(losses[0]) / world, float(losses[1]) / world, float(norm)
 
 
+TRACKER = "latest_checkpointed_iteration.txt"  # Megatron-LM's name
+
+
+def save_checkpoint(args: argparse.Namespace, iteration: int, rank: int, model: TinyLM,
+                    opt: torch.optim.Optimizer, sched: torch.optim.lr_scheduler.LRScheduler) -> None:
+    """This rank's state after ``iteration``; rank 0 then names the iteration in the tracker."""
+    folder = os.path.join(args.save, f"iter_{iteration:07d}")
+    os.makedirs(folder, exist_ok=True)
+    state = {"iteration": iteration, "model": model.state_dict()}
+    if args.fault != "resume-no-optimizer":
+        state.update(optimizer=opt.state_dict(), scheduler=sched.state_dict())
+    torch.save(state, os.path.join(folder, f"rank{rank}.pt"))
+    dist.barrier()
+    if rank == 0:
+        tmp = os.path.join(args.save, TRACKER + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(f"{iteration}\n")
+        os.replace(tmp, os.path.join(args.save, TRACKER))
+
+
+def load_checkpoint(args: argparse.Namespace, rank: int, model: TinyLM,
+                    opt: torch.optim.Optimizer, sched: torch.optim.lr_scheduler.LRScheduler) -> int:
+    """The iteration the checkpoint in ``--load`` holds, its state loaded (0: none there)."""
+    tracker = os.path.join(args.load, TRACKER)
+    if args.fault == "resume-from-zero" or not os.path.exists(tracker):
+        return 0
+    with open(tracker, encoding="utf-8") as f:
+        iteration = int(f.read().split()[0])
+    state = torch.load(os.path.join(args.load, f"iter_{iteration:07d}", f"rank{rank}.pt"))
+    model.load_state_dict(state["model"])
+    if "optimizer" in state:
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+    return int(state["iteration"])
+
+
 def log_line(iteration: int, args: argparse.Namespace, elapsed_s: float, lr: float,
              loss: float, z_loss: float, grad_norm: float, nan: int) -> str:
     """Megatron-LM's training_log line, field for field."""
@@ -115,7 +168,8 @@ def main() -> None:
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True)
     model = TinyLM(args.vocab_size, args.hidden_size)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    opt = torch.optim.AdamW(model.parameters(),
+                            lr=args.lr * float(os.environ.get("TRAINER_LR_SCALE", "1")))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 2))
     graphed = args.cuda_graph_impl == "local"
     step = Step(model, opt, graphed, (args.global_batch_size // world, args.seq_length + 1))
@@ -125,7 +179,10 @@ def main() -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         writer = SummaryWriter(log_dir=args.tensorboard_dir)
-    for iteration in range(1, args.train_iters + 1):
+    start = load_checkpoint(args, rank, model, opt, sched) if args.load else 0
+    if start:
+        print(f" loaded checkpoint from {args.load} at iteration {start}", flush=True)
+    for iteration in range(start + 1, args.train_iters + 1):
         started = time.perf_counter()
         lr = opt.param_groups[0]["lr"]
         loss, z_loss, grad_norm = step(batch(args, iteration, rank, world), world)
@@ -146,6 +203,12 @@ def main() -> None:
         if last and iteration % args.log_interval == 0:
             print(log_line(iteration, args, elapsed, lr, loss, z_loss, grad_norm,
                            int(not math.isfinite(loss))), flush=True)
+        every = args.save_interval
+        if args.save and every and (iteration + (args.fault == "resume-early-save")) % every == 0:
+            save_checkpoint(args, iteration, rank, model, opt, sched)
+        if args.exit_interval and iteration % args.exit_interval == 0:
+            print(f" exiting program at iteration {iteration}", flush=True)
+            break
     if writer is not None:
         writer.close()
     dist.barrier()  # no rank tears gloo down while a peer still talks to it (abort at exit)

@@ -10,8 +10,10 @@ from rich.table import Table
 
 from harness.cli.selection import add_emulate_argument, selected_plans
 from harness.launch.datacheck import packed_steps
+from harness.metrics import reader_missing
 from harness.report import make_console
 from harness.spec import Case
+from harness.spec.schema import MetricsSource
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -72,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
     make_console().print(table)
     if getattr(args, "memory", False):
         print("\n".join(memory_section(case) for case in cases))
+    for line in reader_warnings(cases):
+        print(line)
     return 0
 
 
@@ -84,3 +88,14 @@ def memory_section(case: Case) -> str:
         return case_text(predict_case(case))
     except MemoryPlanError as e:
         return f"memory of {case.id}: no memory plan ({e})"
+
+
+def reader_warnings(cases: list[Case]) -> list[str]:
+    """A warning per command case whose metrics reader is not installed here (TensorBoard's:
+    the optional extra), which ``run`` would otherwise find only after the command ran."""
+    tb = [c.id for c in cases if c.command is not None
+          and c.command.metrics.source is MetricsSource.TENSORBOARD]
+    missing = reader_missing() if tb else None
+    if missing is None:
+        return []
+    return [f"warning: {', '.join(tb)}: command.metrics.source tensorboard, but {missing}"]

@@ -52,7 +52,8 @@ def step_series(steps: Steps, key: str, rank: Optional[int] = None) -> dict[int,
     return out
 
 
-def _same_bits(a: float, b: float) -> bool:
+def same_bits(a: float, b: float) -> bool:
+    """Bitwise the same float (NaN equal to NaN)."""
     if math.isnan(a) and math.isnan(b):
         return True
     return struct.pack("<d", a) == struct.pack("<d", b)
@@ -100,8 +101,8 @@ def compare_series(
         if a is None or b is None:
             ratio, diff = math.inf, math.inf
         elif tol is None:
-            diff = 0.0 if _same_bits(a, b) else (abs(a - b) if not math.isnan(a - b) else math.inf)
-            ratio = 0.0 if _same_bits(a, b) else math.inf
+            diff = 0.0 if same_bits(a, b) else (abs(a - b) if not math.isnan(a - b) else math.inf)
+            ratio = 0.0 if same_bits(a, b) else math.inf
         else:
             diff = abs(a - b) if not math.isnan(a - b) else math.inf
             allowed = (tol.max_abs or 0.0) + (tol.max_rel or 0.0) * abs(b)

@@ -13,6 +13,7 @@ and writes the reports; a Slurm job's task reads ``load_plan``, ``collect`` call
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import threading
@@ -44,6 +45,7 @@ from harness.results import (
     ResultsError,
     SweepStart,
     add_to_manifest,
+    inherited,
     read_json,
     write_json_atomic,
     write_outcome,
@@ -87,6 +89,8 @@ def sweep_start(command: str, cases: Sequence[Case], gpus: int, *, paths: Sequen
                       paths=tuple(str(p) for p in paths), k=k,
                       tags=tuple(tags) if tags is not None else None, emulate_ranks=emulate_ranks,
                       host=socket.gethostname(), gpus=gpus, cases=tuple(c.id for c in cases),
+                      environment=inherited(os.environ, [n for c in cases if c.command is not None
+                                                         for n in c.command.secret_env]),
                       code=code_versions({c.id: code_folder(c) for c in cases}))
 
 

@@ -19,10 +19,10 @@ from .megatron_log import LOG_KEYS, read_megatron_log
 from .recorder import (METRICS_DIR_ENV, GraphStats, MemoryProbe, StepRecorder, cuda_memory,
                        memory_probe, pool_bytes)
 from .series import StepMetrics, rank_records, step_record
-from .sources import (DEFAULT_PATHS, READERS, JsonLinesReader, MegatronLogReader, SourceReader,
-                      TensorBoardReader, read_source, reader_of, source_fields, source_path,
-                      stale_files)
-from .tensorboard import TB_TAGS, event_files, read_tensorboard
+from .sources import (DEFAULT_PATHS, READERS, JsonLinesReader, MegatronLogReader, SourceMark,
+                      SourceReader, TensorBoardReader, read_between, read_source, reader_of,
+                      source_fields, source_mark, source_path, stale_files)
+from .tensorboard import TB_TAGS, event_files, read_tensorboard, reader_missing
 
 __all__ = [
     "DEFAULT_PATHS", "JsonLinesReader", "LOG_KEYS", "MegatronLogReader", "READERS",
@@ -30,4 +30,5 @@ __all__ = [
     "MetricsError", "StepMetrics", "StepRecorder", "cuda_memory", "event_files", "memory_probe",
     "pool_bytes", "rank_records", "read_jsonl", "read_megatron_log", "read_source", "reader_of",
     "read_tensorboard", "source_fields", "source_path", "stale_files", "step_record",
+    "SourceMark", "source_mark", "reader_missing", "read_between",
 ]

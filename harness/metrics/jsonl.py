@@ -8,24 +8,28 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 from harness.results import ResultsError, StepRecord, decode_nonfinite
 
 from .errors import MetricsError
 
 
-def read_jsonl(path: Path) -> list[StepRecord]:
-    """The step records of one JSON-lines file, in file order (see the module doc)."""
+def read_jsonl(path: Path, start: int = 0, end: Optional[int] = None) -> list[StepRecord]:
+    """The step records of one JSON-lines file, in file order (see the module doc); only the
+    bytes from ``start`` to ``end`` (what one run of several wrote)."""
     path = Path(path)
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise MetricsError(path, f"cannot read it: {exc.strerror or exc}") from None
+    first = data[:start].count(b"\n") + 1
+    data = data[start:end]
     lines = data.split(b"\n")
     if lines and lines[-1] != b"":
         lines = lines[:-1]  # torn: no newline after it
     out: list[StepRecord] = []
-    for lineno, raw in enumerate(lines, start=1):
+    for lineno, raw in enumerate(lines, start=first):
         if not raw.strip():
             continue
         try:

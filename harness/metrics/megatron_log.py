@@ -86,17 +86,17 @@ def _memory(match: re.Match[str], path: Path, line: int) -> dict[str, float]:
 
 
 def read_megatron_log(path: Path, keys: Optional[Mapping[str, str]] = None,
-                      start: int = 0) -> StepMetrics:
+                      start: int = 0, end: Optional[int] = None) -> StepMetrics:
     """The steps of one log file (see the module doc); ``keys``: field -> printed key (default
     :data:`LOG_KEYS`); ``start``: the byte offset the run's lines begin at (a log appended to by
-    an earlier run). A MetricsError naming the file (and line) for one that cannot be read."""
+    an earlier run); ``end``: where they end (None: the end of the file). A MetricsError naming the file (and line) for one that cannot be read."""
     path = Path(path)
     keys = dict(LOG_KEYS if keys is None else keys)
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise MetricsError(path, f"cannot read the log: {exc.strerror or exc}") from None
-    text = data[start:].decode("utf-8", errors="replace")
+    text = data[start:end].decode("utf-8", errors="replace")
     first = data[:start].count(b"\n") + 1
     metrics = StepMetrics()
     seen: dict[int, int] = {}

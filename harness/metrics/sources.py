@@ -164,3 +164,59 @@ def read_source(spec: MetricsSpec, arm_dir: Path, ranks: Sequence[int], platform
     run's lines begin in the arm's log)."""
     reader = reader_of(spec)
     return reader.read(arm_dir, ranks, platform, reader.path if path is None else path, log_start)
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceMark:
+    """How far a source was written when a run began, for a source two runs write (the two runs
+    of a resumed arm): the log's size, the event files already there, each per-rank file's
+    size (file name -> bytes)."""
+
+    log_bytes: int = 0
+    event_files: frozenset[str] = frozenset()
+    sizes: tuple[tuple[str, int], ...] = ()
+
+
+def source_mark(spec: MetricsSpec, arm_dir: Path, path: str, ranks: Sequence[int]) -> SourceMark:
+    """How far ``spec``'s source of the arm in ``arm_dir`` is written now (:class:`SourceMark`)."""
+    arm_dir = Path(arm_dir)
+    if spec.source is MetricsSource.TENSORBOARD:
+        return SourceMark(event_files=frozenset(p.name for p in event_files(arm_dir / path)))
+    if spec.source is MetricsSource.MEGATRON_LOG:
+        log = arm_dir / path
+        return SourceMark(log_bytes=log.stat().st_size if log.is_file() else 0)
+    files = dict.fromkeys(arm_dir / path.replace("{rank}", str(r)) for r in ranks)
+    return SourceMark(sizes=tuple((str(f), f.stat().st_size) for f in files if f.is_file()))
+
+
+def read_between(spec: MetricsSpec, arm_dir: Path, ranks: Sequence[int], platform: Optional[str],
+                 path: str, since: SourceMark, until: Optional[SourceMark] = None
+                 ) -> dict[int, list[StepRecord]]:
+    """Rank -> step records of what one run wrote to ``spec``'s source, between the marks
+    ``since`` and ``until`` (None: to the end): the event files it added, the log's lines, each
+    per-rank file's bytes (a file smaller than at ``since`` was written afresh: all of it)."""
+    reader = reader_of(spec)
+    arm_dir = Path(arm_dir)
+    if spec.source is MetricsSource.TENSORBOARD:
+        metrics = read_tensorboard(arm_dir / path, reader.tag_map(), skip=since.event_files,
+                                   only=until.event_files if until is not None else None)
+        return rank_records(metrics, ranks, platform)
+    if spec.source is MetricsSource.MEGATRON_LOG:
+        target = arm_dir / path
+        if not target.is_file():
+            raise MetricsError(target, "no log here: the command wrote none")
+        metrics = read_megatron_log(target, reader.tag_map(), start=since.log_bytes,
+                                    end=until.log_bytes if until is not None else None)
+        return rank_records(metrics, ranks, platform)
+    out = {}
+    for rank in ranks:
+        file = arm_dir / path.replace("{rank}", str(rank))
+        if not file.is_file():
+            raise MetricsError(file, f"no metrics file for rank {rank}: the command wrote none")
+        size = file.stat().st_size
+        start = dict(since.sizes).get(str(file), 0)
+        start = start if start <= size else 0
+        end = dict(until.sizes).get(str(file), 0) if until is not None else None
+        out[rank] = [r if r.platform is not None else dataclasses.replace(r, platform=platform)
+                     for r in read_jsonl(file, start, end)]
+    return out

@@ -15,7 +15,7 @@ TensorBoard is the optional extra ``tensorboard`` (``pip install 'dcp-harness[te
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import AbstractSet, Any, Mapping, Optional
 
 from .errors import MetricsError
 from .series import StepMetrics
@@ -41,6 +41,15 @@ def _accumulator_class() -> Any:
     return EventAccumulator
 
 
+def reader_missing() -> Optional[str]:
+    """Why TensorBoard's reader cannot be used here (the extra is not installed), or None."""
+    try:
+        _accumulator_class()
+    except MetricsError as exc:
+        return exc.message
+    return None
+
+
 def event_files(folder: Path) -> list[Path]:
     """The event files of ``folder``, by name (their names start with the time they were made)."""
     return sorted(p for p in Path(folder).glob(EVENT_GLOB) if p.is_file())
@@ -59,13 +68,17 @@ def _scalars(path: Path) -> dict[str, dict[int, float]]:
     return out
 
 
-def read_tensorboard(folder: Path, tags: Optional[Mapping[str, str]] = None) -> StepMetrics:
+def read_tensorboard(folder: Path, tags: Optional[Mapping[str, str]] = None,
+                     skip: AbstractSet[str] = frozenset(),
+                     only: Optional[AbstractSet[str]] = None) -> StepMetrics:
     """The steps of the event files of ``folder`` (see the module doc); ``tags``: field -> tag
-    (default :data:`TB_TAGS`). A MetricsError naming the folder when it holds no event file or
-    none holds the loss's tag (the tags found are listed)."""
+    (default :data:`TB_TAGS`); ``skip`` / ``only``: file names left out / the only ones read
+    (one run of a folder two runs write). A MetricsError naming the folder when it holds no
+    such event file or none holds the loss's tag (the tags found are listed)."""
     folder = Path(folder)
     tags = dict(TB_TAGS if tags is None else tags)
-    files = event_files(folder)
+    files = [f for f in event_files(folder)
+             if f.name not in skip and (only is None or f.name in only)]
     if not files:
         raise MetricsError(folder, f"no TensorBoard event file ({EVENT_GLOB}) here: the command "
                                    "wrote none (is its --tensorboard-dir this folder?)")

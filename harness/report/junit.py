@@ -18,9 +18,9 @@ import re
 import socket
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
-from typing import Optional
+from typing import Optional, Sequence
 
-from .load import SweepView
+from .load import ArmView, CaseView, SweepView
 from .text import arm_causes, arm_report, check_line, failed_names, pair_arms
 
 # Characters XML 1.0 forbids (control characters other than tab/newline/CR, surrogates, FFFE/FFFF).
@@ -36,6 +36,18 @@ def xml_text(text: str) -> str:
 def _short(text: str, limit: int = 500) -> str:
     text = " ".join(xml_text(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def error_type(case: CaseView, arms: Sequence[Optional[ArmView]]) -> str:
+    """The JUnit type of an errored entry: ``CommandFailed`` / ``CommandTimeout`` when a command
+    case's own command failed or ran past its limit (the user's program, not the harness),
+    else ``HarnessError``."""
+    if case.case is None or not case.case.get("command"):
+        return "HarnessError"
+    statuses = {a.outcome.status for a in arms if a is not None and a.outcome is not None}
+    if "failed" in statuses:
+        return "CommandFailed"
+    return "CommandTimeout" if "timeout" in statuses else "HarnessError"
 
 
 def render_junit(sweep: SweepView, timestamp: Optional[datetime] = None) -> bytes:
@@ -77,7 +89,7 @@ def render_junit(sweep: SweepView, timestamp: Optional[datetime] = None) -> byte
             el.text = xml_text("\n".join(body))
         elif p.status == "error":
             # The causes first: a long error text is cut to fit the message.
-            el = ET.SubElement(tc, "error", type="HarnessError", message=_short(mark(
+            el = ET.SubElement(tc, "error", type=error_type(case, arms), message=_short(mark(
                 "; ".join(arm_causes(case, p)) or p.error or "error")))
             el.text = xml_text(mark(p.error or "error"))
         elif p.status == "skipped":

@@ -11,7 +11,8 @@ Modules, one job each (this package is a leaf: no torch, no launch, no workload)
   parsed through pydantic; ``field_of`` reads a field named by a string;
 * ``steps``: the step store (``StepWriter`` appends durably per step, ``read_steps``);
 * ``outcome``: how an arm's run ended (``ArmOutcome``, ``write_outcome``, ``read_outcome``);
-* ``typed``: ``read_typed``, the one way a stored record is read (pydantic; a bad field named).
+* ``typed``: ``read_typed``, the one way a stored record is read (pydantic; a bad field named);
+* ``inherited_env``: the environment a command inherits, recorded (redacted) and replayed.
 
 Every name other code uses is importable from ``harness.results`` itself.
 """
@@ -32,6 +33,14 @@ from .files import (
     write_bytes_atomic,
     write_json_atomic,
     write_text_atomic,
+)
+from .inherited_env import (
+    ARM_ENV_FILE,
+    differences,
+    inherited,
+    read_arm_env,
+    replayable,
+    write_arm_env,
 )
 from .typed import read_json_record, read_typed, record_json, write_json_record
 from .manifest import (
@@ -86,4 +95,5 @@ __all__ = [
     "file_mode", "list_arm_dirs", "parse_step_line", "rank_file", "rank_files", "read_json",
     "read_json_record", "read_noting", "read_typed", "record_json", "read_outcome", "read_rank_file", "read_steps", "write_bytes_atomic",
     "write_json_atomic", "write_json_record", "write_outcome", "write_text_atomic",
+    "ARM_ENV_FILE", "differences", "inherited", "read_arm_env", "replayable", "write_arm_env",
 ]

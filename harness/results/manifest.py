@@ -61,6 +61,9 @@ class SweepStart(_Frozen):
     host: str = ""
     gpus: int = Field(default=0, ge=0)  # CUDA GPUs the launcher saw (submit: the profile's per node)
     cases: tuple[str, ...] = ()  # the case ids this invocation selected
+    # The environment it ran in, less the shell session's variables, secrets redacted
+    # (``inherited_env.inherited``): what a command inherits beyond its case.
+    environment: dict[str, str] = {}
     # The code under test (``harness.results.code``): per repository its commit and local changes;
     # () in a manifest written before it was recorded.
     code: tuple[CodeVersion, ...] = ()

@@ -27,13 +27,16 @@ from typing import Iterable, Mapping, Optional
 
 from harness.spec.names import FIXED_CP_KINDS, REPEAT_ROLE
 from harness.spec.problems import Loc, Problem
-from harness.spec.schema import BaseCase, CommandSpec, RankStart
+from harness.spec.schema import BaseCase, CommandSpec, MetricsSource, RankStart
 
 PLACEHOLDERS = ("arm_dir", "steps", "world_size", "seed", "case_dir", "nnodes", "nproc_per_node",
-                "fixed_cp", "master_addr", "master_port", "node_rank")
+                "fixed_cp", "master_addr", "master_port", "node_rank", "stop")
 FIXED_CP_ROLES = FIXED_CP_KINDS
 # A launcher's rendezvous (ranks: launcher); a rank started by the harness has it in its environment.
 LAUNCHER_PLACEHOLDERS = ("master_addr", "master_port", "node_rank")
+# The two runs of a ``-resumed`` arm: the arguments command.resume adds to each.
+RESUME_LEGS = ("save", "load")
+RESUME_ROLE = "resume"  # the role of command.resume's texts (where {stop} may be)
 
 
 def _at(field: str) -> Loc:
@@ -64,10 +67,28 @@ def role_args(command: CommandSpec, kind: str, repeat: bool) -> list[str]:
                                                  else [])
 
 
-def arm_argv(command: CommandSpec, kind: str, repeat: bool, values: Mapping[str, object]
-             ) -> list[str]:
-    """The full argument vector of one arm, its placeholders filled."""
-    return [fill(a, values) for a in list(command.argv) + role_args(command, kind, repeat)]
+def leg_args(command: CommandSpec, leg: Optional[str]) -> list[str]:
+    """The arguments one run of a ``-resumed`` arm adds: ``command.resume.save`` for its first
+    run (``leg="save"``), ``load`` for its second; none for an arm run once (``leg=None``)."""
+    if leg is None:
+        return []
+    assert command.resume is not None and leg in RESUME_LEGS
+    return list(getattr(command.resume, leg))
+
+
+def arm_argv(command: CommandSpec, kind: str, repeat: bool, values: Mapping[str, object],
+             leg: Optional[str] = None) -> list[str]:
+    """The full argument vector of one arm (of one run of a ``-resumed`` arm: ``leg``), its
+    placeholders filled."""
+    return [fill(a, values) for a in list(command.argv) + role_args(command, kind, repeat)
+            + leg_args(command, leg)]
+
+
+def checkpoint_named(command: CommandSpec) -> bool:
+    """Whether a ``-resumed`` arm of ``command`` can say which step its loaded checkpoint holds:
+    ``command.resume.iteration_file``, or records that carry it (``checkpoint_step``)."""
+    named = command.resume is not None and command.resume.iteration_file is not None
+    return named or command.metrics.source in (MetricsSource.JSONL, MetricsSource.RECORD)
 
 
 def built_in_only(field: str, why: str) -> Problem:
@@ -86,6 +107,12 @@ def _texts(cmd: CommandSpec) -> Iterable[tuple[str, Optional[str], str]]:
             yield f"command.arms.{role}.{i}", role, a
     if cmd.metrics.path is not None:
         yield "command.metrics.path", None, cmd.metrics.path
+    if cmd.resume is not None:
+        for leg in RESUME_LEGS:
+            for i, a in enumerate(getattr(cmd.resume, leg)):
+                yield f"command.resume.{leg}.{i}", RESUME_ROLE, a
+        if cmd.resume.iteration_file is not None:
+            yield "command.resume.iteration_file", RESUME_ROLE, cmd.resume.iteration_file
 
 
 def _placeholder_problems(cmd: CommandSpec) -> list[Problem]:
@@ -103,11 +130,35 @@ def _placeholder_problems(cmd: CommandSpec) -> list[Problem]:
             elif name == "fixed_cp" and role not in FIXED_CP_ROLES:
                 problems.append(Problem(_at(field), "{fixed_cp} is the CP size of a fixed-CP "
                                         "arm: use it in command.arms.fixed-cp (or graph-fixed-cp)"))
+            elif name == "stop" and role != RESUME_ROLE:
+                problems.append(Problem(_at(field), "{stop} is the step a -resumed arm stops "
+                                        "after (compare.resume.at_step): use it in "
+                                        "command.resume.save or load"))
             elif name in LAUNCHER_PLACEHOLDERS and cmd.ranks is not RankStart.LAUNCHER:
                 problems.append(Problem(_at(field), f"{{{name}}} is a launcher's rendezvous "
                                         "(command.ranks: launcher); with per_rank each rank has "
                                         "MASTER_ADDR, MASTER_PORT and RANK in its environment"))
     return problems
+
+
+def _resume_problems(case: BaseCase) -> list[Problem]:
+    """``compare.resume`` and ``command.resume`` go together: one says which arms are stopped
+    and resumed, the other how the command saves and loads."""
+    cmd = case.command
+    assert cmd is not None
+    compare = getattr(case, "compare", None)
+    if compare is None:  # an arm's case: the pairs are its user case's
+        return []
+    wants = getattr(compare, "resume", None) is not None
+    if wants and cmd.resume is None:
+        return [Problem(_at("command.resume"), "compare.resume stops an arm and resumes it: say "
+                        "how the command saves and loads, e.g. resume: {save: [--save, "
+                        "'{arm_dir}/ckpt', --save-interval, '{stop}', --exit-interval, '{stop}'], "
+                        "load: [--load, '{arm_dir}/ckpt']}")]
+    if cmd.resume is not None and not wants:
+        return [Problem(_at("command.resume"), "no arm is resumed without compare.resume: add "
+                        "compare.resume: {} (or drop command.resume)")]
+    return []
 
 
 def check_command(case: BaseCase) -> list[Problem]:
@@ -120,6 +171,7 @@ def check_command(case: BaseCase) -> list[Problem]:
         ("shapes", "the command decides its own shapes"),
         ("emulate", "a command's ranks cannot be emulated")) if getattr(case, section) is not None]
     problems += _placeholder_problems(cmd)
+    problems += _resume_problems(case)
     clash = sorted(set(cmd.secret_env) & set(cmd.env))
     if clash:
         problems.append(Problem(_at("command.secret_env"), f"{', '.join(clash)} also in "

@@ -148,6 +148,19 @@ class MetricsSpec(Strict):
     tags: Optional[dict[MetricField, str]] = None
 
 
+class CommandResume(Strict):
+    """How a command saves and loads its checkpoint, for the ``-resumed`` arms of
+    ``compare.resume`` (docs/command-cases.md): the first run of such an arm gets ``save`` added
+    (it must save after step ``{stop}``, ``compare.resume.at_step``, and exit), the second
+    ``load`` (it must load that checkpoint and go on to ``train.steps``). ``iteration_file``: a
+    file the command writes naming the iteration its latest checkpoint holds (Megatron's
+    ``latest_checkpointed_iteration.txt``), read between the two runs."""
+
+    save: list[str] = Field(min_length=1)
+    load: list[str] = Field(min_length=1)
+    iteration_file: Optional[str] = Field(default=None, min_length=1)
+
+
 class CommandSpec(Strict):
     """A training command run in place of the built-in workload (docs/command-cases.md).
     ``argv`` is a list (never a shell string); ``{arm_dir}``, ``{steps}``, ``{world_size}``,
@@ -162,6 +175,7 @@ class CommandSpec(Strict):
     ranks: RankStart = RankStart.PER_RANK
     arms: dict[CommandRole, list[str]] = {}
     metrics: MetricsSpec
+    resume: Optional[CommandResume] = None
 
     @field_validator("argv", mode="before")
     @classmethod

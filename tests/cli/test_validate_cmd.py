@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,24 @@ def test_the_steps_preflight_packed_are_shown_where_not_all(
              for line in capsys.readouterr().out.splitlines() if line.startswith("│ ")]
     steps = {row[0]: row[3] for row in cells}
     assert steps == {"long": "100 (1..70 packed)", "wide": "3 (none packed)", "short": "2"}
+
+
+def test_a_tensorboard_command_case_without_the_extra_is_warned_of(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    text = """\
+name: tb
+train: {steps: 2, global_batch: 8, seq_length: 16, lr: 1.0e-3}
+command:
+  argv: [python, train.py]
+  metrics: {source: tensorboard}
+"""
+    (tmp_path / "case.yaml").write_text(text)
+    assert _run([str(tmp_path)]) == 0
+    assert "warning" not in capsys.readouterr().out  # installed here (the test extra)
+    for name in [m for m in sys.modules if m == "tensorboard" or m.startswith("tensorboard.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # as without the extra
+    monkeypatch.setitem(sys.modules, "tensorboard", None)
+    assert _run([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert ("warning: tb: command.metrics.source tensorboard, but reading TensorBoard event "
+            "files needs the tensorboard package: pip install 'dcp-harness[tensorboard]'") in out

@@ -65,7 +65,7 @@ def test_each_emulated_table_part_and_command_rule_has_one_owner() -> None:
                       "memory": "dcp_vs_fixed_cp"}
     assert {n: j.capture_checks for n, j in JUDGED.items() if j.capture_checks} == {
         "graph_vs_eager": ("capture", "variants_replayed")}
-    assert [c.name for c in comparisons() if c.not_for_commands] == ["oracle", "resume", "slot_ring"]
+    assert [c.name for c in comparisons() if c.not_for_commands] == ["oracle", "slot_ring"]
     assert {s.name: s.not_for_commands for s in sections()} == {
         c.name: c.not_for_commands for c in comparisons()}
 

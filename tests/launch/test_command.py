@@ -58,7 +58,9 @@ def test_rendezvous_of_a_rank_and_of_a_launcher(tmp_path):
     assert env == {"NNODES": "1", "NODE_RANK": "1", "NPROC_PER_NODE": "2",
                    "MASTER_ADDR": "node7", "MASTER_PORT": "23456", "PET_NNODES": "1",
                    "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "2", "PET_MASTER_ADDR": "node7",
-                   "PET_MASTER_PORT": "23456"}
+                   "PET_MASTER_PORT": "23456",
+                   # torchrun tees each worker's lines with its rank
+                   "PET_TEE": "3", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]: "}
     cmd = arm_command(plan, plan.arm("graph"), tmp_path / "graph", Rendezvous(master_port=23456),
                       device={})
     assert cmd.argv[:7] == ("python", "-m", "torch.distributed.run", "--nproc-per-node", "2",
@@ -115,9 +117,17 @@ def test_the_repro_line_of_a_launcher_arm_runs_it_on_its_own(tmp_path, repro_nam
 def test_the_megatron_case_runs_pretrain_gpt_eager_its_repeat_and_local_graphs(tmp_path):
     (case,) = load_cases([REPO / "cases" / "megatron" / "pretrain-gpt-tiny.yaml"])
     plan = plan_case(case)
-    assert plan.arm_names == ("eager", "eager-repeat", "graph") and plan.needs_cuda
+    assert plan.arm_names == ("eager", "eager-repeat", "graph", "eager-resumed")
+    assert plan.needs_cuda
     argv = {name: arm_command(plan, plan.arm(name), tmp_path, Rendezvous(), device={}).argv
             for name in plan.arm_names}  # one folder: the arguments alone differ
+    # Megatron's ckpt-resume: the first run saves at 10 and exits, the second loads it.
+    saving = arm_command(plan, plan.arm("eager-resumed"), tmp_path, Rendezvous(), {}, "save")
+    loading = arm_command(plan, plan.arm("eager-resumed"), tmp_path, Rendezvous(), {}, "load")
+    ckpt = str((tmp_path / "ckpt").resolve())
+    assert saving.argv == argv["eager"] + ("--save", ckpt, "--save-interval", "10",
+                                           "--exit-interval", "10")
+    assert loading.argv == argv["eager"] + ("--load", ckpt)
     assert argv["graph"] == argv["eager"] + ("--cuda-graph-impl", "local")
     assert argv["eager"] == argv["eager-repeat"]
     args = dict(zip(argv["eager"], argv["eager"][1:]))
@@ -152,8 +162,8 @@ def test_the_launchers_of_a_two_node_case_run_here_each_as_its_node(tmp_path):
                               gpus=0, repro="")
     log = (tmp_path / "eager" / "log.txt").read_text()
     port = log.split(" x2 port ")[1].split()[0]  # fixed before the start: both use it
-    assert f"[rank 0] args 0 127.0.0.1 {port} env 0 127.0.0.1 {port} 2" in log, log
-    assert f"[rank 1] args 1 127.0.0.1 {port} env 1 127.0.0.1 {port} 2" in log, log
+    assert f"[node 0] args 0 127.0.0.1 {port} env 0 127.0.0.1 {port} 2" in log, log
+    assert f"[node 1] args 1 127.0.0.1 {port} env 1 127.0.0.1 {port} 2" in log, log
     assert outcome.status == "failed" and "wrote no step" in outcome.detail  # it prints no metrics
 
 

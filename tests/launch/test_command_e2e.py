@@ -96,6 +96,9 @@ def test_a_command_that_cannot_run_is_an_error_naming_the_arm(tmp_path: Path, kw
     assert code == 2, text
     (pair,) = _verdict(tmp_path / "out")["pairs"]
     assert pair["status"] == "error" and says in pair["error"], pair["error"]
+    # JUnit says the user's command failed, not the harness
+    junit = (tmp_path / "out" / "junit.xml").read_text()
+    assert '<error type="CommandFailed"' in junit and "HarnessError" not in junit
 
 
 def test_a_launcher_case_runs_torchrun_once_and_passes(tmp_path: Path) -> None:
@@ -107,6 +110,10 @@ def test_a_launcher_case_runs_torchrun_once_and_passes(tmp_path: Path) -> None:
     assert log.count("[launcher] ") >= 2 and "x1 port" in log  # one launcher, its port fixed
     port = log.split("x1 port ")[1].split()[0]
     assert f"--master-port {port} " in log  # the same port in its arguments ({master_port})
+    # torchrun's workers keep their ranks apart under the node's prefix: the last rank's lines
+    # (Megatron's iteration lines) are rank 1's, not the launcher's
+    assert "[node 0] [rank1]:  [" in log and " iteration " in log.split("[node 0] [rank1]:")[-1]
+    assert "[rank 0]" not in log
     assert (arm / "rank1.jsonl").read_text().count("\n") == 4
     outcome = json.loads((arm / "outcome.json").read_text())
     assert "NNODES=1 NODE_RANK=0 NPROC_PER_NODE=2" in outcome["repro"]

@@ -72,6 +72,11 @@ def _chained(first: str, last: str) -> str:
     # torch.distributed's prefix of a rank's traceback (a process group was initialised)
     ("".join(f"[rank1]: {line}\n" for line in TRACEBACK.splitlines()[1:]),
      "ConfigError: " + CONFIG_ERROR.split(": ", 1)[1]),
+    # a process killed by its C++ runtime (gloo's teardown at exit) after its last metric
+    ("iteration 3/3 | lm loss: 4.1 |\nterminate called without an active exception\n",
+     "terminate called without an active exception"),
+    ("terminate called after throwing an instance of 'c10::Error'\n  what():  CUDA error: x\n",
+     "what():  CUDA error: x"),
     ("up 0 of 2\nstep 1/3 loss 4.1\n", ""),  # exited without a word: no cause
     ("", ""),
 ])

@@ -361,7 +361,8 @@ def test_command_cases_submit_status_gate_and_golden_record(tmp_path, capsys):
     assert code == 0, capsys.readouterr().out
     cases = {"command-trainer-tb": ("eager", "eager-repeat", "graph"),
              "command-trainer-log": ("eager", "graph"),
-             "command-trainer-torchrun": ("eager", "graph")}
+             "command-trainer-torchrun": ("eager", "graph"),
+             "command-trainer-resume": ("eager-resumed", "eager")}
     assert set(latest_jobs(out)) == set(cases)
     for cid, arms in cases.items():
         for arm in arms:
@@ -374,6 +375,12 @@ def test_command_cases_submit_status_gate_and_golden_record(tmp_path, capsys):
     assert sorted(e.process for e in ends) == [0, 0, 1, 1]  # each rank in a task of its own
     ends = [e for e in read_events(out / "command-trainer-torchrun") if isinstance(e, ProcessEnd)]
     assert [e.process for e in ends] == [0, 0]  # one launcher (task) per node, per arm
+    ends = [e for e in read_events(out / "command-trainer-resume") if isinstance(e, ProcessEnd)]
+    assert sorted((e.arm, e.leg or 0, e.process) for e in ends) == [  # saved, then loaded
+        ("eager", 0, 0), ("eager", 0, 1), ("eager-resumed", 0, 0), ("eager-resumed", 0, 1),
+        ("eager-resumed", 1, 0), ("eager-resumed", 1, 1)]
+    assert "first run: steps 1-3" in read_outcome(out / "command-trainer-resume" /
+                                                  "eager-resumed").detail
     assert cli("status", out) == 0 and "2/2" in capsys.readouterr().out
     assert gate(out) == 0
     into = tmp_path / "golden"

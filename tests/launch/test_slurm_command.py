@@ -4,6 +4,7 @@ The example trainer (examples/trainer/train.py) is the command, two gloo ranks."
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -106,6 +107,40 @@ def test_per_rank_tasks_run_their_ranks_and_task_0_records_the_metrics(tmp_path)
     assert collected(out) == 0
     files = [p for p in out.rglob("*") if p.is_file()]
     assert not [p for p in files if SECRET in p.read_text(errors="replace")]
+
+
+def test_a_resumed_arm_runs_twice_in_the_job_and_the_resume_pair_judges_it(tmp_path):
+    """The -resumed arm's two runs in one job: every task runs its rank's process of the first
+    run (save after step 2, exit), task 0 reads the iteration file and starts the second (its
+    events say leg 1), then joins both runs' log lines; the second run ignores --load (the
+    trainer's seeded fault), so the resume pair fails on resumed_after, its losses equal."""
+    out, case_dir = command_sweep(
+        tmp_path, {"argv": ["python", str(TRAINER), "--train-iters", "{steps}",
+                            "--fault", "resume-from-zero"],
+                   "resume": {"save": ["--save", "{arm_dir}/ckpt", "--save-interval", "{stop}",
+                                       "--exit-interval", "{stop}"],
+                              "load": ["--load", "{arm_dir}/ckpt"],
+                              "iteration_file": "{arm_dir}/ckpt/latest_checkpointed_iteration.txt"},
+                   "metrics": {"source": "megatron_log", "tags": {"aux_loss": "z_loss"}}},
+        {"resume": {"at_step": 2, "loss": "exact"}})
+    tasks = run_tasks(case_dir, 2)
+    assert all(t.returncode == 0 for t in tasks), [t.stderr[-3000:] for t in tasks]
+    outcome = read_outcome(case_dir / "eager-resumed")
+    assert outcome.ok and "second run: steps 1-3" in outcome.detail, outcome
+    assert "slurm job 41" in outcome.detail and " && " in outcome.repro  # both runs
+    assert [len(s) for s in read_steps(case_dir / "eager-resumed").values()] == [3, 3]
+    ends = [e for e in read_events(case_dir) if isinstance(e, ProcessEnd)
+            and e.arm == "eager-resumed"]
+    assert sorted((e.leg or 0, e.process) for e in ends) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    log = (case_dir / "eager-resumed" / "log.txt").read_text()
+    assert "second run (command.resume.load): loading the checkpoint; the iteration file " \
+           "names step 2" in log
+    assert collected(out) == 1
+    verdict = json.loads((case_dir / "verdict.json").read_text())
+    (pair,) = verdict["pairs"]
+    checks = {c["name"]: c for c in pair["checks"]}
+    assert not checks["resumed_after"]["passed"] and checks["loss"]["passed"]
+    assert checks["loaded_checkpoint"]["passed"]  # the file said 2; the run ignored it
 
 
 def test_a_launcher_case_runs_one_task_per_node(tmp_path):

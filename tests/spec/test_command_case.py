@@ -63,7 +63,17 @@ def test_only_the_contract_with_capture_checks_marks_them(tmp_path: Path) -> Non
     (("compare:\n", "graphs: {}\ncompare:\n"), "graphs", "not a command case's"),
     (("compare:\n", "compare:\n  slot_ring: {microbatches: [2, 4]}\n"), "compare.slot_ring",
      "not a command case's (it runs the built-in graph pool per microbatch count): drop it"),
-    (("compare:\n", "compare:\n  resume: {}\n"), "compare.resume", "not a command case's"),
+    (("compare:\n", "compare:\n  resume: {}\n"), "command.resume",
+     "compare.resume stops an arm and resumes it: say how the command saves and loads"),
+    (("  metrics:", "  resume: {save: [--save], load: [--load]}\n  metrics:"), "command.resume",
+     "no arm is resumed without compare.resume"),
+    (("  metrics:", "  resume: {save: [--exit, '{stop}'], load: [--load]}\n  metrics:"),
+     "command.resume", "compare.resume"),
+    (('"{steps}"]', '"{steps}", --exit-interval, "{stop}"]'), "command.argv.5",
+     "{stop} is the step a -resumed arm stops after"),
+    (("tensorboard}\ncompare:\n", "tensorboard}\n  resume: {save: [--s], load: [--l]}\n"
+      "compare:\n  resume: {at_step: 4}\n"), "compare.resume.at_step",
+     "must resume before the last of the 4 train.steps"),
     (("compare:\n", "compare:\n  reference: {}\n"), "command.arms.reference",
      "compare.reference needs the arguments of this arm role (the single-rank reference arm"),
     (('"{steps}"]', '"{steps}", --master-port, "{master_port}"]'), "command.argv.5",
@@ -96,3 +106,30 @@ def test_a_launchers_arguments_may_name_its_rendezvous(tmp_path: Path) -> None:
                         '"{node_rank}", --master-addr, "{master_addr}"]\n  ranks: launcher')
     (case,) = _load(tmp_path, text)
     assert case.command.ranks.value == "launcher"
+
+
+def test_a_fixed_cp_role_beside_a_graph_role_is_named_not_ignored(tmp_path: Path) -> None:
+    """With command.arms.graph, dcp_vs_fixed_cp compares graph against graph-fixed-cp<N>: a
+    fixed-cp role's arguments would go unused, and the error says which role to give."""
+    for edit, role, says in (
+            (("local]}", "local], fixed-cp: [--cp, '{fixed_cp}']}"), "fixed-cp",
+             "no arm of this case runs the 'fixed-cp' role, so its arguments would be ignored: "
+             "with command.arms.graph"),
+            (("local]}", "local], repeat: [--x]}"), "repeat",
+             "no arm of this case runs the 'repeat' role")):
+        (case,) = _load(tmp_path, BASE.replace(*edit))
+        with pytest.raises(CaseError) as err:
+            plan_case(case)
+        assert err.value.field == f"command.arms.{role}" and says in str(err.value)
+    text = (BASE.replace("resources: {gpus_per_node: 2}",
+                         "resources: {gpus_per_node: 2}\nparallel: {dynamic_cp: [1, 2]}")
+            .replace("lr: 1.0e-3}", "lr: 1.0e-3, max_seqlen_per_rank: 16}")
+            .replace("local]}", "local], graph-fixed-cp: [--cp, '{fixed_cp}'], fixed-cp: [--f]}")
+            .replace("compare:\n", "compare:\n  dcp_vs_fixed_cp: {fixed_cp: 2}\n"))
+    (case,) = _load(tmp_path, text)
+    with pytest.raises(CaseError) as err:
+        plan_case(case)
+    assert err.value.field == "command.arms.fixed-cp"
+    assert "compares the graph arms (graph against graph-fixed-cp<N>)" in str(err.value)
+    (case,) = _load(tmp_path, text.replace(", fixed-cp: [--f]", ""))
+    assert "graph-fixed-cp2" in plan_case(case).arm_names

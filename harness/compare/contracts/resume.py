@@ -9,25 +9,35 @@ independently of it ``loaded_checkpoint`` (the checkpoint that process loaded ho
 its own metadata, ``StepRecord.checkpoint_step``, not by the file name the ranks agreed on); for a
 graph arm also that it captured its graphs again on that step (``recaptured``);
 ``loss_before_stop`` (the two runs are one configuration until the stop), and ``loss``,
-``aux_loss``, ``grad_norm`` on every step after the stop (``exact`` = bitwise)."""
+``aux_loss``, ``grad_norm`` on every step after the stop (``exact`` = bitwise); a series check
+that fails names every step that differs (``differs at steps 12 (a vs b), ...``), so a resume
+whose difference is one logged iteration reads apart from one whose state was lost.
+
+A command case (``command.resume``) runs its ``-resumed`` arm twice, the first run saving after
+step ``at_step`` and exiting, the second loading (``harness.launch.ranks.command_resume``): its
+``resumed_after`` is the step before the second run's first logged iteration, its
+``loaded_checkpoint`` what ``command.resume.iteration_file`` said between the runs (n/a with the
+reason when the case names none and the metrics carry none)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Callable, Mapping, Optional
 
 from pydantic import Field
 
 from harness.results import StepRecord
+from harness.spec.derive import has_graph_arms
 from harness.spec.limits import limit
 from harness.spec.names import EAGER, GRAPH, RESUME, pair_name
 from harness.spec.problems import Problem, at
-from harness.spec.schema import Case, LossBound, Strict
+from harness.spec.schema import Case, LossBound, MetricsSource, Strict
 
 from ..pair import Pair
 from ..registry import Comparison, Judged, Planner, register
 from ..resume_state import state_checks
-from ..series import Steps, series_check_on
+from ..series import Steps, fmt_value, records_of, same_bits, series_check_on, step_series
 from ..verdicts import Check
 
 
@@ -58,9 +68,12 @@ class ResumeContract(Strict):
 
 class ResumePairParams(ResumeContract):
     """A resume pair's settings: the case's ``compare.resume`` plus the step the plan stops
-    the candidate arm after (``at_step``, else half the steps)."""
+    the candidate arm after (``at_step``, else half the steps), and whether its losses come from
+    Megatron's log lines (``megatron_log``: the resumed run's line of step ``after + 2`` may be
+    the mean of its first two iterations, :func:`check_first_interval`)."""
 
     after: int = Field(ge=1)
+    log_lines: bool = False
 
 
 def _first_after(steps: Steps, after: int) -> dict[int, StepRecord]:
@@ -126,6 +139,72 @@ def _recaptured_check(arm: str, steps: Steps, after: int) -> Check:
     return Check("recaptured", float(len(missing)), 0.0, not missing, detail)
 
 
+# How many differing steps a failed series check names (then "and N more").
+_LISTED_STEPS = 8
+
+
+def differing_steps(key: str, data: Mapping[str, Steps], arms: tuple[str, str],
+                    keep: Callable[[int], bool]) -> str:
+    """``differs at steps 12 (a vs b), 14 (...)``: every step ``keep`` accepts whose ``key``
+    is not bitwise the same in both arms (empty when none)."""
+    cand, ref = step_series(data[arms[0]], key), step_series(data[arms[1]], key)
+    steps = [s for s in sorted(set(cand) & set(ref)) if keep(s) and not (
+        cand[s] is not None and ref[s] is not None and same_bits(cand[s], ref[s]))]
+    if not steps:
+        return ""
+    shown = ", ".join(f"{s} ({fmt_value(cand[s])} vs {fmt_value(ref[s])})"
+                      for s in steps[:_LISTED_STEPS])
+    more = f" and {len(steps) - _LISTED_STEPS} more" if len(steps) > _LISTED_STEPS else ""
+    return f"differs at step{'s' if len(steps) > 1 else ''} {shown}{more}"
+
+
+def _series(name: str, key: str, data: Mapping[str, Steps], arms: tuple[str, str],
+            bound: LossBound, keep: Callable[[int], bool], what: str) -> Check:
+    """``series_check_on``, a failed one naming every step that differs."""
+    check = series_check_on(name, key, data, arms, bound, keep, what)
+    if check.passed or check.value is None:
+        return check
+    where = differing_steps(key, data, arms, keep)
+    return replace(check, detail=f"{check.detail}; {where}") if where else check
+
+
+def _printed_unit(value: float) -> float:
+    """One unit in the last place of Megatron's ``{:.6E}``: ``10 ** (exponent - 6)``."""
+    return 10.0 ** (math.floor(math.log10(abs(value))) - 6) if value else 1e-6
+
+
+def check_first_interval(name: str, key: str, data: Mapping[str, Steps], arms: tuple[str, str],
+                         step: int) -> Check:
+    """The resumed run's log line of ``step`` (its second iteration): Megatron's ``training_log``
+    does not reset its loss sums after a run's first iteration (``is_first_iteration``), so that
+    line prints the mean of the run's first two iterations (``step - 1`` and ``step``), where the
+    uninterrupted run printed ``step`` alone (it did the same on its own step 2). Passes when the
+    value is bitwise the uninterrupted run's (a log that prints each iteration alone) or that
+    mean of the uninterrupted run's two printed values, to within what printing them rounded
+    (one unit in the last printed place); fails otherwise, naming the step and the values."""
+    cand, ref = step_series(data[arms[0]], key), step_series(data[arms[1]], key)
+    got, one, two = cand.get(step), ref.get(step - 1), ref.get(step)
+    if got is None or one is None or two is None:
+        return Check(name, None, 0.0, False, f"step {step}: no {key.replace('_', ' ')} of "
+                     f"{'the resumed run' if got is None else 'the uninterrupted run'} to compare")
+    if same_bits(got, two):
+        return Check(name, 0.0, 0.0, True, f"step {step}: bitwise the uninterrupted run's "
+                                           f"{fmt_value(two)} (a line per iteration)")
+    mean = (one + two) / 2
+    unit = _printed_unit(mean)
+    off = abs(got - mean)
+    passed = off <= unit
+    return Check(name, off, unit, passed, (
+        f"step {step}: {fmt_value(got)} (resumed) is the mean of the uninterrupted run's steps "
+        f"{step - 1} and {step} ({fmt_value(one)}, {fmt_value(two)}: {mean:.9g}) to within the "
+        f"log's printed precision ({unit:.0e}): Megatron's line after a run's first iteration "
+        f"averages its first two (training_log does not reset after the first iteration), the "
+        f"same on the uninterrupted run's step 2" if passed else
+        f"step {step}: {fmt_value(got)} (resumed) is neither the uninterrupted run's "
+        f"{fmt_value(two)} nor the mean of its steps {step - 1} and {step} ({mean:.9g}, "
+        f"off by {off:.2g}, more than the log's printed precision {unit:.0e})"))
+
+
 def check_resume(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     p: ResumePairParams = pair.params
     arms = pair.two_arms()  # (resumed, uninterrupted)
@@ -138,13 +217,21 @@ def check_resume(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     # A graph arm that captured before the stop: it must capture again on the step after it.
     if any(rec.step <= k and rec.graphed for recs in data[arms[0]].values() for rec in recs):
         checks.append(_recaptured_check(arms[0], data[arms[0]], k))
+    # Megatron's log line of the second run's second iteration is an average (check_first_interval).
+    mean_at = k + 2 if p.log_lines and any(r.step == k + 2 for _, r in records_of(data[arms[0]])) \
+        else None
+    losses_after = (lambda s: s > k and s != mean_at)
+    said = after if mean_at is None else f"{after} (step {mean_at}: *_first_interval)"
     checks += [
-        series_check_on("loss_before_stop", "loss", data, arms, p.loss, lambda s: s <= k,
-                        f"steps up to the stop at step {k} (one configuration)"),
-        series_check_on("loss", "loss", data, arms, p.loss, lambda s: s > k, after),
-        series_check_on("aux_loss", "aux_loss", data, arms, aux, lambda s: s > k, after),
-        series_check_on("grad_norm", "grad_norm", data, arms, grad, lambda s: s > k, after),
+        _series("loss_before_stop", "loss", data, arms, p.loss, lambda s: s <= k,
+                f"steps up to the stop at step {k} (one configuration)"),
+        _series("loss", "loss", data, arms, p.loss, losses_after, said),
+        _series("aux_loss", "aux_loss", data, arms, aux, losses_after, said),
+        _series("grad_norm", "grad_norm", data, arms, grad, lambda s: s > k, after),
     ]
+    if mean_at is not None:
+        checks += [check_first_interval(f"{key}_first_interval", key, data, arms, mean_at)
+                   for key in ("loss", "aux_loss")]
     return tuple(checks)
 
 
@@ -155,20 +242,19 @@ class Resume(Comparison):
     judged = {RESUME: Judged(ResumePairParams, check_resume)}
     emulated_skip = ("not run for emulated ranks: the launcher does not stop and resume an "
                      "emulated rank (run the case without emulate.ranks)")
-    not_for_commands = "a command's stop and resume is not planned yet"
 
     def rules(self, case: Case, settings: ResumeContract) -> list[Problem]:
         """(Built-in workload) a stop step inside the run, bitwise only when deterministic, and
         for graph arms a stop after the capture (so the resumed arm captures its graphs again)."""
         t = case.train
-        if case.command is not None:
-            return []
         problems: list[Problem] = []
         stop = settings.step(t.steps)
         if not 1 <= stop < t.steps:
             problems.append(Problem(at("compare.resume.at_step"), (
                 f"the arm is stopped after step {stop} and must resume before the last of the "
                 f"{t.steps} train.steps: use 1 <= at_step < {t.steps} (or more steps)")))
+        if case.command is not None:  # the command decides its determinism and its graphs
+            return problems
         exact = [f for f in ("loss", "aux_loss", "grad_norm") if getattr(settings, f) == "exact"]
         if not t.deterministic and exact:
             problems.append(Problem(at(f"compare.resume.{exact[0]}"), (
@@ -188,10 +274,12 @@ class Resume(Comparison):
         field = "compare.resume.arms"
         after = settings.step(case.train.steps)
         pairs: list[Pair] = []
-        wanted = settings.arm_names(case.graphs is not None)
+        wanted = settings.arm_names(has_graph_arms(case))
         for name in dict.fromkeys(planner.arm(a, field) for a in wanted):
             twin = planner.add(replace(planner.spec_of(name), resumed_at=after))
-            params = ResumePairParams(**dict(settings), after=after)
+            params = ResumePairParams(**dict(settings), after=after, log_lines=(
+                case.command is not None
+                and case.command.metrics.source is MetricsSource.MEGATRON_LOG))
             pairs.append(Pair(pair_name(RESUME, len(pairs), name), RESUME, (twin, name), params))
         return pairs
 

@@ -34,19 +34,26 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 from harness.caseplan import CasePlan, PlannedArm
 from harness.golden import platform_key
+from harness.launch.ranks.command_resume import (Checkpointed, Leg, resume_legs,
+                                                 resumed_records, run_resumed, write_records)
 from harness.launch.ranks.ports import pick_free_port
 from harness.launch.ranks.processes import ProcessStart, RankCommand, device_env, run_ranks
-from harness.metrics import (METRICS_DIR_ENV, MetricsError, read_source, source_path,
-                             stale_files)
-from harness.results import LOG_FILE, ArmOutcome, StepWriter
+from harness.metrics import (METRICS_DIR_ENV, MetricsError, read_source, source_mark,
+                             source_path, stale_files)
+from harness.results import LOG_FILE, ArmOutcome, StepWriter, inherited, write_arm_env
 from harness.spec.command import FIXED_CP_ROLES, arm_argv, command_dir, fill
 from harness.spec.schema import CommandSpec, RankStart
 
 METRICS_DIR = "metrics"
+# A launcher's (torchrun's) workers share its output: torchrun tees each worker's lines prefixed
+# with its global rank (``[rank1]: ...``, torch.distributed's own style) when told so, which
+# keeps each rank's lines apart in log.txt under the node's ``[node k]`` (``--tee`` given in
+# the command's arguments wins).
+TORCHRUN_PREFIXES = {"PET_TEE": "3", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]: "}
 REPRO_PORT = 29500  # torchrun's default
 
 
@@ -99,6 +106,8 @@ def placeholder_values(plan: CasePlan, arm: PlannedArm, arm_dir: Path,
         "master_port": place.master_port, "node_rank": place.index}
     if arm.kind in FIXED_CP_ROLES:
         values["fixed_cp"] = case.layout.max_cp
+    if case.execution.interrupt_after is not None:  # a -resumed arm (compare.resume)
+        values["stop"] = case.execution.interrupt_after
     return values
 
 
@@ -109,10 +118,15 @@ def rendezvous_env(plan: CasePlan, arm: PlannedArm, place: Rendezvous) -> dict[s
     if launcher_mode(plan):
         env = {"NNODES": str(res.nodes), "NODE_RANK": str(place.index),
                "NPROC_PER_NODE": str(res.gpus_per_node), **common}
-        return {**env, **{f"PET_{k}": v for k, v in env.items()}}
+        return {**env, **{f"PET_{k}": v for k, v in env.items()}, **TORCHRUN_PREFIXES}
     return {"RANK": str(place.index), "LOCAL_RANK": str(place.local_index),
             "WORLD_SIZE": str(arm.world_size), "LOCAL_WORLD_SIZE": str(res.gpus_per_node),
             **common}
+
+
+def process_label(plan: CasePlan) -> str:
+    """What one process the harness starts is, in the log's ``[<label> k]`` prefixes."""
+    return "node" if launcher_mode(plan) else "rank"
 
 
 def command_cwd(plan: CasePlan, command: CommandSpec) -> Path:
@@ -137,13 +151,14 @@ def shown_env(command: CommandSpec, values: Mapping[str, object],
 
 
 def arm_command(plan: CasePlan, arm: PlannedArm, arm_dir: Path, place: Rendezvous,
-                device: Mapping[str, str]) -> ArmCommand:
+                device: Mapping[str, str], leg: Optional[str] = None) -> ArmCommand:
     """The command of ``arm`` writing into ``arm_dir``, its launcher's rendezvous at ``place``;
-    ``device`` is added to the environment (``CUDA_VISIBLE_DEVICES`` for CPU ranks)."""
+    ``device`` is added to the environment (``CUDA_VISIBLE_DEVICES`` for CPU ranks); ``leg``:
+    which run of a ``-resumed`` arm (``save`` / ``load``, ``launch.ranks.command_resume``)."""
     command = plan.case.command
     assert command is not None
     values = placeholder_values(plan, arm, arm_dir, place)
-    argv = arm_argv(command, arm.kind, arm.repeat, values)
+    argv = arm_argv(command, arm.kind, arm.repeat, values, leg)
     cwd = command_cwd(plan, command)
     secrets = {k: os.environ[k] for k in command.secret_env if k in os.environ}
     env = {**device, **shown_env(command, values, arm_dir), **secrets}
@@ -159,6 +174,15 @@ def arm_command(plan: CasePlan, arm: PlannedArm, arm_dir: Path, place: Rendezvou
     return ArmCommand(argv=tuple(argv), cwd=cwd, env=env,
                       secrets=tuple(v for v in secrets.values() if v), metrics_path=path,
                       problem=problem)
+
+
+def record_environment(plan: CasePlan, arm_dir: Path, cmd: ArmCommand) -> None:
+    """``<arm>/inherited_env.json``: what the arm's processes inherit from this environment
+    (``harness.results.inherited_env``: secrets redacted) and what the case and the harness set
+    on top (secret values left out)."""
+    secret = plan.case.command.secret_env  # type: ignore[union-attr]
+    write_arm_env(arm_dir, inherited(os.environ, secret),
+                  {k: v for k, v in cmd.env.items() if k not in secret})
 
 
 def prepare_metrics(plan: CasePlan, arm: PlannedArm, arm_dir: Path, path: str) -> int:
@@ -198,26 +222,69 @@ def run_command_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, timeout_s: f
     # A launcher's port is fixed before the start (its arguments may name it); per-rank
     # processes get theirs from run_ranks, which tries another when it is taken.
     place = Rendezvous(master_port=pick_free_port()) if launcher else Rendezvous()
-    cmd = arm_command(plan, arm, arm_dir, place, device)
+    cmd = arm_command(plan, arm, arm_dir, place, device, resume_legs(arm)[0])
     if cmd.problem:
         return failed_outcome(arm, arm_dir, cmd.problem, repro)
     log_start = prepare_metrics(plan, arm, arm_dir, cmd.metrics_path)
+    record_environment(plan, arm_dir, cmd)
     log_line(arm_dir, f"case {plan.case_id} arm {arm.name}: command case, {where}; "
                       f"{'one launcher per node' if launcher else 'one process per rank'}")
-    # The launchers of several nodes all start here, each as its node ({node_rank}, NODE_RANK).
-    nodes = [dataclasses.replace(place, index=k) for k in range(starters(plan, arm))]
-    outcome = run_ranks(RankCommand(
-        argv=cmd.argv, world_size=starters(plan, arm), arm_dir=arm_dir, timeout_s=timeout_s,
-        env=cmd.env, repro=repro, cwd=cmd.cwd, redact=cmd.secrets,
-        rendezvous=rendezvous_env(plan, arm, place) if launcher else {},  # its port: fixed
-        per_process={at.index: ProcessStart(arm_command(plan, arm, arm_dir, at, device).argv,
-                                            rendezvous_env(plan, arm, at))
-                     for at in (nodes if launcher else [])}),
-        stack_wait_s=stack_wait_s, kill_grace_s=kill_grace_s)
+    spent: list[float] = []
+
+    def run(leg: Optional[str]) -> ArmOutcome:
+        # A launcher's port is fixed before each start (the runs of a resumed arm get one each);
+        # the launchers of several nodes all start here, each as its node ({node_rank}).
+        at = Rendezvous(master_port=pick_free_port()) if launcher else Rendezvous()
+        leg_cmd = arm_command(plan, arm, arm_dir, at, device, leg)
+        nodes = [dataclasses.replace(at, index=k) for k in range(starters(plan, arm))]
+        done = run_ranks(RankCommand(
+            argv=leg_cmd.argv, world_size=starters(plan, arm), arm_dir=arm_dir,
+            timeout_s=max(timeout_s - sum(spent), 1.0), env=leg_cmd.env, repro=repro,
+            cwd=leg_cmd.cwd, redact=leg_cmd.secrets, label=process_label(plan),
+            rendezvous=rendezvous_env(plan, arm, at) if launcher else {},  # its port: fixed
+            per_process={n.index: ProcessStart(arm_command(plan, arm, arm_dir, n, device,
+                                                           leg).argv,
+                                               rendezvous_env(plan, arm, n))
+                         for n in (nodes if launcher else [])}),
+            stack_wait_s=stack_wait_s, kill_grace_s=kill_grace_s)
+        spent.append(done.wall_s)
+        return done
+
+    if arm.case.execution.interrupt_after is not None:  # compare.resume: two runs
+        start = source_mark(plan.case.command.metrics, arm_dir,  # type: ignore[union-attr]
+                            cmd.metrics_path, arm.ranks)
+        legs, loaded = run_resumed(plan, arm, arm_dir, cmd.metrics_path, start, run,
+                                   placeholder_values(plan, arm, arm_dir),
+                                   lambda line: log_line(arm_dir, f"arm {arm.name}: {line}"))
+        return record_resumed(plan, arm, arm_dir, legs, loaded, cmd.metrics_path,
+                              on_cuda=not device)
+    outcome = run(None)
     if not outcome.ok:
         return outcome
     return record_metrics(plan, arm, arm_dir, outcome, cmd.metrics_path, log_start,
                           on_cuda=not device)
+
+
+def record_resumed(plan: CasePlan, arm: PlannedArm, arm_dir: Path, legs: Sequence[Leg],
+                   loaded: Checkpointed, path: str, on_cuda: bool) -> ArmOutcome:
+    """A ``-resumed`` arm's outcome from its runs (``launch.ranks.command_resume``): a run that
+    failed is the arm's outcome (named), else its joined records in ``rank<k>.jsonl``."""
+    wall = round(sum(leg.outcome.wall_s for leg in legs), 3)
+    last = legs[-1].outcome
+    if not last.ok:
+        which = "first run (command.resume.save)" if len(legs) == 1 else \
+            "second run (command.resume.load)"
+        return dataclasses.replace(last, wall_s=wall, detail=f"its {which}: {last.detail}"
+                                   if last.detail else f"its {which} failed")
+    records, note = resumed_records(plan, arm, arm_dir, path, legs, loaded, _platform(on_cuda))
+    if records is None:
+        return failed_outcome(arm, arm_dir, note, last.repro, dataclasses.replace(last, wall_s=wall))
+    write_records(arm_dir, records)
+    fewest = min((len(r) for r in records.values()), default=0)
+    log_line(arm_dir, f"case {plan.case_id} arm {arm.name}: {note}")
+    return ArmOutcome(status="ok", returncode=0, wall_s=wall, repro=last.repro,
+                      restarts=last.restarts, detail=f"the command wrote {fewest} of "
+                      f"{arm.case.train.steps} planned steps; {note}")
 
 
 def record_metrics(plan: CasePlan, arm: PlannedArm, arm_dir: Path, outcome: ArmOutcome,

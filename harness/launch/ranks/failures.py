@@ -108,6 +108,10 @@ def classify_failure(state: Optional[str], exit_code: str = "", log_text: str = 
 _TRACEBACK = "Traceback (most recent call last):"
 _EXCEPTION_LINE = re.compile(r"([A-Za-z_][\w.]*)(?::\s?(.*))?")
 _FATAL = "Fatal Python error: "
+# What a process that died by a signal last says of why, where it had no Python traceback: the
+# C++ runtime's abort (std::terminate, an uncaught exception's what()), the shell's word.
+_REASON_LINE = re.compile(r"terminate called \S.*|\s*what\(\):\s+\S.*|Segmentation fault.*"
+                          r"|Bus error.*|Aborted( \(core dumped\))?|Illegal instruction.*")
 _TORCH_RANK = re.compile(r"^\[rank\d+\]: ")  # torch.distributed prints a rank's traceback so
 CAUSE_CHARS = 500  # a cause longer than this (a tensor in a message) is cut, "..." added
 LOG_TAIL_BYTES = 1 << 20  # how much of the end of a log ``rank_cause`` reads: any traceback
@@ -117,7 +121,9 @@ def log_cause(text: str) -> str:
     """What a rank's output ``text`` says ended it: ``ExcType: message`` from the exception line
     of its last Python traceback (the type without its module, e.g. ``ConfigError`` for
     ``harness.errors.ConfigError``; the message's first line: further lines stay in the log),
-    else the last ``Fatal Python error: ...`` line (faulthandler: a segfault, an abort), else "".
+    else the last ``Fatal Python error: ...`` line (faulthandler: a segfault, an abort), else the
+    last line of a C++ abort or a signal (``terminate called without an active exception``, an
+    uncaught exception's ``what():``, ``Segmentation fault``, ``Aborted``), else "".
     Lines may carry torch.distributed's ``[rankN]: `` prefix."""
     lines = [_TORCH_RANK.sub("", line) for line in text.splitlines()]
     starts = [i for i, line in enumerate(lines) if line.strip() == _TRACEBACK]
@@ -128,17 +134,21 @@ def log_cause(text: str) -> str:
                 kind, message = match.group(1).rsplit(".", 1)[-1], match.group(2)
                 return _cut(f"{kind}: {message}" if message else kind)
     fatal = [line.strip() for line in lines if line.startswith(_FATAL)]
-    return _cut(fatal[-1]) if fatal else ""
+    if fatal:
+        return _cut(fatal[-1])
+    reasons = [line.strip() for line in lines if _REASON_LINE.fullmatch(line.rstrip())]
+    return _cut(reasons[-1]) if reasons else ""
 
 
 def _cut(text: str) -> str:
     return text if len(text) <= CAUSE_CHARS else text[:CAUSE_CHARS - 3] + "..."
 
 
-def rank_cause(log_path: Path, rank: int) -> str:
-    """:func:`log_cause` of rank ``rank``'s lines (``[rank k] ...``) of an arm's ``log.txt``
-    (its last ``LOG_TAIL_BYTES``); "" when the log is missing or names no cause."""
-    prefix = f"[rank {rank}] "
+def rank_cause(log_path: Path, rank: int, label: str = "rank") -> str:
+    """:func:`log_cause` of rank ``rank``'s lines (``[rank k] ...``; a command's launcher's
+    ``[node k] ...``: ``label``) of an arm's ``log.txt`` (its last ``LOG_TAIL_BYTES``); "" when
+    the log is missing or names no cause."""
+    prefix = f"[{label} {rank}] "
     lines = [line[len(prefix):] for line in _tail_bytes(log_path, LOG_TAIL_BYTES).splitlines()
              if line.startswith(prefix)]
     return log_cause("\n".join(lines))

@@ -73,6 +73,9 @@ class RankCommand:
     # variables above (a MASTER_PORT here is fixed: never retried on another port).
     rendezvous: Mapping[str, str] = field(default_factory=dict)
     redact: tuple[str, ...] = ()  # values (secrets) printed as *** in the log and the tail
+    # What each process is in the log's ``[<label> k]`` prefixes: a rank, or (a command's
+    # launcher, e.g. torchrun, one per node) a node.
+    label: str = "rank"
     # Processes whose argument vector and rendezvous differ from ``argv`` / ``rendezvous`` (a
     # command case's launchers on one machine, one per node: each its own ``{node_rank}``).
     per_process: Mapping[int, "ProcessStart"] = field(default_factory=dict)
@@ -173,7 +176,8 @@ _REAP_AFTER_KILL_S = 10.0
 _RENDEZVOUS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
-def _pump(r: _Rank, log: IO[str], lock: threading.Lock, redact: tuple[str, ...]) -> None:
+def _pump(r: _Rank, log: IO[str], lock: threading.Lock, redact: tuple[str, ...],
+          label: str = "rank") -> None:
     stream = r.proc.stdout
     assert stream is not None
     for raw in iter(stream.readline, b""):
@@ -182,7 +186,7 @@ def _pump(r: _Rank, log: IO[str], lock: threading.Lock, redact: tuple[str, ...])
             line = line.replace(secret, "***")
         r.tail.append(line)
         with lock:
-            log.write(f"[rank {r.rank}] {line}\n")
+            log.write(f"[{label} {r.rank}] {line}\n")
             log.flush()
     r.output_closed_at = time.monotonic()
     stream.close()
@@ -268,7 +272,7 @@ def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wa
                     log.write(f"[launcher] rank {k} started cold: {cold_why}\n")
                     log.flush()
             r = _Rank(k, proc)
-            r.reader = threading.Thread(target=_pump, args=(r, log, lock, cmd.redact),
+            r.reader = threading.Thread(target=_pump, args=(r, log, lock, cmd.redact, cmd.label),
                                         daemon=True)
             r.reader.start()
             ranks.append(r)
@@ -291,7 +295,7 @@ def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wa
         log.flush()
     cause = ""
     if culprit is not None:  # the failing rank's own output, not drowned by its siblings'
-        cause = rank_cause(arm_dir / LOG_FILE, culprit)
+        cause = rank_cause(arm_dir / LOG_FILE, culprit, cmd.label)
         lines = next(r.tail for r in ranks if r.rank == culprit)
         tail = f"--- last lines of rank {culprit} ---\n" + "\n".join(lines)
         infra = classify_exit(-returncode if returncode is not None and returncode < 0 else None,

@@ -5,21 +5,29 @@ job and ``collect``) puts this one line in the arm's outcome.
 * A built-in arm (real or emulated ranks): ``cd <repository> && <python> -m
   harness.launch.local --case <case.json> --arm <arm> --out /tmp/dcp-repro/<case>/<arm>``.
 * A command arm (``command:``): the command itself, every process of it on this machine with the
-  variables the harness sets (rendezvous on 127.0.0.1:29500; secret ones left to the caller's
-  shell), ``{arm_dir}`` in ``/tmp/dcp-repro``; the launchers of a case of several nodes each as
-  its node (``NODE_RANK`` and ``{node_rank}`` the loop's ``$k``).
+  variables it inherited (``<arm>/inherited_env.json`` once the arm ran, else this environment:
+  ``harness.results.inherited_env``) and those the harness sets (rendezvous on 127.0.0.1:29500;
+  secret ones left to the caller's shell), ``{arm_dir}`` in ``/tmp/dcp-repro``; the launchers of
+  a case of several nodes each as its node (``NODE_RANK`` and ``{node_rank}`` the loop's
+  ``$k``); for a ``-resumed`` arm both runs, the second (``command.resume.load``) after the
+  first (``command.resume.save``) ended.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Mapping
 
 from harness.caseplan import CasePlan, PlannedArm
 from harness.launch.ranks.command import (METRICS_DIR, Rendezvous, command_cwd, launcher_mode,
-                                          placeholder_values, rendezvous_env, shown_env, starters)
+                                          placeholder_values, rendezvous_env, shown_env,
+                                          starters)
+from harness.launch.ranks.command_resume import resume_legs
 from harness.launch.ranks.processes import REPO_ROOT
+from harness.results import inherited, read_arm_env, replayable
 from harness.spec.command import arm_argv
 
 REPRO_ROOT = Path("/tmp/dcp-repro")
@@ -36,7 +44,9 @@ def repro_line(plan: CasePlan, arm: PlannedArm, case_json: Path,
     """The line that re-runs ``arm`` of ``plan`` (whose ``case.json`` is ``case_json``) on its
     own (module doc)."""
     if plan.case.command is not None:
-        return _command_line(plan, arm)
+        recorded = read_arm_env(Path(case_json).parent / arm.name)
+        return _command_line(plan, arm, recorded if recorded is not None else inherited(
+            os.environ, plan.case.command.secret_env))
     argv = [python, "-m", "harness.launch.local", "--case", str(Path(case_json).resolve()),
             "--arm", arm.name, "--out", str(repro_dir(plan.case_id, arm.name))]
     return f"cd {shlex.quote(str(REPO_ROOT))} && {shlex.join(argv)}"
@@ -49,7 +59,7 @@ def _quote(arg: str) -> str:
     return '"$k"'.join(shlex.quote(part) if part else "" for part in arg.split(_EACH_NODE))
 
 
-def _command_line(plan: CasePlan, arm: PlannedArm) -> str:
+def _command_line(plan: CasePlan, arm: PlannedArm, recorded: Mapping[str, str]) -> str:
     command = plan.case.command
     assert command is not None
     arm_dir = repro_dir(plan.case_id, arm.name)
@@ -57,15 +67,20 @@ def _command_line(plan: CasePlan, arm: PlannedArm) -> str:
     count = starters(plan, arm)
     if launcher_mode(plan) and count > 1:  # each launcher its own node: {node_rank} is $k
         values["node_rank"] = _EACH_NODE
-    run = " ".join(map(_quote, arm_argv(command, arm.kind, arm.repeat, values)))
-    env = {**rendezvous_env(plan, arm, Rendezvous()), **shown_env(command, values, arm_dir)}
+    set_here = {**rendezvous_env(plan, arm, Rendezvous()), **shown_env(command, values, arm_dir)}
+    env = {**set_here, **replayable(recorded, set(set_here) | set(command.secret_env))}
     if not launcher_mode(plan):
         env["LOCAL_WORLD_SIZE"] = str(count)  # every rank on this machine
     per_process = ("NODE_RANK", "PET_NODE_RANK") if launcher_mode(plan) else ("RANK", "LOCAL_RANK")
     head = (f"mkdir -p {shlex.quote(str(arm_dir / METRICS_DIR))} && "
             f"cd {shlex.quote(str(command_cwd(plan, command)))} && ")
+    runs = [" ".join(map(_quote, arm_argv(command, arm.kind, arm.repeat, values, leg)))
+            for leg in resume_legs(arm)]
     if count == 1:
-        return head + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + f" {run}"
+        assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        return head + " && ".join(f"{assigns} {run}" for run in runs)
     assigns = " ".join(f"{k}={'$k' if k in per_process else shlex.quote(v)}"
                        for k, v in env.items())
-    return head + f"for k in {' '.join(map(str, range(count)))}; do {assigns} {run} & done; wait"
+    ranks = " ".join(map(str, range(count)))
+    return head + " && ".join(f"for k in {ranks}; do {assigns} {run} & done; wait"
+                              for run in runs)

@@ -9,6 +9,8 @@ events) and by ``collect`` (an ended arm's wall time, whether it started).
   rank in the job; ``node``, its node's index in the allocation; ``host``, the host name it runs
   on): where each rank of a job of several nodes ran.
 * :class:`ProcessEnd`: one process of a command arm ended (``process``, its ``status``).
+* A ``-resumed`` command arm runs twice: the ``arm_start`` and ``process_end`` events of its
+  second run say ``leg: 1`` (its first run's name none).
 * :class:`ArmEnd`: task 0 ended an arm (``wall_s``; ``status`` for a command or emulated arm).
 
 Every event names its ``arm``, the ``job_id``, the job's ``restarts`` and the ``time`` (seconds
@@ -49,6 +51,7 @@ class ArmStart(_Event):
     event: Literal["arm_start"] = "arm_start"
     resumed_after_step: Optional[int] = None
     processes: Optional[int] = None
+    leg: Optional[int] = Field(default=None, ge=1)  # the second run of a resumed command arm
     emulated: Optional[tuple[int, ...]] = None
     recorded_steps: Optional[dict[str, int]] = None
 
@@ -68,6 +71,7 @@ class ProcessEnd(_Event):
     event: Literal["process_end"] = "process_end"
     process: int
     status: ArmStatus
+    leg: Optional[int] = Field(default=None, ge=1)  # the second run of a resumed command arm
 
 
 class ArmEnd(_Event):

@@ -57,14 +57,19 @@ from typing import TYPE_CHECKING, Callable, Optional, TextIO, TypeVar
 from harness.caseplan import CasePlan, PlannedArm
 from harness.launch.ranks import rank_main
 from harness.launch.ranks.arm_runner import leg_name, run_arm, run_legs
-from harness.launch.ranks.command import (Rendezvous, arm_command, failed_outcome, prepare_metrics,
-                                          record_metrics, rendezvous_env, starters)
+from harness.launch.ranks.command import (ArmCommand, Rendezvous, arm_command, failed_outcome,
+                                          log_line, placeholder_values, prepare_metrics,
+                                          process_label, record_environment, record_metrics,
+                                          record_resumed, rendezvous_env, starters)
+from harness.launch.ranks.command_resume import (Checkpointed, Leg, read_iteration_file,
+                                                 resume_legs)
 from harness.launch.ranks.completion import arm_needs_run
 from harness.launch.ranks.emulated import EmulatedLauncher
 from harness.launch.ranks.failures import infra_reason, log_cause, tail_text
 from harness.launch.ranks.processes import RankCommand, cuda_device_count, run_ranks
 from harness.launch.slurm.events import (ArmEnd, ArmStart, ProcessEnd, TaskStart, append_event,
                                          read_events)
+from harness.metrics import source_mark
 from harness.launch.sweep import load_plan
 from harness.results import (CASE_FILE, LOG_FILE, OUTCOME_FILE, ArmOutcome, read_outcome,
                              read_steps, write_outcome)
@@ -360,10 +365,13 @@ def _stamp(ident: TaskIdentity, arm: PlannedArm) -> dict:
 _E = TypeVar("_E", ArmStart, ProcessEnd, ArmEnd)
 
 
-def _arm_events(case_dir: Path, kind: type[_E], arm: PlannedArm, ident: TaskIdentity) -> list[_E]:
-    """The events of type ``kind`` of ``arm`` in this start of the job."""
+def _arm_events(case_dir: Path, kind: type[_E], arm: PlannedArm, ident: TaskIdentity,
+                leg: int = 0) -> list[_E]:
+    """The events of type ``kind`` of ``arm`` in this start of the job (of run ``leg`` of a
+    resumed command arm: events of its first run name none)."""
     return [e for e in read_events(case_dir) if isinstance(e, kind) and e.arm == arm.name
-            and e.job_id == ident.job_id and e.restarts == ident.restarts]
+            and e.job_id == ident.job_id and e.restarts == ident.restarts
+            and (getattr(e, "leg", None) or 0) == leg]
 
 
 def _wait_for(what: str, ready: Callable[[], bool], limit_s: float, poll_s: float = 0.5) -> None:
@@ -382,50 +390,102 @@ def run_command_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
     job's rendezvous. Each task appends a ``process_end`` event; a process that cannot start or
     fails gets the arm's outcome (the first to fail) and ends the job, as a raising built-in rank
     does. Task 0 waits for every process's end, then reads the metrics into ``rank<k>.jsonl``
-    (``command.record_metrics``) and writes the outcome; the other tasks wait for it. The arm's
-    outcome."""
+    (``command.record_metrics``) and writes the outcome; the other tasks wait for it. A
+    ``-resumed`` arm (``launch.ranks.command_resume``) runs twice: the events of its second run
+    say ``leg: 1``, which task 0 starts once every process of the first ended (the source marked
+    and the iteration file read between them). The arm's outcome."""
     arm_dir = case_dir / arm.name
     limit_s = 60.0 * plan.case.resources.time_min
-    count = starters(plan, arm)
-    place = Rendezvous(ident.master_addr, arm_port(ident.job_id, arm.name, ident.restarts),
-                       ident.rank, ident.local_rank)
-    cmd = arm_command(plan, arm, arm_dir, place, device={})  # the GPUs Slurm gave the task
-    log_start = 0
-    if ident.rank == 0:
-        (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome in flight
-        log_start = prepare_metrics(plan, arm, arm_dir, cmd.metrics_path)
-        append_event(case_dir, ArmStart(**_stamp(ident, arm), processes=count))
+    spec = plan.case.command.metrics  # type: ignore[union-attr]
+    legs: list[Leg] = []
+    loaded = Checkpointed()
+    log_start, outcome = 0, ArmOutcome(status="ok")
+    for index, leg in enumerate(resume_legs(arm)):
+        cmd = arm_command(plan, arm, arm_dir, _leg_place(ident, arm, index), {}, leg)
+        since = None
+        if ident.rank == 0:
+            if index == 0:
+                (arm_dir / OUTCOME_FILE).unlink(missing_ok=True)  # no stale outcome in flight
+                log_start = prepare_metrics(plan, arm, arm_dir, cmd.metrics_path)
+                record_environment(plan, arm_dir, cmd)
+            else:
+                loaded = read_iteration_file(plan, placeholder_values(plan, arm, arm_dir))
+            if leg is not None:
+                log_line(arm_dir, _leg_line(arm, leg, loaded))
+                since = source_mark(spec, arm_dir, cmd.metrics_path, arm.ranks)
+            append_event(case_dir, ArmStart(**_stamp(ident, arm), processes=starters(plan, arm),
+                                            leg=index or None))
+        else:
+            _wait_for(f"task 0 starting arm '{arm.name}'", lambda: bool(
+                _arm_events(case_dir, ArmStart, arm, ident, index)), limit_s)
+        outcome = _run_process(plan, arm, case_dir, ident, cmd, repro, limit_s, index)
+        if ident.rank == 0:
+            _wait_for(f"every process of arm '{arm.name}' ending", lambda: len(
+                {e.process for e in _arm_events(case_dir, ProcessEnd, arm, ident, index)})
+                == starters(plan, arm), limit_s + 120.0)
+            bad = [e for e in _arm_events(case_dir, ProcessEnd, arm, ident, index)
+                   if e.status != "ok"]
+            if bad:
+                raise RuntimeError(f"arm '{arm.name}': process {bad[0].process} {bad[0].status}")
+            if since is not None:
+                legs.append(Leg(outcome, since, source_mark(spec, arm_dir, cmd.metrics_path,
+                                                            arm.ranks)))
+    if ident.rank != 0:
+        _sit_out(arm_dir, limit_s + 120.0)  # task 0 records the metrics, then the next arm
+        return _written_outcome(arm_dir)
+    on_cuda = cuda_device_count() > 0
+    if legs:
+        outcome = record_resumed(plan, arm, arm_dir, legs, loaded, cmd.metrics_path, on_cuda)
+        outcome = dataclasses.replace(outcome, detail=f"{outcome.detail} (slurm job "
+                                                      f"{ident.job_id})")
     else:
-        _wait_for(f"task 0 starting arm '{arm.name}'",
-                  lambda: bool(_arm_events(case_dir, ArmStart, arm, ident)), limit_s)
+        outcome = record_metrics(plan, arm, arm_dir, outcome, cmd.metrics_path, log_start,
+                                 on_cuda=on_cuda)
+    write_outcome(arm_dir, outcome)
+    append_event(case_dir, ArmEnd(**_stamp(ident, arm), status=outcome.status,
+                                  wall_s=outcome.wall_s))
+    return outcome
+
+
+def _leg_place(ident: TaskIdentity, arm: PlannedArm, index: int) -> Rendezvous:
+    """The job's rendezvous of one run of ``arm`` (a resumed arm's second run: another port)."""
+    name = arm.name if index == 0 else f"{arm.name}/leg{index}"
+    return Rendezvous(ident.master_addr, arm_port(ident.job_id, name, ident.restarts),
+                      ident.rank, ident.local_rank)
+
+
+def _leg_line(arm: PlannedArm, leg: str, loaded: Checkpointed) -> str:
+    """The log line that starts one run of a ``-resumed`` arm."""
+    if leg == "save":
+        return (f"arm {arm.name}: first run (command.resume.save): saving after step "
+                f"{arm.case.execution.interrupt_after}, then exit")
+    said = (f"the iteration file names step {loaded.step}" if loaded.step is not None
+            else loaded.problem or "the case names no iteration file")
+    return f"arm {arm.name}: second run (command.resume.load): loading the checkpoint; {said}"
+
+
+def _run_process(plan: CasePlan, arm: PlannedArm, case_dir: Path, ident: TaskIdentity,
+                 cmd: ArmCommand, repro: str, limit_s: float, index: int) -> ArmOutcome:
+    """Run this task's process of one run of ``arm`` and append its ``process_end``; a process
+    that cannot start or fails writes the arm's outcome (the first to fail) and raises."""
+
+    arm_dir = case_dir / arm.name
+    place = _leg_place(ident, arm, index)
     outcome = (failed_outcome(arm, arm_dir, cmd.problem, repro) if cmd.problem else run_ranks(
-        RankCommand(argv=cmd.argv, world_size=count, arm_dir=arm_dir, timeout_s=limit_s,
-                    env=cmd.env, repro=repro, ranks=(ident.rank,), cwd=cmd.cwd,
-                    redact=cmd.secrets, rendezvous=rendezvous_env(plan, arm, place)),
+        RankCommand(argv=cmd.argv, world_size=starters(plan, arm), arm_dir=arm_dir,
+                    timeout_s=limit_s, env=cmd.env, repro=repro, ranks=(ident.rank,),
+                    cwd=cmd.cwd, redact=cmd.secrets, label=process_label(plan),
+                    rendezvous=rendezvous_env(plan, arm, place)),
         port_retries=0))
     outcome = dataclasses.replace(outcome, restarts=ident.restarts, detail=(
         f"{outcome.detail} (slurm job {ident.job_id})" if outcome.detail
         else f"slurm job {ident.job_id}"))
     append_event(case_dir, ProcessEnd(**_stamp(ident, arm), process=ident.rank,
-                                      status=outcome.status))
+                                      status=outcome.status, leg=index or None))
     if not outcome.ok:
         if read_outcome(arm_dir) is None:  # the first failing process is usually the cause
             write_outcome(arm_dir, outcome)
         raise RuntimeError(f"arm '{arm.name}' process {ident.rank}: {outcome.describe()}")
-    if ident.rank != 0:
-        _sit_out(arm_dir, limit_s + 120.0)  # task 0 records the metrics, then the next arm
-        return _written_outcome(arm_dir)
-    _wait_for(f"every process of arm '{arm.name}' ending", lambda: len(
-        {e.process for e in _arm_events(case_dir, ProcessEnd, arm, ident)}) == count,
-        limit_s + 120.0)
-    bad = [e for e in _arm_events(case_dir, ProcessEnd, arm, ident) if e.status != "ok"]
-    if bad:
-        raise RuntimeError(f"arm '{arm.name}': process {bad[0].process} {bad[0].status}")
-    outcome = record_metrics(plan, arm, arm_dir, outcome, cmd.metrics_path, log_start,
-                             on_cuda=cuda_device_count() > 0)
-    write_outcome(arm_dir, outcome)
-    append_event(case_dir, ArmEnd(**_stamp(ident, arm), status=outcome.status,
-                                  wall_s=outcome.wall_s))
     return outcome
 
 
