@@ -36,6 +36,7 @@ from harness.spec.names import (
     GRAPH,
     GRAPH_FIXED_CP,
     MICROBATCHES_INFIX,
+    ORACLE,
     REFERENCE,
     REPEAT_SUFFIX,
     RESUMED_SUFFIX,
@@ -82,7 +83,7 @@ class ArmSpec:
                 + (RESUMED_SUFFIX if self.resumed_at is not None else ""))
 
 
-ORACLE_ARM = "oracle"
+ORACLE_ARM = ORACLE
 
 
 def has_graph_arms(case: BaseCase) -> bool:

@@ -41,6 +41,7 @@ DCP_VS_FIXED_CP: Final = "dcp_vs_fixed_cp"
 GRAPH_POOLS: Final = "graph_pools"
 REFERENCE_CONTRACT: Final = "reference"  # the single-rank arm and its contract share the name
 GOLDEN: Final = "golden"
+ORACLE: Final = "oracle"  # the oracle arm and its contract share the name
 RESUME: Final = "resume"
 SLOT_RING: Final = "slot_ring"
 SLOT_RING_PLAN: Final = "slot_ring_plan"

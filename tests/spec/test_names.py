@@ -20,7 +20,7 @@ def test_command_roles_are_the_arm_kinds_and_the_repeat_role() -> None:
 
 def test_every_registered_contract_is_named_and_every_named_contract_registered() -> None:
     named = {names.REPEAT, names.GRAPH_VS_EAGER, names.DCP_VS_FIXED_CP, names.GRAPH_POOLS,
-             names.REFERENCE_CONTRACT, names.GOLDEN, names.RESUME, names.SLOT_RING,
+             names.REFERENCE_CONTRACT, names.GOLDEN, names.ORACLE, names.RESUME, names.SLOT_RING,
              names.SLOT_RING_PLAN}
     assert set(CONTRACTS) == named
     assert names.ARM_CHECKS_CONTRACT not in CONTRACTS

@@ -28,7 +28,7 @@ from pydantic import Field
 
 from harness.results import StepRecord
 from harness.spec.derive import ORACLE_ARM, ArmSpec
-from harness.spec.names import EAGER
+from harness.spec.names import EAGER, ORACLE
 from harness.spec.problems import Problem, at
 from harness.spec.schema import Case, Strict
 
@@ -37,7 +37,6 @@ from ..registry import Comparison, ContractSkipped, Judged, Planner, register
 from ..series import Steps
 from ..verdicts import Check
 
-ORACLE = "oracle"
 
 
 class OracleContract(Strict):
