@@ -314,8 +314,8 @@ def patched(clock: BlockClock, keep: dict, init_cache: dict) -> Iterator[None]:
 
     orig_static, orig_capture, orig_init = train._static_input, train._capture, model.init_chunk
 
-    def static_input(case, plan, m, s, table, slot):  # type: ignore[no-untyped-def]
-        mb = orig_static(case, plan, m, s, table, slot)
+    def static_input(*args):  # type: ignore[no-untyped-def]  (whatever the workload passes)
+        mb = orig_static(*args)
         st = mb.ctx.static
         run = clock.wrap(st.run, st.cp_size, st.microbatch, st.cp)
         ctx = dataclasses.replace(mb.ctx, static=dataclasses.replace(st, run=run))

@@ -59,12 +59,15 @@ def _graph_stats(separate: bool) -> GraphStats:
 
 
 def _records(rank: int, steps: int, probe_step: int, drift: float, rng: random.Random,
-             graph: Optional[GraphStats]) -> list[StepRecord]:
-    """One rank's records; a graph arm captures after step 2 and replays from step 3 on."""
+             shared: random.Random, graph: Optional[GraphStats]) -> list[StepRecord]:
+    """One rank's records; a graph arm captures after step 2 and replays from step 3 on. Loss and
+    grad norm come from ``shared`` (the same on every rank, as the ranks_agree check wants);
+    memory and time from the rank's own ``rng``."""
     out = []
     for step in range(1, steps + 1):
-        loss = (11.0 * math.exp(-step / 30) + 1.5 + rng.gauss(0, 0.004)
+        loss = (11.0 * math.exp(-step / 30) + 1.5 + shared.gauss(0, 0.004)
                 + drift * max(step - steps // 2, 0))
+        grad_norm = abs(1.2 * math.exp(-step / 20) + shared.gauss(0, 0.02))
         used = 60 * GIB + rank * 0.25 * GIB + rng.random() * 0.1 * GIB
         probe = (MemoryProbe(device_used_bytes=int(used + 8 * GIB), device_total_bytes=186 * GIB,
                              allocated_bytes=int(used), active_bytes=int(used),
@@ -72,7 +75,7 @@ def _records(rank: int, steps: int, probe_step: int, drift: float, rng: random.R
         graphed = graph is not None and step >= 3
         out.append(StepRecord(
             step=step, loss=loss, aux_loss=0.01 + 0.001 * math.exp(-step / 10),
-            grad_norm=abs(1.2 * math.exp(-step / 20) + rng.gauss(0, 0.02)),
+            grad_norm=grad_norm,
             step_time_s=2.4 + rng.gauss(0, 0.05), device=f"cuda:{rank % 4}", platform="gb200",
             allocated_bytes=int(used), reserved_bytes=int(used + 4 * GIB),
             max_allocated_bytes=int(used + 6 * GIB), graphed=graphed, memory_probe=probe,
@@ -101,7 +104,8 @@ def regression_sweep(out: Path, cases_dir: Path = ROOT / "cases" / "regression")
             for rank in arm.ranks:
                 writer = StepWriter(case_dir / arm.name, rank)
                 rng = random.Random(f"{plan.case.id}/{rank}")  # the same data in every arm
-                for rec in _records(rank, train.steps, probe_step, drift, rng, graph):
+                shared = random.Random(f"{plan.case.id}/shared")  # what every rank agrees on
+                for rec in _records(rank, train.steps, probe_step, drift, rng, shared, graph):
                     writer.append(rec)
             write_outcome(case_dir / arm.name, ArmOutcome(
                 status="ok", returncode=0, wall_s=train.steps * 2.5,

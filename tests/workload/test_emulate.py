@@ -50,8 +50,8 @@ def trace(ctx, case_json: dict) -> dict:
         }
         return s
 
-    def traced_input(case_, plan, m, s, table, slot):
-        mb = make_input(case_, plan, m, s, table, slot)
+    def traced_input(case_, plan, m, *rest):  # rest: the setup, table, slot, attention work
+        mb = make_input(case_, plan, m, *rest)
         seen["inputs"].append([plan.step, m, int(mb.inputs.sum()), int(mb.targets.sum()),
                                int(mb.valid.sum()), int(mb.inputs.numel())])
         return mb

@@ -15,7 +15,7 @@ KEYS = {
     "step", "loss", "aux_loss", "grad_norm", "nan", "skipped", "tokens", "microbatches", "cp_sizes",
     "lr", "step_time_s", "device", "platform", "allocated_bytes", "reserved_bytes", "active_bytes",
     "max_allocated_bytes", "graphed", "memory_probe", "graph_stats", "replays", "packed",
-    "environment", "resumed_from", "checkpoint_step", "attention_work",
+    "environment", "resumed_from", "checkpoint_step", "attention_work", "memory_predicted",
 }
 
 
