@@ -12,6 +12,7 @@ Nothing outside this module asks which source a case has.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from pathlib import Path
 from typing import ClassVar, Mapping, Optional, Sequence
@@ -31,8 +32,9 @@ _MEMORY_LOG_FIELDS = ("allocated_bytes", "max_allocated_bytes", "reserved_bytes"
 
 
 @dataclasses.dataclass(frozen=True)
-class SourceReader:
-    """The reader of one case's metrics source (``spec``); a subclass per source."""
+class SourceReader(abc.ABC):
+    """The reader of one case's metrics source (``spec``); a subclass per source (abstract:
+    each source says how it reads)."""
 
     spec: MetricsSpec
     default_path: ClassVar[str]  # relative to the arm's folder, unless command.metrics.path says
@@ -57,11 +59,11 @@ class SourceReader:
         with (the launcher removes them before it starts the command)."""
         return []
 
+    @abc.abstractmethod
     def read(self, arm_dir: Path, ranks: Sequence[int], platform: Optional[str], path: str,
              start: int = 0) -> dict[int, list[StepRecord]]:
         """Rank -> step records of ``ranks`` (``path``: the source's path, placeholders filled;
         ``start``: where this run's lines begin in the arm's log, for a source read from it)."""
-        raise NotImplementedError
 
 
 class TensorBoardReader(SourceReader):
