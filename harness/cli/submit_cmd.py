@@ -1,7 +1,7 @@
-"""`dcp-harness submit | status | collect`: run a sweep on Slurm through submitit.
+"""`dcp-harness submit | collect`: run a sweep on Slurm through submitit (the Slurm backend of
+``launch.pipeline``; `dcp-harness status DIR` follows it: ``status_cmd``).
 
     dcp-harness submit PATHS... [--profile P] [--out DIR] [--dry-run] [--wait] [--retry-infra N]
-    dcp-harness status DIR [--watch S]
     dcp-harness collect DIR [--wait] [--retry-infra N]      then: dcp-harness gate DIR
 """
 
@@ -12,11 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-from rich.console import Group
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
-
 from harness.cli.run_cmd import RESULTS_ROOT
 from harness.cli.selection import add_emulate_argument, selected_plans
 from harness.cli.sinks import add_history_arguments, sweep_sinks
@@ -24,16 +19,11 @@ from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
 from harness.launch.pipeline import Collection, finish
 from harness.launch.slurm.backend import SlurmBackend
-from harness.launch.slurm.poll import SchedulerPoller, SchedulerUnavailable
-from harness.launch.slurm.status import counts, sweep_status
+from harness.launch.slurm.poll import SchedulerUnavailable
 from harness.launch.slurm.submit import describe_plan, render_sbatch, round_folder, slurm_dir
 from harness.launch.sweep import sweep_start
 from harness.report import EXIT_ERROR, console_table, gate, load_sweep, make_console, write_reports
 from harness.trust.stored_plan import check_stored_plan
-
-_STATE_STYLE = {"pending": "yellow", "running": "cyan", "done": "green", "failed": "red",
-                "error": "magenta", "skipped": "dim"}
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -59,18 +49,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_allow_skip_argument(p)
     add_history_arguments(p)
     p.set_defaults(func=run_submit)
-
-    s = subparsers.add_parser(
-        "status", help="table of a submitted sweep: pending / running / done / failed / error, "
-                       "with a progress bar",
-        description="Show where every case of a submitted sweep stands (from its case folders "
-        "and the scheduler: squeue, and sacct when accounting exists): pending, running (arm and "
-        "step), done, failed or error, with a progress line. --watch S refreshes until every "
-        "case has ended. Reads only; changes nothing.")
-    s.add_argument("dir", type=Path, metavar="DIR", help="the --out folder of `dcp-harness submit`")
-    s.add_argument("--watch", type=float, default=None, metavar="S",
-                   help="refresh every S seconds until every case has ended")
-    s.set_defaults(func=run_status)
 
     c = subparsers.add_parser(
         "collect", help="classify ended jobs, write verdicts and reports (then `dcp-harness "
@@ -196,50 +174,6 @@ def run_submit(args: argparse.Namespace) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- status
-def status_renderable(statuses, sweep_dir: Path):
-    table = Table(title=f"sweep {sweep_dir}", show_lines=False)
-    for col in ("case", "job", "slurm", "state", "arms", "progress", "detail"):
-        table.add_column(col)
-    for s in statuses:
-        prog = f"{s.arm} {s.step}/{s.steps}" if s.arm else ""
-        table.add_row(s.case_id, s.job_id, s.slurm_state,
-                      Text(s.state, style=_STATE_STYLE.get(s.state, "")),
-                      f"{s.arms_done}/{s.arms_total}", prog, s.verdict or s.detail)
-    return Group(table, progress_line(statuses))
-
-
-def progress_line(statuses, width: int = 30) -> Text:
-    """``[#######.......] 3/7 ended: 1 pending, 2 running, 3 done, 0 failed, 1 error``."""
-    ended = sum(1 for s in statuses if s.terminal)
-    filled = round(width * ended / len(statuses)) if statuses else width
-    line = Text("[")
-    line.append("#" * filled, style="green")
-    line.append("." * (width - filled))
-    line.append(f"] {ended}/{len(statuses)} ended: ")
-    n = counts(statuses)
-    line.append(", ".join(f"{v} {k}" for k, v in n.items()))
-    return line
-
-
-def run_status(args: argparse.Namespace) -> int:
-    sweep = _sweep(args.dir)
-    if args.watch is not None and not args.watch > 0:
-        raise ConfigError(f"--watch must be a positive number of seconds, got {args.watch}")
-    console = make_console()
-    if args.watch is None:
-        console.print(status_renderable(sweep_status(sweep), sweep))
-        return 0
-    poller = SchedulerPoller()  # ended jobs are not asked about again
-    with Live(console=console, auto_refresh=False) as live:
-        while True:
-            statuses = sweep_status(sweep, poller=poller)
-            live.update(status_renderable(statuses, sweep), refresh=True)
-            if all(s.terminal for s in statuses):
-                return 0
-            time.sleep(max(0.5, args.watch))
-
-
 # --------------------------------------------------------------------------- collect
 def _sweep(path: Path) -> Path:
     if not (slurm_dir(path) / "jobs.json").is_file():
@@ -265,7 +199,7 @@ def _wait_collect_gate(sweep: Path, args: argparse.Namespace) -> int:
         for s in statuses:
             if last.get(s.case_id) != s.state:
                 last[s.case_id] = s.state
-                print(f"  {s.case_id}: {s.state} (job {s.job_id}, {s.slurm_state})", flush=True)
+                print(f"  {s.case_id}: {s.state} (job {s.job_id}, {s.scheduler_state})", flush=True)
 
     backend = _backend(args, on_poll)
 

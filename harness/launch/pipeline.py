@@ -11,7 +11,9 @@ later process can ``state`` / ``wait`` / ``collect`` what an earlier one submitt
   folders (``case.json``, ``plan.json``) and start them: the Slurm backend queues a job per case;
   the local backend, whose arms run in this process, starts them in ``wait`` (submitit's
   ``DebugExecutor`` runs its jobs when their result is asked for, too);
-* ``state(out_dir)``: case id -> where the case stands (:data:`CaseState`);
+* ``state(out_dir)``: case id -> where the case stands (a ``case_status.CaseStatus``: its
+  :data:`CaseState`, arms done, the arm in flight, ...; ``dcp-harness status`` shows them, for a
+  sweep of any backend);
 * ``wait(out_dir, timeout_s)``: until no case is queued or running (or the time is up);
 * ``collect(out_dir)``: the outcomes of the cases that ended, their verdicts and the sweep's
   reports: a :class:`Collection`.
@@ -33,14 +35,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Optional, Protocol, Sequence
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from harness.caseplan import CasePlan
 from harness.compare import CaseVerdict
+from harness.launch.case_status import CaseState, CaseStatus
 from harness.results import SweepStart
 
-# Where a case of a sweep stands (the states of ``dcp-harness status``).
-CaseState = Literal["pending", "running", "done", "failed", "error", "skipped"]
+__all__ = ["CaseState", "CaseStatus", "Collection", "SweepBackend", "SweepSink", "deliver", "finish",
+           "run_to_end"]
 
 # Called with the finished collection (its sweep folder, the verdicts judged in this process and
 # the reports written) once a collection is finished (module doc).
@@ -76,7 +79,7 @@ class SweepBackend(Protocol):
     def submit(self, plans: Sequence[CasePlan], out_dir: Path,
                start: Optional[SweepStart] = None) -> None: ...
 
-    def state(self, out_dir: Path) -> Mapping[str, CaseState]: ...
+    def state(self, out_dir: Path) -> Mapping[str, CaseStatus]: ...
 
     def wait(self, out_dir: Path, timeout_s: Optional[float] = None) -> None: ...
 
