@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from harness.cli.run_cmd import RESULTS_ROOT
-from harness.cli.selection import add_emulate_argument, selected_plans
+from harness.cli.selection import add_selection_arguments, selected_plans
 from harness.cli.sinks import add_history_arguments, sweep_sinks
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Submit cases to Slurm through submitit: one job per case (its arms run one "
         "after another in one allocation), cases of one resource shape in one job array. "
         "--dry-run prints the plan and the sbatch scripts and touches no Slurm.")
-    p.add_argument("paths", nargs="+", metavar="PATH", help="case file or folder of case files")
+    add_selection_arguments(p)
     p.add_argument("--profile", default=None, metavar="P",
                    help="cluster profile name (slurm/profiles/P.yaml) or YAML path; "
                         "default: each case's resources.profile")
@@ -40,14 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(default: results/slurm-<date>-<time>)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan of jobs and the sbatch scripts; submit nothing")
-    p.add_argument("-k", dest="k", default=None, metavar="EXPR", help="select case ids (pytest -k style)")
-    p.add_argument("--tags", nargs="+", default=None, metavar="TAG", help="keep cases with any of these tags")
-    add_emulate_argument(p)
-    p.add_argument("--max-parallel", type=int, default=None, metavar="N",
-                   help="jobs of one array running at once (default: the profile's array_parallelism)")
-    _add_wait_args(p)
-    add_allow_skip_argument(p)
-    add_history_arguments(p)
+    _add_job_args(p, "jobs of one array running at once (default: the profile's "
+                     "array_parallelism)")
     p.set_defaults(func=run_submit)
 
     c = subparsers.add_parser(
@@ -59,15 +53,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "summary.md, junit.xml and index.json. Cases still queued or running are left alone. "
         "--wait waits for them; --retry-infra N re-submits infrastructure failures.")
     c.add_argument("dir", type=Path, metavar="DIR", help="the --out folder of `dcp-harness submit`")
-    c.add_argument("--max-parallel", type=int, default=None, metavar="N",
-                   help="array concurrency of --retry-infra submissions")
-    _add_wait_args(c)
-    add_allow_skip_argument(c)
-    add_history_arguments(c)
+    _add_job_args(c, "array concurrency of --retry-infra submissions")
     c.set_defaults(func=run_collect)
 
 
-def _add_wait_args(p: argparse.ArgumentParser) -> None:
+def _add_job_args(p: argparse.ArgumentParser, max_parallel_help: str) -> None:
+    """What submit and collect share: the array concurrency, waiting for the jobs (and
+    re-submitting infrastructure failures), the skips the gate accepts, the history."""
+    p.add_argument("--max-parallel", type=int, default=None, metavar="N", help=max_parallel_help)
     p.add_argument("--wait", action="store_true",
                    help="wait until every job has ended, then collect (exit code: the gate's)")
     p.add_argument("--timeout-min", type=float, default=None, metavar="M",
@@ -77,6 +70,8 @@ def _add_wait_args(p: argparse.ArgumentParser) -> None:
                    help="re-submit cases that ended with an infrastructure failure (node fail, "
                         "NCCL timeout, OOM kill, cancelled) up to N times; implies --wait")
     p.add_argument("--poll-s", type=float, default=5.0, metavar="S", help=argparse.SUPPRESS)
+    add_allow_skip_argument(p)
+    add_history_arguments(p)
 
 
 def check_wait_args(args: argparse.Namespace) -> None:
