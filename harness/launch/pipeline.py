@@ -19,15 +19,17 @@ later process can ``state`` / ``wait`` / ``collect`` what an earlier one submitt
   reports: a :class:`Collection`.
 
 ``dcp-harness run`` is the local backend's :func:`run_to_end` (submit, wait, collect);
-``submit`` / ``status`` / ``collect`` are the Slurm backend's verbs, and ``submit --wait`` /
-``collect --wait`` its :func:`finish`. Both end in :func:`deliver`: each sweep sink (a
+``submit`` / ``collect`` are the Slurm backend's verbs, and ``submit --wait`` /
+``collect --wait`` its :func:`finish`; ``status`` is the ``state`` of whichever backend runs the
+folder (``cli.status_cmd.sweep_backend``). Both runs end in :func:`deliver`: each sweep sink (a
 ``Callable[[Collection], None]`` the CLI passes in: the history database recording the sweep,
 ``cli.sinks``) gets the finished collection (its sweep folder, the verdicts judged in this process,
 the reports) once per finished collection (every case judged, nothing queued, running or
 re-submitted).
 
 Adding a backend is one module with a test of its own: a class with these four verbs
-(``launch.local_backend.LocalBackend``, ``launch.slurm.backend.SlurmBackend``).
+(``launch.local_backend.LocalBackend``, ``launch.slurm.backend.SlurmBackend``), and the line of
+``cli.status_cmd.sweep_backend`` that knows its sweep folders.
 """
 
 from __future__ import annotations
