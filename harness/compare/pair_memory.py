@@ -101,6 +101,15 @@ def _bounded(name: str, value: float, bound: tuple[Optional[float], str], detail
                  lower=-pct if two_sided else None)
 
 
+def _size(n: float) -> str:
+    """Bytes in the unit that shows them (KiB below 10 MiB: a CPU trainer's tiny figures)."""
+    return f"{n / MIB:.1f} MiB" if abs(n) >= 10 * MIB else f"{n / 1024:.1f} KiB"
+
+
+def _signed(n: float) -> str:
+    return ("+" if n >= 0 else "") + _size(n)
+
+
 def _pct(a: float, b: float) -> float:
     return (a - b) / b * 100.0 if b > 0 else (0.0 if a == b else math.inf)
 
@@ -164,7 +173,7 @@ def level_check(name: str, data: Mapping[str, Steps], arms: tuple[str, str], key
     r, s = worst
     a, b = cand[r][s], ref[r][s]
     detail = (f"{what} {arms[0]} - {arms[1]} over {len(common)} rank-step(s), worst {rank_name(r)} "
-              f"step {s}: {a / MIB:.1f} vs {b / MIB:.1f} MiB, {(a - b) / MIB:+.1f} MiB "
+              f"step {s}: {_size(a)} vs {_size(b)}, {_signed(a - b)} "
               f"({_pct(a, b):+.2f}%)")
     return _bounded(name, _pct(a, b), bound, detail)
 
@@ -174,10 +183,11 @@ def _where(series: Mapping[int, Mapping[int, float]]) -> str:
 
 
 def _window(steps: Sequence[int], after: int) -> list[int]:
-    """The steady window of the common ``steps`` (ascending): the second half of them, and none
-    at or before ``after`` (the last capture step)."""
-    start = max(steps[(len(steps) - 1) // 2], after + 1)
-    return [s for s in steps if s >= start]
+    """The steady window of the common ``steps`` (ascending): the second half of them, never the
+    first (the optimizer's state is allocated in it) and none at or before ``after`` (the last
+    capture step)."""
+    start = max(steps[(len(steps) - 1) // 2], steps[min(1, len(steps) - 1)], after + 1)
+    return [s for s in steps if s >= start and s > steps[0]]
 
 
 def _captured_at(data: Mapping[str, Steps], arms: tuple[str, str], rank: int) -> int:
@@ -211,14 +221,15 @@ def growth_check(name: str, data: Mapping[str, Steps], arms: tuple[str, str],
         pct = _pct(ref[r][first] + grew_a - grew_b, ref[r][first])
         if worst is None or abs(pct) > abs(worst):
             worst = pct
-        parts.append(f"{rank_name(r)} steps {first}..{last}: {arms[0]} {grew_a / MIB:+.2f} MiB, "
-                     f"{arms[1]} {grew_b / MIB:+.2f} MiB ({pct:+.2f}% of {arms[1]}'s "
-                     f"{ref[r][first] / MIB:.1f} MiB)")
+        parts.append(f"{rank_name(r)} steps {first}..{last}: {arms[0]} {_signed(grew_a)}, "
+                     f"{arms[1]} {_signed(grew_b)} ({pct:+.2f}% of {arms[1]}'s "
+                     f"{_size(ref[r][first])} at step {first})")
     if worst is None:
         return Check.not_applicable(name, (
-            f"{what} at too few steps for a growth over a steady window (both arms recorded it at "
-            f"{'; '.join(short) or 'no common step'}): memory at one step only (e.g. Megatron's "
-            "log reports it after the first iterations alone: --log-memory-interval 1, or "
+            f"{what} at too few steps for a growth over a steady window (two or more steps of the "
+            "second half, after the first step and any capture; both arms recorded it at "
+            f"{'; '.join(short) or 'no common step'}): memory at the first steps only, as "
+            "Megatron's log reports it by default (--log-memory-interval 1, or "
             "--log-memory-to-tensorboard with TensorBoard metrics, gives every step)"), bound[0])
     detail = (f"growth of {what} over the steady window, {arms[0]} - {arms[1]}: " + "; ".join(parts)
               + (f" (too few steps on {', '.join(short)})" if short else ""))
