@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from harness.arms import plan_case
 from harness.compare import CONTRACTS, Pair
+from harness.errors import CaseError
 from harness.metrics import rank_records, read_megatron_log
 from harness.spec.loader import load_cases
 
@@ -108,3 +111,23 @@ compare:
         assert ("device_delta_pct" in why) is lacks, (source, why)
         if lacks:
             assert f"command.metrics.source {source}" in why["device_delta_pct"]
+
+
+def test_a_bad_bound_names_file_case_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "case.yaml"
+    path.write_text("""\
+name: cmd
+resources: {gpus_per_node: 2}
+train: {steps: 4, global_batch: 8, seq_length: 16, lr: 1.0e-3}
+command:
+  argv: [python, train.py, --train-iters, "{steps}"]
+  arms: {graph: [--cuda-graph-impl, local]}
+  metrics: {source: tensorboard}
+compare:
+  graph_vs_eager: {loss: exact, allocated_growth_pct: -1}
+""")
+    with pytest.raises(CaseError) as err:
+        load_cases([path])
+    text = str(err.value)
+    assert "case.yaml" in text and "case 'cmd'" in text
+    assert "compare.graph_vs_eager.allocated_growth_pct" in text and "greater than or equal to 0" in text
