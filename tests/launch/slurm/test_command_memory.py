@@ -19,7 +19,7 @@ from harness.results import read_outcome, read_steps
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TRAINER = REPO / "examples" / "trainer" / "train.py"
 
 

@@ -18,7 +18,7 @@ import pytest
 
 pytestmark = pytest.mark.slow  # two-rank trainer runs (about 10 s each on two CPU cores)
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TRAINER = REPO / "examples" / "trainer" / "train.py"
 
 
