@@ -122,9 +122,13 @@ def probe_check(name: str, data: Mapping[str, Steps], arms: tuple[str, str], key
     cand, ref = memory_probes(data[arms[0]]), memory_probes(data[arms[1]])
     ranks = sorted(set(cand) & set(ref))
     if not ranks:
-        what = f"a memory probe on a common rank ({arms[0]} ranks {sorted(cand)}, {arms[1]} " \
-               f"ranks {sorted(ref)})" if cand or ref else "a memory probe"
-        missing = _unrecorded(name, what, arms, data, (False, False), bound[0])
+        has = (bool(cand), bool(ref))
+        what = "a memory probe"
+        if all(has):  # each on other ranks: as if neither had one
+            has = (False, False)
+            what += (f" on a common rank ({arms[0]} ranks {sorted(cand)}, {arms[1]} ranks "
+                     f"{sorted(ref)})")
+        missing = _unrecorded(name, what, arms, data, has, bound[0])
         assert missing is not None
         return missing
     worst, parts = -math.inf, []

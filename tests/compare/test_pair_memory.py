@@ -16,7 +16,7 @@ from harness.spec.loader import load_cases
 
 from tests.compare import scenarios as sc
 from tests.compare.scenarios import at, params
-from tests.records import GIB, changed
+from tests.records import GIB, changed, probe
 
 DATA = Path(__file__).resolve().parents[1] / "metrics" / "data"
 
@@ -72,6 +72,9 @@ def test_what_the_records_cannot_feed_is_not_applicable_with_the_reason() -> Non
     mem = sc.arm(every={"allocated_bytes": GIB, "max_allocated_bytes": GIB})
     one = judge("graph_vs_eager", pair, {"graph": mem, "eager": sc.arm()})["allocated_growth_pct"]
     assert not one.applicable and "only graph recorded allocated bytes, eager none" in one.detail
+    probed = sc.arm(s4={"memory_probe": probe(7 * GIB, total=140 * GIB)})
+    device = judge("graph_vs_eager", pair, {"graph": probed, "eager": sc.arm()})["device_delta_pct"]
+    assert not device.applicable and "only graph recorded a memory probe" in device.detail
 
 
 def test_megatrons_memory_lines_after_its_first_iterations_only_give_no_growth() -> None:
