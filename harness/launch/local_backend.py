@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from harness.caseplan import CasePlan
+from harness.caseplan import PLAN_FILE, CasePlan
 from harness.compare import DEFAULT_ALLOWED_SKIPS, CaseVerdict
 from harness.errors import ConfigError
 from harness.launch.launcher import ArmLauncher
@@ -36,8 +36,7 @@ from harness.launch.pipeline import Collection, SweepSink, run_to_end
 from harness.launch.progress import NullProgress, SweepProgress
 from harness.launch.sweep import check_resumable, record_manifest, run_cases, runs_again
 from harness.report import write_reports
-from harness.results import (CASE_FILE, ManifestCase, SweepStart, lock_holder, read_manifest,
-                             sweep_lock)
+from harness.results import ManifestCase, SweepStart, lock_holder, read_manifest, sweep_lock
 from harness.trust.stored_plan import check_stored_plan
 
 _INTERRUPTED = ("no verdict and no run writes the sweep folder (interrupted?): "
@@ -48,7 +47,7 @@ def case_status(out_dir: Path, entry: ManifestCase, running: bool) -> CaseStatus
     """Where a case of a local sweep stands (module doc, ``state``); ``running``: a run holds the
     sweep folder's lock."""
     case_dir = Path(out_dir) / entry.id
-    if not (case_dir / CASE_FILE).is_file():  # not reached by any run yet
+    if not (case_dir / PLAN_FILE).is_file():  # not reached by any run yet (written after case.json)
         base = dict(case_id=entry.id, arms_done=0, arms_total=len(entry.arms))
         if running:
             return CaseStatus(state="pending", terminal=False, **base)
