@@ -57,7 +57,7 @@ from harness.results.records import (
     StateDigest,
     StepRecord,
 )
-from harness.results.typed import write_json_record
+from harness.results.typed import record_json, write_json_record
 from harness.sites import SiteBytes, SiteTable, read_sites, sites_file, write_sites
 from harness.spec.loader import load_cases
 from harness.spec.schema import Expectation
@@ -154,7 +154,7 @@ def _plans() -> dict[str, Any]:
 # --------------------------------------------------------------------------- writing
 def _parked_text() -> str:
     # index.json's "parked" entry of a case
-    return dumps([p.to_dict() for p in _parked()]) + "\n"
+    return dumps([record_json(p.entry) for p in _parked()]) + "\n"
 
 
 def _steps_text(records: list[StepRecord], folder: Path) -> str:
@@ -293,7 +293,7 @@ def test_golden_environments_write_unchanged(path: Path) -> None:
         if "environment" not in entry:
             continue
         env = read_typed(RunEnvironment, entry["environment"], f"{path} {metric}")
-        assert dumps(env.to_dict()) == dumps(entry["environment"]), metric
+        assert dumps(record_json(env)) == dumps(entry["environment"]), metric
 
 
 def test_an_unknown_key_names_the_file_and_field(tmp_path: Path) -> None:

@@ -19,7 +19,8 @@ from harness.compare import Expected, Pair, evaluate_pair
 from harness.launch.sweep import finalize_case, prepare_case_dir
 from harness.report import gate, load_sweep, write_reports
 from harness.report.emulated import emulated_tables, rank_figures
-from harness.results import ArmOutcome, StepRecord, StepWriter, read_steps, write_outcome
+from harness.results import (ArmOutcome, StepRecord, StepWriter, read_steps, record_json,
+                             write_outcome)
 from harness.sites import SiteBytes, SiteTable, read_sites, write_sites
 from harness.spec.derive import as_emulated
 from harness.trust.stored_plan import check_stored_plan
@@ -205,10 +206,10 @@ def test_site_tables_round_trip_and_an_unusable_one_is_named(tmp_path: Path) -> 
     table = SiteTable(3, 2, (SiteBytes("default", "active", "x", 10, 1),))
     path = write_sites(tmp_path, table)
     assert path.name == "sites.rank3.json" and read_sites(tmp_path) == {3: table}
-    (tmp_path / "sites.rank4.json").write_text(json.dumps(table.to_dict()))
+    (tmp_path / "sites.rank4.json").write_text(json.dumps(record_json(table)))
     with pytest.raises(Exception, match="sites.rank4.json: holds the sites of rank 3"):
         read_sites(tmp_path)
     (tmp_path / "sites.rank4.json").write_text('{"version": 1, "rank": 4}')
-    with pytest.raises(Exception, match="sites.rank4.json: not an allocation-site table"):
+    with pytest.raises(Exception, match="sites.rank4.json: bad allocation-site table: field .step."):
         read_sites(tmp_path)
     assert read_steps(tmp_path) == {}

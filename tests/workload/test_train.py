@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ConfigError
+from harness.results import record_json
 from harness.spec import load_cases
 from harness.workload import RankContext, train_arm
 
@@ -23,7 +24,7 @@ def run(case, checkpoint_dir=None, stop_after=None):
     records = []
 
     def on_step(r):
-        records.append(r.to_dict())
+        records.append(record_json(r))
         if stop_after is not None and r.step == stop_after:
             raise KeyboardInterrupt  # simulate a kill right after a completed step
 
@@ -161,7 +162,7 @@ def test_cuda_run_reports_memory_and_matches_cpu():
         pytest.skip("needs a CUDA GPU")
     case = make_case(train={"steps": 2})
     cuda = []
-    train_arm(eager_arm(case), RankContext(0, 1, 0, "cuda:0", "none"), lambda r: cuda.append(r.to_dict()))
+    train_arm(eager_arm(case), RankContext(0, 1, 0, "cuda:0", "none"), lambda r: cuda.append(record_json(r)))
     cpu = run(case)
     for g, c in zip(cuda, cpu):
         assert g["device"] == "cuda:0"
@@ -173,7 +174,7 @@ def test_stop_after_checkpoints_that_step_even_with_checkpoint_every_zero(tmp_pa
     case = make_case(train={"steps": 5, "checkpoint_every": 0})
     whole = run(case)
     first = []
-    train_arm(eager_arm(case), CPU, lambda r: first.append(r.to_dict()), checkpoint_dir=tmp_path, stop_after=3)
+    train_arm(eager_arm(case), CPU, lambda r: first.append(record_json(r)), checkpoint_dir=tmp_path, stop_after=3)
     assert [r["step"] for r in first] == [1, 2, 3] and all(r["resumed_from"] is None for r in first)
     assert sorted(p.name for p in (tmp_path / "rank0").iterdir()) == ["step00000003.pt"]
     rest = run(case, checkpoint_dir=tmp_path)
