@@ -3,6 +3,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from harness.errors import ConfigError
 from harness.results import record_json
@@ -186,6 +187,24 @@ def test_stop_after_checkpoints_that_step_even_with_checkpoint_every_zero(tmp_pa
     assert again == []  # past the stop already: nothing to do
     with pytest.raises(ValueError, match="stop_after=5 needs a checkpoint folder and a step in 1..4"):
         train_arm(eager_arm(case), CPU, lambda r: None, checkpoint_dir=tmp_path, stop_after=5)
+
+
+def test_a_checkpoint_is_read_through_its_metadata(tmp_path: Path):
+    """A checkpoint names its step, case, rank and world (CheckpointMeta); one whose metadata is
+    missing or mistyped is refused naming the file and the entry, one of another case too."""
+    import harness.workload.checkpoint as ckpt
+
+    case = make_case(train={"steps": 3, "checkpoint_every": 0})
+    train_arm(eager_arm(case), CPU, lambda r: None, checkpoint_dir=tmp_path, stop_after=2)
+    path = ckpt.step_file(tmp_path, 0, 2)
+    state = torch.load(path, weights_only=False)
+    assert ckpt.read_meta(state, path) == ckpt.CheckpointMeta(2, case.id, 0, 1)
+    torch.save({**state, "rank": "0"}, path)
+    with pytest.raises(RuntimeError, match=rf"{path}: bad checkpoint metadata: field 'rank'"):
+        run(case, checkpoint_dir=tmp_path)
+    torch.save({**state, "case_id": "another"}, path)
+    with pytest.raises(RuntimeError, match=rf"{path}: checkpoint is of case another rank 0/1"):
+        run(case, checkpoint_dir=tmp_path)
 
 
 def test_periodic_checkpoints_are_synced_to_disk_and_the_harness_stop_is_not(tmp_path: Path,
