@@ -4,7 +4,9 @@ step (aux loss and grad norm default to the loss bound), and what the graphed ar
 variants a rank captured but never replayed over its graphed steps, bound 0: a comparison over
 steps that never replayed a variant says nothing about it; a graph arm that never captured
 fails it), with the replays per (CP size, physical slot) frame (``StepRecord.replays``) in the
-detail."""
+detail. A pair of emulated ranks (each rank's records its own) also gets, per rank, the figure
+``r<k>.bitwise_steps`` (:func:`bitwise_figure`): the steps whose loss, aux loss and grad norm are
+bitwise equal in both arms, out of the steps both recorded (what the emulated report shows)."""
 
 from __future__ import annotations
 
@@ -52,6 +54,32 @@ def _replays(graph: Steps, rank_name: Callable[[int], str]) -> tuple[Check, Chec
             Check("variants_replayed", float(worst), 0.0, worst == 0, "; ".join(parts)))
 
 
+def bitwise_figure(rank: int) -> str:
+    """The name of rank ``rank``'s bitwise-steps figure."""
+    return f"r{rank}.bitwise_steps"
+
+
+def _bitwise(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
+    """Per emulated rank: steps bitwise equal (loss, aux loss, grad norm) of those both arms
+    recorded, and the first that is not; none for real ranks (their losses are global)."""
+    if pair.emulated is None:
+        return ()
+    graph, eager = (data[a] for a in pair.two_arms())
+    out = []
+    for rank in sorted(set(graph) & set(eager)):
+        by_step = {r.step: r for r in eager[rank]}
+        both = [(a, by_step[a.step]) for a in graph[rank] if a.step in by_step]
+        same = [(a.loss, a.aux_loss, a.grad_norm) == (b.loss, b.aux_loss, b.grad_norm)
+                for a, b in both]
+        if not both:
+            continue
+        first = next((a.step for (a, _), ok in zip(both, same) if not ok), None)
+        out.append(Check.figure_of(bitwise_figure(rank), float(sum(same)),
+                                   f"bitwise {sum(same)}/{len(both)} steps"
+                                   + (f", first mismatch step {first}" if first is not None else "")))
+    return tuple(out)
+
+
 def check_graph_vs_eager(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     p: GraphVsEagerContract = pair.params
     arms = pair.two_arms()
@@ -60,7 +88,7 @@ def check_graph_vs_eager(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, 
     return (series_check("loss", "loss", data, arms, p.loss, pair),
             series_check("aux_loss", "aux_loss", data, arms, aux, pair),
             series_check("grad_norm", "grad_norm", data, arms, gn, pair),
-            *_replays(data[arms[0]], pair.rank_name))
+            *_replays(data[arms[0]], pair.rank_name), *_bitwise(pair, data))
 
 
 class GraphVsEager(Comparison):
