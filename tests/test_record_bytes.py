@@ -7,8 +7,9 @@ commit that added it, before they were replaced by pydantic dumps of the read mo
 * ``run/``: a CPU run of ``cases/focused/tiny-moe-eager.yaml`` (``dcp-harness run cases/focused
   -k tiny-moe-eager``; the checkout's path replaced by ``/repo``): ``case.json``, ``plan.json``,
   ``verdict.json``, two arms' ``rank0.jsonl``, ``outcome.json``, ``phases.rank0.json``;
-* ``built/``: records built below (:func:`built`) that set every field a writer leaves out while
-  unset, plans of repository cases (an emulated one, one with a skipped pair), a golden document.
+* ``built/``: records built below (:func:`_written`) that set every field a writer leaves out
+  while unset, plans of repository cases (an emulated one, one with a skipped pair), a golden
+  document, an arm's ``inherited_env.json`` (written by the dict writer of commit 440a673).
 
 Each test writes through today's writer and compares bytes; the golden files under ``cases/``
 are checked the same way (their recorded environments).
@@ -33,6 +34,7 @@ from harness.golden import golden_values
 from harness.launch.sweep import prepare_case_dir
 from harness.report.parked import Parked
 from harness.results import (
+    ARM_ENV_FILE,
     CASE_FILE,
     OUTCOME_FILE,
     VERDICT_FILE,
@@ -41,6 +43,7 @@ from harness.results import (
     dumps,
     read_outcome,
     read_steps,
+    write_arm_env,
     write_outcome,
 )
 from harness.results.phases import phases_file, read_phases
@@ -57,7 +60,8 @@ from harness.results.records import (
     StateDigest,
     StepRecord,
 )
-from harness.results.typed import record_json, write_json_record
+from harness.results.inherited_env import ArmEnv
+from harness.results.typed import read_json_record, record_json, write_json_record
 from harness.sites import SiteBytes, SiteTable, read_sites, sites_file, write_sites
 from harness.spec.loader import load_cases
 from harness.spec.schema import Expectation
@@ -179,6 +183,9 @@ def _written(folder: Path) -> dict[str, str]:
         for file in (CASE_FILE, PLAN_FILE):
             text = (case_dir / file).read_text(encoding="utf-8")
             out[f"{name}/{file}"] = text.replace(str(REPO), "/repo")
+    write_arm_env(folder / "env", {"PATH": "/usr/bin", "HOME": "/root", "API_TOKEN": "<redacted>"},
+                  {"OMP_NUM_THREADS": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"})
+    out[ARM_ENV_FILE] = (folder / "env" / ARM_ENV_FILE).read_text(encoding="utf-8")
     run_steps = read_steps(RUN / "eager")
     out["golden_values_cpu.json"] = dumps(golden_values(run_steps)) + "\n"
     return out
@@ -248,6 +255,12 @@ def _phases_again(src: Path, dst: Path) -> None:
     write_json_record(phases_file(dst, 0), phases)
 
 
+def _arm_env_again(src: Path, dst: Path) -> None:
+    env = read_json_record(src / ARM_ENV_FILE, ArmEnv, "inherited environment")
+    assert env is not None
+    write_json_record(dst / ARM_ENV_FILE, env)
+
+
 def _sites_again(src: Path, dst: Path) -> None:
     for table in read_sites(src).values():
         write_sites(dst, table)
@@ -263,6 +276,7 @@ AGAIN: list[tuple[str, tuple[str, ...], RereadWrite]] = [
     ("built", (VERDICT_FILE,), _verdict_again),
     ("built", ("rank0.jsonl",), _steps_again),
     ("built", ("sites.rank3.json",), _sites_again),
+    ("built", (ARM_ENV_FILE,), _arm_env_again),
     ("built/plan-emulated", (PLAN_FILE,), _plan_again),
     ("built/plan-skipped", (PLAN_FILE,), _plan_again),
 ]
