@@ -61,7 +61,7 @@ from harness.results.records import (
     StepRecord,
 )
 from harness.results.inherited_env import ArmEnv
-from harness.results.typed import read_json_record, record_json, write_json_record
+from harness.results.typed import keys_in_order, read_json_record, record_json, write_json_record
 from harness.sites import SiteBytes, SiteTable, read_sites, sites_file, write_sites
 from harness.spec.loader import load_cases
 from harness.spec.schema import Expectation
@@ -326,3 +326,18 @@ def test_an_unknown_key_names_the_file_and_field(tmp_path: Path) -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     _generate()
+
+
+def test_keys_in_order_must_name_every_key() -> None:
+    """A record whose file order leaves a field out is an error when it is written, not a file
+    without that field."""
+    from pydantic_core import PydanticSerializationError
+
+    @dataclasses.dataclass(frozen=True)
+    class Two:
+        a: int
+        b: int
+        _keys = keys_in_order("b")
+
+    with pytest.raises(PydanticSerializationError, match=r"keys_in_order does not name \['a'\]"):
+        record_json(Two(1, 2))

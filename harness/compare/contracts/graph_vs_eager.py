@@ -69,10 +69,10 @@ def _bitwise(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     for rank in sorted(set(graph) & set(eager)):
         by_step = {r.step: r for r in eager[rank]}
         both = [(a, by_step[a.step]) for a in graph[rank] if a.step in by_step]
-        same = [(a.loss, a.aux_loss, a.grad_norm) == (b.loss, b.aux_loss, b.grad_norm)
-                for a, b in both]
         if not both:
             continue
+        same = [(a.loss, a.aux_loss, a.grad_norm) == (b.loss, b.aux_loss, b.grad_norm)
+                for a, b in both]
         first = next((a.step for (a, _), ok in zip(both, same) if not ok), None)
         out.append(Check.figure_of(bitwise_figure(rank), float(sum(same)),
                                    f"bitwise {sum(same)}/{len(both)} steps"
