@@ -8,11 +8,15 @@ commit that added it, before they were replaced by pydantic dumps of the read mo
   -k tiny-moe-eager``; the checkout's path replaced by ``/repo``): ``case.json``, ``plan.json``,
   ``verdict.json``, two arms' ``rank0.jsonl``, ``outcome.json``, ``phases.rank0.json``;
 * ``built/``: records built below (:func:`_written`) that set every field a writer leaves out
-  while unset, plans of repository cases (an emulated one, one with a skipped pair), a golden
-  document, an arm's ``inherited_env.json`` (written by the dict writer of commit 440a673).
+  while unset, plans of repository cases (an emulated one, one with a skipped pair; rewritten by
+  the hand-written writers of commit 8ea5b96 when the case schema grew), a golden document, an
+  arm's ``inherited_env.json`` (written by the dict writer of commit 440a673).
 
 Each test writes through today's writer and compares bytes; the golden files under ``cases/``
-are checked the same way (their recorded environments).
+are checked the same way (their recorded environments). A plan holds its arms' whole cases, so a
+new case-file field changes ``built/plan-*`` (and ``case.json``) on purpose: after such a change,
+and only then, write them again with ``python -c "import tests.test_record_bytes as t;
+t._generate()"`` and review the diff (the new field, nothing else).
 """
 
 from __future__ import annotations

@@ -4,9 +4,12 @@ step (aux loss and grad norm default to the loss bound), and what the graphed ar
 variants a rank captured but never replayed over its graphed steps, bound 0: a comparison over
 steps that never replayed a variant says nothing about it; a graph arm that never captured
 fails it), with the replays per (CP size, physical slot) frame (``StepRecord.replays``) in the
-detail. A pair of emulated ranks (each rank's records its own) also gets, per rank, the figure
-``r<k>.bitwise_steps`` (:func:`bitwise_figure`): the steps whose loss, aux loss and grad norm are
-bitwise equal in both arms, out of the steps both recorded (what the emulated report shows)."""
+detail. Memory (``compare.pair_memory``): ``graph_pool_bytes`` and ``device_delta_pct`` (the
+whole device after ``empty_cache``) as figures, and allocated / max allocated per step and the
+allocated growth between the arms, bounded as declared (the growth by default). A pair of emulated
+ranks (each rank's records its own) also gets, per rank, the figure ``r<k>.bitwise_steps``
+(:func:`bitwise_figure`): the steps whose loss, aux loss and grad norm are bitwise equal in both
+arms, out of the steps both recorded (what the emulated report shows)."""
 
 from __future__ import annotations
 
@@ -16,15 +19,16 @@ from harness.spec.comparisons import CommandRole
 from harness.spec.names import EAGER, GRAPH, GRAPH_VS_EAGER
 from harness.spec.preflight import graph_arms_problem
 from harness.spec.problems import Problem
-from harness.spec.schema import Case, LossBound, Strict
+from harness.spec.schema import Case, LossBound
 
 from ..pair import Pair
+from ..pair_memory import PairMemoryBounds, pool_figures, probe_check, step_memory_checks
 from ..registry import Comparison, Judged, Planner, register
 from ..series import Steps, frame_replays, frames_text, graph_stats, series_check
 from ..verdicts import Check
 
 
-class GraphVsEagerContract(Strict):
+class GraphVsEagerContract(PairMemoryBounds):
     """The ``graph`` arm against the eager arm of the same (static-shape) case: LM loss, aux loss
     and grad norm per step; ``exact`` = bitwise (deterministic mode)."""
 
@@ -88,7 +92,18 @@ def check_graph_vs_eager(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, 
     return (series_check("loss", "loss", data, arms, p.loss, pair),
             series_check("aux_loss", "aux_loss", data, arms, aux, pair),
             series_check("grad_norm", "grad_norm", data, arms, gn, pair),
-            *_replays(data[arms[0]], pair.rank_name), *_bitwise(pair, data))
+            *_replays(data[arms[0]], pair.rank_name),
+            *memory_checks(p, data, arms, pair.rank_name), *_bitwise(pair, data))
+
+
+def memory_checks(p: GraphVsEagerContract, data: Mapping[str, Steps], arms: tuple[str, str],
+                  rank_name: Callable[[int], str]) -> tuple[Check, ...]:
+    """The graph pool and the whole device after ``empty_cache`` (figures) and the per-step
+    memory bounds (``compare.pair_memory``, the same rule as ``dcp_vs_fixed_cp``'s)."""
+    return (pool_figures(data, arms, rank_name),
+            probe_check("device_delta_pct", data, arms, "device_used_bytes", (None, ""), True,
+                        rank_name),
+            *step_memory_checks(p, f"compare.{GRAPH_VS_EAGER}.", data, arms, rank_name))
 
 
 class GraphVsEager(Comparison):
@@ -97,7 +112,9 @@ class GraphVsEager(Comparison):
     order = 20
     emulated_figures = "graphed"
     judged = {GRAPH_VS_EAGER: Judged(GraphVsEagerContract, check_graph_vs_eager, figures=True,
-                                     capture_checks=("capture", "variants_replayed"))}
+                                     capture_checks=("capture", "variants_replayed",
+                                                     "graph_pool_bytes"),
+                                     probe_checks=("device_delta_pct",))}
 
     def rules(self, case: Case, settings: GraphVsEagerContract) -> list[Problem]:
         return graph_arms_problem(case, f"compare.{self.name}")
