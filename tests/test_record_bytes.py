@@ -195,7 +195,7 @@ def _written(folder: Path) -> dict[str, str]:
     return out
 
 
-def _generate() -> None:  # pragma: no cover - run once, by hand, on the writers of before
+def _generate() -> None:  # pragma: no cover - by hand, after a deliberate change (module doc)
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
         for rel, text in _written(Path(tmp)).items():
