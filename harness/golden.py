@@ -54,6 +54,7 @@ from harness.results import (
     field_of,
     read_json,
     read_typed,
+    record_json,
     write_json_atomic,
 )
 from harness.spec.schema import LossBound, Tolerance
@@ -387,7 +388,7 @@ def golden_values(runs: Union[Steps, Sequence[Steps]], *,
                 if devices:
                     entry["devices"] = sorted(devices)
         if env is not None:
-            entry["environment"] = env.to_dict()
+            entry["environment"] = record_json(env)
         doc[m.name] = entry
     if "lm loss" not in doc:
         raise GoldenError("the arm recorded no loss: nothing to keep as golden values")

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Mapping, Optional, Sequence, get_args
+from typing import Literal, Optional, Sequence, Union, get_args
 
 from harness.caseplan import CasePlan, read_plan
+from harness.compare import read_verdict
+from harness.compare.verdicts import PairStatus
 from harness.launch.ranks.completion import arm_needs_run
-from harness.results import VERDICT_FILE, ArmOutcome, read_json, read_outcome, read_steps
+from harness.results import ArmOutcome, ResultsError, read_outcome, read_steps
 
 # Where a case of a sweep stands, in the order of the status line's counts.
 CaseState = Literal["pending", "running", "done", "failed", "error", "skipped"]
 PROGRESS_ORDER: tuple[CaseState, ...] = get_args(CaseState)
-
-_VERDICT_STATE: Mapping[str, CaseState] = {"pass": "done", "fail": "failed"}
-
 
 @dataclass(frozen=True)
 class CaseStatus:
@@ -43,23 +42,33 @@ class CaseStatus:
     step: int = 0
     steps: int = 0
     detail: str = ""
-    verdict: str = ""
+    verdict: Union[PairStatus, Literal[""]] = ""  # the case's verdict once judged
 
 
-def verdict_state(verdict: str) -> CaseState:
-    """The state of a judged case: ``pass`` -> done, ``fail`` -> failed, anything else -> error."""
-    return _VERDICT_STATE.get(verdict, "error")
+def judged_state(case_dir: Path) -> Optional[tuple[CaseState, PairStatus]]:
+    """Where a judged case stands by its ``verdict.json`` (read through ``CaseVerdict``): done
+    for a pass, failed for a fail, else error (an unreadable verdict too), with the verdict's
+    status; None while it has no verdict."""
+    try:
+        verdict = read_verdict(case_dir)
+    except ResultsError:
+        return "error", "error"
+    if verdict is None:
+        return None
+    state: CaseState = {"pass": "done", "fail": "failed"}.get(verdict.status, "error")
+    return state, verdict.status
 
 
 @dataclass(frozen=True)
 class FolderProgress:
     """What a case folder says of the case (:func:`folder_progress`). ``pending_arms``: the arms
-    without a final outcome, in the plan's order; ``verdict``: '' before the case is judged."""
+    without a final outcome, in the plan's order; ``judged``: :func:`judged_state`, None before
+    the case is judged."""
 
     plan: CasePlan
     outcomes: tuple[Optional[ArmOutcome], ...]
     pending_arms: tuple[str, ...]
-    verdict: str
+    judged: Optional[tuple[CaseState, PairStatus]]
 
     @property
     def arms_total(self) -> int:
@@ -81,15 +90,13 @@ class FolderProgress:
 
 def folder_progress(case_dir: Path) -> FolderProgress:
     """Read a case folder: its stored plan (``PlanError`` when it has none or a bad one), each
-    arm's outcome, the arms without a final one, the verdict's status."""
+    arm's outcome, the arms without a final one, where its verdict puts it."""
     case_dir = Path(case_dir)
     plan = read_plan(case_dir)
     outcomes = tuple(read_outcome(case_dir / a.name) for a in plan.arms)
     pending = tuple(a.name for a in plan.arms
                     if arm_needs_run(a, case_dir / a.name, retry_final=False))
-    verdict_path = case_dir / VERDICT_FILE
-    verdict = str(read_json(verdict_path).get("status", "error")) if verdict_path.is_file() else ""
-    return FolderProgress(plan, outcomes, pending, verdict)
+    return FolderProgress(plan, outcomes, pending, judged_state(case_dir))
 
 
 def outcome_state(outcomes: Sequence[Optional[ArmOutcome]]) -> CaseState:

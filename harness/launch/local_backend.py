@@ -31,7 +31,7 @@ from harness.caseplan import PLAN_FILE, CasePlan
 from harness.compare import DEFAULT_ALLOWED_SKIPS, CaseVerdict
 from harness.errors import ConfigError
 from harness.launch.launcher import ArmLauncher
-from harness.launch.case_status import CaseStatus, folder_progress, verdict_state
+from harness.launch.case_status import CaseStatus, folder_progress
 from harness.launch.pipeline import Collection, SweepSink, run_to_end
 from harness.launch.progress import NullProgress, SweepProgress
 from harness.launch.sweep import check_resumable, record_manifest, run_cases, runs_again
@@ -56,9 +56,9 @@ def case_status(out_dir: Path, entry: ManifestCase, running: bool) -> CaseStatus
     folder = folder_progress(case_dir)
     base = dict(case_id=entry.id, arms_done=folder.arms_done, arms_total=folder.arms_total,
                 steps=folder.plan.steps)
-    if folder.verdict:
-        return CaseStatus(state=verdict_state(folder.verdict), terminal=True,
-                          verdict=folder.verdict, **base)
+    if folder.judged is not None:
+        state, verdict = folder.judged
+        return CaseStatus(state=state, terminal=True, verdict=verdict, **base)
     if running:
         arm, step = folder.in_flight(case_dir)
         return CaseStatus(state="running", terminal=False, arm=arm, step=step, **base)

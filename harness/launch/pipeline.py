@@ -41,11 +41,11 @@ from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from harness.caseplan import CasePlan
 from harness.compare import CaseVerdict
-from harness.launch.case_status import CaseState, CaseStatus
+from harness.launch.case_status import CaseState, CaseStatus, judged_state
 from harness.results import SweepStart
 
 __all__ = ["CaseState", "CaseStatus", "Collection", "SweepBackend", "SweepSink", "deliver", "finish",
-           "run_to_end"]
+           "judged_state", "run_to_end"]
 
 # Called with the finished collection (its sweep folder, the verdicts judged in this process and
 # the reports written) once a collection is finished (module doc).

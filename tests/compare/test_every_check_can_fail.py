@@ -16,7 +16,7 @@ from typing import Any, Callable
 import pytest
 
 from harness.compare import CONTRACTS, Check, PackingRule, evaluate_case
-from harness.results import ArmOutcome, read_typed
+from harness.results import ArmOutcome, read_typed, record_json
 from harness.spec.layout import ParallelLayout
 
 from tests.compare import scenarios as sc
@@ -255,5 +255,5 @@ def test_a_memory_delta_without_a_bound_is_a_figure_and_graph_arms_get_te3353s()
 
 def test_a_figure_round_trips_through_the_verdict_file() -> None:
     figure = Check.figure_of("capture", None, "r0: 2 variants")
-    assert figure.to_dict()["figure"] is True and read_typed(Check, figure.to_dict(), "check") == figure
-    assert "figure" not in Check("loss", 0.0, 0.0, True).to_dict()
+    assert record_json(figure)["figure"] is True and read_typed(Check, record_json(figure), "check") == figure
+    assert "figure" not in record_json(Check("loss", 0.0, 0.0, True))

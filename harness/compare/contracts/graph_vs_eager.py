@@ -6,7 +6,10 @@ steps that never replayed a variant says nothing about it; a graph arm that neve
 fails it), with the replays per (CP size, physical slot) frame (``StepRecord.replays``) in the
 detail. Memory (``compare.pair_memory``): ``graph_pool_bytes`` and ``device_delta_pct`` (the
 whole device after ``empty_cache``) as figures, and allocated / max allocated per step and the
-allocated growth between the arms, bounded as declared (the growth by default)."""
+allocated growth between the arms, bounded as declared (the growth by default). A pair of emulated
+ranks (each rank's records its own) also gets, per rank, the figure ``r<k>.bitwise_steps``
+(:func:`bitwise_figure`): the steps whose loss, aux loss and grad norm are bitwise equal in both
+arms, out of the steps both recorded (what the emulated report shows)."""
 
 from __future__ import annotations
 
@@ -55,6 +58,32 @@ def _replays(graph: Steps, rank_name: Callable[[int], str]) -> tuple[Check, Chec
             Check("variants_replayed", float(worst), 0.0, worst == 0, "; ".join(parts)))
 
 
+def bitwise_figure(rank: int) -> str:
+    """The name of rank ``rank``'s bitwise-steps figure."""
+    return f"r{rank}.bitwise_steps"
+
+
+def _bitwise(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
+    """Per emulated rank: steps bitwise equal (loss, aux loss, grad norm) of those both arms
+    recorded, and the first that is not; none for real ranks (their losses are global)."""
+    if pair.emulated is None:
+        return ()
+    graph, eager = (data[a] for a in pair.two_arms())
+    out = []
+    for rank in sorted(set(graph) & set(eager)):
+        by_step = {r.step: r for r in eager[rank]}
+        both = [(a, by_step[a.step]) for a in graph[rank] if a.step in by_step]
+        if not both:
+            continue
+        same = [(a.loss, a.aux_loss, a.grad_norm) == (b.loss, b.aux_loss, b.grad_norm)
+                for a, b in both]
+        first = next((a.step for (a, _), ok in zip(both, same) if not ok), None)
+        out.append(Check.figure_of(bitwise_figure(rank), float(sum(same)),
+                                   f"bitwise {sum(same)}/{len(both)} steps"
+                                   + (f", first mismatch step {first}" if first is not None else "")))
+    return tuple(out)
+
+
 def check_graph_vs_eager(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     p: GraphVsEagerContract = pair.params
     arms = pair.two_arms()
@@ -64,7 +93,7 @@ def check_graph_vs_eager(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, 
             series_check("aux_loss", "aux_loss", data, arms, aux, pair),
             series_check("grad_norm", "grad_norm", data, arms, gn, pair),
             *_replays(data[arms[0]], pair.rank_name),
-            *memory_checks(p, data, arms, pair.rank_name))
+            *memory_checks(p, data, arms, pair.rank_name), *_bitwise(pair, data))
 
 
 def memory_checks(p: GraphVsEagerContract, data: Mapping[str, Steps], arms: tuple[str, str],

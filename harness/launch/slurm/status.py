@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Optional
 
-from harness.launch.case_status import CaseStatus, folder_progress, outcome_state, verdict_state
+from harness.launch.case_status import CaseStatus, folder_progress, outcome_state
 from harness.launch.slurm.poll import PENDING_STATES, Runner, SchedulerPoller, SchedulerView, \
     run_command
 from harness.launch.slurm.submit import JobRef, latest_jobs, skipped_cases
@@ -31,9 +31,9 @@ def case_status(case_dir: Path, ref: JobRef, view: SchedulerView, now: Optional[
     scheduler_state = sched.state if sched else ("gone" if view.squeue_ok else "unknown")
     base = dict(case_id=folder.plan.case_id, job_id=ref.job_id, scheduler_state=scheduler_state,
                 arms_done=folder.arms_done, arms_total=folder.arms_total, steps=folder.plan.steps)
-    if folder.verdict:
-        return CaseStatus(state=verdict_state(folder.verdict), terminal=True,
-                          verdict=folder.verdict, **base)
+    if folder.judged is not None:
+        state, verdict = folder.judged
+        return CaseStatus(state=state, terminal=True, verdict=verdict, **base)
     if sched is not None and sched.active:
         if sched.state in PENDING_STATES:
             return CaseStatus(state="pending", terminal=False, detail=sched.reason, **base)
