@@ -24,6 +24,7 @@ from harness.results import ArmOutcome, ResultsError, read_outcome, read_steps
 CaseState = Literal["pending", "running", "done", "failed", "error", "skipped"]
 PROGRESS_ORDER: tuple[CaseState, ...] = get_args(CaseState)
 
+
 @dataclass(frozen=True)
 class CaseStatus:
     """Where one case of a sweep stands. ``terminal``: nothing more happens to it without a new
