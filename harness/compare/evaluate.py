@@ -149,7 +149,8 @@ def evaluate_pair(case_id: str, pair: Pair, arm_data: ArmData,
                     return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), (),
                                        "skipped", skip.reason(sweep_dir), skip=skip.kind)
             except (ValueError, KeyError, TypeError) as exc:
-                errors.append(f"contract '{pair.contract}' could not be evaluated: {exc}")
+                said = str(exc) if sweep_dir is None else str(exc).replace(SWEEP_MARK, sweep_dir)
+                errors.append(f"contract '{pair.contract}' could not be evaluated: {said}")
     checks = _not_applicable(checks, pair.not_applicable_checks)
     return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), tuple(checks),
                        _status(checks, errors), "; ".join(errors) or None)

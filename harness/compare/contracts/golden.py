@@ -187,8 +187,9 @@ def _not_bitwise(p: "GoldenPairParams", platform: str, golden: Golden, steps: St
     run = environment_of(steps)
     if run is None:
         return ("the arm's records name no environment, so whether it runs the golden file's "
-                "kernels is not known (a command's TensorBoard or log-line metrics carry none; "
-                "metrics written through the record API, harness.metrics.StepRecorder, do)"), ""
+                "kernels is not known (a command that is not started as `python ...`, or whose "
+                "interpreter could not be asked, names none: the arm's log.txt says why; metrics "
+                "written through the record API, harness.metrics.StepRecorder, always do)"), ""
     if golden.environment is None:
         return (f"the golden file names no environment, so whether the run takes its kernels is "
                 f"not known ({refresh} here records one that does)"), ""

@@ -435,12 +435,13 @@ def run_command_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
         return _written_outcome(arm_dir)
     on_cuda = cuda_device_count() > 0
     if legs:
-        outcome = record_resumed(plan, arm, arm_dir, legs, loaded, cmd.metrics_path, on_cuda)
+        outcome = record_resumed(plan, arm, arm_dir, legs, loaded, cmd.metrics_path, on_cuda,
+                                 cmd=cmd)
         outcome = dataclasses.replace(outcome, detail=f"{outcome.detail} (slurm job "
                                                       f"{ident.job_id})")
     else:
         outcome = record_metrics(plan, arm, arm_dir, outcome, cmd.metrics_path, log_start,
-                                 on_cuda=on_cuda)
+                                 on_cuda=on_cuda, cmd=cmd)
     write_outcome(arm_dir, outcome)
     append_event(case_dir, ArmEnd(**_stamp(ident, arm), status=outcome.status,
                                   wall_s=outcome.wall_s))
