@@ -1,7 +1,7 @@
 """The sweep pipeline's end (``launch.pipeline``): the sinks get a sweep folder exactly once per
 finished collection, whatever the backend; never while cases are queued, running or queued again.
 A fake backend stands in for the two real ones (their own tests: ``test_local_backend.py``,
-``test_slurm_backend.py``)."""
+``slurm/test_backend.py``)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ A forked rank is the same program as a cold ``python -u -m harness.launch.ranks.
 own session, its output on the launcher's pipe, its own environment, ``rank_main`` run as
 ``__main__``.
 
-Why no judged figure changes (checked by ``tests/launch/test_warm.py`` on CPU and on a GPU by
+Why no judged figure changes (checked by ``tests/launch/ranks/test_warm.py`` on CPU and on a GPU by
 ``bench/warm_vs_cold.py``: every step record equal but its timings):
 
 * a server is keyed by the rank's whole environment but the variables no import reads

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXIT_INTERRUPTED = 130  # harness.cli.main on KeyboardInterrupt
 
 

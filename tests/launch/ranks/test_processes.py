@@ -177,7 +177,7 @@ def test_ctrl_c_of_the_launcher_leaves_no_empty_stack_files(tmp_path):
         from harness.launch.ranks.processes import RankCommand, run_ranks
         run_ranks(RankCommand(argv={cmd.argv!r}, world_size=2, arm_dir=Path({str(cmd.arm_dir)!r}),
                               timeout_s=600), kill_grace_s=2.0)
-    """)], env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    """)], env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
         stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while not all((cmd.arm_dir / f"stacks.rank{k}.txt").exists() for k in (0, 1)):
@@ -238,7 +238,7 @@ def test_ranks_stop_when_the_launcher_is_killed(tmp_path):
         from harness.launch.ranks.processes import RankCommand, run_ranks
         run_ranks(RankCommand(argv={cmd.argv!r}, world_size=2, arm_dir=Path({str(cmd.arm_dir)!r}),
                               timeout_s=600))
-    """)], env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    """)], env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])})
     names = ("pid.rank0", "pid.rank1", "child.rank0", "child.rank1")
     deadline = time.monotonic() + 30
     while not all((cmd.arm_dir / n).exists() for n in names):

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 BUILTIN = REPO / "examples" / "builtin" / "workload.yaml"
 COMMAND = REPO / "cases" / "command" / "builtin-workload.yaml"
 ARMS = {"dcp": [0, 1], "fixed-cp2": [0, 1], "reference": [0]}

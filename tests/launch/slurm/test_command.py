@@ -27,7 +27,7 @@ from harness.spec import load_cases
 
 from tests.launch.slurm_fakes import Scheduler
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TRAINER = REPO / "examples" / "trainer" / "train.py"
 SECRET = "slurm-s3cr3t-never-written"
 LEAKY = f"""\

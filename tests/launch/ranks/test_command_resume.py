@@ -22,7 +22,7 @@ from harness.metrics import SourceMark, read_between, read_source, source_mark
 from harness.spec.schema import MetricsSource, MetricsSpec
 from tests.test_compare import OK, by_name, one
 
-DATA = Path(__file__).resolve().parents[1] / "metrics" / "data"
+DATA = Path(__file__).resolve().parents[2] / "metrics" / "data"
 LOG = MetricsSpec(source=MetricsSource.MEGATRON_LOG)
 SECOND = b"second run (command.resume.load)"
 

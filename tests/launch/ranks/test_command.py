@@ -18,7 +18,7 @@ from harness.launch.ranks.command import (Rendezvous, arm_command, command_cwd, 
 from harness.launch.ranks.repro import REPRO_ROOT, repro_line
 from harness.spec import load_cases
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TRAINER = REPO / "examples" / "trainer" / "train.py"
 TORCHRUN = REPO / "cases" / "command" / "trainer-torchrun.yaml"
 TWO_NODE_TORCHRUN = REPO / "cases" / "multinode" / "twonode-trainer-torchrun.yaml"

@@ -29,7 +29,7 @@ from tests.launch.faults import fault_exports
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 WAIT_S = 300
 
 PROFILE = """\

@@ -176,7 +176,7 @@ def test_the_rank_process_exits_with_its_output_flushed(write_case, tmp_path):
     write_plan(case_dir, plan)
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "PYTHONUNBUFFERED")}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[3])
     done = subprocess.run([sys.executable, "-m", "harness.launch.ranks.rank_main", "--case",
                            str(case_dir / "case.json"), "--arm", "eager", "--out",
                            str(case_dir / "eager")], env=env, capture_output=True, text=True,

@@ -17,7 +17,7 @@ import pytest
 
 from harness.results import differences, inherited, replayable
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TRAINER = REPO / "examples" / "trainer" / "train.py"
 SECRET = "inherited-s3cr3t-never-written"
 LOSS = re.compile(r"iteration +(\d+)/ *\d+ \|.*?lm loss: ([0-9.E+-]+)")

@@ -26,7 +26,7 @@ from harness.results import ArmOutcome, read_outcome, write_outcome
 from tests.launch.cases import REPEAT, UNIFORM, load_case_file
 from tests.launch.faults import Fault, fault_env, with_fault
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def make_case(tmp_path, time_min=5):

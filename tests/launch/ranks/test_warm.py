@@ -67,7 +67,7 @@ def probe(tmp_path: Path):
     mods.mkdir()
     (mods / "warm_rank_probe.py").write_text(textwrap.dedent(PROBE))
     starter = WarmStarter(preload="json", modules=("warm_rank_probe",))
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
 
     def cmd(what: str, world: int = 2, timeout_s: float = 30.0, name: str = "arm") -> RankCommand:
         arm_dir = tmp_path / name

@@ -11,7 +11,7 @@ from harness.cli.selection import emulated_on_too_few_gpus
 from harness.launch.ranks.placement import emulated_instead, skip_reason
 from harness.spec.loader import load_cases
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 GPU2 = ROOT / "cases/focused/gpu2-dcp12-ep2-graphs.yaml"
 GPU4 = ROOT / "cases/focused/gpu4-dcp12-pp2-vpp2-ep2-graphs.yaml"
 EAGER = ROOT / "cases/focused/tiny-moe-eager.yaml"

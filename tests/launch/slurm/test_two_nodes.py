@@ -25,11 +25,11 @@ from harness.report import gate
 from harness.results import read_outcome, read_steps
 
 from tests.launch.faults import fault_exports
-from tests.launch.test_slurm_cluster import cli, finish, write_profile
+from tests.launch.slurm.test_cluster import cli, finish, write_profile
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CASES = REPO / "cases" / "multinode"
 BUILTIN, TORCHRUN = "twonode-dcp12-pp2", "twonode-trainer-torchrun"
 

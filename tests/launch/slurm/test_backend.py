@@ -1,7 +1,7 @@
 """The Slurm backend (``launch.slurm.backend``) behind the pipeline, against a scripted
 scheduler (``slurm_fakes``): its state, wait and collect, the sinks once at the end of
 ``collect --wait`` (also after re-submissions), and none while a job still runs. The real
-cluster runs it in ``test_slurm_cluster.py`` (marked ``slurm``)."""
+cluster runs it in ``test_cluster.py`` (marked ``slurm``)."""
 
 from __future__ import annotations
 

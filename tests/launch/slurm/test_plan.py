@@ -26,7 +26,7 @@ from harness.spec import load_cases
 
 from tests.launch.cases import REPEAT, UNIFORM, write_case_file
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 def write_case(tmp_path, name, nodes=1, gpus=1, time=5, matrix=None):
     return write_case_file(tmp_path, name, train={"steps": 2, "global_batch": 72}, data=UNIFORM,
