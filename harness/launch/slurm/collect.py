@@ -75,8 +75,8 @@ def killed_by_slurm(case_dir: Path, ref: JobRef, sched: Optional[SchedState]
                  if prior is not None and prior.status == "failed" else None)
         if prior is not None and ended is not None:
             out[planned.name] = dataclasses.replace(
-                prior, status="infra", detail=f"slurm job {ref.job_id} ended ({state}): "
-                f"{ended.reason} (the job had recorded: failed, {prior.detail})")
+                prior, status="infra", detail=f"slurm job {ref.job_id}: {ended.reason} (the "
+                f"job had recorded: failed, {prior.detail})")
     return out
 
 

@@ -45,7 +45,7 @@ def test_an_arm_killed_by_a_node_failure_is_infra_and_retried(sweep):
     assert result.finalized == ("t",), result
     eager = read_outcome(case_dir / "eager")
     assert eager.status == "infra" and eager.returncode == -15
-    assert eager.detail == ("slurm job 41 ended (NODE_FAIL): node failure (Slurm state NODE_FAIL, "
+    assert eager.detail == ("slurm job 41: node failure (Slurm state NODE_FAIL, "
                             "exit code 0:0) while the arm ran: its rank died by signal 15 as "
                             "Slurm ended the job (the job had recorded: failed, rank 0 exited "
                             "with signal 15)")
