@@ -86,6 +86,15 @@ def classify_exit(signal: Optional[int], log_text: str = "") -> Optional[Classif
 _ENDING_SIGNALS = (1, 2, 9, 15)
 
 
+def ending_signal(returncode: Optional[int]) -> Optional[int]:
+    """The signal Slurm ends a job with that ended a process of exit status ``returncode``
+    (negative: Python's subprocess; 128 + n: through a shell), or None."""
+    if returncode is None:
+        return None
+    signal = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else None
+    return signal if signal in _ENDING_SIGNALS else None
+
+
 def ended_with_job(returncode: Optional[int], state: Optional[str], exit_code: str = ""
                    ) -> Optional[Classification]:
     """An arm whose outcome the job wrote itself as ``failed`` because a rank died by a signal
@@ -94,10 +103,8 @@ def ended_with_job(returncode: Optional[int], state: Optional[str], exit_code: s
     stopped, ``PREEMPTED`` ...): the signal was Slurm's ending of the job, not the code under
     test, so ``infra`` (``--retry-infra`` runs it again). None: the failure stands."""
     state = (state or "").upper()
-    if state not in INFRA_STATES or returncode is None:
-        return None
-    signal = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else None
-    if signal not in _ENDING_SIGNALS:
+    signal = ending_signal(returncode)
+    if state not in INFRA_STATES or signal is None:
         return None
     code = f", exit code {exit_code}" if exit_code else ""
     return Classification("infra", f"{INFRA_STATES[state]} (Slurm state {state}{code}) while "

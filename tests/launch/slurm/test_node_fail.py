@@ -1,18 +1,24 @@
 """A job Slurm ended for an infrastructure reason (``NODE_FAIL``; ``CANCELLED`` as its daemons
 stopped: the dev cluster's stop cancels every job) while an arm ran: the rank that died by
 Slurm's signal made the job record the arm ``failed``; ``collect`` records it ``infra``
-(``failures.ended_with_job``), so ``--retry-infra`` runs it again. A failure of the code under
+(``failures.ended_with_job``), so ``--retry-infra`` runs it again; a start of a job that Slurm
+requeued runs such an arm again itself (``slurm.job.killed_before_requeue``). A failure of the code under
 test (an exit code, a traceback), or a signal in a job that ended on its own, stays ``failed``.
 Against a scripted scheduler (``tests.launch.slurm_fakes``); no Slurm."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 
 import pytest
 
+from harness.launch.ranks.completion import arm_needs_run
 from harness.launch.ranks.failures import ended_with_job
 from harness.launch.slurm.collect import collect
+from harness.launch.slurm.events import ArmEnd, append_event
+from harness.launch.slurm.job import TaskIdentity, killed_before_requeue, set_aside_killed
 from harness.launch.slurm.retry import infra_cases, reset_infra
 from harness.results import ArmOutcome, read_outcome, write_outcome
 
@@ -82,3 +88,37 @@ def test_a_signal_in_a_job_that_ended_on_its_own_stays_failed(sweep):
     collect(out, runner=Scheduler(squeue="", sacct="41|FAILED|1:0\n"), reports=False)
     assert read_outcome(case_dir / "eager").status == "failed"
     assert reset_infra(case_dir) == ["eager-repeat"]  # only the arm it never started is retried
+
+
+def test_a_requeued_job_runs_again_the_arm_its_first_start_lost_to_slurm(sweep):
+    """Slurm requeues a job it ended for a node failure (the harness submits with --requeue):
+    its next start finds the arm ``failed`` (the process died by Slurm's SIGTERM); that start
+    runs it again, the old outcome kept as ``outcome.infra-0.json``. A retry job (another job
+    id), a first start, or a failure of the code (an exit code) leaves the outcome standing."""
+    out, case, ref = sweep
+    case_dir = out / "t"
+    eager = case.arm("eager")
+    steps(case_dir / "eager", 1)
+    write_outcome(case_dir / "eager", dataclasses.replace(KILLED, detail=f"{KILLED.detail} "
+                                                          "(slurm job 41)"))
+    append_event(case_dir, ArmEnd(arm="eager", job_id="41", restarts=0, time=time.time(),
+                                  wall_s=9.0, status="failed"))
+    start = TaskIdentity("41", 0, 0, 1, "127.0.0.1", restarts=1)
+    assert killed_before_requeue(case_dir, eager, start, 1) == read_outcome(case_dir / "eager")
+    assert killed_before_requeue(case_dir, eager, dataclasses.replace(start, restarts=0), 0) is None
+    retry = dataclasses.replace(start, job_id="42")  # --retry-infra: a job of its own
+    assert killed_before_requeue(case_dir, eager, retry, 1) is None
+    write_outcome(case_dir / "eager", dataclasses.replace(KILLED, returncode=1))
+    assert killed_before_requeue(case_dir, eager, start, 1) is None
+    write_outcome(case_dir / "eager", KILLED)
+
+    set_aside_killed(case_dir / "eager", killed_before_requeue(case_dir, eager, start, 1))
+    assert read_outcome(case_dir / "eager") is None
+    assert arm_needs_run(eager, case_dir / "eager", retry_final=False)
+    kept = json.loads((case_dir / "eager" / "outcome.infra-0.json").read_text())
+    assert kept["status"] == "infra" and kept["returncode"] == -15
+    assert kept["detail"] == ("Slurm ended and requeued the job while the arm ran: rank 0 exited "
+                              "with signal 15")
+    assert ("Slurm requeued the job after ending it while this arm ran (its process died by "
+            "signal 15: rank 0 exited with signal 15); running it again") in \
+        (case_dir / "eager" / "log.txt").read_text()
