@@ -264,17 +264,17 @@ def killed_before_requeue(case_dir: Path, arm: PlannedArm, ident: TaskIdentity,
     process died by the signal with which Slurm ended that start (a node failure, a preemption),
     in a start Slurm then requeued (``SLURM_RESTART_COUNT`` > 0): the signal was Slurm's, so
     the arm runs again (None: the outcome stands). Every task decides from the same files: the
-    outcome, and the arm's last ``arm_end`` event (this job's id, an earlier start than
-    ``restarts``: this start's count, with the ``--retry-infra`` round)."""
+    outcome, and the arm's events (one of this job's id from an earlier start than
+    ``restarts``, this start's count with the ``--retry-infra`` round: the arm ran in it; a job
+    that skipped an arm writes none of its events)."""
     if ident.restarts == 0:
         return None
     outcome = read_outcome(case_dir / arm.name)
     if outcome is None or outcome.status != "failed" or ending_signal(outcome.returncode) is None:
         return None
-    ends = [e for e in read_events(case_dir) if isinstance(e, ArmEnd) and e.arm == arm.name]
-    if not ends or ends[-1].job_id != ident.job_id or ends[-1].restarts >= restarts:
-        return None
-    return outcome
+    ran = any(e.arm == arm.name and e.job_id == ident.job_id and e.restarts < restarts
+              for e in read_events(case_dir))
+    return outcome if ran else None
 
 
 def set_aside_killed(arm_dir: Path, outcome: ArmOutcome) -> None:

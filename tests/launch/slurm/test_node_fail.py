@@ -17,7 +17,7 @@ import pytest
 from harness.launch.ranks.completion import arm_needs_run
 from harness.launch.ranks.failures import ended_with_job
 from harness.launch.slurm.collect import collect
-from harness.launch.slurm.events import ArmEnd, append_event
+from harness.launch.slurm.events import ProcessEnd, append_event
 from harness.launch.slurm.job import TaskIdentity, killed_before_requeue, set_aside_killed
 from harness.launch.slurm.retry import infra_cases, reset_infra
 from harness.results import ArmOutcome, read_outcome, write_outcome
@@ -101,8 +101,8 @@ def test_a_requeued_job_runs_again_the_arm_its_first_start_lost_to_slurm(sweep):
     steps(case_dir / "eager", 1)
     write_outcome(case_dir / "eager", dataclasses.replace(KILLED, detail=f"{KILLED.detail} "
                                                           "(slurm job 41)"))
-    append_event(case_dir, ArmEnd(arm="eager", job_id="41", restarts=0, time=time.time(),
-                                  wall_s=9.0, status="failed"))
+    append_event(case_dir, ProcessEnd(arm="eager", job_id="41", restarts=0, time=time.time(),
+                                      process=0, status="failed"))  # the first start's last word
     start = TaskIdentity("41", 0, 0, 1, "127.0.0.1", restarts=1)
     assert killed_before_requeue(case_dir, eager, start, 1) == read_outcome(case_dir / "eager")
     assert killed_before_requeue(case_dir, eager, dataclasses.replace(start, restarts=0), 0) is None
