@@ -13,8 +13,8 @@
 # pybind11 and a C++ compiler (Megatron's dataset index helpers are C++, built here once).
 #
 # Writes to $OUT (default ./gpu-logs): megatron_gpu.log (everything printed), megatron.md (the
-# figures: per arm its steps, losses, step time, memory; the verdict's pairs and the resume
-# pair's checks), megatron_resume.md (per iteration, eager vs eager-resumed from both Megatron's
+# figures: per arm its steps, losses, step time, memory; the verdict's pairs, the graph_vs_eager
+# pair's memory checks and the resume pair's checks), megatron_resume.md (per iteration, eager vs eager-resumed from both Megatron's
 # TensorBoard scalars and its log lines: bench/resume_series.py), megatron.tgz (the sweep:
 # records, verdict, reports, every arm's log.txt and TensorBoard files; no checkpoints). Exit code: the
 # gate's (0 pass, 1 a check failed, 2 errors), 2 when something it needs is missing.
@@ -111,6 +111,11 @@ for pair in verdict["pairs"]:
     lines.append(f"* {pair['pair']}: {pair['status']}"
                  + (f" (failed: {', '.join(failed)})" if failed else "")
                  + (f" ({pair['error']})" if pair.get("error") else ""))
+    if pair["contract"] == "graph_vs_eager":  # memory in the pair (harness/compare/pair_memory.py)
+        lines += [f"  * {c['name']}: {'n/a' if not c['applicable'] else 'figure' if c.get('figure') else 'pass' if c['passed'] else 'FAIL'}"
+                  f": {c['detail']}" for c in pair["checks"]
+                  if c["name"] in ("allocated_delta_pct", "max_allocated_delta_pct",
+                                   "allocated_growth_pct", "device_delta_pct", "graph_pool_bytes")]
     if pair["contract"] == "resume":
         lines += [f"  * {c['name']}: {'n/a' if not c['applicable'] else 'pass' if c['passed'] else 'FAIL'}"
                   f": {c['detail']}" for c in pair["checks"]]

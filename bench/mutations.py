@@ -132,8 +132,9 @@ MUTATIONS: tuple[Mutation, ...] = (
              "checkpoint it loaded is not of the step it resumed after (caught by resume's "
              "loaded_checkpoint only: resumed_after reads the ranks' agreed file name, and the "
              "weights are right)",
-             '        "step": step,',
-             '        "step": step - 1,', select="tiny-moe-eager"),
+             "        **record_json(ckpt.CheckpointMeta(step, case.id, rank, s.layout.world)),",
+             "        **record_json(ckpt.CheckpointMeta(step - 1, case.id, rank, s.layout.world)),",
+             select="tiny-moe-eager"),
     Mutation("packer-forgets-cp-padding", "harness/workload/packing.py",
              "dynamic-CP packer counts real tokens against cp x max_seqlen_per_rank, forgetting "
              "the 2 x cp padding the batch adds (CP2 groups of 126-128 real tokens, 132 padded, "

@@ -198,8 +198,8 @@ def unused_role_problem(case: Case, specs: Sequence[ArmSpec]) -> None:
 def command_pair(pair: Pair, case: Case) -> Pair:
     """``pair`` of a command case, with the checks whose data its metrics source does not give
     not applicable, each with the reason (never a pass): a series it has no value of, the checks
-    its contract makes from the CUDA-graph capture statistics (``Judged.capture_checks``: only the
-    record API records them), and the packing of the built-in workload's packer (a command packs
+    its contract makes from the CUDA-graph capture statistics (``Judged.capture_checks``) or from
+    the memory probe (``Judged.probe_checks``; only the record API records either), and the packing of the built-in workload's packer (a command packs
     its own batches)."""
     assert case.command is not None
     metrics = case.command.metrics
@@ -215,6 +215,11 @@ def command_pair(pair: Pair, case: Case) -> Pair:
         for name in judged.capture_checks:
             why[name] = (f"the command's metrics ({source}) carry no CUDA-graph capture "
                          "statistics (harness.metrics.StepRecorder records them: graph_stats=)")
+    if "memory_probe" not in has and judged is not None:
+        for name in judged.probe_checks:
+            why[name] = (f"the command's metrics ({source}) carry no memory probe (a rank's "
+                         "memory after empty_cache, the whole device's too; "
+                         "harness.metrics.StepRecorder records it: memory_probe=)")
     if pair.contract == RESUME and not checkpoint_named(case.command):
         why["loaded_checkpoint"] = (
             f"the case names no command.resume.iteration_file (e.g. Megatron's "

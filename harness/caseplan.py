@@ -17,12 +17,12 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Annotated, Any, Mapping, Optional
 
-from pydantic import ConfigDict, ValidationError
+from pydantic import ConfigDict, PlainSerializer, ValidationError
 
 from harness.compare import PackingRule, Pair, StoredPair, packing_rule
-from harness.results.typed import read_typed
+from harness.results.typed import keys_in_order, read_typed
 from harness.errors import ConfigError
 from harness.results import (
     CASE_FILE,
@@ -102,20 +102,16 @@ class PlannedArm:
         """``emulated rank r of N (PP stage s of P, pool rank p)`` per rank (empty: real ranks)."""
         return emulated_labels(self.case, self.ranks) if self.emulated else ()
 
-    # Hand-written: what plan.json keeps of an arm is not the arm (``StoredArm`` reads it): the
-    # labels of its emulated ranks, its derived case dumped by pydantic.
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "world_size": self.world_size,
-                "ranks": list(self.ranks), "repeat": self.repeat,
-                "emulated": list(self.labels) if self.emulated else None,
-                "case": self.case.model_dump(mode="json")}
 
+def _case_json(case: ArmCase) -> dict[str, Any]:
+    return case.model_dump(mode="json")
 
 
 @dataclass(frozen=True)
 class StoredArm:
-    """An arm as ``plan.json`` keeps it (:meth:`PlannedArm.to_dict`): ``emulated`` the labels of
-    its emulated ranks (None: real ranks), which must be what its case emulates."""
+    """An arm as ``plan.json`` keeps it, written (:meth:`of`) and read through this type:
+    ``emulated`` the labels of its emulated ranks (None: real ranks), which must be what its case
+    emulates; its derived case last, as pydantic dumps it to JSON."""
 
     __pydantic_config__ = _FORBID
 
@@ -123,9 +119,17 @@ class StoredArm:
     kind: ArmKind
     world_size: Int
     ranks: tuple[Int, ...]
-    case: ArmCase
+    case: Annotated[ArmCase, PlainSerializer(_case_json)]
     repeat: Bool = False
     emulated: Optional[tuple[Str, ...]] = None
+
+    _keys = keys_in_order("name", "kind", "world_size", "ranks", "repeat", "emulated", "case")
+
+    @classmethod
+    def of(cls, arm: PlannedArm) -> "StoredArm":
+        return cls(name=arm.name, kind=arm.kind, world_size=arm.world_size, ranks=arm.ranks,
+                   case=arm.case, repeat=arm.repeat,
+                   emulated=arm.labels if arm.emulated else None)
 
     def arm(self) -> PlannedArm:
         """The planned arm; a ValueError naming it when its fields do not agree."""
@@ -228,27 +232,11 @@ class CasePlan:
                             arms=tuple(ManifestArm(name=a.name, ranks=a.ranks) for a in self.arms),
                             pairs=tuple(p.name for p in self.pairs))
 
-    # Hand-written: plan.json is a ``StoredPlan`` (version, hash, source), not the plan itself,
-    # which also holds the case (``case.json``); ``from_dict`` joins the two again.
-    def to_dict(self) -> dict[str, Any]:
-        """``plan.json`` (the case itself is ``case.json``; ``case_hash`` ties the two)."""
-        return {"version": PLAN_VERSION, "case_id": self.case_id, "case_hash": self.case_hash,
-                "source": self.source, "arms": [a.to_dict() for a in self.arms],
-                "pairs": [p.to_dict() for p in self.pairs]}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], case: Case) -> "CasePlan":
-        """The plan of ``case`` :meth:`to_dict` wrote; a ResultsError naming each unknown,
-        mistyped or missing field, a ValueError for fields that do not agree."""
-        stored: StoredPlan = read_typed(StoredPlan, data, PLAN_FILE, nonfinite=False)
-        return cls(case=case, case_hash=stored.case_hash, source=stored.source,
-                   arms=tuple(a.arm() for a in stored.arms),
-                   pairs=tuple(p.pair() for p in stored.pairs))
-
 
 @dataclass(frozen=True)
 class StoredPlan:
-    """``plan.json`` as :meth:`CasePlan.to_dict` writes it (the case itself is ``case.json``)."""
+    """``plan.json``, written (:meth:`of`) and read through this type: a plan without its case,
+    which is ``case.json`` (``case_hash`` ties the two; :meth:`plan` joins them again)."""
 
     __pydantic_config__ = _FORBID
 
@@ -259,9 +247,21 @@ class StoredPlan:
     arms: tuple[StoredArm, ...]
     pairs: tuple[StoredPair, ...]
 
+    @classmethod
+    def of(cls, plan: CasePlan) -> "StoredPlan":
+        return cls(version=PLAN_VERSION, case_id=plan.case_id, case_hash=plan.case_hash,
+                   source=plan.source, arms=tuple(StoredArm.of(a) for a in plan.arms),
+                   pairs=tuple(StoredPair.of(p) for p in plan.pairs))
+
+    def plan(self, case: Case) -> CasePlan:
+        """The plan of ``case``; a ValueError for fields that do not agree."""
+        return CasePlan(case=case, case_hash=self.case_hash, source=self.source,
+                        arms=tuple(a.arm() for a in self.arms),
+                        pairs=tuple(p.pair() for p in self.pairs))
+
 
 def write_plan(case_dir: PathLike, plan: CasePlan) -> Path:
-    return write_json_record(Path(case_dir) / PLAN_FILE, plan)
+    return write_json_record(Path(case_dir) / PLAN_FILE, StoredPlan.of(plan))
 
 
 def plan_from_files(case_json: Any, plan_json: Any, where: PathLike) -> CasePlan:
@@ -280,7 +280,8 @@ def plan_from_files(case_json: Any, plan_json: Any, where: PathLike) -> CasePlan
                         "case was edited after the run); re-run the case")
     try:
         case = Case.model_validate(dict(case_json))
-        return CasePlan.from_dict(plan_json, case)
+        stored: StoredPlan = read_typed(StoredPlan, plan_json, PLAN_FILE, nonfinite=False)
+        return stored.plan(case)
     except ResultsError as exc:
         raise PlanError(f"{folder / PLAN_FILE}: {exc}") from None
     except (ValidationError, ValueError) as exc:

@@ -57,6 +57,7 @@ from harness.results import (
     field_of,
     read_json,
     read_typed,
+    record_json,
     write_json_atomic,
 )
 from harness.spec.schema import LossBound, Tolerance
@@ -399,7 +400,7 @@ def golden_values(runs: Union[Steps, Sequence[Steps]], *,
                 if devices:
                     entry["devices"] = sorted(devices)
         if env is not None:
-            entry["environment"] = env.to_dict()
+            entry["environment"] = record_json(env)
         if arm is not None:
             entry["arm"] = arm
         if inherited_env is not None:

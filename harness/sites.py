@@ -6,23 +6,22 @@ blocks into (pool, state, site) buckets (``harness.workload.allocsites.summarize
 rank process keeps them as ``<arm>/sites.rank<r>.json`` (:func:`write_sites`, a :class:`SiteTable`);
 the reports line two arms' tables up (:func:`diff_sites`, candidate minus reference): the
 explanation of a reserved-bytes delta (TE #3353 left it "for follow-up profiling"). A table is
-read through pydantic (:class:`SitesFile`): an unknown, mistyped or missing field is an error
+read through pydantic (:class:`SiteTable`): an unknown, mistyped or missing field is an error
 naming it. A leaf: no torch.
 """
 
 from __future__ import annotations
 
-import functools
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Literal, Mapping, Optional
+from typing import Annotated, Iterable, Literal, Optional
 
-from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import ConfigDict, Field
 
-from harness.results import PathLike, ResultsError, read_json, write_json_atomic
+from harness.results import PathLike, ResultsError, read_json_record, write_json_record
 from harness.results.records import Int, Str
-from harness.results.typed import problems_text
+from harness.results.typed import keys_in_order
 
 SITES_VERSION = 1
 _SITES_FILE = re.compile(r"^sites\.rank(\d+)\.json$")
@@ -60,44 +59,17 @@ class SiteDelta:
 
 @dataclass(frozen=True)
 class SiteTable:
-    """One rank's buckets at the memory probe after ``step`` (largest first)."""
-
-    rank: int
-    step: int
-    sites: tuple[SiteBytes, ...]
-
-    # Hand-written: the file carries its layout's version, which the table does not.
-    def to_dict(self) -> dict[str, Any]:
-        return {"version": SITES_VERSION, "rank": self.rank, "step": self.step,
-                "sites": [asdict(s) for s in self.sites]}
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "sites") -> "SiteTable":
-        """The table :meth:`to_dict` wrote; a ResultsError naming ``where`` and each unknown,
-        mistyped or missing field."""
-        try:
-            stored = _adapter().validate_python(data)
-        except ValidationError as exc:
-            raise ResultsError(f"{where}: not an allocation-site table "
-                               f"({problems_text(exc, SitesFile)})") from None
-        return cls(stored.rank, stored.step, stored.sites)
-
-
-@dataclass(frozen=True)
-class SitesFile:
-    """``sites.rank<r>.json`` as :meth:`SiteTable.to_dict` writes it (``version`` 1)."""
+    """One rank's buckets at the memory probe after ``step`` (largest first): ``sites.rank<r>.json``,
+    written and read through this type, its layout's ``version`` first."""
 
     __pydantic_config__ = _FORBID
 
-    version: Literal[1]
     rank: Count
     step: Count
     sites: tuple[SiteBytes, ...]
+    version: Literal[1] = SITES_VERSION
 
-
-@functools.cache
-def _adapter() -> TypeAdapter[SitesFile]:
-    return TypeAdapter(SitesFile)
+    _keys = keys_in_order("version", "rank", "step", "sites")
 
 
 def sites_file(arm_dir: PathLike, rank: int) -> Path:
@@ -105,9 +77,7 @@ def sites_file(arm_dir: PathLike, rank: int) -> Path:
 
 
 def write_sites(arm_dir: PathLike, table: SiteTable) -> Path:
-    path = sites_file(arm_dir, table.rank)
-    write_json_atomic(path, table.to_dict())
-    return path
+    return write_json_record(sites_file(arm_dir, table.rank), table)
 
 
 def read_sites(arm_dir: PathLike) -> dict[int, SiteTable]:
@@ -121,7 +91,9 @@ def read_sites(arm_dir: PathLike) -> dict[int, SiteTable]:
         m = _SITES_FILE.match(path.name)
         if m is None:
             continue
-        table = SiteTable.from_dict(read_json(path), str(path))
+        table = read_json_record(path, SiteTable, "allocation-site table", nonfinite=False)
+        if table is None:  # not a file
+            continue
         if table.rank != int(m.group(1)):
             raise ResultsError(f"{path}: holds the sites of rank {table.rank}")
         out[table.rank] = table

@@ -14,9 +14,9 @@ from harness.caseplan import (
     plan_from_files,
     read_plan,
 )
-from harness.compare import ARM_CHECKS_PAIR, Pair
+from harness.compare import ARM_CHECKS_PAIR, Pair, StoredPair
 from harness.errors import CaseError
-from harness.results import ResultsError
+from harness.results import ResultsError, read_typed, record_json
 from harness.launch.sweep import prepare_case_dir
 from harness.spec.derive import as_emulated
 from harness.spec.schema import Case
@@ -129,20 +129,26 @@ def test_planned_arm_ranks_must_be_the_emulated_ones():
         PlannedArm(arm.name, arm.kind, arm.case, 4, (0, 1, 2, 3))
 
 
-def test_pairs_keep_their_plan_decisions_through_to_dict():
+def test_pairs_keep_their_plan_decisions_through_plan_json():
     pair = Pair("p", "repeat", ("a", "b"), {}, skipped="why", not_applicable={"x": "y"},
                 emulated=8)
-    again = Pair.from_dict(json.loads(json.dumps(pair.to_dict())))
+    again = _read_pair(json.loads(json.dumps(record_json(StoredPair.of(pair)))))
     assert again == pair and again.rank_name(7) == "emulated rank 7 of 8"
-    assert Pair("p", "repeat", ("a", "b")).to_dict().keys() == {"name", "contract", "arms", "params"}
+    assert record_json(StoredPair.of(Pair("p", "repeat", ("a", "b")))).keys() == {
+        "name", "contract", "arms", "params"}
     assert Pair("p", "repeat", ("a", "b")).rank_name(3) == "r3"
 
 
+def _read_pair(data):
+    return read_typed(StoredPair, data, "pair", nonfinite=False).pair()
+
+
 def test_a_damaged_pair_is_an_error_naming_each_field():
-    stored = {**Pair("p", "repeat", ("a", "b"), {}).to_dict(), "emulated": "8", "extra": 1}
+    stored = {**record_json(StoredPair.of(Pair("p", "repeat", ("a", "b"), {}))), "emulated": "8",
+              "extra": 1}
     with pytest.raises(ResultsError, match=r"bad pair: field 'emulated': .*valid integer.*; also "
                                            r"field 'extra': unknown key 'extra'"):
-        Pair.from_dict(stored)
+        _read_pair(stored)
 
 
 def test_a_plan_rejects_arms_of_mixed_kinds():

@@ -16,12 +16,14 @@ from harness.compare import (
     Check,
     Pair,
     PairVerdict,
+    StoredPair,
     arm_checks,
     evaluate_case,
     read_verdict,
     write_verdict,
 )
-from harness.results import ArmOutcome, FrameReplays, ResultsError, StepRecord, read_typed
+from harness.results import (ArmOutcome, FrameReplays, ResultsError, StepRecord, read_typed,
+                             record_json)
 from tests.records import GIB, changed, graph_stats, probe, record
 
 OK = ArmOutcome(status="ok", returncode=0, wall_s=1.0)
@@ -259,6 +261,11 @@ def test_missing_arm_and_missing_outcome_are_errors() -> None:
     assert v.status == "error" and "never finished" in v.pairs[0].error
 
 
+def _again(pair: Pair) -> Pair:
+    """``pair`` written as plan.json keeps it and read back."""
+    return read_typed(StoredPair, record_json(StoredPair.of(pair)), "pair").pair()
+
+
 def test_unknown_contract_is_an_error_and_bad_settings_are_refused_when_made() -> None:
     data = {"a": (OK, run(LOSS)), "b": (OK, run(LOSS))}
     v = one([Pair("x", "nope", ("a", "b"))], data)
@@ -267,7 +274,7 @@ def test_unknown_contract_is_an_error_and_bad_settings_are_refused_when_made() -
     with pytest.raises(ValueError, match="pair 'r': bad repeat settings: loss"):
         Pair("r", "repeat", ("a", "b"), {"loss": "close-enough"})
     pair = Pair("r", "repeat", ("a", "b"), {"loss": {"max_rel": 1e-3}})
-    assert pair.params.loss.max_rel == 1e-3 and Pair.from_dict(pair.to_dict()) == pair
+    assert pair.params.loss.max_rel == 1e-3 and _again(pair) == pair
 
 
 def test_ok_outcome_with_missing_steps_is_a_fail() -> None:
@@ -309,11 +316,11 @@ def test_verdict_json_round_trip(tmp_path: Path) -> None:
     back = read_verdict(tmp_path)
     assert back is not None
     # NaN-valued checks: compare through the JSON form (NaN != NaN).
-    assert back.to_dict() == read_typed(CaseVerdict, v.to_dict(), "verdict").to_dict()
+    assert record_json(back) == record_json(read_typed(CaseVerdict, record_json(v), "verdict"))
     assert [c.name for c in back.pairs[0].checks] == [c.name for c in v.pairs[0].checks]
     assert back.pairs[1] == v.pairs[1]
     assert read_verdict(tmp_path / "none") is None
-    assert Pair.from_dict(DCP.to_dict()) == DCP
+    assert _again(DCP) == DCP
 
 
 @pytest.mark.parametrize("edit, named", [
@@ -326,7 +333,7 @@ def test_verdict_json_round_trip(tmp_path: Path) -> None:
 ])
 def test_a_damaged_verdict_file_is_an_error_naming_the_field(tmp_path: Path, edit, named) -> None:
     v = one([REPEAT], {"eager": (OK, run(LOSS)), "eager-repeat": (OK, run(LOSS))})
-    data = v.to_dict()
+    data = record_json(v)
     edit(data)
     (tmp_path / "verdict.json").write_text(json.dumps(data))
     with pytest.raises(ResultsError, match=re.escape(named)):

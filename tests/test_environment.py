@@ -9,7 +9,7 @@ import pytest
 
 from harness.environment import (SETTINGS, cpu_name, current_environment, describe, differences,
                                  settings_of)
-from harness.results import ResultsError, RunEnvironment, StepRecord, read_typed
+from harness.results import ResultsError, RunEnvironment, StepRecord, read_typed, record_json
 
 
 def test_only_the_settings_that_change_behaviour_and_are_set() -> None:
@@ -46,8 +46,8 @@ def test_the_device_is_not_a_change_of_environment_and_round_trips() -> None:
     a = RunEnvironment("2.11.0", "13.0", "2.27.3", "NVIDIA H200", device_id="GPU-a")
     b = RunEnvironment("2.11.0", "13.0", "2.27.3", "NVIDIA H200", device_id="GPU-b")
     assert differences(a, b) == [] and "GPU-" not in describe(a)
-    assert read_typed(RunEnvironment, a.to_dict(), "environment", nonfinite=False) == a and a.to_dict()["device_id"] == "GPU-a"
-    assert "device_id" not in RunEnvironment("2.13.0+cpu").to_dict()  # older readers' layout
+    assert read_typed(RunEnvironment, record_json(a), "environment", nonfinite=False) == a and record_json(a)["device_id"] == "GPU-a"
+    assert "device_id" not in record_json(RunEnvironment("2.13.0+cpu"))  # older readers' layout
 
 
 def test_what_changed_between_two_environments() -> None:
@@ -64,7 +64,7 @@ def test_what_changed_between_two_environments() -> None:
 def test_records_carry_it_and_reject_a_bad_one() -> None:
     env = RunEnvironment("2.13.0+cpu", settings=(("OMP_NUM_THREADS", "2"),))
     rec = StepRecord(step=1, loss=2.0, environment=env, resumed_from=4)
-    data = rec.to_dict()
+    data = record_json(rec)
     assert data["environment"]["settings"] == {"OMP_NUM_THREADS": "2"}
     assert StepRecord.from_dict(data) == rec
     with pytest.raises(ResultsError, match="field 'environment.settings.0'"):

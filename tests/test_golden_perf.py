@@ -20,7 +20,7 @@ from harness.golden import (
     write_golden,
 )
 from harness.judge import pair_differences
-from harness.results import RunEnvironment
+from harness.results import RunEnvironment, record_json
 
 from tests.records import changed, probe
 from tests.test_compare import OK, by_name, one, run
@@ -265,7 +265,7 @@ def test_the_lower_bound_round_trips_and_an_edited_one_is_caught(tmp_path: Path)
     said = f"check step_time says value 0.0 (bound {STEP_TIME_DEFAULT:g}, lower -0.9)"
     assert diff and said in diff[0]
     # A one-sided check (no lower bound) writes no 'lower' key: old verdict files stay the same.
-    assert "lower" not in by_name(entry)["loss"].to_dict()
+    assert "lower" not in record_json(by_name(entry)["loss"])
 
 
 def test_losses_are_still_checked_beside_time_and_memory(tmp_path: Path) -> None:

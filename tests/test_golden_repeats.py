@@ -26,7 +26,7 @@ from harness.golden import (
     write_golden,
 )
 from harness.golden_diff import diff_golden, render_diff
-from harness.results import RunEnvironment
+from harness.results import RunEnvironment, record_json
 from harness.spec.schema import Tolerance
 
 from tests.records import changed
@@ -56,7 +56,7 @@ def test_repeats_keep_the_median_the_spread_and_megatrons_bound() -> None:
     mem = doc["mem-allocated-bytes"]
     assert mem["rtol"] == 1e-3 and mem["cv"] == 0  # repeated to the byte: the 0.1 % floor
     assert "rtol" not in doc["lm loss"]  # loss metrics keep the case's bounds
-    assert doc["lm loss"]["environment"] == ENV.to_dict()
+    assert doc["lm loss"]["environment"] == record_json(ENV)
     assert "devices" not in time  # records that name no device: the file cannot name them
     spread = measure_spread("iteration-time", [{s: 0.2 * (1 + 0.01 * k) for s in range(1, 13)}
                                                for k in (0, 1, 2)], (5, 12))

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from harness import kernels
-from harness.results import RunEnvironment, read_typed
+from harness.results import RunEnvironment, read_typed, record_json
 
 
 def test_this_process_names_what_decides_its_cpu_kernels() -> None:
@@ -55,6 +55,6 @@ def test_an_environment_recorded_before_keeps_what_it_can_tell() -> None:
 
 def test_the_identity_round_trips_through_a_record() -> None:
     env = RunEnvironment("2.13.0+cpu", kernels=(("aten_cpu_capability", "AVX2"), ("torch", "x")))
-    assert env.to_dict()["kernels"] == {"aten_cpu_capability": "AVX2", "torch": "x"}
-    assert read_typed(RunEnvironment, env.to_dict(), "environment", nonfinite=False) == env
-    assert "kernels" not in RunEnvironment("2.13.0+cpu").to_dict()  # older readers' layout
+    assert record_json(env)["kernels"] == {"aten_cpu_capability": "AVX2", "torch": "x"}
+    assert read_typed(RunEnvironment, record_json(env), "environment", nonfinite=False) == env
+    assert "kernels" not in record_json(RunEnvironment("2.13.0+cpu"))  # older readers' layout

@@ -190,8 +190,8 @@ def test_summary_and_index(tmp_path: Path) -> None:
     assert "**FAIL** (gate exit 1)" in summary
     row = next(line for line in summary.splitlines() if line.startswith("| a-pass | dcp_vs_fixed_cp"))
     assert "| PASS |" in row and "2.1 / 2.1001" in row and "rel 4.8e-05, step 4" in row
-    # memory deltas and packing on CPU, CP balance without attention-work records
-    assert "(8 n/a)" in row and "0.300 / 0.300 s" in row
+    # memory deltas (probe and per step) and packing on CPU, CP balance without attention work
+    assert "(11 n/a)" in row and "0.300 / 0.300 s" in row
     assert "## Failures" in summary and "eager-repeat.no_nan_inf: FAILED" in summary
     assert "## Errors" in summary and "`dcp-harness run cases/focused/c.yaml -k c-crash`" in summary
     assert "\n\n\n" not in summary  # one blank line between sections, also Failures -> Errors
@@ -207,7 +207,8 @@ def test_summary_and_index(tmp_path: Path) -> None:
     assert case["a-pass"]["verdict_json"] == "a-pass/verdict.json"
     assert case["a-pass"]["pairs"][1]["not_applicable"] == [
         "dcp.packing", "dcp.cp_balance", "fixed-cp2.packing", "fixed-cp2.cp_balance",
-        "device_delta_pct", "active_delta_pct", "reserved_delta_pct", "graph_pool_bytes"]
+        "device_delta_pct", "active_delta_pct", "reserved_delta_pct", "graph_pool_bytes",
+        "allocated_delta_pct", "max_allocated_delta_pct", "allocated_growth_pct"]
 
 
 def test_memory_figures_in_summary(tmp_path: Path) -> None:

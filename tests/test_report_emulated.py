@@ -19,7 +19,8 @@ from harness.compare import Expected, Pair, evaluate_pair
 from harness.launch.sweep import finalize_case, prepare_case_dir
 from harness.report import gate, load_sweep, write_reports
 from harness.report.emulated import emulated_tables, rank_figures
-from harness.results import ArmOutcome, StepRecord, StepWriter, read_steps, write_outcome
+from harness.results import (ArmOutcome, StepRecord, StepWriter, read_steps, record_json,
+                             write_outcome)
 from harness.sites import SiteBytes, SiteTable, read_sites, write_sites
 from harness.spec.derive import as_emulated
 from harness.trust.stored_plan import check_stored_plan
@@ -121,7 +122,29 @@ def test_a_rank_that_differs_fails_graph_vs_eager_and_is_named(tmp_path: Path) -
     assert gve.status == "fail" and not loss.passed
     assert "emulated rank 3 of 4: exact: 1 of 4 steps out of bound; worst step 4" in loss.detail
     assert "emulated rank 0 of 4: exact: bitwise equal" in loss.detail
+    # per rank, the figure the emulated report shows (read from the verdict, not recomputed)
+    figures = {c.name: c for c in gve.checks if c.figure}
+    assert figures["r3.bitwise_steps"].value == 3.0
+    assert figures["r3.bitwise_steps"].detail == "bitwise 3/4 steps, first mismatch step 4"
+    assert figures["r0.bitwise_steps"].detail == "bitwise 4/4 steps"
+    assert rank_figures(case, 3).bitwise == "bitwise 3/4 steps, first mismatch step 4"
     assert gate(sweep, check_plan=check_stored_plan) == 1
+
+
+def test_a_verdict_written_before_the_bitwise_figures_still_holds(tmp_path: Path) -> None:
+    """verdict.json of a sweep judged before graph_vs_eager reported its per-rank figures: the
+    gate passes it (figures decide nothing) and the report shows them, from the verdict the
+    records prove."""
+    sweep = emulated_sweep(tmp_path)
+    path = sweep / "c" / "verdict.json"
+    data = json.loads(path.read_text())
+    for entry in data["pairs"]:
+        entry["checks"] = [c for c in entry["checks"] if not c["name"].endswith(".bitwise_steps")]
+    path.write_text(json.dumps(data))
+    assert "bitwise_steps" not in path.read_text()
+    assert gate(sweep, check_plan=check_stored_plan) == 0
+    (case,) = load_sweep(sweep, check_stored_plan).cases
+    assert rank_figures(case, 3).bitwise == "bitwise 4/4 steps"
 
 
 def test_a_variant_never_replayed_fails_the_replay_check(tmp_path: Path) -> None:
@@ -151,7 +174,7 @@ def test_the_emulated_table_holds_the_figures_of_each_rank(tmp_path: Path) -> No
     (case,) = load_sweep(sweep, check_stored_plan).cases
     f = rank_figures(case, 3)
     assert f.label == "emulated rank 3 of 4 (PP stage 0 of 1, pool rank 3)"
-    assert f.bitwise == (4, 4) and f.replayed_cp == (1, 2) and f.graphed_steps == 3
+    assert f.bitwise == "bitwise 4/4 steps" and f.replayed_cp == (1, 2) and f.graphed_steps == 3
     assert f.capture.startswith("2 dynamic-CP variants over 4")
     assert f.shared_over_largest == pytest.approx(1.0) and f.separate_over_largest == pytest.approx(1.7)
     assert f.device_delta_mib == pytest.approx(512) and f.reserved_delta_mib == pytest.approx(768)
@@ -205,10 +228,10 @@ def test_site_tables_round_trip_and_an_unusable_one_is_named(tmp_path: Path) -> 
     table = SiteTable(3, 2, (SiteBytes("default", "active", "x", 10, 1),))
     path = write_sites(tmp_path, table)
     assert path.name == "sites.rank3.json" and read_sites(tmp_path) == {3: table}
-    (tmp_path / "sites.rank4.json").write_text(json.dumps(table.to_dict()))
+    (tmp_path / "sites.rank4.json").write_text(json.dumps(record_json(table)))
     with pytest.raises(Exception, match="sites.rank4.json: holds the sites of rank 3"):
         read_sites(tmp_path)
     (tmp_path / "sites.rank4.json").write_text('{"version": 1, "rank": 4}')
-    with pytest.raises(Exception, match="sites.rank4.json: not an allocation-site table"):
+    with pytest.raises(Exception, match="sites.rank4.json: bad allocation-site table: field .step."):
         read_sites(tmp_path)
     assert read_steps(tmp_path) == {}

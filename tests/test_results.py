@@ -25,6 +25,7 @@ from harness.results import (
     read_json,
     read_outcome,
     read_steps,
+    record_json,
     write_bytes_atomic,
     write_json_atomic,
     write_outcome,
@@ -55,8 +56,8 @@ def test_replays_per_frame_round_trip_and_bad_entries_are_named(tmp_path: Path) 
     w.append(rec(1, graphed=True, replays=frames))
     got = read_steps(tmp_path)[0][0]
     assert got.replays == frames
-    assert StepRecord.from_dict(got.to_dict()) == got
-    line = rec(1).to_dict()
+    assert StepRecord.from_dict(record_json(got)) == got
+    line = record_json(rec(1))
     with pytest.raises(ResultsError, match=r"field 'replays\.0\.cp': unknown key 'cp'; allowed "
                                            r"keys here: cp_size, slot, replays"):
         StepRecord.from_dict({**line, "replays": [{"cp": 1, "slot": 0, "replays": 1}]})
@@ -80,8 +81,8 @@ def test_packed_microbatches_round_trip_older_records_read_and_bad_entries_are_n
     assert got.packed == packed and StepRecord.from_dict(old_line).packed == ()
     assert got.packed[1].tokens == 78 and got.packed[1].sequences == (1, 2)
     assert got.packed[1].describe() == "CP1 [1] 40 + CP1 [2] 38"
-    assert StepRecord.from_dict(got.to_dict()) == got and old.packed == ()
-    line = rec(1).to_dict()
+    assert StepRecord.from_dict(record_json(got)) == got and old.packed == ()
+    line = record_json(rec(1))
     with pytest.raises(ResultsError, match=r"field 'packed\.0\.groups\.0\.seqs': unknown key"):
         StepRecord.from_dict({**line, "packed": [{"groups": [{"cp": 1, "seqs": [0], "tokens": 1}]}]})
     with pytest.raises(ResultsError, match=r"field 'packed\.0\.groups\.0\.sequences'"):

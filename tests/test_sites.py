@@ -35,5 +35,5 @@ def test_a_damaged_site_table_is_an_error_naming_file_and_field(tmp_path: Path, 
     with pytest.raises(ResultsError) as err:
         read_sites(tmp_path)
     text = str(err.value)
-    assert text.startswith(f"{path}: not an allocation-site table (field '{field}': "), text
+    assert text.startswith(f"{path}: bad allocation-site table: field '{field}': "), text
     assert message in text, text

@@ -21,6 +21,15 @@ verdict must fail it. Seeded faults of the resume (for the harness's resume pair
 ``resume-from-zero`` ignores ``--load`` (trains from iteration 1 again), ``resume-no-optimizer``
 saves no optimizer or scheduler state (the loaded run starts them afresh), ``resume-early-save``
 saves one iteration before its save interval (the loaded run resumes from the wrong checkpoint).
+Memory as Megatron-LM reports it: ``--log-memory-to-tensorboard`` adds the ``mem-allocated-bytes``,
+``mem-max-allocated-bytes`` and ``mem-reserved-bytes`` scalars each iteration, and rank 0 prints
+``[Rank 0] (after N iterations) memory (MB) | allocated: ... | max allocated: ... | reserved: ...
+| max reserved: ...`` after its first two iterations and, with ``--log-memory-interval N``, every
+N iterations. On the CPU the figures are the bytes of the tensors it holds at the end of an
+iteration (parameters, gradients, optimizer state, static buffers; nothing is cached, so reserved
+is allocated), the max the largest of those so far. ``--fault graph-memory-growth`` is a seeded
+fault of the graph path: it keeps one more static output buffer every iteration (a graph pool
+that grows), so the graph arm's memory grows while the eager arm's stays flat.
 ``TRAINER_LR_SCALE`` in the environment scales the learning rate (a drift an inherited
 environment variable causes, as ``NCCL_ALGO`` or a framework's flag can: the harness records
 it and its repro line sets it).
@@ -57,8 +66,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--load", default=None)
     p.add_argument("--save-interval", type=int, default=None)
     p.add_argument("--exit-interval", type=int, default=None)
+    p.add_argument("--log-memory-to-tensorboard", action="store_true")
+    p.add_argument("--log-memory-interval", type=int, default=None)
     p.add_argument("--fault", choices=("none", "graph-drift", "nan", "resume-from-zero",
-                                       "resume-no-optimizer", "resume-early-save"),
+                                       "resume-no-optimizer", "resume-early-save",
+                                       "graph-memory-growth"),
                    default="none")
     return p.parse_args()
 
@@ -89,15 +101,19 @@ class Step:
     """One training step; ``static`` copies the batch into fixed buffers first (a graph's)."""
 
     def __init__(self, model: TinyLM, opt: torch.optim.Optimizer, static: bool,
-                 shape: tuple[int, int]) -> None:
+                 shape: tuple[int, int], grow: bool = False) -> None:
         self.model, self.opt, self.static = model, opt, static
         self.buffer = torch.zeros(shape, dtype=torch.long) if static else None
+        self.grow = grow  # the seeded fault: keep every step's output (a pool that grows)
+        self.kept: list[torch.Tensor] = []
 
     def __call__(self, tokens: torch.Tensor, world: int) -> tuple[float, float, float]:
         if self.buffer is not None:
             self.buffer.copy_(tokens)
             tokens = self.buffer
         logits = self.model(tokens[:, :-1])
+        if self.grow:
+            self.kept.append(logits.detach().clone())
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                                  tokens[:, 1:].reshape(-1))
         z_loss = 1e-4 * torch.logsumexp(logits, dim=-1).square().mean()  # an auxiliary loss
@@ -111,6 +127,24 @@ class Step:
         losses = torch.stack([loss.detach(), z_loss.detach()])
         dist.all_reduce(losses)
         return float(losses[0]) / world, float(losses[1]) / world, float(norm)
+
+
+def held_bytes(model: TinyLM, opt: torch.optim.Optimizer, step: Step) -> int:
+    """The bytes of the tensors the trainer holds (its "allocated" memory on the CPU)."""
+    tensors = [p for p in model.parameters()] + [p.grad for p in model.parameters()
+                                                 if p.grad is not None]
+    tensors += [t for state in opt.state.values() for t in state.values()
+                if isinstance(t, torch.Tensor)]
+    tensors += step.kept + ([step.buffer] if step.buffer is not None else [])
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def memory_line(rank: int, iteration: int, allocated: int, peak: int) -> str:
+    """Megatron-LM's report_memory line (MB = 2**20 bytes; reserved = allocated: no cache)."""
+    mb = 1024.0 * 1024.0
+    return (f"[Rank {rank}] (after {iteration} iterations) memory (MB) | allocated: "
+            f"{allocated / mb:.2f} | max allocated: {peak / mb:.2f} | reserved: "
+            f"{allocated / mb:.2f} | max reserved: {peak / mb:.2f}")
 
 
 TRACKER = "latest_checkpointed_iteration.txt"  # Megatron-LM's name
@@ -172,7 +206,9 @@ def main() -> None:
                             lr=args.lr * float(os.environ.get("TRAINER_LR_SCALE", "1")))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 2))
     graphed = args.cuda_graph_impl == "local"
-    step = Step(model, opt, graphed, (args.global_batch_size // world, args.seq_length + 1))
+    step = Step(model, opt, graphed, (args.global_batch_size // world, args.seq_length + 1),
+                grow=graphed and args.fault == "graph-memory-growth")
+    peak = 0
     last = rank == world - 1
     writer = None
     if last and args.tensorboard_dir:
@@ -193,6 +229,12 @@ def main() -> None:
         if args.fault == "nan" and iteration == args.train_iters:
             loss = math.nan
         elapsed = time.perf_counter() - started
+        allocated = held_bytes(model, opt, step)
+        peak = max(peak, allocated)
+        if writer is not None and args.log_memory_to_tensorboard:
+            writer.add_scalar("mem-reserved-bytes", allocated, iteration)
+            writer.add_scalar("mem-allocated-bytes", allocated, iteration)
+            writer.add_scalar("mem-max-allocated-bytes", peak, iteration)
         if writer is not None:
             writer.add_scalar("lm loss", loss, iteration)
             writer.add_scalar("z_loss", z_loss, iteration)
@@ -203,6 +245,9 @@ def main() -> None:
         if last and iteration % args.log_interval == 0:
             print(log_line(iteration, args, elapsed, lr, loss, z_loss, grad_norm,
                            int(not math.isfinite(loss))), flush=True)
+        every_mem = args.log_memory_interval
+        if rank == 0 and (iteration <= start + 2 or (every_mem and iteration % every_mem == 0)):
+            print(memory_line(rank, iteration, allocated, peak), flush=True)
         every = args.save_interval
         if args.save and every and (iteration + (args.fault == "resume-early-save")) % every == 0:
             save_checkpoint(args, iteration, rank, model, opt, sched)

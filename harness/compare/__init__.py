@@ -39,6 +39,7 @@ from harness.spec.names import ARM_CHECKS_CONTRACT, ARM_CHECKS_PAIR
 from . import contracts
 from .arm_checks import COMPLETENESS, LOSS_SANITY_CHECKS, RankSet, arm_checks, sanity_checks
 from .contracts.golden import GoldenMissing, GoldenPairParams, judged_file, recorded_differences
+from .contracts.graph_vs_eager import bitwise_figure
 from .contracts.reference import ReferencePairParams, StaticBins, regroup_step
 from .contracts.resume import ResumePairParams
 from .contracts.slot_ring import SlotRingPairParams, SlotRingPlanParams
@@ -97,7 +98,7 @@ __all__ = [
     "LOSS_SANITY_CHECKS", "MIB", "PAIR_PARAMS", "PAIR_STATUSES", "PackingRule", "PairStatus", "SkipKind", "PackingRules",
     "Pair", "PairVerdict", "RankSet", "Record", "ReferencePairParams", "ResumePairParams",
     "SWEEP_MARK", "SlotRingPairParams", "StoredPair", "SlotRingPlanParams", "StaticBins", "Steps",
-    "arm_checks", "combine_status", "compare_series", "contracts", "describe_packing",
+    "arm_checks", "bitwise_figure", "combine_status", "compare_series", "contracts", "describe_packing",
     "evaluate_case", "evaluate_pair", "field_of", "first_rank_records", "frame_replays",
     "frames_text", "packing_check",
     "packing_rule", "pair_status", "read_verdict", "regroup_step", "sanity_checks", "step_series",

@@ -4,15 +4,15 @@ the form ``plan.json`` keeps it in (:class:`StoredPair`, read through pydantic).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Annotated, Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from harness.results.records import Int, Str
+from harness.results.typed import OmitEmpty, OmitNone
 from harness.spec.places import short_label
 
 from .registry import PAIR_PARAMS
-from harness.results.typed import read_typed
 
 
 @dataclass(frozen=True)
@@ -69,28 +69,6 @@ class Pair:
         """How a check's detail names ``rank``: ``r3``, or ``emulated rank 3 of N``."""
         return f"r{rank}" if self.emulated is None else short_label(rank, self.emulated)
 
-    # Hand-written: its typed settings as their model dumps them; ``skipped``, ``not_applicable``
-    # and ``emulated`` left out while unset (``StoredPair`` reads it back).
-    def to_dict(self) -> dict[str, Any]:
-        params = (self.params.model_dump(mode="json") if isinstance(self.params, BaseModel)
-                  else dict(self.params or {}))
-        out = {"name": self.name, "contract": self.contract, "arms": list(self.arms),
-               "params": params}
-        if self.skipped is not None:
-            out["skipped"] = self.skipped
-        if self.not_applicable:
-            out["not_applicable"] = self.not_applicable_checks
-        if self.emulated is not None:
-            out["emulated"] = self.emulated
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Pair":
-        """The pair :meth:`to_dict` wrote; a ResultsError naming each unknown, mistyped or
-        missing field, a ValueError naming a bad setting of its contract."""
-        stored: StoredPair = read_typed(StoredPair, data, "pair", nonfinite=False)
-        return stored.pair()
-
     def two_arms(self) -> tuple[str, str]:
         """(candidate, reference); a ValueError naming the pair when it has not two arms."""
         if len(self.arms) != 2:
@@ -101,8 +79,10 @@ class Pair:
 
 @dataclass(frozen=True)
 class StoredPair:
-    """A pair as ``plan.json`` keeps it (:meth:`Pair.to_dict`): its settings a JSON object,
-    validated into the contract's model by :meth:`pair`; an unknown key is an error naming it."""
+    """A pair as ``plan.json`` keeps it, written (:meth:`of`) and read through this type: its
+    settings a JSON object, validated into the contract's model by :meth:`pair`; an unknown key
+    is an error naming it. ``skipped``, ``not_applicable`` and ``emulated`` are left out while
+    unset (plans written before them)."""
 
     __pydantic_config__ = ConfigDict(extra="forbid")
 
@@ -110,10 +90,19 @@ class StoredPair:
     contract: Str
     arms: tuple[Str, ...]
     params: dict[Str, Any] = field(default_factory=dict)
-    skipped: Optional[Str] = None
-    not_applicable: dict[Str, Str] = field(default_factory=dict)
-    emulated: Optional[Int] = None
+    skipped: Annotated[Optional[Str], OmitNone] = None
+    not_applicable: Annotated[dict[Str, Str], OmitEmpty] = field(default_factory=dict)
+    emulated: Annotated[Optional[Int], OmitNone] = None
+
+    @classmethod
+    def of(cls, pair: Pair) -> "StoredPair":
+        """``pair`` as stored: its typed settings as their model dumps them to JSON."""
+        params = (pair.params.model_dump(mode="json") if isinstance(pair.params, BaseModel)
+                  else dict(pair.params or {}))
+        return cls(pair.name, pair.contract, pair.arms, params, skipped=pair.skipped,
+                   not_applicable=pair.not_applicable_checks, emulated=pair.emulated)
 
     def pair(self) -> Pair:
+        """The pair; a ValueError naming a bad setting of its contract."""
         return Pair(self.name, self.contract, self.arms, self.params, skipped=self.skipped,
                     not_applicable=self.not_applicable, emulated=self.emulated)

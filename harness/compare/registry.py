@@ -74,13 +74,15 @@ class Judged:
     """How the pairs of one contract are judged: their settings model (``Pair.params``), the
     check function, whether ``summary.md`` lists its checks under its graph and memory figures
     (``figures``), and which of its checks are made from the CUDA-graph capture statistics
-    (``StepRecord.graph_stats``, ``capture_checks``): a command case whose metrics source does
+    (``StepRecord.graph_stats``, ``capture_checks``) and from the memory probe
+    (``StepRecord.memory_probe``, ``probe_checks``): a command case whose metrics source does
     not carry them marks those not applicable when it is planned (``harness.arms``)."""
 
     params: type[BaseModel]
     check: ContractFn
     figures: bool = False
     capture_checks: tuple[str, ...] = ()
+    probe_checks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

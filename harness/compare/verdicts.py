@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional, Sequence, get_args
+from typing import Annotated, Literal, Mapping, Optional, Sequence, get_args
 
 from pydantic import ConfigDict
 
 from harness.results import VERDICT_FILE, PathLike, read_json_record, write_json_record
 from harness.results.records import Bool, Float, Str
+from harness.results.typed import OmitEmpty, OmitNone, keys_in_order
 
 # A pair's or a case's status (the rules: the module doc); JSON spells it as is.
 PairStatus = Literal["pass", "fail", "error", "skipped"]
@@ -65,25 +66,13 @@ class Check:
     passed: Bool
     detail: Str = ""
     applicable: Bool = True
-    lower: Optional[Float] = None
-    figure: Bool = False
+    # ``lower`` and ``figure`` are left out while unset, so verdicts written before they existed
+    # and new ones of the same checks are the same JSON.
+    lower: Annotated[Optional[Float], OmitNone] = None
+    figure: Annotated[Bool, OmitEmpty] = False
 
-    # Hand-written: ``lower`` and ``figure`` are left out while unset, so verdicts written before
-    # they existed and new ones of the same checks are the same JSON.
-    def to_dict(self) -> dict[str, Any]:
-        out = {
-            "name": self.name,
-            "value": self.value,
-            "bound": self.bound,
-            "passed": self.passed,
-            "applicable": self.applicable,
-            "detail": self.detail,
-        }
-        if self.lower is not None:
-            out["lower"] = self.lower
-        if self.figure:
-            out["figure"] = True
-        return out
+    _keys = keys_in_order("name", "value", "bound", "passed", "applicable", "detail", "lower",
+                          "figure")
 
     @classmethod
     def not_applicable(cls, name: str, why: str, bound: Optional[float] = None) -> "Check":
@@ -108,7 +97,11 @@ class PairVerdict:
     checks: tuple[Check, ...]
     status: PairStatus
     error: Optional[Str] = None
-    skip: Optional[SkipKind] = None  # a skipped entry's kind (SKIP_KINDS)
+    # a skipped entry's kind (SKIP_KINDS); left out while unset (verdicts written before them)
+    skip: Annotated[Optional[SkipKind], OmitNone] = None
+
+    _keys = keys_in_order("case_id", "pair", "contract", "arms", "status", "error", "skip",
+                          "checks")
 
     def __post_init__(self) -> None:
         if self.status not in PAIR_STATUSES:
@@ -128,20 +121,6 @@ class PairVerdict:
         """Checks that passed (figures are not checks: :meth:`Check.figure_of`)."""
         return sum(1 for c in self.checks if c.passed and not c.figure)
 
-    # Hand-written: ``skip`` is left out while unset (verdicts written before skip kinds).
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "case_id": self.case_id,
-            "pair": self.pair,
-            "contract": self.contract,
-            "arms": list(self.arms),
-            "status": self.status,
-            "error": self.error,
-            **({"skip": self.skip} if self.skip is not None else {}),
-            "checks": [c.to_dict() for c in self.checks],
-        }
-
-
 
 @dataclass(frozen=True)
 class CaseVerdict:
@@ -151,15 +130,11 @@ class CaseVerdict:
     pairs: tuple[PairVerdict, ...]
     status: PairStatus
 
+    _keys = keys_in_order("case_id", "status", "pairs")  # the status first: what a reader looks for
+
     def __post_init__(self) -> None:
         if self.status not in PAIR_STATUSES:
             raise ValueError(f"CaseVerdict.status must be one of {PAIR_STATUSES}, got {self.status!r}")
-
-    # Hand-written: the status before the entries (what a reader of verdict.json looks for first).
-    def to_dict(self) -> dict[str, Any]:
-        return {"case_id": self.case_id, "status": self.status,
-                "pairs": [p.to_dict() for p in self.pairs]}
-
 
 
 def combine_status(statuses: Sequence[PairStatus]) -> PairStatus:

@@ -21,20 +21,19 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from harness.caseplan import CasePlan
 from harness.compare import DEFAULT_ALLOWED_SKIPS, CaseVerdict
 from harness.errors import ConfigError
 from harness.launch.launcher import ArmLauncher
-from harness.launch.pipeline import CaseState, Collection, SweepSink, run_to_end
+from harness.launch.pipeline import CaseState, Collection, SweepSink, judged_state, run_to_end
 from harness.launch.progress import NullProgress, SweepProgress
 from harness.launch.sweep import check_resumable, record_manifest, run_cases, runs_again
 from harness.report import write_reports
-from harness.results import VERDICT_FILE, SweepStart, read_json, sweep_lock
+from harness.results import SweepStart, sweep_lock
 from harness.trust.stored_plan import check_stored_plan
 
-_VERDICT_STATE: Mapping[str, CaseState] = {"pass": "done", "fail": "failed"}
 
 
 @dataclass
@@ -73,11 +72,8 @@ class LocalBackend:
     def state(self, out_dir: Path) -> dict[str, CaseState]:
         out: dict[str, CaseState] = {}
         for plan in self._plans:
-            path = Path(out_dir) / plan.case_id / VERDICT_FILE
-            if path.is_file():
-                out[plan.case_id] = _VERDICT_STATE.get(str(read_json(path).get("status")), "error")
-            else:
-                out[plan.case_id] = "pending"
+            judged = judged_state(Path(out_dir) / plan.case_id)
+            out[plan.case_id] = judged[0] if judged is not None else "pending"
         return out
 
     def wait(self, out_dir: Path, timeout_s: Optional[float] = None) -> None:

@@ -36,11 +36,26 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Optional, Protocol, Sequence
 
 from harness.caseplan import CasePlan
-from harness.compare import CaseVerdict
-from harness.results import SweepStart
+from harness.compare import CaseVerdict, read_verdict
+from harness.compare.verdicts import PairStatus
+from harness.results import ResultsError, SweepStart
 
 # Where a case of a sweep stands (the states of ``dcp-harness status``).
 CaseState = Literal["pending", "running", "done", "failed", "error", "skipped"]
+
+
+def judged_state(case_dir: Path) -> Optional[tuple[CaseState, PairStatus]]:
+    """Where a judged case stands by its ``verdict.json`` (read through ``CaseVerdict``): done
+    for a pass, failed for a fail, else error (an unreadable verdict too), with the verdict's
+    status; None while it has no verdict."""
+    try:
+        verdict = read_verdict(case_dir)
+    except ResultsError:
+        return "error", "error"
+    if verdict is None:
+        return None
+    state: CaseState = {"pass": "done", "fail": "failed"}.get(verdict.status, "error")
+    return state, verdict.status
 
 # Called with the finished collection (its sweep folder, the verdicts judged in this process and
 # the reports written) once a collection is finished (module doc).

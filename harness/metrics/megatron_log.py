@@ -8,10 +8,17 @@ per ``--log-interval`` iterations::
      32 | lm loss: 1.052443E+01 | loss scale: 1.0 | grad norm: 5.125 | number of skipped
      iterations:   0 | number of nan iterations:   0 |
 
-(one line), and ``report_memory`` each data-parallel rank 0's memory::
+(one line), and ``report_memory`` the memory of each data-parallel rank 0 (one line each)::
 
     [Rank 0] (after 2 iterations) memory (MB) | allocated: 1234.56 | max allocated: 2345.67 |
     reserved: 3000.00 | max reserved: 3000.00
+
+Megatron reports memory after a run's first logged iterations (the first, and the next, which
+holds the optimizer's state; again after a ``--load``) and, with ``--log-memory-interval N``,
+every N iterations; a trainer of one's own may print it every interval. Every such line is read
+(``| total device memory used: ...``, with ``--log-device-memory-used``, is left alone); its step
+is the iteration it names. Lines of other memory reports (``(before save_checkpoint for
+iteration N)``) name no step and are left alone.
 
 Each iteration line is a step; its fields are picked by :data:`LOG_KEYS` (field -> the name
 Megatron prints; a case may name others, e.g. its MoE ``load_balancing_loss`` as ``aux_loss``).

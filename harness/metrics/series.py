@@ -21,6 +21,10 @@ from harness.results import StepRecord
 _INT_FIELDS = frozenset({"allocated_bytes", "max_allocated_bytes", "reserved_bytes",
                          "active_bytes", "tokens"})
 _FLAG_FIELDS = frozenset({"skipped", "nan"})
+# Fields that are one rank's own (its memory), not the run's: a source written by one rank (Megatron's
+# TensorBoard, on the last rank) gives them to that rank alone.
+RANK_OWN_FIELDS = frozenset({"allocated_bytes", "max_allocated_bytes", "reserved_bytes",
+                             "active_bytes"})
 
 
 @dataclass

@@ -66,9 +66,14 @@ class SourceReader(abc.ABC):
         ``start``: where this run's lines begin in the arm's log, for a source read from it)."""
 
 
+def _last(ranks: Sequence[int]) -> Optional[int]:
+    """The rank that writes Megatron's TensorBoard files: the last."""
+    return max(ranks) if ranks else None
+
+
 class TensorBoardReader(SourceReader):
-    """TensorBoard event files in a folder (``tensorboard``), Megatron's tags (``TB_TAGS``); an
-    earlier run's event files are stale."""
+    """TensorBoard event files in a folder (``tensorboard``), Megatron's tags (``TB_TAGS``),
+    written by the last rank (its memory is its own); an earlier run's event files are stale."""
 
     default_path = "tensorboard"
     base_tags = TB_TAGS
@@ -78,8 +83,8 @@ class TensorBoardReader(SourceReader):
 
     def read(self, arm_dir: Path, ranks: Sequence[int], platform: Optional[str], path: str,
              start: int = 0) -> dict[int, list[StepRecord]]:
-        return rank_records(read_tensorboard(Path(arm_dir) / path, self.tag_map()), ranks,
-                            platform)
+        return rank_records(read_tensorboard(Path(arm_dir) / path, self.tag_map(),
+                                             writer_rank=_last(ranks)), ranks, platform)
 
 
 class MegatronLogReader(SourceReader):
@@ -201,7 +206,8 @@ def read_between(spec: MetricsSpec, arm_dir: Path, ranks: Sequence[int], platfor
     arm_dir = Path(arm_dir)
     if spec.source is MetricsSource.TENSORBOARD:
         metrics = read_tensorboard(arm_dir / path, reader.tag_map(), skip=since.event_files,
-                                   only=until.event_files if until is not None else None)
+                                   only=until.event_files if until is not None else None,
+                                   writer_rank=_last(ranks))
         return rank_records(metrics, ranks, platform)
     if spec.source is MetricsSource.MEGATRON_LOG:
         target = arm_dir / path

@@ -6,7 +6,7 @@
 ``--log-memory-to-tensorboard`` ``mem-allocated-bytes``, ``mem-max-allocated-bytes``,
 ``mem-reserved-bytes``); a case may map others. The step of a scalar is its TensorBoard step
 (Megatron's iteration). Megatron writes TensorBoard on the last rank only, so the values are the
-run's (every rank's). Every ``events.out.tfevents.*`` file of the folder is read, oldest name
+run's (every rank's), but for its memory (``mem-*``): the last rank's own. Every ``events.out.tfevents.*`` file of the folder is read, oldest name
 first (a resumed run adds a file); a step already read keeps its first value.
 
 TensorBoard is the optional extra ``tensorboard`` (``pip install 'dcp-harness[tensorboard]'``).
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import AbstractSet, Any, Mapping, Optional
 
 from .errors import MetricsError
-from .series import StepMetrics
+from .series import RANK_OWN_FIELDS, StepMetrics
 
 TB_TAGS: Mapping[str, str] = {
     "loss": "lm loss",
@@ -70,11 +70,14 @@ def _scalars(path: Path) -> dict[str, dict[int, float]]:
 
 def read_tensorboard(folder: Path, tags: Optional[Mapping[str, str]] = None,
                      skip: AbstractSet[str] = frozenset(),
-                     only: Optional[AbstractSet[str]] = None) -> StepMetrics:
+                     only: Optional[AbstractSet[str]] = None,
+                     writer_rank: Optional[int] = None) -> StepMetrics:
     """The steps of the event files of ``folder`` (see the module doc); ``tags``: field -> tag
     (default :data:`TB_TAGS`); ``skip`` / ``only``: file names left out / the only ones read
-    (one run of a folder two runs write). A MetricsError naming the folder when it holds no
-    such event file or none holds the loss's tag (the tags found are listed)."""
+    (one run of a folder two runs write); ``writer_rank``: the rank that wrote the files
+    (Megatron's last rank), whose own figures (its memory, ``RANK_OWN_FIELDS``) they are (None:
+    every rank's). A MetricsError naming the folder when it holds no such event file or none
+    holds the loss's tag (the tags found are listed)."""
     folder = Path(folder)
     tags = dict(TB_TAGS if tags is None else tags)
     files = [f for f in event_files(folder)
@@ -98,5 +101,7 @@ def read_tensorboard(folder: Path, tags: Optional[Mapping[str, str]] = None,
             if step < 1:
                 raise MetricsError(folder, f"scalar '{tag}' at step {step}: steps count from 1 "
                                            "(Megatron's iteration after the optimizer step)")
-            metrics.shared.setdefault(step, {})[name] = value
+            own = writer_rank is not None and name in RANK_OWN_FIELDS
+            into = metrics.per_rank.setdefault(writer_rank, {}) if own else metrics.shared
+            into.setdefault(step, {})[name] = value
     return metrics

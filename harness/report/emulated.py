@@ -5,7 +5,7 @@ communication on the loopback layer), one column per emulated rank, from the cas
 (step records, the allocation-site tables ``<arm>/sites.rank<r>.json``, the verdict's pairs):
 
 * the capture line, graph vs eager bitwise steps (loss, aux loss, grad norm of the rank's own
-  records), NaN / skipped steps, the CP sizes replayed and the forward replays per (CP size,
+  records: the ``graph_vs_eager`` verdict's figure of the rank), NaN / skipped steps, the CP sizes replayed and the forward replays per (CP size,
   physical slot) frame over the graphed steps, graph pool and arena MiB (the pair whose
   comparison gives the ``graphed`` figures: ``Comparison.emulated_figures``);
 * slot-shared pool / largest single variant and separate pools / largest (``pools``);
@@ -26,7 +26,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from harness.compare import EmulatedFigures, PairVerdict, comparison_of, frame_replays, frames_text
+from harness.compare import (EmulatedFigures, PairVerdict, bitwise_figure, comparison_of,
+                             frame_replays, frames_text)
 from harness.results import GraphStats, MemoryProbe, StepRecord
 from harness.sites import SiteTable, diff_sites, pool_totals
 from harness.spec.places import short_label
@@ -59,8 +60,8 @@ class RankFigures:
     rank: int
     label: str
     capture: Optional[str] = None
-    bitwise: Optional[tuple[int, int]] = None  # (steps bitwise equal, steps compared)
-    first_mismatch: Optional[int] = None
+    # graph vs eager: the verdict's figure of the rank (steps bitwise equal of those compared)
+    bitwise: Optional[str] = None
     nan_or_skipped: dict[str, list[int]] = field(default_factory=dict)
     replayed_cp: tuple[int, ...] = ()
     graphed_steps: int = 0
@@ -85,13 +86,23 @@ def _gives(pair: PairVerdict, figures: EmulatedFigures) -> bool:
     return comparison is not None and comparison.emulated_figures == figures
 
 
+def _pair_of(case: CaseView, figures: EmulatedFigures) -> Optional[PairVerdict]:
+    """The case's first two-arm pair whose comparison gives ``figures``."""
+    return next((p for p in case.verdict.pairs if _gives(p, figures) and len(p.arms) == 2), None)
+
+
 def _arms_of(case: CaseView, figures: EmulatedFigures) -> Optional[tuple[ArmView, ArmView]]:
     """The two arms of the case's first pair whose comparison gives ``figures``."""
-    pair: Optional[PairVerdict] = next((p for p in case.verdict.pairs if _gives(p, figures)
-                                        and len(p.arms) == 2), None)
+    pair = _pair_of(case, figures)
     if pair is None or not all(a in case.arms for a in pair.arms):
         return None
     return case.arms[pair.arms[0]], case.arms[pair.arms[1]]
+
+
+def _figure(pair: Optional[PairVerdict], name: str) -> Optional[str]:
+    """The detail of the figure ``name`` of a verdict entry (None: it has none)."""
+    return next((c.detail for c in (pair.checks if pair is not None else ()) if c.name == name),
+                None)
 
 
 def _records(arm: Optional[ArmView], rank: int) -> list[StepRecord]:
@@ -121,16 +132,10 @@ def rank_figures(case: CaseView, rank: int) -> RankFigures:
     out["nan_or_skipped"] = {name: [r.step for r in _records(arm, rank) if r.nan or r.skipped]
                              for name, arm in case.arms.items()}
     out["nan_or_skipped"] = {k: v for k, v in out["nan_or_skipped"].items() if v}
+    out["bitwise"] = _figure(_pair_of(case, "graphed"), bitwise_figure(rank))
     ge = _arms_of(case, "graphed")
     if ge is not None:
         g, e = _records(ge[0], rank), _records(ge[1], rank)
-        by_step = {r.step: r for r in e}
-        pairs = [(a, by_step[a.step]) for a in g if a.step in by_step]
-        same = [(a.loss, a.aux_loss, a.grad_norm) == (b.loss, b.aux_loss, b.grad_norm)
-                for a, b in pairs]
-        out["bitwise"] = (sum(same), len(pairs)) if pairs else None
-        out["first_mismatch"] = next((a.step for (a, _), ok in zip(pairs, same)
-                                      if not ok), None)
         frames = frame_replays({rank: g}).get(rank, {})
         out["frames"] = frames
         out["replayed_cp"] = tuple(sorted({c for c, _ in frames}))
@@ -191,10 +196,7 @@ def _rows(fixed: str) -> list[Row]:
             f"{arm} steps {steps}" for arm, steps in f.nan_or_skipped.items())
 
     def bitwise(f: RankFigures) -> str:
-        if f.bitwise is None:
-            return "-"
-        text = f"bitwise {f.bitwise[0]}/{f.bitwise[1]} steps"
-        return text + (f", first mismatch step {f.first_mismatch}" if f.first_mismatch else "")
+        return f.bitwise or "-"
 
     def used(f: RankFigures) -> str:
         return " / ".join(f"{v:.0f}" for v in f.device_used_mib) if f.device_used_mib else "-"

@@ -14,6 +14,7 @@ from harness.results import (
     SUMMARY_FILE,
     VERDICT_FILE,
     rank_file,
+    record_json,
 )
 
 from harness.sites import sites_file
@@ -74,7 +75,7 @@ def build_index(sweep: SweepView, exit_code: int, generated_at: datetime,
             "case_json": _rel(case.dir / CASE_FILE, root) if (case.dir / CASE_FILE).is_file() else None,
             "verdict_json": _rel(case.dir / VERDICT_FILE, root) if case.verdict_found else None,
             "tags": list(case.tags),
-            "parked": case.parked.to_dict() if case.parked is not None else None,
+            "parked": record_json(case.parked.entry) if case.parked is not None else None,
             "plot": plot_by_case.get(case.case_id),
             "arms": {name: _arm(arm, root, case) for name, arm in case.arms.items()},
             "pairs": [{

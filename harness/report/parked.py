@@ -86,13 +86,27 @@ class Parked:
         return (f"  WARN  {case_id}: parked ({self.status}) until {self.expect.until.isoformat()}, "
                 f"which has passed: fix it and remove expect:, or move expect.until")
 
-    # Hand-written: index.json's entry of a parked case (derived figures: ``counted``, ``expired``),
-    # never read back.
-    def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "reason": self.expect.reason,
-                "until": self.expect.until.isoformat() if self.expect.until else None,
-                "strict": self.expect.strict, "outcome": self.outcome,
-                "counted": self.counted, "expired": self.expired}
+    @property
+    def entry(self) -> "ParkedEntry":
+        """What ``index.json`` lists of this case's parking."""
+        return ParkedEntry(status=self.status, reason=self.expect.reason,
+                           until=self.expect.until.isoformat() if self.expect.until else None,
+                           strict=self.expect.strict, outcome=self.outcome,
+                           counted=self.counted, expired=self.expired)
+
+
+@dataclass(frozen=True)
+class ParkedEntry:
+    """A parked case in ``index.json`` (``harness.results.record_json`` writes it): its
+    expectation (``until`` as YYYY-MM-DD) and what its verdict made of it (:class:`Parked`)."""
+
+    status: str
+    reason: str
+    until: Optional[str]
+    strict: bool
+    outcome: str
+    counted: Optional[str]
+    expired: bool
 
 
 def parked_of(case: Optional[Mapping[str, Any]], verdict: str, today: date) -> Optional[Parked]:

@@ -22,10 +22,15 @@ Pure but for :func:`write_arm_env` / :func:`read_arm_env` (one JSON file each).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
-from .files import ResultsError, read_json, write_json_atomic
+from pydantic import ConfigDict
+
+from .files import ResultsError
+from .records import Str
+from .typed import read_json_record, write_json_record
 
 ARM_ENV_FILE = "inherited_env.json"
 REDACTED = "***"
@@ -84,22 +89,31 @@ def differences(a: Mapping[str, str], b: Mapping[str, str], labels: tuple[str, s
     return out
 
 
+@dataclass(frozen=True)
+class ArmEnv:
+    """``<arm>/inherited_env.json``, written and read through this type: what the arm's processes
+    inherited (:func:`inherited`) and what the case and the harness set on top, by name."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    inherited: dict[Str, Str]
+    set: dict[Str, Str]
+
+
 def write_arm_env(arm_dir: Path, inherited_env: Mapping[str, str], set_env: Mapping[str, str]
                   ) -> None:
-    """``<arm>/inherited_env.json``: what the arm's processes inherited and what the case and
-    the harness set on top (no secret values: ``set_env`` holds none)."""
-    write_json_atomic(Path(arm_dir) / ARM_ENV_FILE, {"inherited": dict(inherited_env),
-                                                     "set": dict(sorted(set_env.items()))})
+    """Record what an arm's processes inherit and what is set on top (no secret values:
+    ``set_env`` holds none)."""
+    write_json_record(Path(arm_dir) / ARM_ENV_FILE,
+                      ArmEnv(dict(inherited_env), dict(sorted(set_env.items()))))
 
 
 def read_arm_env(arm_dir: Path) -> Optional[dict[str, str]]:
-    """The inherited environment an arm recorded (None: it recorded none, or it is unreadable)."""
-    path = Path(arm_dir) / ARM_ENV_FILE
-    if not path.is_file():
-        return None
+    """The inherited environment an arm recorded (None: it recorded none, or it is unreadable:
+    the gate's hint about it is left out, nothing else depends on it)."""
     try:
-        data = read_json(path)
+        env = read_json_record(Path(arm_dir) / ARM_ENV_FILE, ArmEnv, "inherited environment",
+                               nonfinite=False)
     except ResultsError:
         return None
-    got = data.get("inherited") if isinstance(data, dict) else None
-    return {str(k): str(v) for k, v in got.items()} if isinstance(got, dict) else None
+    return dict(env.inherited) if env is not None else None

@@ -3,8 +3,9 @@
 ``StepRecord`` (with ``MemoryProbe``, ``GraphStats``, ``FrameReplays`` and ``PackedMicrobatch``
 nested in it) is the
 one shape of a line of ``rank<k>.jsonl``: the rank process builds it, ``StepWriter`` writes
-``to_dict()`` and ``read_steps`` gives it back through :meth:`StepRecord.from_dict`, which
-validates with pydantic (a ``TypeAdapter`` of these frozen dataclasses): an unknown key, a value
+its pydantic dump (``typed.record_json``) and ``read_steps`` gives it back through
+:meth:`StepRecord.from_dict`, which validates with the same type (a ``TypeAdapter`` of these
+frozen dataclasses): an unknown key, a value
 of the wrong JSON type or a missing field is a ``ResultsError`` naming the field, in the words a
 bad case file gets (``harness.spec.validation``). Readers take ``StepRecord`` only and read its
 attributes; :func:`field_of` reads one named by a string (a series of any numeric field).
@@ -12,12 +13,12 @@ attributes; :func:`field_of` reads one named by a string (a series of any numeri
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Annotated, Any, Mapping, Optional
 
-from pydantic import BeforeValidator, ConfigDict, Field, Strict
+from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, Strict
 
-from .typed import read_typed
+from .typed import OmitEmpty, OmitNone, read_typed
 
 
 def _whole(value: Any) -> Any:
@@ -99,6 +100,14 @@ def _pairs(value: Any) -> Any:
     return tuple(sorted(value.items())) if isinstance(value, Mapping) else value
 
 
+def _object(pairs: Any) -> dict[str, str]:
+    return dict(pairs)
+
+
+# (name, value) pairs, sorted by name, in the record; a JSON object in the file.
+Settings = Annotated[tuple[tuple[Str, Str], ...], BeforeValidator(_pairs), PlainSerializer(_object)]
+
+
 @dataclass(frozen=True)
 class RunEnvironment:
     """What a rank process ran with that changes numerics, speed or memory: the torch, CUDA and
@@ -116,25 +125,13 @@ class RunEnvironment:
     nccl: Optional[Str] = None  # the NCCL torch was built with, where it has one
     # the CUDA device's name; on CPU the CPU's (``harness.environment.cpu_name``)
     device_name: Optional[Str] = None
-    # (variable, value), sorted by variable; written to JSON as an object
-    settings: Annotated[tuple[tuple[Str, Str], ...], BeforeValidator(_pairs)] = ()
-    device_id: Optional[Str] = None  # the GPU's UUID, or the CPU rank's host name
+    settings: Settings = ()  # (variable, value), sorted by variable
+    # the GPU's UUID, or the CPU rank's host name; left out while unset (older readers' layout)
+    device_id: Annotated[Optional[Str], OmitNone] = None
     # What decides the kernels (``harness.kernels.probe``: torch build, ATen CPU capability, BLAS
-    # ISA, threads; CUDA device, cuDNN, cuBLAS), (key, value) sorted by key, written to JSON as an
-    # object; empty in records written before it was recorded
-    kernels: Annotated[tuple[tuple[Str, Str], ...], BeforeValidator(_pairs)] = ()
-
-    # Hand-written: ``settings`` is an object in the file (pairs in the record), ``device_id`` is
-    # left out while unset (the layout older readers know).
-    def to_dict(self) -> dict[str, Any]:
-        out = {"torch": self.torch, "cuda": self.cuda, "nccl": self.nccl,
-               "device_name": self.device_name, "settings": dict(self.settings)}
-        if self.device_id is not None:
-            out["device_id"] = self.device_id
-        if self.kernels:
-            out["kernels"] = dict(self.kernels)
-        return out
-
+    # ISA, threads; CUDA device, cuDNN, cuBLAS), (key, value) sorted by key; empty (and left out
+    # of the file) in records written before it was recorded
+    kernels: Annotated[Settings, OmitEmpty] = ()
 
 
 @dataclass(frozen=True)
@@ -192,7 +189,7 @@ class PackedGroup:
     cp: Int
     sequences: tuple[Int, ...]
     tokens: Int
-    lengths: tuple[Int, ...] = ()
+    lengths: Annotated[tuple[Int, ...], OmitEmpty] = ()  # left out while empty (older records)
 
 
 @dataclass(frozen=True)
@@ -221,12 +218,6 @@ class PackedMicrobatch:
         """``CP2 [0 3 5] 120`` per group, groups joined by `` + ``."""
         return " + ".join(f"CP{g.cp} [{' '.join(map(str, g.sequences))}] {g.tokens}"
                           for g in self.groups)
-
-    # Hand-written: a group's ``lengths`` is left out while empty (records written before it).
-    def to_dict(self) -> dict[str, Any]:
-        return {"groups": [{"cp": g.cp, "sequences": list(g.sequences), "tokens": g.tokens,
-                            **({"lengths": list(g.lengths)} if g.lengths else {})}
-                           for g in self.groups]}
 
 
 @dataclass(frozen=True)
@@ -283,31 +274,19 @@ class StepRecord:
     checkpoint_step: Optional[Step] = None
     # The state at the harness's stop (on the record of the step the arm stops after, taken before
     # its checkpoint is written) and right after a resumed process restored its checkpoint (on
-    # the first record that process writes): ``compare.resume`` checks that they are equal.
-    stop_state: Optional[StateDigest] = None
-    loaded_state: Optional[StateDigest] = None
+    # the first record that process writes): ``compare.resume`` checks that they are equal. Left
+    # out of the file while unset, as the oracle's (the layout older readers know).
+    stop_state: Annotated[Optional[StateDigest], OmitNone] = None
+    loaded_state: Annotated[Optional[StateDigest], OmitNone] = None
     # This rank's causal attention work per microbatch (schedule order; empty in records written
     # before it was recorded): what ``<arm>.cp_balance`` compares across each CP group.
     attention_work: tuple[AttentionWork, ...] = ()
     # The oracle arm's (``compare.oracle``) comparison with Hugging Face's Qwen3-MoE on this step.
-    oracle: Optional[OracleStep] = None
+    oracle: Annotated[Optional[OracleStep], OmitNone] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 1:
             raise ValueError(f"a step record needs an integer 'step' >= 1, got {self.step!r}")
-
-    # Hand-written: its environment and packed microbatches through their own ``to_dict`` (above).
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["cp_sizes"] = list(self.cp_sizes)
-        out["replays"] = [asdict(f) for f in self.replays]
-        out["packed"] = [mb.to_dict() for mb in self.packed]
-        out["attention_work"] = [asdict(w) for w in self.attention_work]
-        out["environment"] = None if self.environment is None else self.environment.to_dict()
-        for key in ("stop_state", "loaded_state", "oracle"):  # older readers' layout where none
-            if out[key] is None:
-                del out[key]
-        return out
 
     # Kept: the one parse every reader of step records shares (rank files, a command's JSON
     # lines, the record API), its non-finite names decoded by the caller.

@@ -12,6 +12,7 @@ from typing import Any, Optional
 from .files import PathLike, ResultsError, decode_nonfinite, encode_nonfinite, fsync_dir
 from .paths import rank_file, rank_files
 from .records import StepRecord
+from .typed import record_json
 
 
 def _parse_lines(path: Path, data: bytes) -> tuple[list[tuple[int, dict[str, Any]]], int]:
@@ -129,7 +130,7 @@ class StepWriter:
         step = record.step
         if step <= self._last_step:
             return False
-        data = record.to_dict()
+        data = record_json(record)
         try:
             StepRecord.from_dict(data)
         except ResultsError as exc:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from harness.arms import plan_case
 from harness.caseplan import CasePlan, PlanError, case_hash
-from harness.compare import Pair
+from harness.compare import Pair, StoredPair
 from harness.errors import ConfigError
 from harness.spec.derive import as_emulated
 from harness.trust.golden_folders import golden_folder_problems
@@ -34,7 +34,7 @@ _RESOLVED = ("golden_dir", "files")
 
 
 def _pair_key(pair: Pair) -> tuple:
-    params = pair.to_dict()["params"]
+    params = StoredPair.of(pair).params
     return (pair.name, pair.contract, pair.arms,
             {k: v for k, v in params.items() if k not in _RESOLVED},
             pair.skipped, pair.not_applicable, pair.emulated)

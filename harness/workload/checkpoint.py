@@ -5,6 +5,8 @@ completed step and keeps the last two, so a rank killed while saving still has t
 On resume the ranks agree (all-reduce MIN) on the newest step all of them saved and load it. The
 data position is the step number itself (data is a pure function of seed and step).
 
+A checkpoint says what it is of beside the state it holds (:class:`CheckpointMeta`: the step,
+case, rank and world; written into it and read back through that type by :func:`read_meta`).
 Loading leaves a receipt, ``<dir>/rank<k>/loaded.json``: the step the loaded checkpoint holds by
 its own metadata (its ``step`` entry, not its file name). The rank process clears it before it
 trains (:func:`clear_loaded`) and stamps what :func:`loaded_step` reads on its step records
@@ -16,16 +18,16 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import torch
 from torch.utils.serialization import config as serialization_config
 
 from pydantic import ConfigDict
 
-from harness.results import read_json, write_json_atomic
+from harness.results import ResultsError, read_json, write_json_record
 from harness.results.records import Int, Str
 from harness.results.typed import read_typed
 from harness.workload.comm import GroupHandle
@@ -47,8 +49,40 @@ class LoadedReceipt:
     step: Optional[Int]
 
 
+@dataclass(frozen=True)
+class CheckpointMeta:
+    """What a checkpoint holds, by its own entries beside the model, optimizer and RNG state:
+    the step it was taken after, the case, the rank and the world size it is of."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    step: Int
+    case_id: Str
+    rank: Int
+    world_size: Int
+
+
+_META_KEYS = tuple(f.name for f in fields(CheckpointMeta))
+
+
+def read_meta(state: Mapping[str, Any], where: Path) -> CheckpointMeta:
+    """The metadata of a loaded checkpoint (``where``: its file); a RuntimeError naming the file
+    and each missing or mistyped entry."""
+    try:
+        return read_typed(CheckpointMeta, {k: state[k] for k in _META_KEYS if k in state},
+                          "checkpoint metadata", nonfinite=False)
+    except ResultsError as exc:
+        raise RuntimeError(f"{where}: {exc}; not a checkpoint of this harness, remove the "
+                           "checkpoint folder to restart") from None
+
+
 def rank_dir(root: Path, rank: int) -> Path:
     return Path(root) / f"rank{rank}"
+
+
+def step_file(root: Path, rank: int, step: int) -> Path:
+    """Rank ``rank``'s checkpoint of ``step``."""
+    return rank_dir(root, rank) / f"step{step:08d}.pt"
 
 
 def saved_steps(root: Path, rank: int) -> list[int]:
@@ -71,7 +105,7 @@ def save(root: Path, rank: int, step: int, state: dict[str, Any], *, durable: bo
     byte). The bytes written are the same but for the zip CRC fields."""
     d = rank_dir(root, rank)
     d.mkdir(parents=True, exist_ok=True)
-    final = d / f"step{step:08d}.pt"
+    final = step_file(root, rank, step)
     tmp = d / f".step{step:08d}.pt.tmp{os.getpid()}"
     started = time.monotonic()
     with open(tmp, "wb") as f, serialization_config.patch(
@@ -83,7 +117,7 @@ def save(root: Path, rank: int, step: int, state: dict[str, Any], *, durable: bo
             os.fsync(f.fileno())
     os.replace(tmp, final)
     for old in saved_steps(root, rank)[:-KEEP]:
-        (d / f"step{old:08d}.pt").unlink(missing_ok=True)
+        step_file(root, rank, old).unlink(missing_ok=True)
     done = time.monotonic()
     if done - started >= SLOW_S:  # a line where the time is worth knowing, not every step
         synced = (f"{done - written:.1f}s synced to disk" if durable
@@ -102,7 +136,7 @@ def agreed_resume_step(root: Optional[Path], rank: int, world: GroupHandle) -> i
 
 
 def load(root: Path, rank: int, step: int) -> dict[str, Any]:
-    path = rank_dir(root, rank) / f"step{step:08d}.pt"
+    path = step_file(root, rank, step)
     if not path.is_file():
         raise RuntimeError(
             f"rank {rank} has no checkpoint of step {step} in {rank_dir(root, rank)} (have "
@@ -112,9 +146,8 @@ def load(root: Path, rank: int, step: int) -> dict[str, Any]:
     # page cache instead of reading the whole file into fresh buffers first (a 3 GiB checkpoint
     # loaded in 5.6-5.9 s instead of 17.8-22.3 s on a 2-core machine; the same bytes).
     state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    step = state.get("step")
-    write_json_atomic(rank_dir(root, rank) / _LOADED, asdict(LoadedReceipt(
-        path.name, step if isinstance(step, int) and not isinstance(step, bool) else None)))
+    write_json_record(rank_dir(root, rank) / _LOADED,
+                      LoadedReceipt(path.name, read_meta(state, path).step))
     return state
 
 

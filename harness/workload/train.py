@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from harness.errors import ConfigError
-from harness.results import AttentionWork, GraphStats, MemoryProbe, StateDigest, StepRecord
+from harness.results import AttentionWork, GraphStats, MemoryProbe, StateDigest, StepRecord, record_json
 from harness.spec.layout import ParallelLayout
 from harness.spec.schema import Case, DType, Pools
 from harness.workload import checkpoint as ckpt
@@ -211,10 +211,7 @@ def _memory(device: torch.device) -> dict[str, Optional[int]]:
 
 def _state(s: _Setup, opt: torch.optim.Optimizer, case: Case, step: int, rank: int) -> dict[str, Any]:
     return {
-        "step": step,
-        "case_id": case.id,
-        "rank": rank,
-        "world_size": s.layout.world,
+        **record_json(ckpt.CheckpointMeta(step, case.id, rank, s.layout.world)),
         "chunks": [c.state_dict() for c in s.chunks],
         "optimizer": opt.state_dict(),
         "rng": rng_state(s.device),
@@ -225,12 +222,13 @@ def _digest(opt: torch.optim.Optimizer, device: torch.device) -> StateDigest:
     return StateDigest(optimizer=optimizer_digest(opt), rng=rng_digest(device))
 
 
-def _restore(s: _Setup, opt: torch.optim.Optimizer, state: dict[str, Any], case: Case, rank: int) -> None:
-    if (state.get("case_id"), state.get("rank"), state.get("world_size")) != (case.id, rank, s.layout.world):
+def _restore(s: _Setup, opt: torch.optim.Optimizer, state: dict[str, Any], case: Case, rank: int,
+             where: Path) -> None:
+    meta = ckpt.read_meta(state, where)
+    if (meta.case_id, meta.rank, meta.world_size) != (case.id, rank, s.layout.world):
         raise RuntimeError(
-            f"checkpoint is of case {state.get('case_id')} rank {state.get('rank')}/"
-            f"{state.get('world_size')}, not case {case.id} rank {rank}/{s.layout.world}; "
-            "use a fresh checkpoint folder"
+            f"{where}: checkpoint is of case {meta.case_id} rank {meta.rank}/{meta.world_size}, "
+            f"not case {case.id} rank {rank}/{s.layout.world}; use a fresh checkpoint folder"
         )
     for chunk, sd in zip(s.chunks, state["chunks"]):
         chunk.load_state_dict(sd)
@@ -352,7 +350,8 @@ def train_arm(
         if start > 0:
             assert checkpoint_dir is not None
             restore_started = time.monotonic()
-            _restore(s, opt, ckpt.load(checkpoint_dir, ctx.rank, start), case, ctx.rank)
+            _restore(s, opt, ckpt.load(checkpoint_dir, ctx.rank, start), case, ctx.rank,
+                     ckpt.step_file(checkpoint_dir, ctx.rank, start))
             took = time.monotonic() - restore_started
             if took >= ckpt.SLOW_S:
                 print(f"[checkpoint r{ctx.rank}] step {start}: restored in {took:.1f}s", flush=True)

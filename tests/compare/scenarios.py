@@ -149,9 +149,14 @@ def repeat() -> Scenario:
         {"eager": arm(), "eager-repeat": arm()}
 
 
+def eager_cuda_arm() -> Steps:
+    """The eager arm of :func:`graph_arm` on CUDA: its memory, no graphs."""
+    return graph_arm(every={"graphed": False, "replays": ()}, s1={"graph_stats": None})
+
+
 def graph_vs_eager() -> Scenario:
     return Pair("graph_vs_eager", "graph_vs_eager", ("graph", "eager"), {}), \
-        {"graph": graph_arm(), "eager": arm()}
+        {"graph": graph_arm(), "eager": eager_cuda_arm()}
 
 
 def dcp_vs_fixed_cp() -> Scenario:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import pytest
 
 from harness.compare import CONTRACTS, Check, PackingRule, evaluate_case
-from harness.results import ArmOutcome, read_typed
+from harness.results import ArmOutcome, read_typed, record_json
 from harness.spec.layout import ParallelLayout
 
 from tests.compare import scenarios as sc
@@ -32,7 +32,10 @@ CLEAN: dict[str, Make] = {
     "oracle": sc.oracle,
 }
 # Values each contract reports without a bound (figures, never checks).
-FIGURES: dict[str, set[str]] = {"graph_vs_eager": {"capture"}, "dcp_vs_fixed_cp": {"graph_pool_bytes"}}
+STEP_MEMORY_FIGURES = {"allocated_delta_pct", "max_allocated_delta_pct"}  # bounded as declared
+FIGURES: dict[str, set[str]] = {
+    "graph_vs_eager": {"capture", "graph_pool_bytes", "device_delta_pct", *STEP_MEMORY_FIGURES},
+    "dcp_vs_fixed_cp": {"graph_pool_bytes", *STEP_MEMORY_FIGURES}}
 
 
 def oracle_at(step: int, **fields: Any) -> Fault:
@@ -61,6 +64,14 @@ def _memory_faults() -> dict[str, list[tuple[str, Fault]]]:
     return out
 
 
+def _growth_faults(cand: str, ref: str) -> list[tuple[str, Fault]]:
+    """A leak in either arm of a pair (allocated bytes up 10 % at the last step), and a CUDA arm
+    that recorded no allocated bytes at all."""
+    return [(f"{cand}-leaks", at(cand, sc.STEPS, allocated_bytes=int(4.4 * sc.GIB))),
+            (f"{ref}-leaks", at(ref, sc.STEPS, allocated_bytes=int(4.4 * sc.GIB))),
+            ("none-on-cuda", every(cand, allocated_bytes=None))]
+
+
 # contract -> check -> (fault id, fault) that fail it
 FAULTS: dict[str, dict[str, list[tuple[str, Fault]]]] = {
     "repeat": {"loss": [("ulp", bump("eager-repeat", 2, "loss", 1e-12))],
@@ -70,7 +81,8 @@ FAULTS: dict[str, dict[str, list[tuple[str, Fault]]]] = {
         "aux_loss": [("ulp", bump("graph", 2, "aux_loss", 1e-12))],
         "grad_norm": [("ulp", bump("graph", 2, "grad_norm", 1e-12))],
         "variants_replayed": [("cp2-never", every("graph", replays=sc.BOTH[:1])),
-                              ("never-captured", at("graph", 1, graph_stats=None))]},
+                              ("never-captured", at("graph", 1, graph_stats=None))],
+        "allocated_growth_pct": _growth_faults("graph", "eager")},
     "dcp_vs_fixed_cp": {
         "loss": [("1e-2", bump("graph", 2, "loss", 1e-2))],
         "aux_loss": [("1e-1", bump("graph", 2, "aux_loss", 1e-1))],
@@ -78,7 +90,8 @@ FAULTS: dict[str, dict[str, list[tuple[str, Fault]]]] = {
         "device_delta_pct": [("te3353", nested("graph", "memory_probe", 1.05, "device_used_bytes")),
                              ("no-probe-on-cuda", at("graph", 4, memory_probe=None))],
         "active_delta_pct": [("10pct", nested("graph", "memory_probe", 1.1, "active_bytes"))],
-        "reserved_delta_pct": [("10pct", nested("graph", "memory_probe", 1.1, "reserved_bytes"))]},
+        "reserved_delta_pct": [("10pct", nested("graph", "memory_probe", 1.1, "reserved_bytes"))],
+        "allocated_growth_pct": _growth_faults("graph", "graph-fixed-cp2")},
     "graph_pools": {
         "pool_ratio": [("1.1", nested("graph", "graph_stats", 1.1, "pool_reserved_bytes"))],
         "loss": [("ulp", bump("graph", 3, "loss", 1e-12))],
@@ -242,5 +255,5 @@ def test_a_memory_delta_without_a_bound_is_a_figure_and_graph_arms_get_te3353s()
 
 def test_a_figure_round_trips_through_the_verdict_file() -> None:
     figure = Check.figure_of("capture", None, "r0: 2 variants")
-    assert figure.to_dict()["figure"] is True and read_typed(Check, figure.to_dict(), "check") == figure
-    assert "figure" not in Check("loss", 0.0, 0.0, True).to_dict()
+    assert record_json(figure)["figure"] is True and read_typed(Check, record_json(figure), "check") == figure
+    assert "figure" not in record_json(Check("loss", 0.0, 0.0, True))

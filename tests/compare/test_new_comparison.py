@@ -16,7 +16,8 @@ from typing import Mapping
 
 from pydantic import Field
 
-from harness.compare import Check, Comparison, Judged, Pair, Planner, SummarySection, register
+from harness.compare import (Check, Comparison, Judged, Pair, Planner, StoredPair, SummarySection,
+                             register)
 from harness.compare.series import Steps, step_series
 from harness.spec.names import EAGER
 from harness.spec.problems import Problem, at
@@ -73,6 +74,7 @@ def main(folder: str) -> None:
     from harness.errors import CaseError
     from harness.launch.sweep import finalize_case, prepare_case_dir
     from harness.report import write_reports
+    from harness.results import record_json
     from harness.spec import load_cases
     from tests.test_report import write_arm
 
@@ -94,10 +96,10 @@ def main(folder: str) -> None:
     for name, most in (("low", 3.0), ("high", 2.4)):
         (case,) = load(name, 4, f"{{most: {most}}}")
         plan = plan_case(case)
-        out[f"{name}-pairs"] = [p.to_dict() for p in plan.pairs]
+        out[f"{name}-pairs"] = [record_json(StoredPair.of(p)) for p in plan.pairs]
         case_dir = prepare_case_dir(plan, sweep)
         write_arm(case_dir, "eager", LOSSES, ranks=1)
-        out[f"{name}-verdict"] = finalize_case(case_dir).pairs[0].to_dict()
+        out[f"{name}-verdict"] = record_json(finalize_case(case_dir).pairs[0])
     out["summary"] = write_reports(sweep, plots=False).summary.read_text()
     print(json.dumps(out))
 

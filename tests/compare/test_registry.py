@@ -58,13 +58,17 @@ def test_figures_are_the_graph_and_memory_contracts() -> None:
 
 def test_each_emulated_table_part_and_command_rule_has_one_owner() -> None:
     """The emulated-rank table takes each part's figures from one comparison's pair; the
-    capture checks a command case may lack, the roles it must give and the comparisons it
+    capture and memory-probe checks a command case may lack, the roles it must give and the comparisons it
     cannot have are said by the comparisons themselves."""
     owners = {c.emulated_figures: c.name for c in comparisons() if c.emulated_figures}
     assert owners == {"graphed": "graph_vs_eager", "pools": "graph_pools",
                       "memory": "dcp_vs_fixed_cp"}
     assert {n: j.capture_checks for n, j in JUDGED.items() if j.capture_checks} == {
-        "graph_vs_eager": ("capture", "variants_replayed")}
+        "graph_vs_eager": ("capture", "variants_replayed", "graph_pool_bytes"),
+        "dcp_vs_fixed_cp": ("graph_pool_bytes",)}
+    assert {n: j.probe_checks for n, j in JUDGED.items() if j.probe_checks} == {
+        "graph_vs_eager": ("device_delta_pct",),
+        "dcp_vs_fixed_cp": ("device_delta_pct", "active_delta_pct", "reserved_delta_pct")}
     assert [c.name for c in comparisons() if c.not_for_commands] == ["oracle", "slot_ring"]
     assert {s.name: s.not_for_commands for s in sections()} == {
         c.name: c.not_for_commands for c in comparisons()}

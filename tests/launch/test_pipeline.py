@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.launch.pipeline import Collection, deliver, finish, run_to_end
+from harness.launch.pipeline import Collection, deliver, finish, judged_state, run_to_end
 
 
 @dataclass
@@ -78,3 +78,17 @@ def test_the_wait_is_bounded_by_one_deadline_over_every_round(tmp_path: Path) ->
     backend = Slow([Collection(tmp_path, resubmitted=("t",)), Collection(tmp_path)])
     finish(backend, tmp_path, timeout_s=50.0, clock=lambda: now[0])
     assert waits == [50.0, 20.0]
+
+
+def test_a_judged_case_stands_by_its_verdict_read_through_the_model(tmp_path: Path) -> None:
+    """Both backends' ``state`` read a case's verdict.json through ``CaseVerdict``: a pass is
+    done, a fail failed, anything else (a skipped case, an unreadable file) an error."""
+    from harness.compare import CaseVerdict, write_verdict
+    from harness.results import VERDICT_FILE
+
+    assert judged_state(tmp_path) is None
+    for status, state in (("pass", "done"), ("fail", "failed"), ("error", "error")):
+        write_verdict(tmp_path, CaseVerdict("c", (), status))
+        assert judged_state(tmp_path) == (state, status)
+    (tmp_path / VERDICT_FILE).write_text('{"case_id": "c", "status": "passed", "pairs": []}')
+    assert judged_state(tmp_path) == ("error", "error")

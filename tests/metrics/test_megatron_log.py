@@ -63,3 +63,19 @@ def test_other_keys_are_mapped_by_the_case(tmp_path: Path) -> None:
     metrics = read_megatron_log(_write(tmp_path, line), {"loss": "lm loss",
                                                          "aux_loss": "load_balancing_loss"})
     assert metrics.shared == {1: {"loss": 2.0, "aux_loss": 1.01}}
+
+
+def test_every_memory_line_is_a_step_of_its_rank(tmp_path: Path) -> None:
+    """Memory every interval (Megatron's --log-memory-interval, or a trainer's own), with
+    --log-device-memory-used's extra key; a save's memory report names no step and is left
+    alone."""
+    iteration = LOG.splitlines()[1].split("] ", 1)[1]
+    lines = [iteration.replace("iteration        1/", f"iteration        {k}/") for k in (1, 2, 3)]
+    mem = ("[Rank 0] (after {k} iterations) memory (MB) | allocated: {a:.2f} | max allocated: "
+           "{a:.2f} | reserved: 64.00 | max reserved: 64.00 | total device memory used: 900.00")
+    text = "\n".join(f"{line}\n{mem.format(k=k, a=10.0 * k)}" for k, line in enumerate(lines, 1))
+    text += "\n[Rank 0] (before save_checkpoint for iteration 3) memory (MB) | allocated: 99.00\n"
+    records = rank_records(read_megatron_log(_write(tmp_path, text)), [0, 1], "cpu")
+    assert [r.allocated_bytes for r in records[0]] == [10 * 2**20, 20 * 2**20, 30 * 2**20]
+    assert [r.max_allocated_bytes for r in records[0]] == [10 * 2**20, 20 * 2**20, 30 * 2**20]
+    assert all(r.allocated_bytes is None for r in records[1])  # rank 1 printed no memory

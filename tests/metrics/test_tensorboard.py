@@ -44,3 +44,16 @@ def test_a_case_maps_its_own_tags(tmp_path: Path) -> None:
     _events(tmp_path, {"train/loss": {1: 2.0}})
     metrics = read_tensorboard(tmp_path, {"loss": "train/loss"})
     assert metrics.shared == {1: {"loss": 2.0}}
+
+
+def test_memory_is_the_writing_ranks_own(tmp_path: Path) -> None:
+    """Megatron writes TensorBoard on its last rank: the loss is every rank's, the mem-* scalars
+    that rank's own memory (the other ranks have none from this source)."""
+    _events(tmp_path, {"lm loss": {1: 3.0, 2: 2.5}, "mem-allocated-bytes": {1: 1024.0, 2: 4096.0},
+                       "mem-max-allocated-bytes": {1: 2048.0, 2: 4096.0},
+                       "mem-reserved-bytes": {1: 8192.0, 2: 8192.0}})
+    records = rank_records(read_tensorboard(tmp_path, writer_rank=1), [0, 1], "cpu")
+    assert [r.loss for r in records[0]] == [r.loss for r in records[1]] == [3.0, 2.5]
+    assert all(r.allocated_bytes is None and r.reserved_bytes is None for r in records[0])
+    assert [(r.allocated_bytes, r.max_allocated_bytes, r.reserved_bytes) for r in records[1]] == [
+        (1024, 2048, 8192), (4096, 4096, 8192)]

@@ -36,9 +36,11 @@ def test_a_command_case_plans_the_same_arms_and_marks_what_it_lacks(tmp_path: Pa
     assert plan.arm_names == ("graph", "eager")
     (pair,) = plan.pairs
     why = pair.not_applicable_checks
-    assert set(why) == {"aux_loss", "capture", "variants_replayed", "graph.packing",
-                        "eager.packing"}
+    assert set(why) == {"aux_loss", "capture", "variants_replayed", "graph_pool_bytes",
+                        "device_delta_pct", "graph.packing", "eager.packing"}
     assert "command.metrics.tags" in why["aux_loss"]
+    assert "carry no memory probe" in why["device_delta_pct"]
+    assert "source tensorboard" in why["device_delta_pct"]
     assert "command" not in load_cases(["cases/focused"])[0].model_dump(mode="json")
 
 

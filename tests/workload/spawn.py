@@ -15,6 +15,7 @@ import torch
 import torch.multiprocessing as mp
 
 from harness.launch.ranks.ports import pick_free_port
+from harness.results import record_json
 
 
 def _worker(rank: int, world: int, port: int, fn: Callable, args: tuple, out: str) -> None:
@@ -69,7 +70,7 @@ def train_jobs(ctx, jobs: list[tuple[str, dict, dict]]) -> dict[str, list[dict]]
     results: dict[str, list[dict]] = {}
     for name, case_json, options in jobs:
         records: list[dict] = []
-        train_arm(eager_arm(job_case(case_json, options)), ctx, lambda r: records.append(r.to_dict()))
+        train_arm(eager_arm(job_case(case_json, options)), ctx, lambda r: records.append(record_json(r)))
         results[name] = records
     return results
 

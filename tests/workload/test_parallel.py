@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.results import record_json
 from harness.workload import RankContext, train_arm
 
 from tests.workload.factories import eager_arm, make_case
@@ -57,7 +58,7 @@ def _case(world, parallel, model=None, steps=TRAIN["steps"], train=None):
 def _single(model=None, train=None):
     records = []
     train_arm(eager_arm(_case(1, {}, model, train=train)), RankContext(0, 1, 0, "cpu", "none"),
-              lambda r: records.append(r.to_dict()))
+              lambda r: records.append(record_json(r)))
     return records
 
 
@@ -101,7 +102,7 @@ def runs(tmp_path_factory):
         recs: list[dict] = []
         case = job_case(_case(1, {}, NOAUX).model_dump(mode="json"),
                         {"static": {"scope": scope, "max_seqs": 16}})
-        train_arm(eager_arm(case), RankContext(0, 1, 0, "cpu", "none"), lambda r: recs.append(r.to_dict()))
+        train_arm(eager_arm(case), RankContext(0, 1, 0, "cpu", "none"), lambda r: recs.append(record_json(r)))
         static_single.append(recs)
     out["ref/static-attn"], out["ref/static-full"] = static_single
     return out
@@ -219,7 +220,7 @@ def resume_probe(ctx: RankContext, case_json: dict, root: str) -> dict:
 
     case = eager_arm(Case.model_validate(case_json))
     whole: list[dict] = []
-    train_arm(case, ctx, lambda r: whole.append(r.to_dict()))
+    train_arm(case, ctx, lambda r: whole.append(record_json(r)))
 
     class Stop(Exception):
         pass
@@ -228,7 +229,7 @@ def resume_probe(ctx: RankContext, case_json: dict, root: str) -> dict:
 
     def stop_at_4(r: dict) -> None:
         # Records come before checkpoints: step 4 is recorded, step 3 is the last checkpoint.
-        first.append(r.to_dict())
+        first.append(record_json(r))
         if r.step == 4:
             raise Stop
 
@@ -242,7 +243,7 @@ def resume_probe(ctx: RankContext, case_json: dict, root: str) -> dict:
 
     dist.barrier()
     rest: list[dict] = []
-    train_arm(case, ctx, lambda r: rest.append(r.to_dict()), checkpoint_dir=Path(root))
+    train_arm(case, ctx, lambda r: rest.append(record_json(r)), checkpoint_dir=Path(root))
     return {"whole": whole, "first": first, "rest": rest}
 
 

@@ -3,8 +3,10 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from harness.errors import ConfigError
+from harness.results import record_json
 from harness.spec import load_cases
 from harness.workload import RankContext, train_arm
 
@@ -23,7 +25,7 @@ def run(case, checkpoint_dir=None, stop_after=None):
     records = []
 
     def on_step(r):
-        records.append(r.to_dict())
+        records.append(record_json(r))
         if stop_after is not None and r.step == stop_after:
             raise KeyboardInterrupt  # simulate a kill right after a completed step
 
@@ -161,7 +163,7 @@ def test_cuda_run_reports_memory_and_matches_cpu():
         pytest.skip("needs a CUDA GPU")
     case = make_case(train={"steps": 2})
     cuda = []
-    train_arm(eager_arm(case), RankContext(0, 1, 0, "cuda:0", "none"), lambda r: cuda.append(r.to_dict()))
+    train_arm(eager_arm(case), RankContext(0, 1, 0, "cuda:0", "none"), lambda r: cuda.append(record_json(r)))
     cpu = run(case)
     for g, c in zip(cuda, cpu):
         assert g["device"] == "cuda:0"
@@ -173,7 +175,7 @@ def test_stop_after_checkpoints_that_step_even_with_checkpoint_every_zero(tmp_pa
     case = make_case(train={"steps": 5, "checkpoint_every": 0})
     whole = run(case)
     first = []
-    train_arm(eager_arm(case), CPU, lambda r: first.append(r.to_dict()), checkpoint_dir=tmp_path, stop_after=3)
+    train_arm(eager_arm(case), CPU, lambda r: first.append(record_json(r)), checkpoint_dir=tmp_path, stop_after=3)
     assert [r["step"] for r in first] == [1, 2, 3] and all(r["resumed_from"] is None for r in first)
     assert sorted(p.name for p in (tmp_path / "rank0").iterdir()) == ["step00000003.pt"]
     rest = run(case, checkpoint_dir=tmp_path)
@@ -185,6 +187,24 @@ def test_stop_after_checkpoints_that_step_even_with_checkpoint_every_zero(tmp_pa
     assert again == []  # past the stop already: nothing to do
     with pytest.raises(ValueError, match="stop_after=5 needs a checkpoint folder and a step in 1..4"):
         train_arm(eager_arm(case), CPU, lambda r: None, checkpoint_dir=tmp_path, stop_after=5)
+
+
+def test_a_checkpoint_is_read_through_its_metadata(tmp_path: Path):
+    """A checkpoint names its step, case, rank and world (CheckpointMeta); one whose metadata is
+    missing or mistyped is refused naming the file and the entry, one of another case too."""
+    import harness.workload.checkpoint as ckpt
+
+    case = make_case(train={"steps": 3, "checkpoint_every": 0})
+    train_arm(eager_arm(case), CPU, lambda r: None, checkpoint_dir=tmp_path, stop_after=2)
+    path = ckpt.step_file(tmp_path, 0, 2)
+    state = torch.load(path, weights_only=False)
+    assert ckpt.read_meta(state, path) == ckpt.CheckpointMeta(2, case.id, 0, 1)
+    torch.save({**state, "rank": "0"}, path)
+    with pytest.raises(RuntimeError, match=rf"{path}: bad checkpoint metadata: field 'rank'"):
+        run(case, checkpoint_dir=tmp_path)
+    torch.save({**state, "case_id": "another"}, path)
+    with pytest.raises(RuntimeError, match=rf"{path}: checkpoint is of case another rank 0/1"):
+        run(case, checkpoint_dir=tmp_path)
 
 
 def test_periodic_checkpoints_are_synced_to_disk_and_the_harness_stop_is_not(tmp_path: Path,

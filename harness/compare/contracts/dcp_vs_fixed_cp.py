@@ -5,33 +5,34 @@ reference): ``device_delta_pct`` = whole-device used delta in % of the device,
 ``active_delta_pct`` / ``reserved_delta_pct`` in % of the reference arm's figure, each with its
 MiB in the detail. A delta is checked against its declared bound; ``device_delta_pct`` between
 graph arms without one against TE PR #3353's (:data:`TE3353_DEVICE_DELTA_PCT`); a delta with
-neither is a figure (``Check.figure_of``), never a passed check. Not applicable on CPU; an arm on
-CUDA without a memory probe fails (nothing measured). ``graph_pool_bytes``: both arms' graph pools
-and arenas, a figure."""
+neither is a figure (``Check.figure_of``), never a passed check. Not applicable without a probe
+(CPU; a command whose metrics carry none); a bounded delta fails where an arm on CUDA recorded
+none (nothing measured). ``graph_pool_bytes``: both arms' graph pools and arenas, a figure. The
+per-step allocated / max allocated deltas and the allocated growth (``compare.pair_memory``, the
+same rule as ``graph_vs_eager``'s)."""
 
 from __future__ import annotations
 
-import math
-from typing import Callable, Literal, Mapping, Optional
+from typing import Mapping, Optional
 
 from pydantic import Field
 
-from harness.results import GraphStats
 from harness.spec.comparisons import CommandRole
 from harness.spec.derive import ArmSpec, has_graph_arms
 from harness.spec.layout import ParallelLayout, cp_size_problem
 from harness.spec.names import DCP, DCP_VS_FIXED_CP, FIXED_CP, GRAPH, GRAPH_FIXED_CP
 from harness.spec.preflight import fixed_fill, microbatch_fill_applies
 from harness.spec.problems import Problem, at
-from harness.spec.schema import Case, LossBound, Strict, Tolerance
+from harness.spec.schema import Case, LossBound, Tolerance
 
 from ..pair import Pair
 from ..registry import EMULATED_LOSSES, Comparison, Judged, Planner, register
-from ..series import MIB, Steps, graph_stats, memory_probes, ran_on_cuda, records_of, series_check
+from ..pair_memory import PairMemoryBounds, pool_figures, probe_check, step_memory_checks
+from ..series import Steps, graph_stats, records_of, series_check
 from ..verdicts import Check
 
 
-class DcpVsFixedCpContract(Strict):
+class DcpVsFixedCpContract(PairMemoryBounds):
     """The dynamic-CP arm against the same data at one fixed CP size: LM loss, aux loss and grad
     norm per step, and memory deltas. Dynamic CP regroups tokens into other microbatches, which
     changes the per-microbatch aux loss (and through its gradient every later step) legitimately;
@@ -52,8 +53,6 @@ class DcpVsFixedCpContract(Strict):
     # a figure, reported, not checked).
     active_delta_pct: Optional[float] = Field(default=None, ge=0)
     reserved_delta_pct: Optional[float] = Field(default=None, ge=0)
-
-ProbeFigure = Literal["device_used_bytes", "active_bytes", "reserved_bytes"]  # MemoryProbe fields
 
 # TE PR #3353 (8 GB200, DCP {1, 2} against fixed CP2, both with CUDA graphs): the device used
 # after empty_cache differed by at most +0.10 % of the device (+0.1001 %). The default bound of
@@ -76,58 +75,6 @@ def device_bound(p: DcpVsFixedCpContract, graphed: bool) -> tuple[Optional[float
     return None, ""
 
 
-def _probe_check(name: str, data: Mapping[str, Steps], arms: tuple[str, str], key: ProbeFigure,
-                 bound: tuple[Optional[float], str], of_device: bool,
-                 rank_name: Callable[[int], str]) -> Check:
-    """Per-rank delta of a probe figure (candidate minus reference), in MiB and in percent of the
-    device (``of_device``) or of the reference figure; the worst rank is the value. Without a
-    bound (``bound[0]`` None) a figure."""
-    bound_pct, source = bound
-    cand, ref = memory_probes(data[arms[0]]), memory_probes(data[arms[1]])
-    ranks = sorted(set(cand) & set(ref))
-    if not ranks:
-        cuda = [a for a in arms if ran_on_cuda(data[a])]
-        if cuda:
-            return Check(name, None, bound_pct, False,
-                         f"{', '.join(cuda)} ran on CUDA but not both arms recorded a memory "
-                         f"probe on a common rank ({arms[0]} ranks {sorted(cand)}, {arms[1]} "
-                         f"ranks {sorted(ref)}): nothing measured")
-        return Check.not_applicable(name, f"no memory probe in both arms ({arms[0]} vs {arms[1]}; "
-                                    "CPU runs record no device memory)", bound_pct)
-    worst = -math.inf
-    parts = []
-    for r in ranks:
-        a, b = float(getattr(cand[r], key)), float(getattr(ref[r], key))
-        base = float(ref[r].device_total_bytes) if of_device else b
-        pct = (a - b) / base * 100.0 if base > 0 else math.inf
-        worst = max(worst, pct)
-        parts.append(f"{rank_name(r)} {(a - b) / MIB:+.0f} MiB ({pct:+.2f}%)")
-    of = "of the device" if of_device else f"of {arms[1]}"
-    detail = f"{key} {arms[0]} - {arms[1]}, % {of}: " + ", ".join(parts)
-    if bound_pct is None:
-        return Check.figure_of(name, worst, detail + " (a figure: no bound declared)")
-    return Check(name, worst, bound_pct, worst <= bound_pct,
-                 detail + f"; bound +{bound_pct:g}% ({source})")
-
-
-def _pool_figures(data: Mapping[str, Steps], arms: tuple[str, str],
-                  rank_name: Callable[[int], str]) -> Check:
-    """Graph-pool and arena bytes of both arms per rank (a figure)."""
-    cand, ref = graph_stats(data[arms[0]]), graph_stats(data[arms[1]])
-    if not cand and not ref:
-        return Check.not_applicable("graph_pool_bytes", "eager arms")
-    ranks = sorted(set(cand) | set(ref))
-
-    def txt(stats: Mapping[int, GraphStats], r: int, key: str) -> str:
-        return f"{float(getattr(stats[r], key)) / MIB:.0f}" if r in stats else "-"
-
-    parts = [f"{rank_name(r)} {txt(cand, r, 'pool_reserved_bytes')} vs "
-             f"{txt(ref, r, 'pool_reserved_bytes')} MiB (arenas {txt(cand, r, 'arena_bytes')} vs "
-             f"{txt(ref, r, 'arena_bytes')})" for r in ranks]
-    return Check.figure_of("graph_pool_bytes", None,
-                           f"graph pool reserved, {arms[0]} vs {arms[1]}: " + ", ".join(parts))
-
-
 def check_dcp_vs_fixed_cp(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     p: DcpVsFixedCpContract = pair.params
     arms = pair.two_arms()
@@ -135,14 +82,15 @@ def check_dcp_vs_fixed_cp(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check,
     return (series_check("loss", "loss", data, arms, p.loss, pair),
             series_check("aux_loss", "aux_loss", data, arms, p.aux_loss, pair),
             series_check("grad_norm", "grad_norm", data, arms, p.grad_norm, pair),
-            _probe_check("device_delta_pct", data, arms, "device_used_bytes",
-                         device_bound(p, _graphed(data, arms)), True, pair.rank_name),
-            _probe_check("active_delta_pct", data, arms, "active_bytes",
-                         (p.active_delta_pct, where + "active_delta_pct"), False, pair.rank_name),
-            _probe_check("reserved_delta_pct", data, arms, "reserved_bytes",
-                         (p.reserved_delta_pct, where + "reserved_delta_pct"), False,
-                         pair.rank_name),
-            _pool_figures(data, arms, pair.rank_name))
+            probe_check("device_delta_pct", data, arms, "device_used_bytes",
+                        device_bound(p, _graphed(data, arms)), True, pair.rank_name),
+            probe_check("active_delta_pct", data, arms, "active_bytes",
+                        (p.active_delta_pct, where + "active_delta_pct"), False, pair.rank_name),
+            probe_check("reserved_delta_pct", data, arms, "reserved_bytes",
+                        (p.reserved_delta_pct, where + "reserved_delta_pct"), False,
+                        pair.rank_name),
+            pool_figures(data, arms, pair.rank_name),
+            *step_memory_checks(p, where, data, arms, pair.rank_name))
 
 
 FIELD = "compare.dcp_vs_fixed_cp.fixed_cp"
@@ -169,7 +117,10 @@ class DcpVsFixedCp(Comparison):
     settings = DcpVsFixedCpContract
     order = 30
     emulated_figures = "memory"
-    judged = {DCP_VS_FIXED_CP: Judged(DcpVsFixedCpContract, check_dcp_vs_fixed_cp, figures=True)}
+    judged = {DCP_VS_FIXED_CP: Judged(
+        DcpVsFixedCpContract, check_dcp_vs_fixed_cp, figures=True,
+        capture_checks=("graph_pool_bytes",),
+        probe_checks=("device_delta_pct", "active_delta_pct", "reserved_delta_pct"))}
     emulated_not_comparable = (("loss", "aux_loss", "grad_norm"),
                                f"{EMULATED_LOSSES}: {_NOT_COMPARABLE}")
 

@@ -4,7 +4,12 @@ step (aux loss and grad norm default to the loss bound), and what the graphed ar
 variants a rank captured but never replayed over its graphed steps, bound 0: a comparison over
 steps that never replayed a variant says nothing about it; a graph arm that never captured
 fails it), with the replays per (CP size, physical slot) frame (``StepRecord.replays``) in the
-detail."""
+detail. Memory (``compare.pair_memory``): ``graph_pool_bytes`` and ``device_delta_pct`` (the
+whole device after ``empty_cache``) as figures, and allocated / max allocated per step and the
+allocated growth between the arms, bounded as declared (the growth by default). A pair of emulated
+ranks (each rank's records its own) also gets, per rank, the figure ``r<k>.bitwise_steps``
+(:func:`bitwise_figure`): the steps whose loss, aux loss and grad norm are bitwise equal in both
+arms, out of the steps both recorded (what the emulated report shows)."""
 
 from __future__ import annotations
 
@@ -14,15 +19,16 @@ from harness.spec.comparisons import CommandRole
 from harness.spec.names import EAGER, GRAPH, GRAPH_VS_EAGER
 from harness.spec.preflight import graph_arms_problem
 from harness.spec.problems import Problem
-from harness.spec.schema import Case, LossBound, Strict
+from harness.spec.schema import Case, LossBound
 
 from ..pair import Pair
+from ..pair_memory import PairMemoryBounds, pool_figures, probe_check, step_memory_checks
 from ..registry import Comparison, Judged, Planner, register
 from ..series import Steps, frame_replays, frames_text, graph_stats, series_check
 from ..verdicts import Check
 
 
-class GraphVsEagerContract(Strict):
+class GraphVsEagerContract(PairMemoryBounds):
     """The ``graph`` arm against the eager arm of the same (static-shape) case: LM loss, aux loss
     and grad norm per step; ``exact`` = bitwise (deterministic mode)."""
 
@@ -52,6 +58,32 @@ def _replays(graph: Steps, rank_name: Callable[[int], str]) -> tuple[Check, Chec
             Check("variants_replayed", float(worst), 0.0, worst == 0, "; ".join(parts)))
 
 
+def bitwise_figure(rank: int) -> str:
+    """The name of rank ``rank``'s bitwise-steps figure."""
+    return f"r{rank}.bitwise_steps"
+
+
+def _bitwise(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
+    """Per emulated rank: steps bitwise equal (loss, aux loss, grad norm) of those both arms
+    recorded, and the first that is not; none for real ranks (their losses are global)."""
+    if pair.emulated is None:
+        return ()
+    graph, eager = (data[a] for a in pair.two_arms())
+    out = []
+    for rank in sorted(set(graph) & set(eager)):
+        by_step = {r.step: r for r in eager[rank]}
+        both = [(a, by_step[a.step]) for a in graph[rank] if a.step in by_step]
+        if not both:
+            continue
+        same = [(a.loss, a.aux_loss, a.grad_norm) == (b.loss, b.aux_loss, b.grad_norm)
+                for a, b in both]
+        first = next((a.step for (a, _), ok in zip(both, same) if not ok), None)
+        out.append(Check.figure_of(bitwise_figure(rank), float(sum(same)),
+                                   f"bitwise {sum(same)}/{len(both)} steps"
+                                   + (f", first mismatch step {first}" if first is not None else "")))
+    return tuple(out)
+
+
 def check_graph_vs_eager(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     p: GraphVsEagerContract = pair.params
     arms = pair.two_arms()
@@ -60,7 +92,18 @@ def check_graph_vs_eager(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, 
     return (series_check("loss", "loss", data, arms, p.loss, pair),
             series_check("aux_loss", "aux_loss", data, arms, aux, pair),
             series_check("grad_norm", "grad_norm", data, arms, gn, pair),
-            *_replays(data[arms[0]], pair.rank_name))
+            *_replays(data[arms[0]], pair.rank_name),
+            *memory_checks(p, data, arms, pair.rank_name), *_bitwise(pair, data))
+
+
+def memory_checks(p: GraphVsEagerContract, data: Mapping[str, Steps], arms: tuple[str, str],
+                  rank_name: Callable[[int], str]) -> tuple[Check, ...]:
+    """The graph pool and the whole device after ``empty_cache`` (figures) and the per-step
+    memory bounds (``compare.pair_memory``, the same rule as ``dcp_vs_fixed_cp``'s)."""
+    return (pool_figures(data, arms, rank_name),
+            probe_check("device_delta_pct", data, arms, "device_used_bytes", (None, ""), True,
+                        rank_name),
+            *step_memory_checks(p, f"compare.{GRAPH_VS_EAGER}.", data, arms, rank_name))
 
 
 class GraphVsEager(Comparison):
@@ -69,7 +112,9 @@ class GraphVsEager(Comparison):
     order = 20
     emulated_figures = "graphed"
     judged = {GRAPH_VS_EAGER: Judged(GraphVsEagerContract, check_graph_vs_eager, figures=True,
-                                     capture_checks=("capture", "variants_replayed"))}
+                                     capture_checks=("capture", "variants_replayed",
+                                                     "graph_pool_bytes"),
+                                     probe_checks=("device_delta_pct",))}
 
     def rules(self, case: Case, settings: GraphVsEagerContract) -> list[Problem]:
         return graph_arms_problem(case, f"compare.{self.name}")

@@ -36,7 +36,8 @@ _PYTHON = re.compile(r"^python[0-9.]*$")
 _ROOT = str(Path(__file__).resolve().parents[3])  # the folder that holds the harness package
 _SNIPPET = ("import json, sys; sys.path.insert(0, sys.argv[1]); "
             "from harness.environment import current_environment; "
-            "print('DCP_HARNESS_ENV ' + json.dumps(current_environment(sys.argv[2]).to_dict()))")
+            "from harness.results import record_json; "
+            "print('DCP_HARNESS_ENV ' + json.dumps(record_json(current_environment(sys.argv[2]))))")
 PROBE_TIMEOUT_S = 120.0
 
 

@@ -14,15 +14,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence, get_args
+from typing import Literal, Mapping, Optional, Sequence, Union, get_args
 
-from harness.launch.pipeline import CaseState
+from harness.compare.verdicts import PairStatus
+from harness.launch.pipeline import CaseState, judged_state
 from harness.launch.ranks.completion import arm_needs_run
 from harness.launch.slurm.poll import PENDING_STATES, Runner, SchedulerPoller, SchedulerView, \
     run_command
 from harness.launch.slurm.submit import JobRef, latest_jobs, skipped_cases
 from harness.launch.sweep import load_plan
-from harness.results import VERDICT_FILE, ArmOutcome, read_json, read_outcome, read_steps
+from harness.results import ArmOutcome, read_outcome, read_steps
 
 PROGRESS_ORDER: tuple[CaseState, ...] = get_args(CaseState)
 
@@ -42,7 +43,7 @@ class CaseStatus:
     step: int = 0
     steps: int = 0
     detail: str = ""
-    verdict: str = ""
+    verdict: Union[PairStatus, Literal[""]] = ""  # the case's verdict once judged
 
 
 def _outcome_state(outcomes: Sequence[Optional[ArmOutcome]]) -> CaseState:
@@ -68,11 +69,9 @@ def case_status(case_dir: Path, ref: JobRef, view: SchedulerView, now: Optional[
     base = dict(case_id=plan.case_id, job_id=ref.job_id, slurm_state=slurm_state,
                 arms_done=len(arms) - len(pending_arms), arms_total=len(arms),
                 steps=plan.steps)
-    verdict_path = case_dir / VERDICT_FILE
-    if verdict_path.is_file():
-        verdict = str(read_json(verdict_path).get("status", "error"))
-        state: CaseState = {"pass": "done", "fail": "failed"}.get(verdict, "error")
-        return CaseStatus(state=state, terminal=True, verdict=verdict, **base)
+    judged = judged_state(case_dir)
+    if judged is not None:
+        return CaseStatus(state=judged[0], terminal=True, verdict=judged[1], **base)
     if sched is not None and sched.active:
         if sched.state in PENDING_STATES:
             return CaseStatus(state="pending", terminal=False, detail=sched.reason, **base)
