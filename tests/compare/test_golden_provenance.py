@@ -67,3 +67,18 @@ def test_an_environment_difference_is_in_the_check_detail_and_named() -> None:
     assert loss.detail.endswith("; recorded in another environment: NCCL_ALGO Ring -> Tree")
     same = {c.name: c for c in CONTRACTS["golden"](pair_of(doc), {"eager": cpu_run(recorded)})}
     assert "another environment" not in same["loss"].detail
+
+
+def test_a_metric_logged_at_some_steps_only_is_held_to_those_steps() -> None:
+    """A command's memory lines come at the iterations it logs them (the example trainer: after
+    iterations 1 and 2 of 4): its golden series ends before the case's last step, and that is
+    no changed train.steps; one that runs past the case's last step still is."""
+    from harness.golden import covered
+
+    golden = golden_from_document("g.json", {"lm loss": {"values": {"1": 1.0}},
+                                             "mem-allocated-bytes": {"values": {"1": 5.0, "2": 5.0}}})
+    assert covered(golden, "mem-allocated-bytes", {1: 5.0, 2: 5.0}, "eager", 4) == {1: 5.0, 2: 5.0}
+    with pytest.raises(GoldenError, match="runs to step 2, the case to train.steps 4"):
+        covered(golden, "mem-allocated-bytes", {1: 5.0, 2: 5.0, 4: 5.0}, "eager", 4)
+    with pytest.raises(GoldenError, match="runs to step 2, the case to train.steps 1"):
+        covered(golden, "mem-allocated-bytes", {1: 5.0}, "eager", 1)
