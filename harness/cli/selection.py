@@ -81,7 +81,7 @@ def selected_cases(paths: Sequence[str], k: Optional[str] = None,
 def emulated_on_too_few_gpus(plans: Sequence[CasePlan], gpus: int) -> tuple[list[CasePlan], list[str]]:
     """``plans`` with each case that needs more GPUs than this machine's ``gpus`` re-planned with
     emulated ranks (``launch.ranks.placement.emulated_instead``), and one line per such case saying so."""
-    from harness.launch.ranks.placement import emulated_instead
+    from harness.launch.ranks.placement import emulated_instead, emulated_steps
 
     out, notes = [], []
     for plan in plans:
@@ -90,13 +90,26 @@ def emulated_on_too_few_gpus(plans: Sequence[CasePlan], gpus: int) -> tuple[list
             out.append(plan)
             continue
         why = f"{gpus} GPU(s) for {plan.largest_arm.world_size} ranks"
-        new = plan_case(as_emulated(plan.case, ranks, why))
+        steps = emulated_steps(plan.case)
+        new = plan_case(as_emulated(with_steps(plan.case, steps), ranks, why))
         check_packing([new])
         out.append(new)
-        notes.append(f"{plan.case_id}: {why}: emulated ranks {', '.join(map(str, ranks))} instead of "
-                     "a skip (memory, slots, capture and graph vs eager judged on this GPU; loss pairs "
-                     "skipped with their reason)")
+        fewer = f" for {steps} of its {plan.case.train.steps} steps" if steps < plan.case.train.steps else ""
+        notes.append(f"{plan.case_id}: {why}: emulated rank{'s' if len(ranks) > 1 else ''} "
+                     f"{', '.join(map(str, ranks))}{fewer} instead of a skip (memory, slots, capture "
+                     "and graph vs eager judged on this GPU; loss pairs skipped with their reason)")
     return out, notes
+
+
+def with_steps(case: Case, steps: int) -> Case:
+    """``case`` training ``steps`` steps (its memory probe no later than the last); the case
+    itself when it trains that many already."""
+    if steps == case.train.steps:
+        return case
+    probe = case.train.memory_probe_step
+    train = {**case.train.model_dump(mode="python"), "steps": steps,
+             "memory_probe_step": None if probe is None else min(probe, steps)}
+    return Case.model_validate({**case.model_dump(mode="python"), "train": train})
 
 
 def selected_plans(paths: Sequence[str], k: Optional[str] = None,

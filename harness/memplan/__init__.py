@@ -5,7 +5,10 @@ device, predicted on the CPU (``dcp-harness plan CASE --memory``).
 * :mod:`.megatron` Megatron-LM's theoretical estimate, re-derived (pure; the anchor beside ours);
 * :mod:`.schedule` microbatches in flight per PP rank (pure, from the slot planner's orders);
 * :mod:`.blocks` one graphed block's forward and backward on meta tensors through the capture's
-  own warmup and saved-tensor hooks (torch), :mod:`.autocast` the device's autocast casts on meta;
+  own warmup and saved-tensor hooks, and each graph's requests to its pool (torch),
+  :mod:`.autocast` the device's autocast casts on meta;
+* :mod:`.cachesim` the CUDA caching allocator replayed on those requests, :mod:`.kernels` what
+  CUDA kernels allocate inside their op (both pure);
 * :mod:`.params` parameters per PP rank, counted on a meta-built model (torch);
 * :mod:`.predict` puts them together (:func:`predict_case`), :mod:`.render` the table.
 

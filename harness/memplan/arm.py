@@ -14,10 +14,13 @@ from harness.spec.schema import Case, Pools
 
 def arm_figures(case: Case, r: RankMemory) -> PredictedMemory:
     """The predicted pool, arenas and peak of the arm ``case`` runs (its pools shared or
-    separate; an eager arm has no pool) on the PP stage of ``r``. A graph arm trains its first
-    ``graphs.warmup_steps`` eagerly, so its peak is the larger of the eager and the graph peak."""
+    separate; an eager arm has no pool) on the PP stage of ``r``. An arm is graphed by its
+    execution (``case.execution.graphed``), not by the ``graphs:`` section its case keeps: the
+    eager arms of a graph case keep that section and hold no pool, so their peak is the eager
+    one. A graph arm trains its first ``graphs.warmup_steps`` eagerly, so its peak is the larger
+    of the eager and the graph peak."""
     meg = r.megatron.total_bytes
-    if case.graphs is None:
+    if not case.execution.graphed:
         return PredictedMemory(None, None, r.eager_peak_bytes, meg)
     if case.execution.pools is Pools.SEPARATE:
         pool = r.pool_separate_bytes

@@ -9,18 +9,21 @@ them (``slotmem.arenas.plan_arenas``) are the bytes the capture allocates. The C
 on the loopback communicator (it keeps shapes), the device's autocast is
 :class:`~harness.memplan.autocast.MetaAutocast`.
 
-Beside it :class:`LiveBytes` follows every storage the ops make (a dispatch mode; frees through
-weak references) to find the largest transient of one block's forward and backward: what the
-graph allocates in the pool besides the arenas.
+Beside it :class:`PoolEvents` records what each of the block's graphs allocates and frees in
+its pool (a dispatch mode below autograd; frees through weak references), with the kernels'
+own buffers of :mod:`.kernels`: the caching allocator replays them (:mod:`.cachesim`) into the
+pool's segments.
 """
 
 from __future__ import annotations
 
+import math
 import weakref
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.memplan.autocast import MetaAutocast
@@ -33,39 +36,153 @@ from harness.workload.loopback import Loopback
 from harness.workload.model import DecoderLayer
 
 META = torch.device("meta")
-ALLOC_ROUND = 512  # the caching allocator rounds every block up to 512 bytes
+
+# one allocation ("a", key, bytes) or free ("f", key) of a graph's pool, in the order the graph's
+# capture makes them
+Event = tuple
 
 
-def _round(n: int) -> int:
-    return (n + ALLOC_ROUND - 1) // ALLOC_ROUND * ALLOC_ROUND
+def _storage_id(t: torch.Tensor) -> int:
+    return StorageWeakRef(t.untyped_storage()).cdata
 
 
-class LiveBytes(TorchDispatchMode):
-    """Bytes of the storages ops make while it is on: live now, and the most at once."""
+def _tensors(x: Any) -> Iterator[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _tensors(y)
+    elif isinstance(x, dict):
+        for y in x.values():
+            yield from _tensors(y)
 
-    def __init__(self) -> None:
+
+_MATMUL = frozenset({"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default",
+                     "aten.addbmm.default", "aten.mv.default", "aten.addmv.default", "aten.dot.default",
+                     "aten._addmm_activation.default"})
+_REDUCE = frozenset({"aten.sum.dim_IntList", "aten.mean.dim", "aten.sum.default", "aten.mean.default"})
+_FLASH_VARLEN_BWD = "torch_attn._varlen_attn_backward.default"
+
+
+class PoolEvents(TorchDispatchMode):
+    """The allocations and frees one graph's capture makes in its pool, from a meta run.
+
+    Every storage an op returns is an allocation (freed when the storage dies: tracked through a
+    weak reference), unless it aliases an input (a view, a detach) or it is one of the capture's
+    direct writes into the arenas (``direct``: ``(call, return)`` of the forward's redirectable op
+    calls, numbered as :mod:`harness.slotmem.direct` numbers them). Added from the kernels'
+    sources (:mod:`.kernels`): cuBLAS's workspace at the graph's first product (held to its end),
+    flash varlen backward's scratch and a reduction's staging buffer (freed inside their op).
+    :meth:`end` frees what is left: what the graph keeps is copied into the arenas."""
+
+    def __init__(self, direct: frozenset = frozenset(), deterministic: bool = True) -> None:
         super().__init__()
-        self.live = 0
-        self.peak = 0
-        self._seen: set[int] = set()
+        self.events: list[Event] = []
+        self._direct = direct
+        self._deterministic = deterministic
+        self._calls = 0
+        self._forms: dict[Any, Any] = {}
+        self._live: dict[int, int] = {}  # storage id -> key
+        self._keys = 0
+        self._workspace: int | None = None
+        self._ended = False
 
-    def _free(self, key: int, n: int) -> None:
-        self._seen.discard(key)
-        self.live -= n
+    def _alloc(self, n: int) -> int:
+        self._keys += 1
+        self.events.append(("a", self._keys, n))
+        return self._keys
+
+    def _free(self, key: int) -> None:
+        if not self._ended:
+            self.events.append(("f", key))
+
+    def _storage_freed(self, sid: int, key: int) -> None:
+        if self._live.get(sid) == key:
+            del self._live[sid]
+        self._free(key)
+
+    def _scratch(self, sizes: Sequence[int]) -> None:
+        keys = [self._alloc(n) for n in sizes]
+        for k in reversed(keys):
+            self._free(k)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        for t in (out if isinstance(out, (tuple, list)) else (out,)):
-            if isinstance(t, torch.Tensor):
-                s = t.untyped_storage()
-                key = id(s)
-                if key not in self._seen and s.nbytes():
-                    n = _round(s.nbytes())
-                    self._seen.add(key)
-                    self.live += n
-                    self.peak = max(self.peak, self.live)
-                    weakref.finalize(s, self._free, key, n)
+        from harness.memplan.kernels import cublas_workspace_bytes
+        from harness.slotmem.direct import out_form
+
+        kwargs = kwargs or {}
+        name = str(func)
+        if name in _MATMUL and self._workspace is None:
+            self._workspace = self._alloc(cublas_workspace_bytes())
+        inputs = {_storage_id(t) for t in _tensors((args, kwargs))}
+        out = func(*args, **kwargs)
+        if func not in self._forms:
+            self._forms[func] = out_form(func)
+        call = None
+        if self._forms[func] is not None:
+            call, self._calls = self._calls, self._calls + 1
+        for j, t in enumerate(out if isinstance(out, (tuple, list)) else (out,)):
+            if not isinstance(t, torch.Tensor) or (call, j) in self._direct:
+                continue
+            s = t.untyped_storage()
+            sid = _storage_id(t)
+            if not s.nbytes() or sid in inputs or sid in self._live:
+                continue
+            key = self._alloc(s.nbytes())
+            self._live[sid] = key
+            weakref.finalize(s, self._storage_freed, sid, key)
+        if name == _FLASH_VARLEN_BWD:
+            self._scratch(_flash_scratch(args, self._deterministic))
+        elif name in _REDUCE:
+            self._scratch(_reduce_scratch(args, out))
         return out
+
+    def end(self) -> tuple[Event, ...]:
+        """The graph's events, everything still live freed at its end."""
+        for key in list(self._live.values()) + ([self._workspace] if self._workspace else []):
+            self.events.append(("f", key))
+        self._ended = True
+        self._live.clear()
+        return tuple(self.events)
+
+
+def _flash_scratch(args: tuple, deterministic: bool) -> tuple[int, ...]:
+    from harness.memplan.kernels import flash_varlen_bwd_scratch
+
+    q, k, cu_q = args[1], args[2], args[6]
+    return flash_varlen_bwd_scratch(q.shape[0], k.shape[0], q.shape[1], k.shape[1], q.shape[2],
+                                    cu_q.numel() - 1, q.element_size(), deterministic)
+
+
+def _reduce_scratch(args: tuple, out: Any) -> tuple[int, ...]:
+    from harness.memplan.kernels import ReduceShape, reduce_scratch
+
+    x = args[0]
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or not x.is_contiguous() or not x.numel():
+        return ()
+    dims = args[1] if len(args) > 1 and args[1] is not None else list(range(x.dim()))
+    dims = sorted({d % x.dim() for d in dims}) if x.dim() else []
+    outputs = max(1, x.numel() // max(1, math.prod(x.shape[d] for d in dims)))
+    if not dims or len(dims) == x.dim():
+        shape = ReduceShape(1, x.numel(), True)
+    else:
+        inner = math.prod(x.shape[d] for d in range(dims[-1] + 1, x.dim()))
+        shape = ReduceShape(outputs, x.numel() // outputs, dims[-1] == x.dim() - 1, inner)
+    return reduce_scratch(shape)
+
+
+def live_peak(events: Sequence[Event]) -> int:
+    """The most bytes of ``events`` live at once."""
+    sizes: dict[int, int] = {}
+    live = peak = 0
+    for e in events:
+        if e[0] == "a":
+            sizes[e[1]] = e[2]
+            live += e[2]
+            peak = max(peak, live)
+        else:
+            live -= sizes.pop(e[1], 0)
+    return peak
 
 
 @dataclass(frozen=True)
@@ -74,8 +191,17 @@ class BlockMemory:
 
     cp_size: int
     plan: ForwardPlan
-    forward_transient: int  # most bytes alive at once in the forward that it does not keep
-    backward_transient: int  # most bytes alive at once in the backward (grads, temporaries)
+    forward_events: tuple[Event, ...]  # the forward graph's pool allocations and frees
+    backward_events: tuple[Event, ...]  # the backward graph's
+
+    @property
+    def forward_transient(self) -> int:
+        """Most bytes the forward graph holds in its pool at once (besides the arenas)."""
+        return live_peak(self.forward_events)
+
+    @property
+    def backward_transient(self) -> int:
+        return live_peak(self.backward_events)
 
 
 def _handles(cp_sizes: Sequence[int]) -> dict[int, GroupHandle | None]:
@@ -119,8 +245,9 @@ def block_memory(case: Case, cp_sizes: Sequence[int], native_gqa: bool | None) -
         out = {}
         for c in cp_sizes:
             point_at(c)
-            fwd, bwd = _transients(block, sample(c, 0, 0))
-            out[c] = BlockMemory(c, plans[(c, 0, 0)], fwd, bwd)
+            plan = plans[(c, 0, 0)]
+            fwd, bwd = _graph_events(block, sample(c, 0, 0), plan, bool(case.train.deterministic))
+            out[c] = BlockMemory(c, plan, fwd, bwd)
     return out
 
 
@@ -132,17 +259,25 @@ class _Nothing:
         return None
 
 
-def _transients(block: Any, inputs: Sequence[torch.Tensor]) -> tuple[int, int]:
-    """(forward, backward) transients of one call of ``block`` (see :class:`LiveBytes`)."""
+def _graph_events(block: Any, inputs: Sequence[torch.Tensor], plan: ForwardPlan,
+                  deterministic: bool) -> tuple[tuple[Event, ...], tuple[Event, ...]]:
+    """(forward, backward) pool events of one block's graphs (:class:`PoolEvents`). The forward's
+    saved tensors are not held by autograd here (capture copies them into the arenas, or the op
+    writes them there: ``plan.producers``), so each is freed when the forward drops it; the
+    backward starts from a forward run outside the recording, its saved tensors and incoming
+    gradients in the arenas."""
+    direct = frozenset((p.call, j) for p in plan.producers for j, t in enumerate(p.targets) if t is not None)
     xs = tuple(t.detach().requires_grad_(t.requires_grad) for t in inputs)
-    with LiveBytes() as fwd:
-        outs = block(*xs)
-        outs = outs if isinstance(outs, tuple) else (outs,)
-        kept = fwd.live  # saved tensors and outputs: the arenas hold them
-        fwd_peak = fwd.peak
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: None, lambda _: None):
+        with PoolEvents(direct, deterministic) as fwd:
+            block(*xs)
+        forward = fwd.end()
+    outs = block(*xs)
+    outs = outs if isinstance(outs, tuple) else (outs,)
     diff = [o for o in outs if o.requires_grad]
     wrt = [t for t in xs if t.requires_grad] + [p for p in block.parameters() if p.requires_grad]
-    with LiveBytes() as bwd:
-        torch.autograd.grad(diff, wrt, [torch.ones_like(o) for o in diff], allow_unused=True)
-        bwd_peak = bwd.peak
-    return max(fwd_peak - kept, 0), bwd_peak
+    grads_out = [torch.ones_like(o) for o in diff]
+    with PoolEvents(frozenset(), deterministic) as bwd:
+        grads = torch.autograd.grad(diff, wrt, grads_out, allow_unused=True)
+        del grads
+    return forward, bwd.end()

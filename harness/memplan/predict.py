@@ -11,9 +11,10 @@ What each figure is and where it comes from:
   tracing: the capture's ``ForwardPlan`` per CP size;
 * **arenas**: ``slotmem.arenas.plan_arenas`` over those plans with the rank's slot plan (its
   liveness colours): the backing allocation capture makes, byte for byte;
-* **graph pool**: the backing plus the largest transient of one block's graph, each in the
-  caching allocator's segments (2 MiB); shared: one plan over every CP size; separate: the sum
-  of one plan per CP size;
+* **graph pool**: the caching allocator's segments (:mod:`.cachesim`) after the backing and every
+  graph's own allocations in the capture's order (:func:`pool_bytes`: what the ops return, as
+  the capture keeps or writes them, and the kernels' own buffers, :mod:`.kernels`); shared: one
+  plan over every CP size; separate: the sum of one plan per CP size;
 * **expected peak**: static bytes plus the larger of the optimizer step's transient
   (:func:`step_transient_bytes`, over the graph pool in the graph arm) and what the rank holds for
   backwards at its fullest moment of the interleaved order (:mod:`.schedule`): in the eager arms every layer-microbatch's attention
@@ -35,15 +36,36 @@ from harness.memplan.schedule import held_in_flight
 from harness.slotmem import build_slot_map
 from harness.spec.schema import Case, GraphScope
 
-SEGMENT = 2 * 2**20  # the caching allocator maps large blocks in segments of 2 MiB multiples
-
-
 class MemoryPlanError(ValueError):
     """The case cannot be planned (no static-shape blocks, or a target this torch cannot stand in for)."""
 
 
-def _segments(n: int) -> int:
-    return (n + SEGMENT - 1) // SEGMENT * SEGMENT
+def pool_bytes(plan, backing: int, blocks) -> int:  # noqa: ANN001 - a SlotPlan, {cp: BlockMemory}
+    """The pool one capture of ``plan`` reserves: the caching allocator (:mod:`.cachesim`) given
+    the backing allocation, then each graph's allocations and frees (:class:`~.blocks.PoolEvents`)
+    in the capture's order (``slotmem.capture_steps``: every (direction, chunk, slot, layer), its
+    CP variants in lockstep). Every graph of one direction and CP size makes the same requests, so
+    a graph is replayed only while the segments it starts from are new to it."""
+    from harness.memplan.cachesim import PoolSim
+    from harness.slotmem.protocol import capture_steps
+
+    sim = PoolSim()
+    sim.alloc("backing", backing)
+    smap = build_slot_map(plan.records, plan.layers_per_chunk)
+    seen: set[tuple[bool, int, int]] = set()
+    for step in capture_steps(plan.order, smap):
+        for c in smap.variants:
+            state = (step.forward, c, len(sim.segments))
+            if state in seen:
+                continue
+            seen.add(state)
+            b = blocks[c]
+            for ev in (b.forward_events if step.forward else b.backward_events):
+                if ev[0] == "a":
+                    sim.alloc((state, ev[1]), ev[2])
+                else:
+                    sim.free((state, ev[1]))
+    return sim.reserved
 
 
 def eager_moe_bytes(case: Case, dtype_bytes: int = 2) -> int:
@@ -133,9 +155,7 @@ def predict_case(case: Case, target: MemoryTarget = MemoryTarget(),
             return layout.backing.nbytes
 
         def pool_of(plan, backing: int) -> int:  # noqa: ANN001
-            transient = max(max(blocks[v].forward_transient, blocks[v].backward_transient)
-                            for v in plan.cp_sizes)
-            return _segments(backing) + _segments(transient)
+            return pool_bytes(plan, backing, blocks)
 
         shared = shared_all.ranks[r]
         separate = [p.ranks[r] for p in separate_all]

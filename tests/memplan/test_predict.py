@@ -135,3 +135,40 @@ def test_a_small_model_with_a_large_vocabulary_peaks_at_the_optimizer_step() -> 
     assert r.peak_bytes == r.static_bytes + r.pool_shared_bytes + r.step_transient_bytes
     assert "optimizer step transient" in r.parts()
     assert abs(r.peak_bytes / 2**20 / 13_520 - 1) < 0.05
+
+
+def test_an_eager_arm_of_a_graph_case_is_predicted_its_own_peak_and_no_pool() -> None:
+    # measured on one H100 (bench/RESULTS.md): the eager `dcp` arm of this case's rank 0 peaked at
+    # 11,308 MiB, its `graph` arm at 13,520; the eager arm keeps the case's graphs: section but
+    # holds no graph pool, so it must be predicted the eager peak, not the graph arm's
+    from harness.arms import plan_case
+    from harness.memplan.arm import arm_figures
+
+    (case,) = list(load_cases(ROOT / "cases/focused/gpu1-emulated-dcp12-pp2-vpp2-ep2-graphs.yaml"))
+    arms = {a.name: a.case for a in plan_case(case).arms}
+    r = predict_case(case, MemoryTarget(varlen_native_gqa=False), pp_ranks=[0]).ranks[0]
+    assert r.graph_peak_bytes > r.eager_peak_bytes  # else the test could not tell them apart
+    eager = arm_figures(arms["dcp"], r)
+    graph = arm_figures(arms["graph"], r)
+    assert arms["dcp"].graphs is not None and not arms["dcp"].execution.graphed
+    assert (eager.pool_bytes, eager.arena_bytes, eager.peak_bytes) == (None, None, r.eager_peak_bytes)
+    assert (graph.pool_bytes, graph.peak_bytes) == (r.pool_shared_bytes, r.graph_peak_bytes)
+    assert abs(eager.peak_bytes / 2**20 / 11_308 - 1) < 0.05
+
+
+@pytest.mark.parametrize("path, part, arm, rank, pool_mib", [
+    ("cases/focused/gpu1-qwen3-graphs.yaml", "scope-attn", "graph", 0, 2_716),
+    ("cases/focused/gpu1-emulated-dcp12-pp2-vpp2-ep2-graphs.yaml", None, "graph", 3, 1_816),
+    ("cases/focused/gpu1-emulated-dcp12-pp2-vpp2-ep2-graphs.yaml", None, "graph-fixed-cp2", 3, 1_864),
+])
+def test_the_graph_pool_is_what_the_gpus_reserved(path, part, arm, rank, pool_mib) -> None:
+    # measured on one H100 and again on one H200 (bench/RESULTS.md, issue 42), torch 2.11 (K/V
+    # heads repeated for flash varlen): the pool is the allocator's segments over the backing
+    # and the capture's own requests, flash's and the reductions' scratch and cuBLAS's workspace
+    from harness.arms import plan_case
+    from harness.memplan.arm import arm_figures
+
+    case = next(c for c in load_cases(ROOT / path) if part is None or part in c.id)
+    arm_case = next(a.case for a in plan_case(case).arms if a.name == arm)
+    r = predict_case(arm_case, MemoryTarget(varlen_native_gqa=False), pp_ranks=[arm_case.layout.pp_rank(rank)])
+    assert arm_figures(arm_case, r.ranks[0]).pool_bytes == pool_mib * 2**20

@@ -14,11 +14,12 @@
   and, when it does not need CUDA (an eager case), on CPU elsewhere (the loopback layer runs
   there); a graph case emulated still needs a GPU.
 * A built-in case that needs CUDA on a machine with GPUs, but fewer than its ranks
-  (:func:`emulated_instead`), is not skipped: a local run emulates its first and last rank
-  instead (``dcp-harness run --emulate-ranks ends``), so memory, slots, capture and graph vs eager
-  are judged on the GPU there is; its loss pairs are skipped with their reason (emulated ranks'
-  losses are not the model's). ``submit`` does not do this: a cluster has the GPUs or the case
-  is refused.
+  (:func:`emulated_instead`), is not skipped: a local run emulates its pipeline's ends instead
+  (the first rank of the first stage and the last of the last; one rank where both are in one
+  stage: every rank of a stage holds the same bytes, slots and graphs), for at most
+  :func:`emulated_steps` steps, so memory, slots, capture and graph vs eager are judged on the GPU
+  there is; its loss pairs are skipped with their reason (emulated ranks' losses are not the
+  model's). ``submit`` does not do this: a cluster has the GPUs or the case is refused.
 """
 
 from __future__ import annotations
@@ -27,6 +28,15 @@ from typing import Optional
 
 from harness.caseplan import CasePlan
 from harness.spec.places import stage_ranks
+from harness.spec.schema import Case
+
+# An emulated-instead case trains at most its graph warmup plus this many steps. What emulation
+# judges needs no more: graph vs eager is bitwise on every step, the memory probe and the pools
+# come with the first graphed steps, and the focused multi-GPU cases replay both CP sizes on every
+# graphed step from the first (``<arm>.variants_replayed`` fails a run where one is never
+# replayed); their 20 steps serve the loss pairs (reference noise, golden values), which are
+# skipped under emulation. The 1-GPU emulated case (cases/focused/gpu1-emulated-*) runs 8.
+EMULATED_GRAPHED_STEPS = 6
 
 
 def _why_cuda(plan: CasePlan) -> str:
@@ -78,12 +88,23 @@ def profile_skip_reason(plan: CasePlan, profile_name: str, gpus_per_node: int) -
 
 def emulated_instead(plan: CasePlan, gpus: int) -> Optional[tuple[int, ...]]:
     """The ranks a local run on ``gpus`` GPUs emulates instead of skipping ``plan`` (module doc):
-    its first and last rank when it needs CUDA, the machine has at least one GPU but fewer than
-    its largest arm's ranks, and it is a built-in case not emulated already; else None."""
+    its first and last rank (only the first where both are in one PP stage) when it needs CUDA,
+    the machine has at least one GPU but fewer than its largest arm's ranks, and it is a built-in
+    case not emulated already; else None."""
     if (not plan.needs_cuda or plan.emulated or plan.case.command is not None or gpus < 1
             or gpus >= plan.largest_arm.world_size or plan.case.layout.world < 2):
         return None
-    return tuple(sorted(set(stage_ranks(plan.case))))
+    first, last = stage_ranks(plan.case)
+    if plan.case.layout.pp_rank(first) == plan.case.layout.pp_rank(last):
+        return (first,)  # one stage (PP 1): its other ranks hold the same bytes, slots, graphs
+    return (first, last)
+
+
+def emulated_steps(case: Case) -> int:
+    """How many steps an emulated-instead run of ``case`` trains: its own count, at most its
+    graph warmup plus ``EMULATED_GRAPHED_STEPS`` (see there)."""
+    warmup = case.graphs.warmup_steps if case.graphs is not None else 0
+    return min(case.train.steps, warmup + EMULATED_GRAPHED_STEPS)
 
 
 def runs_on_cuda(plan: CasePlan, gpus: int) -> bool:

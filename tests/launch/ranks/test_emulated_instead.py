@@ -1,14 +1,16 @@
 """On too few GPUs a GPU case is emulated instead of skipped (``placement.emulated_instead``, the
-one rule; ``cli.selection.emulated_on_too_few_gpus`` re-plans): its first and last rank on the GPU
-there is, the loss pairs skipped with their reason; with no GPU, or enough, nothing changes."""
+one rule; ``cli.selection.emulated_on_too_few_gpus`` re-plans): its pipeline's ends on the GPU there
+is (one rank for one stage), for fewer steps, the loss pairs skipped with their reason; with no
+GPU, or enough, nothing changes."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from harness.arms import plan_case
-from harness.cli.selection import emulated_on_too_few_gpus
-from harness.launch.ranks.placement import emulated_instead, skip_reason
+from harness.cli.selection import emulated_on_too_few_gpus, with_steps
+from harness.launch.ranks.placement import (EMULATED_GRAPHED_STEPS, emulated_instead, emulated_steps,
+                                            skip_reason)
 from harness.spec.loader import load_cases
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -22,13 +24,19 @@ def _plan(path: Path):
     return plan_case(case)
 
 
-def test_one_gpu_emulates_the_first_and_last_rank_of_a_two_gpu_case() -> None:
+def test_one_gpu_emulates_one_rank_of_a_one_stage_two_gpu_case_for_fewer_steps() -> None:
+    # PP 1: the first and the last rank are in the one stage, which holds the same bytes, slots
+    # and graphs on every rank: one emulated rank judges them (half the processes)
     plan = _plan(GPU2)
+    assert plan.case.layout.pp == 1 and plan.case.train.steps == 20
     assert skip_reason(plan, 1) is not None  # what happened before: the whole case skipped
-    assert emulated_instead(plan, 1) == (0, 1)
+    assert emulated_instead(plan, 1) == (0,)
     (new,), (note,) = emulated_on_too_few_gpus([plan], 1)
-    assert new.emulated and new.case.emulate.ranks == [0, 1] and skip_reason(new, 1) is None
-    assert "1 GPU(s) for 2 ranks: emulated ranks 0, 1 instead of a skip" in note
+    assert new.emulated and new.case.emulate.ranks == [0] and skip_reason(new, 1) is None
+    # the graph warmup (2) plus EMULATED_GRAPHED_STEPS, on every arm
+    assert emulated_steps(plan.case) == 2 + EMULATED_GRAPHED_STEPS == 8
+    assert {a.case.train.steps for a in new.arms} == {8}
+    assert "1 GPU(s) for 2 ranks: emulated rank 0 for 8 of its 20 steps instead of a skip" in note
     skipped = {p.name: p.skipped for p in new.pairs if p.skipped}
     kept = [p.name for p in new.pairs if not p.skipped]
     assert "graph_vs_eager" in kept and "graph_pools" in kept
@@ -38,6 +46,23 @@ def test_one_gpu_emulates_the_first_and_last_rank_of_a_two_gpu_case() -> None:
 def test_four_gpu_case_on_two_gpus_emulates_its_pipeline_ends() -> None:
     plan = _plan(GPU4)
     assert emulated_instead(plan, 2) == (0, 3)
+
+
+def test_the_emulated_steps_replay_both_cp_sizes_and_keep_the_memory_probe() -> None:
+    # what variants_replayed needs of the fewer steps: both CP sizes packed on a graphed step
+    from harness.workload.packing import plan_step
+
+    for path in (GPU2, GPU4):
+        plan = _plan(path)
+        steps = emulated_steps(plan.case)
+        graphed = range(plan.case.graphs.warmup_steps + 1, steps + 1)
+        sizes = {g.cp for s in graphed for m in plan_step(plan.case, s).packed() for g in m.groups}
+        assert sizes == set(plan.case.layout.cp_sizes) == {1, 2}
+    case = _plan(GPU2).case
+    probed = with_steps(case.model_copy(update={"train": case.train.model_copy(
+        update={"memory_probe_step": 12})}), 8)
+    assert probed.train.steps == 8 and probed.train.memory_probe_step == 8
+    assert with_steps(case, case.train.steps) is case
 
 
 def test_no_gpu_enough_gpus_or_a_cpu_case_change_nothing() -> None:
