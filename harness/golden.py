@@ -19,7 +19,10 @@ bitwise, so rounding would only loosen the check). Step time is the slowest rank
 largest figure over the arm's ranks at each step (the graph pool on the capture step, the device
 used after ``empty_cache`` on the memory-probe step). Each entry may carry more than Megatron's
 four keys (Megatron's reader ignores them): ``environment`` (what the run ran with:
-``harness.results.RunEnvironment``), and, recorded from N repeats (``dcp-harness golden record
+``harness.results.RunEnvironment``), ``arm`` (the arm the values came from: a check of another
+arm is an error, ``harness.compare.contracts.golden``), ``inherited_env`` (a command arm's
+inherited environment, ``harness.results.inherited_env``: ``gate`` notes a sweep whose arm
+inherited another), and, recorded from N repeats (``dcp-harness golden record
 --repeats N``), ``repeats``, the per-step ``min`` and ``max`` over the repeats (``values`` is the
 per-step median), ``cv`` (std/mean) and, for step time and memory, ``rtol``: the bound the
 verdict uses, Megatron's rule (the largest relative deviation from the mean over the repeats x
@@ -147,6 +150,11 @@ class Golden:
     # metric -> the largest relative deviation of a repeat from the recorded value (``min`` /
     # ``max`` against ``values``, over the steps): files recorded from repeats only
     spreads: Mapping[str, float] = field(default_factory=dict)
+    # The arm whose runs the values came from (None: a file recorded before dcp-harness kept it)
+    arm: Optional[str] = None
+    # What that arm's command inherited from the shell that ran it (``inherited_env.json``,
+    # secrets redacted; None: not a command arm, or a file recorded before dcp-harness kept it)
+    inherited_env: Optional[Mapping[str, str]] = None
 
     def series(self, metric: str) -> Mapping[int, float]:
         if metric not in self.metrics:
@@ -355,11 +363,15 @@ def measure_spread(metric: str, runs: Sequence[Mapping[int, float]],
 
 
 def golden_values(runs: Union[Steps, Sequence[Steps]], *,
-                  window: Optional[Sequence[int]] = None) -> dict[str, Any]:
+                  window: Optional[Sequence[int]] = None, arm: Optional[str] = None,
+                  inherited_env: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
     """The golden document of one arm's records, or of N repeats of it (metrics only where they
     were recorded; memory: CUDA runs only). With N runs ``values`` is the per-step median and
     each entry also holds ``repeats``, ``min``, ``max``, ``cv`` and, for step time and memory,
-    ``rtol`` (``window``: the step time's steady window, default :func:`steady_window`)."""
+    ``rtol`` (``window``: the step time's steady window, default :func:`steady_window`).
+    Every entry names the ``arm`` the values came from and, for a command arm, the environment
+    its command inherited (``inherited_env``, the first run's ``inherited_env.json``), so a check
+    of another arm, or in another shell, says so."""
     all_runs: list[Steps] = [runs] if isinstance(runs, Mapping) else list(runs)
     if not all_runs:
         raise GoldenError("no run to keep as golden values")
@@ -389,6 +401,10 @@ def golden_values(runs: Union[Steps, Sequence[Steps]], *,
                     entry["devices"] = sorted(devices)
         if env is not None:
             entry["environment"] = record_json(env)
+        if arm is not None:
+            entry["arm"] = arm
+        if inherited_env is not None:
+            entry["inherited_env"] = dict(sorted(inherited_env.items()))
         doc[m.name] = entry
     if "lm loss" not in doc:
         raise GoldenError("the arm recorded no loss: nothing to keep as golden values")
@@ -400,10 +416,13 @@ def covered(golden: Golden, metric: str, run: Mapping[int, float], arm: str, ste
     """The golden series of ``metric``, checked to cover the case's steps (``steps``, for a
     metric of every step; the graph pool and the memory probe are one step's) and every step
     the arm recorded it on; GoldenError otherwise. Steps the arm did not record (it crashed) are
-    left to its completeness check."""
+    left to its completeness check. A metric its source gives at some steps only (a command's
+    memory lines, logged at the first iterations) is held to the steps the arm has: its file
+    may end before the case's last step, never after it."""
     want = golden.series(metric)
     every_step = len(want) > 1 or len(run) > 1
-    if want and every_step and max(want) != steps:
+    reaches = bool(run) and max(run) == steps  # the arm has the metric at the last step
+    if want and every_step and max(want) != steps and (reaches or max(want) > steps):
         raise GoldenError(f"{golden.path}: '{metric}' runs to step {max(want)}, the case to "
                           f"train.steps {steps} (train.steps changed? re-record it)")
     if set(run) - set(want):
@@ -494,9 +513,10 @@ def refusals(runs: Sequence[Steps], *, loss_bounds: Mapping[str, Optional[LossBo
 
 
 def write_golden(path: PathLike, runs: Union[Steps, Sequence[Steps]], *,
-                 window: Optional[Sequence[int]] = None) -> Path:
+                 window: Optional[Sequence[int]] = None, arm: Optional[str] = None,
+                 inherited_env: Optional[Mapping[str, str]] = None) -> Path:
     path = Path(path)
-    doc = golden_values(runs, window=window)  # first: a refused document leaves no folder behind
+    doc = golden_values(runs, window=window, arm=arm, inherited_env=inherited_env)  # first: a refused document leaves no folder behind
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, doc)
     return path
@@ -563,6 +583,7 @@ def golden_from_document(path: PathLike, doc: Any) -> Golden:
     metrics = {m: _parse_entry(path, m, e) for m, e in doc.items()}
     rtols, repeats, devices, spreads = {}, {}, {}, {}
     environment: Optional[RunEnvironment] = None
+    arm, inherited_env = _entry_arm(path, doc), _entry_inherited(path, doc)
     for metric, entry in doc.items():
         spread = _spread(path, metric, entry, metrics[metric])
         if spread is not None:
@@ -587,7 +608,31 @@ def golden_from_document(path: PathLike, doc: Any) -> Golden:
                 raise GoldenError(f"{path}: metric '{metric}': bad 'environment' ({exc})") from None
     return Golden(path, MappingProxyType(metrics), MappingProxyType(rtols),
                   MappingProxyType(repeats), environment, MappingProxyType(devices),
-                  MappingProxyType(spreads))
+                  MappingProxyType(spreads), arm, inherited_env)
+
+
+def _entry_arm(path: Path, doc: Mapping[str, Any]) -> Optional[str]:
+    """The ``arm`` the entries name (one for the whole file; None: none names one)."""
+    arms = {e.get("arm") for e in doc.values() if isinstance(e, Mapping)} - {None}
+    if any(not isinstance(a, str) or not a for a in arms) or len(arms) > 1:
+        raise GoldenError(f"{path}: the entries' 'arm' must be one arm name for the whole file, "
+                          f"got {sorted(map(repr, arms))}; re-record it with `dcp-harness golden "
+                          "record`")
+    return next(iter(arms), None)
+
+
+def _entry_inherited(path: Path, doc: Mapping[str, Any]) -> Optional[Mapping[str, str]]:
+    """The ``inherited_env`` of the first entry that has one (a mapping of names to values)."""
+    for metric, entry in doc.items():
+        got = entry.get("inherited_env") if isinstance(entry, Mapping) else None
+        if got is None:
+            continue
+        if not isinstance(got, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                   for k, v in got.items()):
+            raise GoldenError(f"{path}: metric '{metric}': 'inherited_env' must map variable "
+                              f"names to values (strings), got {got!r}")
+        return MappingProxyType(dict(got))
+    return None
 
 
 def read_golden(path: PathLike) -> Golden:

@@ -5,7 +5,8 @@ is made, whether a sweep writes it (``launch.sweep``, ``collect``) or the gate c
 * :func:`read_arm` reads one arm folder (outcome, step records); a file it cannot read is the
   arm's ``problem``, never an exception.
 * :func:`judge` evaluates the plan's pairs on those files (``compare.evaluate_case``, with the
-  plan's steps, ranks, sanity and packing rules). Results that cannot be judged make the case an
+  plan's steps, ranks, sanity and packing rules, and :func:`shared_series`: which command arms'
+  records are one series written by the rank that logs). Results that cannot be judged make the case an
   ``error``: an unreadable file, a record of a step the case does not have, or an arm that says
   ``ok`` while a rank it records on has no ``rank<k>.jsonl``.
 * :func:`verify` compares a stored ``verdict.json`` with the verdict the records give, check by
@@ -35,6 +36,7 @@ from harness.compare import (
     evaluate_case,
     pair_status,
 )
+from harness.metrics import source_path
 from harness.results import (
     ArmOutcome,
     ManifestCase,
@@ -43,6 +45,7 @@ from harness.results import (
     read_outcome,
     read_steps,
 )
+from harness.spec.schema import MetricsSource
 
 Steps = Mapping[int, Sequence[StepRecord]]  # rank -> that rank's step records
 
@@ -113,7 +116,29 @@ def judge(plan: CasePlan, arms: Mapping[str, ArmFiles], sweep_dir: Optional[str]
                          expected_ranks=plan.expected_ranks, sanity=plan.sanity,
                          sweep_dir=sweep_dir, packing=plan.packing_rules,
                          memory_bound=(plan.case.memory_model.max_rel
-                                       if plan.case.memory_model is not None else None))
+                                       if plan.case.memory_model is not None else None),
+                         shared=shared_series(plan))
+
+
+def shared_series(plan: CasePlan) -> dict[str, str]:
+    """Arm -> where its records come from, for a command whose metrics are one series that
+    stands for every rank (TensorBoard events, Megatron's log lines, one JSON-lines file without
+    ``{rank}``): written once, by the rank that logs, not by each rank ({} for other cases)."""
+    command = plan.case.command
+    if command is None:
+        return {}
+    source, path = command.metrics.source, source_path(command.metrics)
+    if source is MetricsSource.TENSORBOARD:
+        what = (f"the command's TensorBoard events ({path}), written by the one rank that logs "
+                "(Megatron's last rank)")
+    elif source is MetricsSource.MEGATRON_LOG:
+        what = ("the iteration lines the command printed, by the one rank that logs (Megatron's "
+                "last rank)")
+    elif "{rank}" not in path:
+        what = f"the one JSON-lines file the command wrote ({path})"
+    else:
+        return {}
+    return {a.name: what for a in plan.arms}
 
 
 # --------------------------------------------------------------------------- the manifest

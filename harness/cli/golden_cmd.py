@@ -61,7 +61,7 @@ from harness.golden import (
 )
 from harness.golden_diff import diff_golden, on_platform, render_diff
 from harness.launch.sweep import arm_is_complete, load_plan, run_arm_into
-from harness.results import CASE_FILE, read_outcome, read_steps, sweep_lock
+from harness.results import CASE_FILE, read_arm_env, read_outcome, read_steps, sweep_lock
 from harness.spec.names import GOLDEN
 from harness.spec.schema import NAME_PATTERN
 
@@ -264,7 +264,7 @@ def _record_case(args: argparse.Namespace, case_dir: Path) -> str:
         return NOT_RECORDED
     try:
         path = write_golden(golden_file(folder, plan.case_id, platform, environment), runs,
-                            window=window)
+                            window=window, arm=arm.name, inherited_env=read_arm_env(arm_dir))
     except (GoldenError, OSError) as exc:
         print(f"ERROR {plan.case_id}: {exc}; not recorded")
         return NOT_RECORDED

@@ -38,7 +38,7 @@ from harness.spec.names import ARM_CHECKS_CONTRACT, ARM_CHECKS_PAIR
 
 from . import contracts
 from .arm_checks import COMPLETENESS, LOSS_SANITY_CHECKS, RankSet, arm_checks, sanity_checks
-from .contracts.golden import GoldenMissing, GoldenPairParams
+from .contracts.golden import GoldenMissing, GoldenPairParams, judged_file, recorded_differences
 from .contracts.graph_vs_eager import bitwise_figure
 from .contracts.reference import ReferencePairParams, StaticBins, regroup_step
 from .contracts.resume import ResumePairParams
@@ -94,6 +94,7 @@ __all__ = [
     "COMPARISONS", "Comparison", "EMULATED_LOSSES", "EmulatedFigures", "JUDGED", "Judged", "Planner", "SummarySection",
     "comparison_of", "comparisons", "register",
     "Check", "ContractFn", "ContractSkipped", "Expected", "ExpectedRanks", "GoldenMissing", "GoldenPairParams",
+    "judged_file", "recorded_differences",
     "LOSS_SANITY_CHECKS", "MIB", "PAIR_PARAMS", "PAIR_STATUSES", "PackingRule", "PairStatus", "SkipKind", "PackingRules",
     "Pair", "PairVerdict", "RankSet", "Record", "ReferencePairParams", "ResumePairParams",
     "SWEEP_MARK", "SlotRingPairParams", "StoredPair", "SlotRingPlanParams", "StaticBins", "Steps",

@@ -28,11 +28,15 @@ def arm_checks(
     expected_steps: Optional[int] = None,
     expected_ranks: Optional[RankSet] = None,
     rank_name: Optional[Callable[[int], str]] = None,
+    shared: Optional[str] = None,
 ) -> tuple[Check, ...]:
     """The checks every arm gets, named ``<arm>.steps_complete``, ``<arm>.no_nan_inf``,
     ``<arm>.no_skipped_step``. ``expected_ranks``: how many ranks record (0..n-1) or which ones.
     Without ``expected_steps``/``expected_ranks`` the largest step and rank seen in this arm are
-    expected. ``rank_name``: how the details name a rank (default ``rank k``)."""
+    expected. ``rank_name``: how the details name a rank (default ``rank k``). ``shared``: where
+    the records come from when one series stands for every rank (a command's TensorBoard events
+    or log lines, written by the one rank that logs), said in the completeness detail instead of
+    "on each of N ranks"."""
     named = rank_name or (lambda r: f"rank {r}")
     ranks = sorted(steps)
     if expected_ranks is None:
@@ -67,7 +71,9 @@ def arm_checks(
             parts.append("missing " + "; ".join(missing))
         if duplicates:
             parts.append("duplicated " + "; ".join(duplicates))
-        detail = ", ".join(parts) if parts else f"{n_steps} steps on each of {n_ranks} rank(s)"
+        whole = (f"{n_steps} steps of one series for all {n_ranks} rank(s): {shared}" if shared
+                 else f"{n_steps} steps on each of {n_ranks} rank(s)")
+        detail = ", ".join(parts) if parts else whole
         complete = Check(f"{arm}.{COMPLETENESS}", float(problems), 0.0, problems == 0, detail)
 
     bad: list[str] = []

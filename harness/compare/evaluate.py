@@ -98,6 +98,9 @@ class Expected:
     sweep_dir: Optional[str] = None
     packing: PackingRules = None
     memory_bound: Optional[float] = None
+    # arm -> where its records come from when one series stands for every rank
+    # (``arm_checks(shared=...)``); an arm not named: each rank wrote its own
+    shared: Optional[Mapping[str, str]] = None
 
 
 def evaluate_pair(case_id: str, pair: Pair, arm_data: ArmData,
@@ -124,7 +127,8 @@ def evaluate_pair(case_id: str, pair: Pair, arm_data: ArmData,
         if err:
             errors.append(err)
         checks.extend(arm_checks(arm, steps, expected_steps, _ranks_of(expected_ranks, arm),
-                                 pair.rank_name if pair.emulated is not None else None))
+                                 pair.rank_name if pair.emulated is not None else None,
+                                 (expected.shared or {}).get(arm)))
         checks.append(ranks_agree(arm, steps, None if pair.emulated is None else
                                   "emulated ranks record their own local figures, not the world's"))
         if packing is not None and arm in packing:
@@ -149,7 +153,8 @@ def evaluate_pair(case_id: str, pair: Pair, arm_data: ArmData,
                     return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), (),
                                        "skipped", skip.reason(sweep_dir), skip=skip.kind)
             except (ValueError, KeyError, TypeError) as exc:
-                errors.append(f"contract '{pair.contract}' could not be evaluated: {exc}")
+                said = str(exc) if sweep_dir is None else str(exc).replace(SWEEP_MARK, sweep_dir)
+                errors.append(f"contract '{pair.contract}' could not be evaluated: {said}")
     checks = _not_applicable(checks, pair.not_applicable_checks)
     return PairVerdict(case_id, pair.name, pair.contract, tuple(pair.arms), tuple(checks),
                        _status(checks, errors), "; ".join(errors) or None)
@@ -166,6 +171,7 @@ def evaluate_case(
     sweep_dir: Optional[str] = None,
     packing: PackingRules = None,
     memory_bound: Optional[float] = None,
+    shared: Optional[Mapping[str, str]] = None,
 ) -> CaseVerdict:
     """Evaluate every pair of a case. ``arm_data``: arm name -> (outcome or None, rank -> step
     records). ``expected_steps`` (``case.train.steps``) and ``expected_ranks`` (arm -> the ranks
@@ -175,8 +181,10 @@ def evaluate_case(
     no judged pair (or a case with no pairs) get one extra entry named ``checks`` with their arm
     checks (an arm whose only pair's contract was skipped keeps its arm checks there).
     ``packing``: arm -> its packing rule (``CasePlan.packing_rules``), the ``<arm>.packing``
-    check of every entry the arm is in."""
-    expected = Expected(expected_steps, expected_ranks, sanity, sweep_dir, packing, memory_bound)
+    check of every entry the arm is in. ``shared``: arm -> where its records come from when one
+    series stands for every rank (``Expected.shared``)."""
+    expected = Expected(expected_steps, expected_ranks, sanity, sweep_dir, packing, memory_bound,
+                        shared)
     verdicts = [evaluate_pair(case_id, p, arm_data, expected) for p in pairs]
     in_pairs = {a for p, v in zip(pairs, verdicts) for a in p.arms
                 if v.status != "skipped" or _arms_skipped(p, arm_data) is not None}

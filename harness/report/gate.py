@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, TextIO
 
 from harness.compare import DEFAULT_ALLOWED_SKIPS
-from harness.results import PathLike, differences, lock_holder, read_arm_env
+from harness.results import PathLike, lock_holder
 
+from .env_notes import environment_notes
 from .load import PlanCheck, SweepView, load_sweep
 from .text import entry_why
 
@@ -57,27 +58,8 @@ def gate_result(sweep: SweepView) -> GateResult:
     lines += [f"  SKIP  {cid} / {', '.join(pairs)}: {why}" for (cid, why), pairs in skipped.items()]
     lines += [c.parked.line(c.title) for c in sweep.parked if c.parked is not None]
     lines += list(sweep.warnings())
-    lines += environment_notes(sweep)
+    lines += [f"  NOTE  {note}" for note in environment_notes(sweep)]
     return GateResult(code, "\n".join(lines))
-
-
-def environment_notes(sweep: SweepView) -> list[str]:
-    """One ``NOTE`` line per pair whose two arms inherited different environments (command arms
-    record theirs: ``harness.results.inherited_env``): a variable set in the shell of one
-    invocation but not the other can change the training outside the case."""
-    notes = []
-    for case, p in sweep.rows:
-        if len(p.arms) != 2:
-            continue
-        envs = [read_arm_env(case.dir / arm) for arm in p.arms]
-        if envs[0] is None or envs[1] is None:
-            continue
-        diff = differences(envs[0], envs[1], (p.arms[0], p.arms[1]))
-        if diff:
-            lines = "; ".join(diff[:6]) + (f"; and {len(diff) - 6} more" if len(diff) > 6 else "")
-            notes.append(f"  NOTE  {case.title} / {p.pair}: the arms inherited different "
-                         f"environments (inherited_env.json): {lines}")
-    return notes
 
 
 def headline(sweep: SweepView, code: int) -> str:

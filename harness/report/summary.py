@@ -5,6 +5,7 @@ from __future__ import annotations
 from harness.compare import JUDGED, comparisons
 
 from .emulated import emulated_sections
+from .env_notes import environment_notes
 from .load import SweepView
 from .text import (
     check_line,
@@ -42,7 +43,7 @@ def render_summary(sweep: SweepView, exit_code: int) -> str:
 
 
 def _header(sweep: SweepView, exit_code: int) -> list[str]:
-    """The title, the status line with the counts, and the sweep's warnings."""
+    """The title, the status line with the counts, the sweep's warnings and environment notes."""
     counts = sweep.counts()
     out = [f"# dcp-harness sweep `{sweep.name}`", ""]
     parked = (f", {counts['parked']} parked (not counted by the gate"
@@ -57,6 +58,10 @@ def _header(sweep: SweepView, exit_code: int) -> list[str]:
     out.append("")
     out += [f"> **warning**: {w.strip()[len('WARN  '):]}" for w in sweep.warnings()]
     if sweep.warnings():
+        out.append("")
+    notes = environment_notes(sweep)
+    out += [f"> **note**: {_line(note)}" for note in notes]
+    if notes:
         out.append("")
     return out
 

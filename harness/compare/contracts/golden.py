@@ -21,9 +21,11 @@ from typing import Mapping, Optional, Sequence
 from pydantic import Field, field_validator
 
 from harness import kernels as kern
+from harness.environment import differences as env_differences
 from harness.golden import (
     Golden,
     GoldenCopy,
+    GoldenError,
     covered,
     environment_of,
     golden_file,
@@ -35,6 +37,7 @@ from harness.golden import (
     resolve_environment,
     snapshot_golden,
 )
+from harness.results import differences as inherited_differences
 from harness.spec.names import EAGER, GOLDEN
 from harness.spec.problems import Problem, at
 from harness.spec.schema import NAME_PATTERN, ArmCase, Case, DType, LossBound, Strict
@@ -184,8 +187,9 @@ def _not_bitwise(p: "GoldenPairParams", platform: str, golden: Golden, steps: St
     run = environment_of(steps)
     if run is None:
         return ("the arm's records name no environment, so whether it runs the golden file's "
-                "kernels is not known (a command's TensorBoard or log-line metrics carry none; "
-                "metrics written through the record API, harness.metrics.StepRecorder, do)"), ""
+                "kernels is not known (a command that is not started as `python ...`, or whose "
+                "interpreter could not be asked, names none: the arm's log.txt says why; metrics "
+                "written through the record API, harness.metrics.StepRecorder, always do)"), ""
     if golden.environment is None:
         return (f"the golden file names no environment, so whether the run takes its kernels is "
                 f"not known ({refresh} here records one that does)"), ""
@@ -218,26 +222,21 @@ def _not_bitwise(p: "GoldenPairParams", platform: str, golden: Golden, steps: St
 
 def _golden_check(name: str, metric: str, run: Mapping[int, float], golden: Golden,
                   declared: Optional[LossBound], why_not: tuple[Optional[str], str], arm: str,
-                  steps: int) -> Check:
+                  steps: int, changed: Sequence[str] = ()) -> Check:
     """``metric`` of the arm against the golden series under the case's bound ``declared``, else
-    the one :func:`harness.golden.loss_bound` gives (``why_not``: :func:`_not_bitwise`)."""
+    the one :func:`harness.golden.loss_bound` gives (``why_not``: :func:`_not_bitwise`);
+    ``changed``: what differs from the environment the values were recorded in."""
     want = covered(golden, metric, run, arm, steps)
     bound, source = loss_bound(golden, metric, declared, f"compare.golden.{name}", *why_not)
     check = compare_series(name, dict(run), dict(want), bound, (arm, f"golden {golden.path.name}"))
-    return replace(check, detail=f"{check.detail} (bound: {source})")
+    env = (f"; recorded in another environment: {'; '.join(changed)}" if changed else "")
+    return replace(check, detail=f"{check.detail} (bound: {source}){env}")
 
 
-def check_golden(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
-    """One arm against its committed golden values (``compare.golden``; ``harness.golden``):
-    LM loss, aux loss and grad norm per step, step time and memory two-sided, against the
-    sweep's copy of the file of the key the arm ran on. No file for that key:
-    :class:`GoldenMissing` (skipped, or an error when required); a missing metric or step, or an
-    unreadable file, raises GoldenError: an error, never a pass."""
-    p: GoldenPairParams = pair.params
-    if len(pair.arms) != 1:
-        raise ValueError(f"pair '{pair.name}' (golden) needs exactly 1 arm, got {list(pair.arms)}")
-    arm = pair.arms[0]
-    steps = data[arm]
+def judged_file(p: GoldenPairParams, steps: Steps) -> tuple[str, Golden]:
+    """(platform, values) of the golden file the arm's records are judged against: the sweep's
+    copy of the file of the key the arm ran on. No file for that key: :class:`GoldenMissing`;
+    an unreadable one: GoldenError."""
     platform = p.platform or platform_of(steps)
     environment = resolve_environment(p.environment, steps)
     copy = p.files.get(golden_key(platform, environment))
@@ -245,16 +244,65 @@ def check_golden(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
         raise GoldenMissing(p.case_id, platform,
                             golden_file(p.golden_dir, p.case_id, platform, environment),
                             sorted(p.files), p.required, environment)
-    values = copy.golden()
+    return platform, copy.golden()
+
+
+def recorded_differences(golden: Golden, steps: Steps,
+                         inherited_env: Optional[Mapping[str, str]] = None) -> list[str]:
+    """What differs between the environment the golden values were recorded in and the arm's,
+    one phrase each: the versions, device and settings its records name
+    (``harness.environment.differences``: ``NCCL_ALGO Ring -> Tree``), then the variables a
+    command inherited (``inherited_env``: the arm's ``inherited_env.json``) against the file's
+    (``NAME=x (golden) vs NAME=y (this sweep)``); empty where nothing differs or neither side
+    recorded it."""
+    out: list[str] = []
+    run = environment_of(steps)
+    if golden.environment is not None and run is not None:
+        out += env_differences(golden.environment, run)
+    if golden.inherited_env is not None and inherited_env is not None:
+        out += inherited_differences(golden.inherited_env, inherited_env,
+                                     ("golden", "this sweep"))
+    return out
+
+
+def moved_arm(golden: Golden, arm: str, case_id: str, platform: str) -> Optional[str]:
+    """Why values recorded from another arm are no golden values of ``arm`` (None: the file
+    names ``arm``, or no arm: recorded before dcp-harness kept it)."""
+    if golden.arm is None or golden.arm == arm:
+        return None
+    return (f"{golden.path}: the golden values were recorded from arm '{golden.arm}', but "
+            f"compare.golden.arm judges arm '{arm}' (the golden arm moved): values of one arm are "
+            f"no golden values of another; re-record them from a run you trust with `dcp-harness "
+            f"golden record {SWEEP_MARK} --case {case_id} --platform {platform}` and commit the "
+            "file")
+
+
+def check_golden(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
+    """One arm against its committed golden values (``compare.golden``; ``harness.golden``):
+    LM loss, aux loss and grad norm per step, step time and memory two-sided, against the
+    sweep's copy of the file of the key the arm ran on. No file for that key:
+    :class:`GoldenMissing` (skipped, or an error when required); a missing metric or step, an
+    unreadable file, or a file recorded from another arm (:func:`moved_arm`) raises
+    GoldenError: an error, never a pass."""
+    p: GoldenPairParams = pair.params
+    if len(pair.arms) != 1:
+        raise ValueError(f"pair '{pair.name}' (golden) needs exactly 1 arm, got {list(pair.arms)}")
+    arm = pair.arms[0]
+    steps = data[arm]
+    platform, values = judged_file(p, steps)
+    moved = moved_arm(values, arm, p.case_id, platform)
+    if moved is not None:
+        raise GoldenError(moved)
     refresh = (f"`dcp-harness golden record {SWEEP_MARK} --case {p.case_id} --platform {platform} "
                f"--repeats {max(3, max(values.repeats.values(), default=1))}`")
     why_not = _not_bitwise(p, platform, values, steps, refresh)
+    changed = recorded_differences(values, steps)
     # A series the plan marks not applicable (e.g. a command whose metrics have no aux loss) is
     # recorded as such with the plan's reason, never looked up in a file that cannot have it.
     absent = pair.not_applicable_checks
     checks = [Check.not_applicable(name, absent[name]) if name in absent else
               _golden_check(name, metric, metric_series(steps, metric), values, bound, why_not,
-                            arm, p.steps)
+                            arm, p.steps, changed)
               for name, metric, bound in (("loss", "lm loss", p.loss),
                                           ("aux_loss", "aux loss", p.aux_loss),
                                           ("grad_norm", "grad norm", p.grad_norm))]

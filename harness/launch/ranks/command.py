@@ -40,11 +40,13 @@ from harness.caseplan import CasePlan, PlannedArm
 from harness.golden import platform_key
 from harness.launch.ranks.command_resume import (Checkpointed, Leg, resume_legs,
                                                  resumed_records, run_resumed, write_records)
+from harness.launch.ranks.command_env import needs_probe, probe_command, with_environment
 from harness.launch.ranks.ports import pick_free_port
 from harness.launch.ranks.processes import ProcessStart, RankCommand, device_env, run_ranks
 from harness.metrics import (METRICS_DIR_ENV, MetricsError, read_source, source_mark,
                              source_path, stale_files)
-from harness.results import LOG_FILE, ArmOutcome, StepWriter, inherited, write_arm_env
+from harness.environment import describe
+from harness.results import LOG_FILE, ArmOutcome, StepRecord, StepWriter, inherited, write_arm_env
 from harness.spec.command import FIXED_CP_ROLES, arm_argv, command_dir, fill
 from harness.spec.schema import CommandSpec, RankStart
 
@@ -257,16 +259,36 @@ def run_command_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, timeout_s: f
                                    placeholder_values(plan, arm, arm_dir),
                                    lambda line: log_line(arm_dir, f"arm {arm.name}: {line}"))
         return record_resumed(plan, arm, arm_dir, legs, loaded, cmd.metrics_path,
-                              on_cuda=not device)
+                              on_cuda=not device, cmd=cmd)
     outcome = run(None)
     if not outcome.ok:
         return outcome
     return record_metrics(plan, arm, arm_dir, outcome, cmd.metrics_path, log_start,
-                          on_cuda=not device)
+                          on_cuda=not device, cmd=cmd)
+
+
+def probed(plan: CasePlan, arm: PlannedArm, arm_dir: Path, cmd: Optional[ArmCommand],
+           records: Mapping[int, Sequence[StepRecord]], on_cuda: bool
+           ) -> Mapping[int, Sequence[StepRecord]]:
+    """``records``, with the environment the command ran in where its metrics named none and a
+    golden pair judges the arm (``launch.ranks.command_env``); the log says which, or why not."""
+    if cmd is None or not needs_probe(plan, arm) or any(
+            rec.environment is not None for recs in records.values() for rec in recs):
+        return records
+    env = {**os.environ, **cmd.env}
+    program = find_program(cmd.argv[0], cmd.cwd, env.get("PATH"))
+    found, why = probe_command(program, env, on_cuda, cmd.cwd)
+    if found is None:
+        log_line(arm_dir, f"arm {arm.name}: its metrics name no environment, and {why}")
+        return records
+    log_line(arm_dir, f"arm {arm.name}: its metrics name no environment; {program} under the "
+                      f"command's environment runs {describe(found)}")
+    return with_environment(records, found)
 
 
 def record_resumed(plan: CasePlan, arm: PlannedArm, arm_dir: Path, legs: Sequence[Leg],
-                   loaded: Checkpointed, path: str, on_cuda: bool) -> ArmOutcome:
+                   loaded: Checkpointed, path: str, on_cuda: bool,
+                   cmd: Optional[ArmCommand] = None) -> ArmOutcome:
     """A ``-resumed`` arm's outcome from its runs (``launch.ranks.command_resume``): a run that
     failed is the arm's outcome (named), else its joined records in ``rank<k>.jsonl``."""
     wall = round(sum(leg.outcome.wall_s for leg in legs), 3)
@@ -279,7 +301,7 @@ def record_resumed(plan: CasePlan, arm: PlannedArm, arm_dir: Path, legs: Sequenc
     records, note = resumed_records(plan, arm, arm_dir, path, legs, loaded, _platform(on_cuda))
     if records is None:
         return failed_outcome(arm, arm_dir, note, last.repro, dataclasses.replace(last, wall_s=wall))
-    write_records(arm_dir, records)
+    write_records(arm_dir, probed(plan, arm, arm_dir, cmd, records, on_cuda))
     fewest = min((len(r) for r in records.values()), default=0)
     log_line(arm_dir, f"case {plan.case_id} arm {arm.name}: {note}")
     return ArmOutcome(status="ok", returncode=0, wall_s=wall, repro=last.repro,
@@ -288,9 +310,11 @@ def record_resumed(plan: CasePlan, arm: PlannedArm, arm_dir: Path, legs: Sequenc
 
 
 def record_metrics(plan: CasePlan, arm: PlannedArm, arm_dir: Path, outcome: ArmOutcome,
-                   path: str, log_start: int, on_cuda: bool) -> ArmOutcome:
+                   path: str, log_start: int, on_cuda: bool,
+                   cmd: Optional[ArmCommand] = None) -> ArmOutcome:
     """The command's metrics (every process of it ended well: ``outcome``) into
-    ``rank<k>.jsonl``; the arm's outcome says how many steps it wrote, or why it failed."""
+    ``rank<k>.jsonl`` (with the environment ``cmd`` ran in where they name none:
+    :func:`probed`); the arm's outcome says how many steps it wrote, or why it failed."""
     spec = plan.case.command.metrics  # type: ignore[union-attr]
     try:
         records = read_source(spec, arm_dir, arm.ranks, _platform(on_cuda), path=path,
@@ -298,6 +322,7 @@ def record_metrics(plan: CasePlan, arm: PlannedArm, arm_dir: Path, outcome: ArmO
     except MetricsError as exc:
         return failed_outcome(arm, arm_dir, f"its metrics ({spec.source}) cannot be read: {exc}",
                               outcome.repro, outcome)
+    records = probed(plan, arm, arm_dir, cmd, records, on_cuda)
     for rank, recs in records.items():
         writer = StepWriter(arm_dir, rank, resume=False)
         for rec in recs:

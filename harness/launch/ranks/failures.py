@@ -80,6 +80,38 @@ def classify_exit(signal: Optional[int], log_text: str = "") -> Optional[Classif
     return None
 
 
+# Exit statuses of a process ended by the signals Slurm sends a job it ends (SIGTERM, then
+# SIGKILL after KillWait; SIGINT / SIGHUP from srun): negative for Python's subprocess, 128 + n
+# through a shell.
+_ENDING_SIGNALS = (1, 2, 9, 15)
+
+
+def ending_signal(returncode: Optional[int]) -> Optional[int]:
+    """The signal Slurm ends a job with that ended a process of exit status ``returncode``
+    (negative: Python's subprocess; 128 + n: through a shell), or None."""
+    if returncode is None:
+        return None
+    signal = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else None
+    return signal if signal in _ENDING_SIGNALS else None
+
+
+def ended_with_job(returncode: Optional[int], state: Optional[str], exit_code: str = ""
+                   ) -> Optional[Classification]:
+    """An arm whose outcome the job wrote itself as ``failed`` because a rank died by a signal
+    (``returncode``), in a job Slurm then ended for an infrastructure reason (``state`` in
+    :data:`INFRA_STATES`: ``NODE_FAIL``, ``CANCELLED`` by an operator or by Slurm as its daemons
+    stopped, ``PREEMPTED`` ...): the signal was Slurm's ending of the job, not the code under
+    test, so ``infra`` (``--retry-infra`` runs it again). None: the failure stands."""
+    state = (state or "").upper()
+    signal = ending_signal(returncode)
+    if state not in INFRA_STATES or signal is None:
+        return None
+    code = f", exit code {exit_code}" if exit_code else ""
+    return Classification("infra", f"{INFRA_STATES[state]} (Slurm state {state}{code}) while "
+                                   f"the arm ran: its rank died by signal {signal} as Slurm "
+                                   "ended the job")
+
+
 def _signal(exit_code: str) -> Optional[int]:
     """The signal of Slurm's ``code:signal`` exit code (None when there is none)."""
     text = exit_code.partition(":")[2].strip()

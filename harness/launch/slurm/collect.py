@@ -4,7 +4,10 @@ checkpoint clean-up and reports.
 When a job ended without an outcome for some arm, ``failures.classify_failure`` decides why from
 the Slurm state and the logs: node failure, cancellation, preemption, host OOM kill, NCCL timeouts,
 GPU faults and SIGKILL are ``infra`` (an error, never a regression; ``--retry-infra`` re-runs
-them), a time limit is ``timeout``, anything else is ``failed``. The arm's wall time is measured
+them), a time limit is ``timeout``, anything else is ``failed``. An arm the job itself recorded
+``failed`` because a rank died by a signal becomes ``infra`` when Slurm ended the job for an
+infrastructure reason (``failures.ended_with_job``: a node failure, or a cancellation as Slurm's
+daemons stopped: the signal was Slurm's). The arm's wall time is measured
 as for every Slurm arm, from its ``arm_start`` event to its last sign of life (the newest file in
 its folder). Complete arms lose their checkpoints (``sweep.remove_checkpoints_if_complete``, the
 rule local sweeps follow too).
@@ -12,13 +15,14 @@ rule local sweeps follow too).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
 from harness.compare import DEFAULT_ALLOWED_SKIPS
 from harness.launch.ranks.completion import arm_needs_run
-from harness.launch.ranks.failures import classify_failure, tail_text
+from harness.launch.ranks.failures import classify_failure, ended_with_job, tail_text
 from harness.launch.ranks.rank_main import remove_empty_stacks
 from harness.launch.ranks.repro import repro_line
 from harness.launch.slurm.events import ArmStart, SlurmEvent, read_events
@@ -58,12 +62,31 @@ def arm_wall_s(arm_dir: Path, arm: str, events: Sequence[SlurmEvent]) -> float:
     return round(max(0.0, max(p.stat().st_mtime for p in files) - starts[-1]), 3)
 
 
+def killed_by_slurm(case_dir: Path, ref: JobRef, sched: Optional[SchedState]
+                    ) -> dict[str, ArmOutcome]:
+    """``infra`` outcomes for the arms the job recorded ``failed`` because a rank died by the
+    signal with which Slurm ended the job (``failures.ended_with_job``); the others left out."""
+    state = sched.state if sched else "GONE"
+    code = sched.exit_code if sched else ""
+    out = {}
+    for planned in load_plan(case_dir).arms:
+        prior = read_outcome(case_dir / planned.name)
+        ended = (ended_with_job(prior.returncode, state, code)
+                 if prior is not None and prior.status == "failed" else None)
+        if prior is not None and ended is not None:
+            out[planned.name] = dataclasses.replace(
+                prior, status="infra", detail=f"slurm job {ref.job_id}: {ended.reason} (the "
+                f"job had recorded: failed, {prior.detail})")
+    return out
+
+
 def outcomes_for_ended_job(case_dir: Path, ref: JobRef, sched: Optional[SchedState]
                            ) -> dict[str, ArmOutcome]:
     """Outcomes for the arms a finished job left without one: the arm in flight gets the
     classified status, arms that never started ``infra`` ("not run")."""
     plan = load_plan(case_dir)
     events = read_events(case_dir)
+    killed = killed_by_slurm(case_dir, ref, sched)
     restarts = max((e.restarts for e in events), default=0)
     logs = job_log_text(ref)
     state = sched.state if sched else "GONE"
@@ -75,7 +98,9 @@ def outcomes_for_ended_job(case_dir: Path, ref: JobRef, sched: Optional[SchedSta
         arm_dir = case_dir / arm
         repro = repro_line(plan, planned, case_dir / CASE_FILE)
         if not arm_needs_run(planned, arm_dir, retry_final=False):
-            prior = read_outcome(arm_dir)
+            prior = killed.get(arm, read_outcome(arm_dir))
+            if arm in killed:
+                out[arm] = killed[arm]
             if prior is not None and not prior.ok:
                 blame = blame or f"arm '{arm}' {prior.status}"
             continue
@@ -124,7 +149,9 @@ def collect(sweep_dir: Path, runner: Runner = run_command, reports: bool = True,
         for arm in plan.arms:
             remove_checkpoints_if_complete(arm, case_dir / arm.name)
             remove_empty_stacks(case_dir / arm.name, arm.ranks)  # ranks ended by a signal
-        if status.verdict:
+        # A verdict the job wrote stands, unless Slurm's ending of the job killed an arm it
+        # judged as failed (then judged again with that arm infra).
+        if status.verdict and not killed_by_slurm(case_dir, ref, view.get(ref.job_id)):
             continue
         try:  # a damaged events file or unreadable results: the report counts the case as an error
             for arm, outcome in outcomes_for_ended_job(case_dir, ref, view.get(ref.job_id)).items():

@@ -11,6 +11,10 @@ Tasks beyond an arm's ranks (the one-rank reference arm) sit that arm out.
 * An arm that is done (``completion.arm_needs_run`` with final outcomes kept: ``ok`` with every
   step on its ranks, ``failed``, ``timeout``, ``skipped`` at submit time) is skipped, so a
   requeued or retried job continues where the last one stopped.
+* A start of a job Slurm requeued (``SLURM_RESTART_COUNT`` > 0: it ended the last start for a
+  node failure or a preemption) runs again an arm that start recorded ``failed`` because a
+  process died by Slurm's signal (:func:`killed_before_requeue`; the outcome is kept as
+  ``outcome.infra-<n>.json``).
 * An arm that raises on some rank gets a ``failed`` outcome with the traceback and its cause
   (``ExcType: message``, ``failures.log_cause``) and the job ends
   (srun ``--kill-on-bad-exit`` stops the other ranks; a crashed process cannot run more arms).
@@ -65,7 +69,7 @@ from harness.launch.ranks.command_resume import (Checkpointed, Leg, read_iterati
                                                  resume_legs)
 from harness.launch.ranks.completion import arm_needs_run
 from harness.launch.ranks.emulated import EmulatedLauncher
-from harness.launch.ranks.failures import infra_reason, log_cause, tail_text
+from harness.launch.ranks.failures import ending_signal, infra_reason, log_cause, tail_text
 from harness.launch.ranks.processes import RankCommand, cuda_device_count, run_ranks
 from harness.launch.slurm.events import (ArmEnd, ArmStart, ProcessEnd, TaskStart, append_event,
                                          read_events)
@@ -242,13 +246,49 @@ def run_case_arms(plan: CasePlan, case_dir: Path, ident: TaskIdentity, retry_rou
     ran, skipped = [], []
     for arm in plan.arms:
         arm_dir = case_dir / arm.name
-        if not arm_needs_run(arm, arm_dir, retry_final=False):
+        killed = killed_before_requeue(case_dir, arm, ident, launcher.ident.restarts)
+        if killed is not None and ident.rank == 0:
+            set_aside_killed(arm_dir, killed)
+        if killed is None and not arm_needs_run(arm, arm_dir, retry_final=False):
             skipped.append(arm.name)
             continue
         arm_dir.mkdir(parents=True, exist_ok=True)
         launcher.run_arm(plan, arm, arm_dir, case_dir / CASE_FILE)
         (ran if launcher.takes_part(plan, arm) else skipped).append(arm.name)
     return {"case": plan.case_id, "rank": launcher.ident.rank, "ran": ran, "skipped": skipped}
+
+
+def killed_before_requeue(case_dir: Path, arm: PlannedArm, ident: TaskIdentity,
+                          restarts: int) -> Optional[ArmOutcome]:
+    """The ``failed`` outcome of ``arm`` that an earlier start of this very job wrote because a
+    process died by the signal with which Slurm ended that start (a node failure, a preemption),
+    in a start Slurm then requeued (``SLURM_RESTART_COUNT`` > 0): the signal was Slurm's, so
+    the arm runs again (None: the outcome stands). Every task decides from the same files: the
+    outcome, and the arm's events (one of this job's id from an earlier start than
+    ``restarts``, this start's count with the ``--retry-infra`` round: the arm ran in it; a job
+    that skipped an arm writes none of its events)."""
+    if ident.restarts == 0:
+        return None
+    outcome = read_outcome(case_dir / arm.name)
+    if outcome is None or outcome.status != "failed" or ending_signal(outcome.returncode) is None:
+        return None
+    ran = any(e.arm == arm.name and e.job_id == ident.job_id and e.restarts < restarts
+              for e in read_events(case_dir))
+    return outcome if ran else None
+
+
+def set_aside_killed(arm_dir: Path, outcome: ArmOutcome) -> None:
+    """Keep a killed arm's outcome as ``outcome.infra-<n>.json`` (as ``--retry-infra`` keeps
+    an infra one) and say in its log that it runs again."""
+    arm_dir = Path(arm_dir)
+    n = len(list(arm_dir.glob("outcome.infra-*.json")))
+    write_outcome(arm_dir, dataclasses.replace(outcome, status="infra", detail=(
+        f"Slurm ended and requeued the job while the arm ran: {outcome.detail}")))
+    (arm_dir / OUTCOME_FILE).rename(arm_dir / f"outcome.infra-{n}.json")
+    with open(arm_dir / LOG_FILE, "a", encoding="utf-8") as log:
+        log.write(f"[launcher] Slurm requeued the job after ending it while this arm ran (its "
+                  f"process died by signal {ending_signal(outcome.returncode)}: {outcome.detail}); "
+                  "running it again\n")
 
 
 @dataclass(frozen=True)
@@ -435,12 +475,13 @@ def run_command_arm_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path,
         return _written_outcome(arm_dir)
     on_cuda = cuda_device_count() > 0
     if legs:
-        outcome = record_resumed(plan, arm, arm_dir, legs, loaded, cmd.metrics_path, on_cuda)
+        outcome = record_resumed(plan, arm, arm_dir, legs, loaded, cmd.metrics_path, on_cuda,
+                                 cmd=cmd)
         outcome = dataclasses.replace(outcome, detail=f"{outcome.detail} (slurm job "
                                                       f"{ident.job_id})")
     else:
         outcome = record_metrics(plan, arm, arm_dir, outcome, cmd.metrics_path, log_start,
-                                 on_cuda=on_cuda)
+                                 on_cuda=on_cuda, cmd=cmd)
     write_outcome(arm_dir, outcome)
     append_event(case_dir, ArmEnd(**_stamp(ident, arm), status=outcome.status,
                                   wall_s=outcome.wall_s))

@@ -5,6 +5,7 @@ cluster, so a reused submitit folder could hand back an old result).
 """
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -388,3 +389,67 @@ def test_command_cases_submit_status_gate_and_golden_record(tmp_path, capsys):
     assert main(["golden", "record", str(out), "--into", str(into)]) == 0
     recorded = json.loads((into / "command-trainer-tb" / "golden_values_cpu.json").read_text())
     assert len(recorded["lm loss"]["values"]) == 6
+
+
+RESUME_CASE = """\
+name: {name}
+resources: {{gpus_per_node: 1, time_min: 4, profile: local}}
+train: {{steps: 4, global_batch: 8, seq_length: 16, lr: 3.0e-3}}
+command:
+  argv: [python, {trainer}, --train-iters, "{{steps}}", --fault, {fault},
+         --tensorboard-dir, "{{arm_dir}}/tensorboard"]
+  env: {{OMP_NUM_THREADS: "1"}}
+  resume:
+    save: [--save, "{{arm_dir}}/ckpt", --save-interval, "{{stop}}", --exit-interval, "{{stop}}"]
+    load: [--load, "{{arm_dir}}/ckpt"]
+    iteration_file: "{{arm_dir}}/ckpt/latest_checkpointed_iteration.txt"
+  metrics: {{source: {source}, tags: {{aux_loss: z_loss}}}}
+compare:
+  resume: {{at_step: 2, loss: exact}}
+"""
+
+
+def test_resume_faults_and_an_inherited_drift_of_a_command_on_slurm(tmp_path, monkeypatch,
+                                                                    capsys):
+    """Issue 40's done-means on a real Slurm: the example trainer resumed with a seeded fault
+    (its second run ignores --load and restarts from iteration 0; its checkpoint drops the
+    optimizer state) fails the verdict naming the resume pair; the drift that TRAINER_LR_SCALE,
+    set in the submitting shell, causes is in the arm's inherited_env.json and reproduces from
+    its repro line in a shell without it."""
+    trainer = REPO / "examples" / "trainer" / "train.py"
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    for name, fault, source in (("fromzero", "resume-from-zero", "megatron_log"),
+                                ("noopt", "resume-no-optimizer", "tensorboard")):
+        (cases / f"{name}.yaml").write_text(RESUME_CASE.format(name=name, trainer=trainer,
+                                                               fault=fault, source=source))
+    monkeypatch.setenv("TRAINER_LR_SCALE", "1.5")
+    out = tmp_path / "sweep"
+    code = cli("submit", cases, "--profile", "local", "--out", out, "--wait", "--poll-s", "1")
+    printed = capsys.readouterr().out
+    assert code == 1, printed
+    for name, check, words in (("fromzero", "resumed_after", "started from step 1"),
+                               ("noopt", "loss", "differs at step 4 (")):
+        assert f"FAIL  {name} / resume: " in printed and check in printed
+        verdict = json.loads((out / name / "verdict.json").read_text())
+        (pair,) = [p for p in verdict["pairs"] if p["contract"] == "resume"]
+        checks = {c["name"]: c for c in pair["checks"]}
+        assert pair["status"] == "fail" and not checks[check]["passed"], checks
+        assert words in checks[check]["detail"]
+
+    eager = out / "fromzero" / "eager"
+    recorded = json.loads((eager / "inherited_env.json").read_text())["inherited"]
+    assert recorded["TRAINER_LR_SCALE"] == "1.5"  # what the job's process got from the shell
+    outcome = read_outcome(eager)
+    assert "slurm job" in outcome.detail and "TRAINER_LR_SCALE=1.5" in outcome.repro
+    line = re.compile(r"iteration +(\d+)/ *\d+ \|.*?lm loss: ([0-9.E+-]+)")
+    logged = {int(m[1]): m[2] for m in line.finditer((eager / "log.txt").read_text())}
+    assert sorted(logged) == [1, 2, 3, 4]
+    clean = {k: v for k, v in os.environ.items() if k != "TRAINER_LR_SCALE"}
+    replay = subprocess.run(["bash", "-c", outcome.repro], env=clean, capture_output=True,
+                            text=True, timeout=300)
+    assert replay.returncode == 0, replay.stderr[-3000:]
+    assert {int(m[1]): m[2] for m in line.finditer(replay.stdout)} == logged
+    without = subprocess.run(["bash", "-c", outcome.repro.replace("TRAINER_LR_SCALE=1.5 ", "")],
+                             env=clean, capture_output=True, text=True, timeout=300)
+    assert {int(m[1]): m[2] for m in line.finditer(without.stdout)}[2] != logged[2]
