@@ -25,6 +25,7 @@ _COMMAND_MODULES = (
     "plan_cmd",
     "run_cmd",
     "submit_cmd",
+    "status_cmd",
     "report_cmd",
     "golden_cmd",
     "bisect_cmd",

@@ -13,6 +13,7 @@ from pathlib import Path
 from harness.bisect import Outcome, Request, bisect
 from harness.bisect.state import Role
 from harness.cli.run_cmd import sigterm_as_interrupt
+from harness.cli.selection import add_selection_arguments
 from harness.history import history_url, record_sweep
 from harness.results.files import write_text_atomic
 
@@ -32,11 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "verdict = bad, anything else = skip. Built-in cases run each commit's own harness; "
         "command cases run the command from each commit of the repository its command.cwd lies "
         "in. Both ends are verified first. Interrupted, the same command resumes.")
-    p.add_argument("paths", nargs="+", metavar="PATH", help="case file or folder of case files")
+    add_selection_arguments(p, tags_and_emulation=False)
     p.add_argument("--good", required=True, metavar="REV", help="a commit whose sweep passes")
     p.add_argument("--bad", required=True, metavar="REV", help="a later commit whose sweep fails")
-    p.add_argument("-k", dest="k", default=None, metavar="EXPR",
-                   help="select case ids (pytest -k style)")
     p.add_argument("--repo", type=Path, default=None, metavar="DIR",
                    help="the repository of the code under test (default: built-in cases, the "
                         "clone this harness runs from; command cases, the one command.cwd lies in)")

@@ -27,9 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "plots/<case>.png; print the table. Exit 0, or 2 "
         "for a missing folder or one a `dcp-harness run` is still writing.",
     )
-    p.add_argument("dir", nargs="?", type=Path, default=DEFAULT_SWEEP, metavar="DIR",
-                   help=f"sweep folder (default: {DEFAULT_SWEEP})")
-    add_allow_skip_argument(p)
+    _add_sweep_arguments(p)
     p.set_defaults(func=run_report)
 
     g = subparsers.add_parser(
@@ -42,9 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "results, a case or arm the sweep's manifest lists and the folder lacks, a skip of a "
         "kind not accepted (--allow-skip), a sweep still being written, or nothing run.",
     )
-    g.add_argument("dir", nargs="?", type=Path, default=DEFAULT_SWEEP, metavar="DIR",
-                   help=f"sweep folder (default: {DEFAULT_SWEEP})")
-    add_allow_skip_argument(g)
+    _add_sweep_arguments(g)
     g.add_argument("--as-is", action="store_true", dest="as_is",
                    help="judge a sweep that a `dcp-harness run` is still writing as it stands now "
                         "(its unfinished cases are errors); without it such a sweep is an error")
@@ -54,6 +50,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_history_option(g, "--history-url")
     add_drift_options(g)
     g.set_defaults(func=run_gate)
+
+
+def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
+    """DIR (the sweep folder, default the newest run's) and the skips accepted: report and gate."""
+    p.add_argument("dir", nargs="?", type=Path, default=DEFAULT_SWEEP, metavar="DIR",
+                   help=f"sweep folder (default: {DEFAULT_SWEEP})")
+    add_allow_skip_argument(p)
 
 
 def _sweep_dir(path: Path) -> Path:

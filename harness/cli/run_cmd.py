@@ -17,7 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
-from harness.cli.selection import add_emulate_argument, emulated_on_too_few_gpus, selected_plans
+from harness.cli.selection import (add_selection_arguments, emulated_on_too_few_gpus,
+                                    selected_plans)
 from harness.cli.sinks import add_history_arguments, sweep_sinks
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
@@ -42,13 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "summary.md, junit.xml and index.json, and exit with the gate's code (0 pass, 1 a check "
         "failed, 2 errors without failures). Re-running into the same --out resumes.",
     )
-    p.add_argument("paths", nargs="+", metavar="PATH", help="case file or folder of case files")
+    add_selection_arguments(p)
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help=f"sweep folder (default: {RESULTS_ROOT}/<UTC timestamp>, "
                         f"with {RESULTS_ROOT}/{LATEST} pointing at it)")
-    p.add_argument("-k", dest="k", default=None, metavar="EXPR", help="select case ids (pytest -k style)")
-    p.add_argument("--tags", nargs="+", default=None, metavar="TAG", help="keep cases with any of these tags")
-    add_emulate_argument(p)
     p.add_argument("--timeout-min", type=float, default=None, metavar="M",
                    help="per-arm time limit in minutes (default: each case's resources.time_min)")
     p.add_argument("--cold-start", action="store_true",

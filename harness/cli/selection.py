@@ -32,6 +32,18 @@ def add_emulate_argument(p: argparse.ArgumentParser) -> None:
                         "are skipped")
 
 
+def add_selection_arguments(p: argparse.ArgumentParser, *, tags_and_emulation: bool = True) -> None:
+    """PATHS, ``-k`` and (run, submit, validate; not bisect) ``--tags`` and ``--emulate-ranks``:
+    the arguments :func:`selected_plans` takes."""
+    p.add_argument("paths", nargs="+", metavar="PATH", help="case file or folder of case files")
+    p.add_argument("-k", dest="k", default=None, metavar="EXPR",
+                   help="select case ids (pytest -k style)")
+    if tags_and_emulation:
+        p.add_argument("--tags", nargs="+", default=None, metavar="TAG",
+                       help="keep cases with any of these tags")
+        add_emulate_argument(p)
+
+
 def parse_emulate_ranks(text: str) -> Optional[tuple[int, ...]]:
     """``0,15`` -> (0, 15); ``ends`` -> None (each case's :func:`stage_ranks`); ConfigError for
     anything else."""

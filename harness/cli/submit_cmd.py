@@ -1,7 +1,7 @@
-"""`dcp-harness submit | status | collect`: run a sweep on Slurm through submitit.
+"""`dcp-harness submit | collect`: run a sweep on Slurm through submitit (the Slurm backend of
+``launch.pipeline``; `dcp-harness status DIR` follows it: ``status_cmd``).
 
     dcp-harness submit PATHS... [--profile P] [--out DIR] [--dry-run] [--wait] [--retry-infra N]
-    dcp-harness status DIR [--watch S]
     dcp-harness collect DIR [--wait] [--retry-infra N]      then: dcp-harness gate DIR
 """
 
@@ -12,28 +12,18 @@ import sys
 import time
 from pathlib import Path
 
-from rich.console import Group
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
-
 from harness.cli.run_cmd import RESULTS_ROOT
-from harness.cli.selection import add_emulate_argument, selected_plans
+from harness.cli.selection import add_selection_arguments, selected_plans
 from harness.cli.sinks import add_history_arguments, sweep_sinks
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
 from harness.launch.pipeline import Collection, finish
 from harness.launch.slurm.backend import SlurmBackend
-from harness.launch.slurm.poll import SchedulerPoller, SchedulerUnavailable
-from harness.launch.slurm.status import counts, sweep_status
+from harness.launch.slurm.poll import SchedulerUnavailable
 from harness.launch.slurm.submit import describe_plan, render_sbatch, round_folder, slurm_dir
 from harness.launch.sweep import sweep_start
 from harness.report import EXIT_ERROR, console_table, gate, load_sweep, make_console, write_reports
 from harness.trust.stored_plan import check_stored_plan
-
-_STATE_STYLE = {"pending": "yellow", "running": "cyan", "done": "green", "failed": "red",
-                "error": "magenta", "skipped": "dim"}
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -41,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Submit cases to Slurm through submitit: one job per case (its arms run one "
         "after another in one allocation), cases of one resource shape in one job array. "
         "--dry-run prints the plan and the sbatch scripts and touches no Slurm.")
-    p.add_argument("paths", nargs="+", metavar="PATH", help="case file or folder of case files")
+    add_selection_arguments(p)
     p.add_argument("--profile", default=None, metavar="P",
                    help="cluster profile name (slurm/profiles/P.yaml) or YAML path; "
                         "default: each case's resources.profile")
@@ -50,27 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(default: results/slurm-<date>-<time>)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan of jobs and the sbatch scripts; submit nothing")
-    p.add_argument("-k", dest="k", default=None, metavar="EXPR", help="select case ids (pytest -k style)")
-    p.add_argument("--tags", nargs="+", default=None, metavar="TAG", help="keep cases with any of these tags")
-    add_emulate_argument(p)
-    p.add_argument("--max-parallel", type=int, default=None, metavar="N",
-                   help="jobs of one array running at once (default: the profile's array_parallelism)")
-    _add_wait_args(p)
-    add_allow_skip_argument(p)
-    add_history_arguments(p)
+    _add_job_args(p, "jobs of one array running at once (default: the profile's "
+                     "array_parallelism)")
     p.set_defaults(func=run_submit)
-
-    s = subparsers.add_parser(
-        "status", help="table of a submitted sweep: pending / running / done / failed / error, "
-                       "with a progress bar",
-        description="Show where every case of a submitted sweep stands (from its case folders "
-        "and the scheduler: squeue, and sacct when accounting exists): pending, running (arm and "
-        "step), done, failed or error, with a progress line. --watch S refreshes until every "
-        "case has ended. Reads only; changes nothing.")
-    s.add_argument("dir", type=Path, metavar="DIR", help="the --out folder of `dcp-harness submit`")
-    s.add_argument("--watch", type=float, default=None, metavar="S",
-                   help="refresh every S seconds until every case has ended")
-    s.set_defaults(func=run_status)
 
     c = subparsers.add_parser(
         "collect", help="classify ended jobs, write verdicts and reports (then `dcp-harness "
@@ -81,15 +53,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "summary.md, junit.xml and index.json. Cases still queued or running are left alone. "
         "--wait waits for them; --retry-infra N re-submits infrastructure failures.")
     c.add_argument("dir", type=Path, metavar="DIR", help="the --out folder of `dcp-harness submit`")
-    c.add_argument("--max-parallel", type=int, default=None, metavar="N",
-                   help="array concurrency of --retry-infra submissions")
-    _add_wait_args(c)
-    add_allow_skip_argument(c)
-    add_history_arguments(c)
+    _add_job_args(c, "array concurrency of --retry-infra submissions")
     c.set_defaults(func=run_collect)
 
 
-def _add_wait_args(p: argparse.ArgumentParser) -> None:
+def _add_job_args(p: argparse.ArgumentParser, max_parallel_help: str) -> None:
+    """What submit and collect share: the array concurrency, waiting for the jobs (and
+    re-submitting infrastructure failures), the skips the gate accepts, the history."""
+    p.add_argument("--max-parallel", type=int, default=None, metavar="N", help=max_parallel_help)
     p.add_argument("--wait", action="store_true",
                    help="wait until every job has ended, then collect (exit code: the gate's)")
     p.add_argument("--timeout-min", type=float, default=None, metavar="M",
@@ -99,6 +70,8 @@ def _add_wait_args(p: argparse.ArgumentParser) -> None:
                    help="re-submit cases that ended with an infrastructure failure (node fail, "
                         "NCCL timeout, OOM kill, cancelled) up to N times; implies --wait")
     p.add_argument("--poll-s", type=float, default=5.0, metavar="S", help=argparse.SUPPRESS)
+    add_allow_skip_argument(p)
+    add_history_arguments(p)
 
 
 def check_wait_args(args: argparse.Namespace) -> None:
@@ -196,50 +169,6 @@ def run_submit(args: argparse.Namespace) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- status
-def status_renderable(statuses, sweep_dir: Path):
-    table = Table(title=f"sweep {sweep_dir}", show_lines=False)
-    for col in ("case", "job", "slurm", "state", "arms", "progress", "detail"):
-        table.add_column(col)
-    for s in statuses:
-        prog = f"{s.arm} {s.step}/{s.steps}" if s.arm else ""
-        table.add_row(s.case_id, s.job_id, s.slurm_state,
-                      Text(s.state, style=_STATE_STYLE.get(s.state, "")),
-                      f"{s.arms_done}/{s.arms_total}", prog, s.verdict or s.detail)
-    return Group(table, progress_line(statuses))
-
-
-def progress_line(statuses, width: int = 30) -> Text:
-    """``[#######.......] 3/7 ended: 1 pending, 2 running, 3 done, 0 failed, 1 error``."""
-    ended = sum(1 for s in statuses if s.terminal)
-    filled = round(width * ended / len(statuses)) if statuses else width
-    line = Text("[")
-    line.append("#" * filled, style="green")
-    line.append("." * (width - filled))
-    line.append(f"] {ended}/{len(statuses)} ended: ")
-    n = counts(statuses)
-    line.append(", ".join(f"{v} {k}" for k, v in n.items()))
-    return line
-
-
-def run_status(args: argparse.Namespace) -> int:
-    sweep = _sweep(args.dir)
-    if args.watch is not None and not args.watch > 0:
-        raise ConfigError(f"--watch must be a positive number of seconds, got {args.watch}")
-    console = make_console()
-    if args.watch is None:
-        console.print(status_renderable(sweep_status(sweep), sweep))
-        return 0
-    poller = SchedulerPoller()  # ended jobs are not asked about again
-    with Live(console=console, auto_refresh=False) as live:
-        while True:
-            statuses = sweep_status(sweep, poller=poller)
-            live.update(status_renderable(statuses, sweep), refresh=True)
-            if all(s.terminal for s in statuses):
-                return 0
-            time.sleep(max(0.5, args.watch))
-
-
 # --------------------------------------------------------------------------- collect
 def _sweep(path: Path) -> Path:
     if not (slurm_dir(path) / "jobs.json").is_file():
@@ -265,7 +194,7 @@ def _wait_collect_gate(sweep: Path, args: argparse.Namespace) -> int:
         for s in statuses:
             if last.get(s.case_id) != s.state:
                 last[s.case_id] = s.state
-                print(f"  {s.case_id}: {s.state} (job {s.job_id}, {s.slurm_state})", flush=True)
+                print(f"  {s.case_id}: {s.state} (job {s.job_id}, {s.scheduler_state})", flush=True)
 
     backend = _backend(args, on_poll)
 

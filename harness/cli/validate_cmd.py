@@ -8,7 +8,7 @@ import argparse
 
 from rich.table import Table
 
-from harness.cli.selection import add_emulate_argument, selected_plans
+from harness.cli.selection import add_selection_arguments, selected_plans
 from harness.launch.datacheck import packed_steps
 from harness.metrics import reader_missing
 from harness.report import make_console
@@ -25,10 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "step's sequences for every arm. Exit 0 when every case is valid, 2 with one clear error "
         "otherwise.",
     )
-    p.add_argument("paths", nargs="+", metavar="PATH", help="case file or folder of case files")
-    p.add_argument("-k", dest="k", default=None, metavar="EXPR", help="select case ids (pytest -k style)")
-    p.add_argument("--tags", nargs="+", default=None, metavar="TAG", help="keep cases with any of these tags")
-    add_emulate_argument(p)
+    add_selection_arguments(p)
     p.add_argument("--memory", action="store_true",
                    help="also print each case's memory plan (harness.memplan; docs/memory-plan.md): "
                         "per PP stage the parts, the graph pool shared vs separate, the expected "

@@ -6,8 +6,12 @@ machine, in this process's lanes, through an arm launcher (``local.LocalLauncher
   runs yet.
 * ``wait``: runs every arm not yet complete and judges each case once its arms ended
   (``sweep._run_cases``: two lanes, progress, resume); returns when every case is judged.
-* ``state``: a case with a verdict is ``done`` / ``failed`` / ``error`` (by its verdict), any other
-  ``pending`` (its arms run inside ``wait``).
+* ``state``: from the sweep folder alone, so any process can ask (``dcp-harness status`` while
+  ``run`` writes the folder): every case of the manifest; a case with a verdict is ``done`` /
+  ``failed`` / ``error`` (by its verdict); while a run holds the folder's lock, a case whose
+  folder it has written is ``running`` (the arm in flight and its steps), any other ``pending``;
+  with no run holding it, a case without a verdict is an ``error`` (the run was interrupted: a
+  ``run`` into the same folder resumes it). A backend without a launcher only reads.
 * ``collect``: the reports, from the verdicts ``wait`` judged (cases of earlier runs into the same
   folder judged from their files); the lock is released.
 
@@ -23,17 +27,42 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from harness.caseplan import CasePlan
+from harness.caseplan import PLAN_FILE, CasePlan
 from harness.compare import DEFAULT_ALLOWED_SKIPS, CaseVerdict
 from harness.errors import ConfigError
 from harness.launch.launcher import ArmLauncher
-from harness.launch.pipeline import CaseState, Collection, SweepSink, judged_state, run_to_end
+from harness.launch.case_status import CaseStatus, folder_progress
+from harness.launch.pipeline import Collection, SweepSink, run_to_end
 from harness.launch.progress import NullProgress, SweepProgress
 from harness.launch.sweep import check_resumable, record_manifest, run_cases, runs_again
 from harness.report import write_reports
-from harness.results import SweepStart, sweep_lock
+from harness.results import ManifestCase, SweepStart, lock_holder, read_manifest, sweep_lock
 from harness.trust.stored_plan import check_stored_plan
 
+_INTERRUPTED = ("no verdict and no run writes the sweep folder (interrupted?): "
+                "`dcp-harness run` the same cases with --out {out} resumes it")
+
+
+def case_status(out_dir: Path, entry: ManifestCase, running: bool) -> CaseStatus:
+    """Where a case of a local sweep stands (module doc, ``state``); ``running``: a run holds the
+    sweep folder's lock."""
+    case_dir = Path(out_dir) / entry.id
+    if not (case_dir / PLAN_FILE).is_file():  # not reached by any run yet (written after case.json)
+        base = dict(case_id=entry.id, arms_done=0, arms_total=len(entry.arms))
+        if running:
+            return CaseStatus(state="pending", terminal=False, **base)
+        return CaseStatus(state="error", terminal=True, detail=_INTERRUPTED.format(out=out_dir),
+                          **base)
+    folder = folder_progress(case_dir)
+    base = dict(case_id=entry.id, arms_done=folder.arms_done, arms_total=folder.arms_total,
+                steps=folder.plan.steps)
+    if folder.judged is not None:
+        state, verdict = folder.judged
+        return CaseStatus(state=state, terminal=True, verdict=verdict, **base)
+    if running:
+        arm, step = folder.in_flight(case_dir)
+        return CaseStatus(state="running", terminal=False, arm=arm, step=step, **base)
+    return CaseStatus(state="error", terminal=True, detail=_INTERRUPTED.format(out=out_dir), **base)
 
 
 @dataclass
@@ -41,7 +70,7 @@ class LocalBackend:
     """This machine's backend (module doc). ``beside(plan)``: the cases run in the second lane
     (``placement.runs_beside_gpu_arms``)."""
 
-    launcher: ArmLauncher
+    launcher: Optional[ArmLauncher] = None
     progress: Optional[SweepProgress] = None
     allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS
     beside: Callable[[CasePlan], bool] = lambda plan: False
@@ -69,18 +98,20 @@ class LocalBackend:
         self._plans = tuple(plans)
         self._submitted = True
 
-    def state(self, out_dir: Path) -> dict[str, CaseState]:
-        out: dict[str, CaseState] = {}
-        for plan in self._plans:
-            judged = judged_state(Path(out_dir) / plan.case_id)
-            out[plan.case_id] = judged[0] if judged is not None else "pending"
-        return out
+    def state(self, out_dir: Path) -> dict[str, CaseStatus]:
+        manifest = read_manifest(out_dir)
+        entries = sorted(manifest.cases if manifest else (), key=lambda c: c.id)
+        running = lock_holder(out_dir) is not None
+        return {c.id: case_status(Path(out_dir), c, running) for c in entries}
 
     def wait(self, out_dir: Path, timeout_s: Optional[float] = None) -> None:
         """Run the submitted cases to their verdicts (``timeout_s``: the arms' own limits bound
         a local sweep; there is nothing else to give up on)."""
         if not self._submitted:
             raise ConfigError("LocalBackend.wait before submit: nothing was submitted")
+        if self.launcher is None:
+            raise ConfigError("LocalBackend.wait without a launcher: this backend only reads "
+                              "the sweep folder (state)")
         prewarm = getattr(self.launcher, "prewarm", None)  # LocalLauncher: its warm servers
         if prewarm is not None:  # they import beside the first arms, not before each lane's first
             prewarm(self._plans, Path(out_dir), runs_again)

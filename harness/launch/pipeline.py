@@ -11,21 +11,25 @@ later process can ``state`` / ``wait`` / ``collect`` what an earlier one submitt
   folders (``case.json``, ``plan.json``) and start them: the Slurm backend queues a job per case;
   the local backend, whose arms run in this process, starts them in ``wait`` (submitit's
   ``DebugExecutor`` runs its jobs when their result is asked for, too);
-* ``state(out_dir)``: case id -> where the case stands (:data:`CaseState`);
+* ``state(out_dir)``: case id -> where the case stands (a ``case_status.CaseStatus``: its
+  :data:`CaseState`, arms done, the arm in flight, ...; ``dcp-harness status`` shows them, for a
+  sweep of any backend);
 * ``wait(out_dir, timeout_s)``: until no case is queued or running (or the time is up);
 * ``collect(out_dir)``: the outcomes of the cases that ended, their verdicts and the sweep's
   reports: a :class:`Collection`.
 
 ``dcp-harness run`` is the local backend's :func:`run_to_end` (submit, wait, collect);
-``submit`` / ``status`` / ``collect`` are the Slurm backend's verbs, and ``submit --wait`` /
-``collect --wait`` its :func:`finish`. Both end in :func:`deliver`: each sweep sink (a
+``submit`` / ``collect`` are the Slurm backend's verbs, and ``submit --wait`` /
+``collect --wait`` its :func:`finish`; ``status`` is the ``state`` of whichever backend runs the
+folder (``cli.status_cmd.sweep_backend``). Both runs end in :func:`deliver`: each sweep sink (a
 ``Callable[[Collection], None]`` the CLI passes in: the history database recording the sweep,
 ``cli.sinks``) gets the finished collection (its sweep folder, the verdicts judged in this process,
 the reports) once per finished collection (every case judged, nothing queued, running or
 re-submitted).
 
 Adding a backend is one module with a test of its own: a class with these four verbs
-(``launch.local_backend.LocalBackend``, ``launch.slurm.backend.SlurmBackend``).
+(``launch.local_backend.LocalBackend``, ``launch.slurm.backend.SlurmBackend``), and the line of
+``cli.status_cmd.sweep_backend`` that knows its sweep folders.
 """
 
 from __future__ import annotations
@@ -33,29 +37,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Optional, Protocol, Sequence
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from harness.caseplan import CasePlan
-from harness.compare import CaseVerdict, read_verdict
-from harness.compare.verdicts import PairStatus
-from harness.results import ResultsError, SweepStart
+from harness.compare import CaseVerdict
+from harness.launch.case_status import CaseState, CaseStatus, judged_state
+from harness.results import SweepStart
 
-# Where a case of a sweep stands (the states of ``dcp-harness status``).
-CaseState = Literal["pending", "running", "done", "failed", "error", "skipped"]
-
-
-def judged_state(case_dir: Path) -> Optional[tuple[CaseState, PairStatus]]:
-    """Where a judged case stands by its ``verdict.json`` (read through ``CaseVerdict``): done
-    for a pass, failed for a fail, else error (an unreadable verdict too), with the verdict's
-    status; None while it has no verdict."""
-    try:
-        verdict = read_verdict(case_dir)
-    except ResultsError:
-        return "error", "error"
-    if verdict is None:
-        return None
-    state: CaseState = {"pass": "done", "fail": "failed"}.get(verdict.status, "error")
-    return state, verdict.status
+__all__ = ["CaseState", "CaseStatus", "Collection", "SweepBackend", "SweepSink", "deliver", "finish",
+           "judged_state", "run_to_end"]
 
 # Called with the finished collection (its sweep folder, the verdicts judged in this process and
 # the reports written) once a collection is finished (module doc).
@@ -91,7 +81,7 @@ class SweepBackend(Protocol):
     def submit(self, plans: Sequence[CasePlan], out_dir: Path,
                start: Optional[SweepStart] = None) -> None: ...
 
-    def state(self, out_dir: Path) -> Mapping[str, CaseState]: ...
+    def state(self, out_dir: Path) -> Mapping[str, CaseStatus]: ...
 
     def wait(self, out_dir: Path, timeout_s: Optional[float] = None) -> None: ...
 

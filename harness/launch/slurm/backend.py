@@ -8,7 +8,8 @@ submitit, followed through the sweep folder and the scheduler.
   writes their folders, judges the skipped ones at once, queues the others
   (``submit.submit_groups``; an sbatch that refuses the first job leaves nothing behind), and keeps
   the jobs in ``self.submitted``;
-* ``state``: ``status.sweep_status``; ``wait``: ``wait.wait_for_sweep`` (``SchedulerUnavailable``
+* ``state``: ``status.sweep_status`` (one scheduler poller for the backend's life: a job seen
+  ended is not asked about again); ``wait``: ``wait.wait_for_sweep`` (``SchedulerUnavailable``
   when squeue stops answering);
 * ``collect``: ``collect.collect`` (outcomes of ended jobs, verdicts, reports); then, with
   ``retry_infra`` N, the cases with infrastructure failures queued again (at most N times each:
@@ -25,13 +26,13 @@ from typing import Callable, Mapping, Optional, Sequence
 from harness.caseplan import CasePlan
 from harness.compare import DEFAULT_ALLOWED_SKIPS
 from harness.errors import ConfigError
-from harness.launch.pipeline import CaseState, Collection
+from harness.launch.pipeline import CaseStatus, Collection
 from harness.launch.ranks.placement import profile_skip_reason
 from harness.launch.slurm.collect import collect
-from harness.launch.slurm.poll import Runner, run_command
+from harness.launch.slurm.poll import Runner, SchedulerPoller, run_command
 from harness.launch.slurm.profiles import Profile, find_profile, load_profile
 from harness.launch.slurm.retry import retry_infra
-from harness.launch.slurm.status import CaseStatus, sweep_status
+from harness.launch.slurm.status import sweep_status
 from harness.launch.slurm.submit import (JOBS_FILE, JobGroup, JobRef, plan_jobs, record_skipped,
                                          slurm_dir, submit_groups)
 from harness.launch.slurm.wait import wait_for_sweep
@@ -121,6 +122,7 @@ class SlurmBackend:
     on_poll: Optional[Callable[[list[CaseStatus]], None]] = None
     submitted: tuple[JobRef, ...] = field(default=(), init=False)
     retried: tuple[JobRef, ...] = field(default=(), init=False)
+    _poller: Optional[SchedulerPoller] = field(default=None, init=False, repr=False)
 
     def plan(self, plans: Sequence[CasePlan]) -> SubmitPlan:
         profiles, files, profile_of = load_profiles(plans, self.profile)
@@ -159,8 +161,10 @@ class SlurmBackend:
                 _remove(created)
             raise
 
-    def state(self, out_dir: Path) -> dict[str, CaseState]:
-        return {s.case_id: s.state for s in sweep_status(Path(out_dir), self.runner)}
+    def state(self, out_dir: Path) -> dict[str, CaseStatus]:
+        if self._poller is None:
+            self._poller = SchedulerPoller(self.runner)
+        return {s.case_id: s for s in sweep_status(Path(out_dir), poller=self._poller)}
 
     def wait(self, out_dir: Path, timeout_s: Optional[float] = None) -> None:
         wait_for_sweep(Path(out_dir), timeout_s=timeout_s, poll_s=self.poll_s, runner=self.runner,

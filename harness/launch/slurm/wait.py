@@ -36,7 +36,7 @@ def wait_for_sweep(sweep_dir: Path, timeout_s: Optional[float] = None, poll_s: f
         if all(s.terminal for s in statuses):
             return statuses
         now = clock()
-        if any(s.slurm_state == "unknown" for s in statuses if not s.terminal):
+        if any(s.scheduler_state == "unknown" for s in statuses if not s.terminal):
             down_since = now if down_since is None else down_since
             if now - down_since >= scheduler_down_s:
                 raise SchedulerUnavailable(

@@ -68,8 +68,8 @@ def test_a_resume_that_loses_the_optimizer_state_fails(write_case, tmp_path, mon
     plan, arms, out = _up_to_the_stop(write_case, tmp_path, monkeypatch, "lost")
     real = train._restore
 
-    def forgetful(s, opt, state, case, rank):
-        real(s, opt, state, case, rank)
+    def forgetful(s, opt, state, case, rank, where):
+        real(s, opt, state, case, rank, where)
         opt.state.clear()  # the optimizer state lost on resume
 
     monkeypatch.setattr(train, "_restore", forgetful)

@@ -23,6 +23,10 @@ RUNNING = Scheduler(squeue="41|RUNNING|None\n", sacct="41|RUNNING|\n")
 ENDED = Scheduler(squeue="", sacct="41|COMPLETED|0:0\n")
 
 
+def states(backend: SlurmBackend, out: Path) -> dict[str, str]:
+    return {cid: s.state for cid, s in backend.state(out).items()}
+
+
 def finished_arms(case_dir: Path) -> None:
     for arm in ("eager", "eager-repeat"):
         steps(case_dir / arm, 3)
@@ -31,14 +35,16 @@ def finished_arms(case_dir: Path) -> None:
 
 def test_state_wait_and_collect_of_a_finished_job_reach_the_sinks_once(sweep):
     out, plan, ref = sweep
-    assert SlurmBackend(runner=RUNNING).state(out) == {"t": "running"}
+    running = SlurmBackend(runner=RUNNING).state(out)["t"]
+    assert (running.state, running.job_id, running.scheduler_state, running.terminal) == (
+        "running", "41", "RUNNING", False)
     finished_arms(out / "t")
     got: list[Path] = []
     polls: list[list] = []
     backend = SlurmBackend(runner=ENDED, poll_s=0.01, on_poll=polls.append)
     done = finish(backend, out, [lambda c: got.append(c.out_dir)])
     assert done.finished and got == [out] and len(polls) == 1
-    assert backend.state(out) == {"t": "done"}
+    assert states(backend, out) == {"t": "done"}
     assert (out / "t" / "verdict.json").is_file() and (out / "summary.md").is_file()
 
 
@@ -72,7 +78,7 @@ def test_a_case_queued_again_is_collected_again_then_delivered_once(sweep, monke
     backend = SlurmBackend(runner=ENDED, poll_s=0.01, retry_infra=1)
     done = finish(backend, out, [lambda c: got.append(c.out_dir)])
     assert retries == [1, 1] and done.finished and got == [out]
-    assert backend.state(out) == {"t": "done"}
+    assert states(backend, out) == {"t": "done"}
 
 
 def test_collect_wait_of_the_cli_calls_its_sinks_once(sweep, monkeypatch, capsys):

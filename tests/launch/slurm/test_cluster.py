@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import report_cmd, submit_cmd
+from harness.cli import report_cmd, status_cmd, submit_cmd
 from harness.launch.slurm.collect import collect
 from harness.launch.slurm.events import ArmStart, ProcessEnd, read_events
 from harness.launch.slurm.retry import retry_infra
@@ -87,6 +87,7 @@ def cli(*argv):
     parser = argparse.ArgumentParser(prog="dcp-harness")
     sub = parser.add_subparsers()
     submit_cmd.register(sub)
+    status_cmd.register(sub)
     report_cmd.register(sub)
     args = parser.parse_args([str(a) for a in argv])
     return args.func(args)

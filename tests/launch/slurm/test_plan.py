@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.arms import plan_case
-from harness.cli import report_cmd, submit_cmd
+from harness.cli import report_cmd, status_cmd, submit_cmd
 from harness.errors import ConfigError
 from harness.launch.slurm.profiles import load_profile, parse_profile
 from harness.launch.slurm.submit import (
@@ -114,6 +114,7 @@ def run_cli(argv, capsys):
     parser = argparse.ArgumentParser(prog="dcp-harness")
     sub = parser.add_subparsers()
     submit_cmd.register(sub)
+    status_cmd.register(sub)
     report_cmd.register(sub)
     args = parser.parse_args(argv)
     code = args.func(args)
@@ -154,7 +155,7 @@ def test_submit_without_sbatch_says_how_to_fix(tmp_path, capsys, monkeypatch):
 
 
 def test_status_of_a_folder_without_jobs_is_a_config_error(tmp_path, capsys):
-    with pytest.raises(ConfigError, match="holds no submitted sweep"):
+    with pytest.raises(ConfigError, match="holds no sweep"):
         run_cli(["status", str(tmp_path)], capsys)
 
 

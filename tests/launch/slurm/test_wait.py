@@ -22,7 +22,7 @@ def test_a_job_that_vanished_ends_instead_of_waiting_forever(sweep):
     out, case, ref = sweep
     no_accounting = Scheduler(squeue="")  # squeue answers, does not know job 41; no sacct
     statuses = wait_for_sweep(out, timeout_s=None, poll_s=0.01, runner=no_accounting)
-    assert [(s.state, s.slurm_state, s.terminal) for s in statuses] == [("error", "gone", True)]
+    assert [(s.state, s.scheduler_state, s.terminal) for s in statuses] == [("error", "gone", True)]
     fresh = JobRef("t", "41", 0, "g", ref.folder, time.time())
     view = query_scheduler(["41"], no_accounting)
     assert case_status(out / "t", fresh, view).state == "pending"  # just submitted: grace
