@@ -13,7 +13,7 @@ from harness.caseplan import CasePlan
 from harness.errors import ConfigError
 from harness.launch.datacheck import check_packing
 from harness.spec import Case, load_cases, select_cases
-from harness.spec.derive import as_emulated
+from harness.spec.derive import as_emulated, as_emulated_instead, emulated_steps, with_steps  # noqa: F401 (with_steps: re-exported)
 from harness.spec.places import stage_ranks
 from harness.trust.golden_folders import check_golden_folders
 
@@ -93,7 +93,7 @@ def selected_cases(paths: Sequence[str], k: Optional[str] = None,
 def emulated_on_too_few_gpus(plans: Sequence[CasePlan], gpus: int) -> tuple[list[CasePlan], list[str]]:
     """``plans`` with each case that needs more GPUs than this machine's ``gpus`` re-planned with
     emulated ranks (``launch.ranks.placement.emulated_instead``), and one line per such case saying so."""
-    from harness.launch.ranks.placement import emulated_instead, emulated_steps
+    from harness.launch.ranks.placement import emulated_instead
 
     out, notes = [], []
     for plan in plans:
@@ -103,7 +103,7 @@ def emulated_on_too_few_gpus(plans: Sequence[CasePlan], gpus: int) -> tuple[list
             continue
         why = f"{gpus} GPU(s) for {plan.largest_arm.world_size} ranks"
         steps = emulated_steps(plan.case)
-        new = plan_case(as_emulated(with_steps(plan.case, steps), ranks, why))
+        new = plan_case(as_emulated_instead(plan.case, ranks, why))
         check_packing([new])
         out.append(new)
         fewer = f" for {steps} of its {plan.case.train.steps} steps" if steps < plan.case.train.steps else ""
@@ -111,17 +111,6 @@ def emulated_on_too_few_gpus(plans: Sequence[CasePlan], gpus: int) -> tuple[list
                      f"{', '.join(map(str, ranks))}{fewer} instead of a skip (memory, slots, capture "
                      "and graph vs eager judged on this GPU; loss pairs skipped with their reason)")
     return out, notes
-
-
-def with_steps(case: Case, steps: int) -> Case:
-    """``case`` training ``steps`` steps (its memory probe no later than the last); the case
-    itself when it trains that many already."""
-    if steps == case.train.steps:
-        return case
-    probe = case.train.memory_probe_step
-    train = {**case.train.model_dump(mode="python"), "steps": steps,
-             "memory_probe_step": None if probe is None else min(probe, steps)}
-    return Case.model_validate({**case.model_dump(mode="python"), "train": train})
 
 
 def selected_plans(paths: Sequence[str], k: Optional[str] = None,

@@ -18,7 +18,11 @@ the user's case). :class:`ArmSpec` names what one arm runs and :func:`derive_arm
 case. One derivation is of a whole case, before its arms are planned:
 
 * :func:`as_emulated` -- the case with chosen ranks emulated (``emulate.ranks``; what
-  ``--emulate-ranks`` makes): its id, pairs and everything else stay the case's.
+  ``--emulate-ranks`` makes): its id, pairs and everything else stay the case's;
+* :func:`as_emulated_instead` -- what a local run on too few GPUs runs instead of skipping a case
+  (``launch.ranks.placement.emulated_instead``): its ends emulated for at most
+  :func:`emulated_steps` steps (:func:`with_steps`). ``gate`` re-derives both from the case file
+  to check that a sweep ran the case the file defines (``harness.trust.stored_plan``).
 
 Pure: no torch.
 """
@@ -209,3 +213,36 @@ def as_emulated(case: Case, ranks: Sequence[int], given: Optional[str] = None) -
     derived = Case.model_validate(data)
     what = f"emulated ranks {list(ranks)}" + (f" ({given})" if given else "")
     return _checked(case, derived, "emulate.ranks", what)
+
+
+# An emulated-instead case trains at most its graph warmup plus this many steps. What emulation
+# judges needs no more: graph vs eager is bitwise on every step, the memory probe and the pools
+# come with the first graphed steps, and the focused multi-GPU cases replay both CP sizes on every
+# graphed step from the first (``<arm>.variants_replayed`` fails a run where one is never
+# replayed); their 20 steps serve the loss pairs (reference noise, golden values), which are
+# skipped under emulation. The 1-GPU emulated case (cases/focused/gpu1-emulated-*) runs 8.
+EMULATED_GRAPHED_STEPS = 6
+
+
+def emulated_steps(case: Case) -> int:
+    """How many steps an emulated-instead run of ``case`` trains: its own count, at most its
+    graph warmup plus ``EMULATED_GRAPHED_STEPS`` (see there)."""
+    warmup = case.graphs.warmup_steps if case.graphs is not None else 0
+    return min(case.train.steps, warmup + EMULATED_GRAPHED_STEPS)
+
+
+def with_steps(case: Case, steps: int) -> Case:
+    """``case`` training ``steps`` steps (its memory probe no later than the last); the case
+    itself when it trains that many already."""
+    if steps == case.train.steps:
+        return case
+    probe = case.train.memory_probe_step
+    train = {**case.train.model_dump(mode="python"), "steps": steps,
+             "memory_probe_step": None if probe is None else min(probe, steps)}
+    return Case.model_validate({**case.model_dump(mode="python"), "train": train})
+
+
+def as_emulated_instead(case: Case, ranks: Sequence[int], given: Optional[str] = None) -> Case:
+    """``case`` as a local run on too few GPUs runs it instead of a skip: ``ranks`` emulated, for
+    at most :func:`emulated_steps` steps (module doc)."""
+    return as_emulated(with_steps(case, emulated_steps(case)), ranks, given)

@@ -25,7 +25,7 @@ from harness.arms import plan_case
 from harness.caseplan import CasePlan, PlanError, case_hash
 from harness.compare import Pair, StoredPair
 from harness.errors import ConfigError
-from harness.spec.derive import as_emulated
+from harness.spec.derive import as_emulated, as_emulated_instead
 from harness.trust.golden_folders import golden_folder_problems
 
 # Settings of a golden pair resolved from this machine's files (compared by the hash check and
@@ -82,8 +82,14 @@ def check_source(plan: CasePlan) -> None:
     if found is None:
         raise PlanError(f"the case file {source} no longer defines case '{plan.case_id}' that this "
                         "sweep ran; re-run the sweep")
-    if plan.case.emulate is not None:  # the emulated ranks are chosen at run time (--emulate-ranks)
-        found = as_emulated(found, plan.case.emulate.ranks)
+    if plan.case.emulate is not None:
+        # The emulated ranks are chosen at run time: by --emulate-ranks (the case as it is), or by
+        # a local run on too few GPUs (emulated instead of a skip, for fewer steps): either
+        # derivation of the case file as it is now is the case.
+        ranks = plan.case.emulate.ranks
+        derived = [as_emulated(found, ranks), as_emulated_instead(found, ranks)]
+        found = next((c for c in derived if case_hash(c.model_dump(mode="json")) == plan.case_hash),
+                     derived[0])
     now = found.model_dump(mode="json")
     if case_hash(now) != plan.case_hash:
         then = plan.case.model_dump(mode="json")

@@ -28,15 +28,10 @@ from typing import Optional
 
 from harness.caseplan import CasePlan
 from harness.spec.places import stage_ranks
-from harness.spec.schema import Case
+from harness.spec.derive import EMULATED_GRAPHED_STEPS, emulated_steps  # noqa: F401 (re-exported)
 
-# An emulated-instead case trains at most its graph warmup plus this many steps. What emulation
-# judges needs no more: graph vs eager is bitwise on every step, the memory probe and the pools
-# come with the first graphed steps, and the focused multi-GPU cases replay both CP sizes on every
-# graphed step from the first (``<arm>.variants_replayed`` fails a run where one is never
-# replayed); their 20 steps serve the loss pairs (reference noise, golden values), which are
-# skipped under emulation. The 1-GPU emulated case (cases/focused/gpu1-emulated-*) runs 8.
-EMULATED_GRAPHED_STEPS = 6
+# EMULATED_GRAPHED_STEPS, emulated_steps: the derivation of an emulated-instead case lives with
+# the other derived cases (harness.spec.derive), where gate re-derives it too.
 
 
 def _why_cuda(plan: CasePlan) -> str:
@@ -98,13 +93,6 @@ def emulated_instead(plan: CasePlan, gpus: int) -> Optional[tuple[int, ...]]:
     if plan.case.layout.pp_rank(first) == plan.case.layout.pp_rank(last):
         return (first,)  # one stage (PP 1): its other ranks hold the same bytes, slots, graphs
     return (first, last)
-
-
-def emulated_steps(case: Case) -> int:
-    """How many steps an emulated-instead run of ``case`` trains: its own count, at most its
-    graph warmup plus ``EMULATED_GRAPHED_STEPS`` (see there)."""
-    warmup = case.graphs.warmup_steps if case.graphs is not None else 0
-    return min(case.train.steps, warmup + EMULATED_GRAPHED_STEPS)
 
 
 def runs_on_cuda(plan: CasePlan, gpus: int) -> bool:

@@ -71,3 +71,26 @@ def test_no_gpu_enough_gpus_or_a_cpu_case_change_nothing() -> None:
     assert emulated_instead(_plan(EAGER), 1) is None
     plans, notes = emulated_on_too_few_gpus([plan], 0)
     assert plans == [plan] and notes == []
+
+
+def test_gate_trusts_an_emulated_instead_plan_of_the_case_file_as_it_is(tmp_path: Path) -> None:
+    # gate checks that a sweep ran the case its file defines (trust.stored_plan.check_source):
+    # an emulated-instead plan (fewer steps) is a derivation of the file as it is, not a change
+    # (a later `gate` of an H100 sweep said "changed: train" for both multi-GPU cases)
+    import pytest
+
+    from harness.caseplan import PlanError
+    from harness.trust.stored_plan import check_source
+
+    for path in (GPU2, GPU4):
+        (new,), _ = emulated_on_too_few_gpus([_plan(path)], 1)
+        assert new.case.train.steps < _plan(path).case.train.steps
+        check_source(new)  # raises PlanError if the derivation is not recognised
+    # the same plan against a file that changed is still refused, naming the field
+    edited = tmp_path / GPU2.name
+    edited.write_text(GPU2.read_text().replace("lr: ", "lr: 2.0e-3 #", 1))
+    (case,) = list(load_cases(edited))
+    (new,), _ = emulated_on_too_few_gpus([plan_case(case)], 1)
+    edited.write_text(GPU2.read_text())
+    with pytest.raises(PlanError, match="changed: train"):
+        check_source(new)
