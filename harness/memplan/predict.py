@@ -121,10 +121,6 @@ def predict_case(case: Case, target: MemoryTarget = MemoryTarget(),
     if scope is None:
         raise MemoryPlanError(f"case {case.id}: the memory plan covers static-shape cases (a graphs: or "
                               "shapes: {mode: static} section); this case runs dynamic shapes")
-    if scope is GraphScope.FULL:
-        raise MemoryPlanError(f"case {case.id}: scope full (the static MoE's grouped GEMMs) is not "
-                              "planned yet: its meta run needs the GPU's grouped-GEMM path on meta "
-                              "tensors; scope attn is")
     if case.train.dtype.value == "fp32":
         raise MemoryPlanError(f"case {case.id}: the memory plan follows the GPU's flash path, which "
                               "runs in bf16; an fp32 case attends on the host path that no graph "
