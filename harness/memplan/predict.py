@@ -13,7 +13,8 @@ What each figure is and where it comes from:
   liveness colours): the backing allocation capture makes, byte for byte;
 * **graph pool**: the caching allocator's segments (:mod:`.cachesim`) after the backing and every
   graph's own allocations in the capture's order (:func:`pool_bytes`: what the ops return, as
-  the capture keeps or writes them, and the kernels' own buffers, :mod:`.kernels`); shared: one
+  the capture keeps or writes them, and the kernels' own buffers, :mod:`.kernels`; in scope
+  ``full`` the static MoE's grouped GEMMs run as on the GPU, ``torch._grouped_mm`` on bf16 rows); shared: one
   plan over every CP size; separate: the sum of one plan per CP size;
 * **expected peak**: static bytes plus the larger of the optimizer step's transient
   (:func:`step_transient_bytes`, over the graph pool in the graph arm) and what the rank holds for
