@@ -57,6 +57,8 @@ ARMS = {
     (FOCUSED_EMULATED, None, "dcp", 0): (None, None, 11308),
     (QWEN3, "scope-attn", "graph", 0): (2716, 2004, 27691),
     (QWEN3, "scope-attn", "eager", 0): (None, None, 27532),
+    (QWEN3, "scope-full", "graph", 0): (6078, 4697.9, 27787),
+    (QWEN3, "scope-full", "eager", 0): (None, None, 27532),
 }
 
 

@@ -7,6 +7,12 @@ the ops of PyTorch's CUDA "lower precision" autocast list that the workload call
 ``matmul``, ``mm``, ``bmm``, ``addmm``, ``baddbmm``, SDPA), so what a forward saves on meta is what
 it saves on the GPU. The workload's own explicit casts (``.float()``, ``.to(x.dtype)``) need
 nothing. The planner checks this against the real autocast on CPU tensors (tests/memplan).
+
+While entered it also sets CUDA's autocast state (enabled, ``dtype``), as the GPU's block runs
+under it: code that asks ``torch.is_autocast_enabled("cuda")`` to pick the GPU's path (the static
+MoE's bf16 grouped GEMMs, ``harness.workload.ep``) picks it on meta too. The state is a flag of
+the thread and touches no meta op (CUDA's autocast dispatches only CUDA tensors); it is restored
+on exit.
 """
 
 from __future__ import annotations
@@ -34,6 +40,21 @@ class MetaAutocast(TorchFunctionMode):
     def __init__(self, dtype: torch.dtype) -> None:
         super().__init__()
         self.dtype = dtype
+        self._saved: list[tuple[bool, torch.dtype]] = []
+
+    def __enter__(self) -> "MetaAutocast":
+        self._saved.append((torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")))
+        torch.set_autocast_enabled("cuda", True)
+        torch.set_autocast_dtype("cuda", self.dtype)
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            super().__exit__(*exc)
+        finally:
+            enabled, dtype = self._saved.pop()
+            torch.set_autocast_enabled("cuda", enabled)
+            torch.set_autocast_dtype("cuda", dtype)
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}

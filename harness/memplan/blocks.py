@@ -62,6 +62,7 @@ _MATMUL = frozenset({"aten.mm.default", "aten.addmm.default", "aten.bmm.default"
                      "aten._addmm_activation.default"})
 _REDUCE = frozenset({"aten.sum.dim_IntList", "aten.mean.dim", "aten.sum.default", "aten.mean.default"})
 _FLASH_VARLEN_BWD = "torch_attn._varlen_attn_backward.default"
+_GROUPED_MM = "aten._grouped_mm.default"
 
 
 class PoolEvents(TorchDispatchMode):
@@ -72,7 +73,8 @@ class PoolEvents(TorchDispatchMode):
     direct writes into the arenas (``direct``: ``(call, return)`` of the forward's redirectable op
     calls, numbered as :mod:`harness.slotmem.direct` numbers them). Added from the kernels'
     sources (:mod:`.kernels`): cuBLAS's workspace at the graph's first product (held to its end),
-    flash varlen backward's scratch and a reduction's staging buffer (freed inside their op).
+    flash varlen backward's scratch, a grouped GEMM's arguments and CUTLASS workspace and a
+    reduction's staging buffer (freed inside their op).
     :meth:`end` frees what is left: what the graph keeps is copied into the arenas."""
 
     def __init__(self, direct: frozenset = frozenset(), deterministic: bool = True) -> None:
@@ -135,6 +137,8 @@ class PoolEvents(TorchDispatchMode):
             self._scratch(_flash_scratch(args, self._deterministic))
         elif name in _REDUCE:
             self._scratch(_reduce_scratch(args, out))
+        elif name == _GROUPED_MM:
+            self._scratch(_grouped_mm_scratch(args, kwargs))
         return out
 
     def end(self) -> tuple[Event, ...]:
@@ -152,6 +156,28 @@ def _flash_scratch(args: tuple, deterministic: bool) -> tuple[int, ...]:
     q, k, cu_q = args[1], args[2], args[6]
     return flash_varlen_bwd_scratch(q.shape[0], k.shape[0], q.shape[1], k.shape[1], q.shape[2],
                                     cu_q.numel() - 1, q.element_size(), deterministic)
+
+
+def _grouped_mm_scratch(args: tuple, kwargs: dict) -> tuple[int, ...]:
+    """``_grouped_mm(a, b, offs)``'s arguments and workspace: the group count and one group's
+    ``M x N`` as the kernel's dispatch reads them from the shapes (a ragged dimension divided by
+    the number of groups)."""
+    from harness.memplan.kernels import grouped_mm_scratch
+
+    a, b = args[0], args[1]
+    offs = kwargs.get("offs", args[2] if len(args) > 2 else None)
+    m, n = a.shape[-2], b.shape[-1]
+    if a.dim() == 2 and b.dim() == 2:
+        groups = offs.shape[0]
+    elif a.dim() == 2:
+        groups = b.shape[0]
+        m //= groups
+    elif b.dim() == 2:
+        groups = a.shape[0]
+        n //= groups
+    else:
+        groups = a.shape[0]
+    return grouped_mm_scratch(groups, m, n)
 
 
 def _reduce_scratch(args: tuple, out: Any) -> tuple[int, ...]:

@@ -16,6 +16,15 @@ land in the graph's pool, so the plan adds them, each re-derived from PyTorch's 
   (``aten/src/ATen/native/cuda/Reduce.cuh``, ``setReduceConfig`` / ``global_memory_size``) takes a
   staging buffer of ``4 * outputs * ctas_per_output`` bytes (times ``block.x * output_vec_size``
   when the reduced dimension is not the fastest) and one int semaphore per output block;
+* :func:`grouped_mm_scratch`: ``torch._grouped_mm`` in bf16 on Hopper
+  (``aten/src/ATen/native/cuda/GroupMM.cu``, ``bf16bf16_grouped_gemm_impl_sm90_sm100``) takes,
+  after its output, the CUTLASS arguments (per group three pointers, the group count rounded up
+  to 2, three 8-byte strides and a 12-byte ``<M, N, K>`` problem shape) and then CUTLASS's
+  workspace (``Gemm::get_workspace_size``): no scheduler workspace (the persistent group
+  scheduler, ``sm90_tile_scheduler_group.hpp``), the mainloop's A and B TMA descriptors per SM,
+  the epilogue's D descriptor per epilogue warp group (2 under the ping-pong schedule that
+  groups of at most 128 rows or columns take, else 1) and C's, 128 bytes each; both freed when it
+  returns;
 * :func:`cublas_workspace_bytes`: cuBLAS's workspace, allocated from the caching allocator per
   (handle, stream) at the first product of a graph (the capture clears the cached ones before
   each graph, ``harness.slotmem.allocator.clear_cublas_workspaces``), ``CUBLAS_WORKSPACE_CONFIG``
@@ -50,6 +59,20 @@ def flash_varlen_bwd_scratch(total_q: int, total_k: int, heads: int, heads_k: in
     if heads_k != heads:
         out += [total_k * heads * head_dim * dtype_bytes] * 2
     return tuple(out)
+
+
+TMA_DESCRIPTOR = 128  # sizeof(cute::TmaDescriptor)
+
+
+def grouped_mm_scratch(groups: int, m: int, n: int, sms: int = SMS) -> tuple[int, int]:
+    """Bytes of the two buffers ``torch._grouped_mm`` (bf16, Hopper) allocates after its output,
+    in order: the grouped GEMM's arguments, CUTLASS's workspace (module doc). ``m`` and ``n``: the
+    rows and columns of one group's product as the dispatch sees them (a ragged dimension divided
+    by ``groups``), which pick the ping-pong schedule when either is at most 128."""
+    args = _up(groups, 2) * 2 * 3 * 8 + groups * 12 + 3 * groups * 8
+    epilogue_groups = 2 if min(m, n) <= 128 else 1
+    workspace = 2 * TMA_DESCRIPTOR * sms + (epilogue_groups + 1) * TMA_DESCRIPTOR * sms
+    return args, workspace
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ What each figure is and where it comes from:
   liveness colours): the backing allocation capture makes, byte for byte;
 * **graph pool**: the caching allocator's segments (:mod:`.cachesim`) after the backing and every
   graph's own allocations in the capture's order (:func:`pool_bytes`: what the ops return, as
-  the capture keeps or writes them, and the kernels' own buffers, :mod:`.kernels`); shared: one
+  the capture keeps or writes them, and the kernels' own buffers, :mod:`.kernels`; in scope
+  ``full`` the static MoE's grouped GEMMs run as on the GPU, ``torch._grouped_mm`` on bf16 rows); shared: one
   plan over every CP size; separate: the sum of one plan per CP size;
 * **expected peak**: static bytes plus the larger of the optimizer step's transient
   (:func:`step_transient_bytes`, over the graph pool in the graph arm) and what the rank holds for
@@ -121,10 +122,6 @@ def predict_case(case: Case, target: MemoryTarget = MemoryTarget(),
     if scope is None:
         raise MemoryPlanError(f"case {case.id}: the memory plan covers static-shape cases (a graphs: or "
                               "shapes: {mode: static} section); this case runs dynamic shapes")
-    if scope is GraphScope.FULL:
-        raise MemoryPlanError(f"case {case.id}: scope full (the static MoE's grouped GEMMs) is not "
-                              "planned yet: its meta run needs the GPU's grouped-GEMM path on meta "
-                              "tensors; scope attn is")
     if case.train.dtype.value == "fp32":
         raise MemoryPlanError(f"case {case.id}: the memory plan follows the GPU's flash path, which "
                               "runs in bf16; an fp32 case attends on the host path that no graph "

@@ -89,11 +89,19 @@ def _ep_compute(
 
 
 # ------------------------------------------------------------------ static shapes (no EP)
+def _gpu_like(x: torch.Tensor) -> bool:
+    """``x`` runs the GPU's path: a CUDA tensor, or a meta tensor (the memory planner runs the
+    GPU's path on meta, under CUDA's autocast state: ``harness.memplan.autocast``)."""
+    return x.is_cuda or x.is_meta
+
+
 def grouped_mm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """``x`` rows grouped by expert (group ``e`` ends at ``offsets[e]``) times ``w[e]``: one
     grouped GEMM over device-side offsets on CUDA in bf16 (capturable), a loop elsewhere. Rows
-    past the last offset belong to no group: unspecified on CUDA, zero in the loop."""
-    if x.is_cuda and x.dtype == torch.bfloat16:
+    past the last offset belong to no group: unspecified on CUDA, zero in the loop. Meta tensors
+    (the memory planner's stand-in for the GPU, ``harness.memplan``) take the GPU's path: the loop
+    reads the offsets on the host, which meta tensors do not have."""
+    if _gpu_like(x) and x.dtype == torch.bfloat16:
         return torch._grouped_mm(x, w.to(x.dtype), offs=offsets)
     ends = offsets.tolist()
     outs, start = [], 0
@@ -120,7 +128,7 @@ def grouped_dispatch(x: torch.Tensor, top_i: torch.Tensor, weights: torch.Tensor
     ids = torch.arange(num_experts, device=x.device)
     counts = (key[:, None] == ids).sum(dim=0)
     offsets = torch.cumsum(counts, 0).to(torch.int32)
-    dtype = torch.bfloat16 if x.is_cuda and torch.is_autocast_enabled("cuda") else x.dtype
+    dtype = torch.bfloat16 if _gpu_like(x) and torch.is_autocast_enabled("cuda") else x.dtype
     r = rows.to(dtype)
     real = None
     if valid is not None:

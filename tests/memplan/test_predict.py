@@ -158,6 +158,7 @@ def test_an_eager_arm_of_a_graph_case_is_predicted_its_own_peak_and_no_pool() ->
 
 @pytest.mark.parametrize("path, part, arm, rank, pool_mib", [
     ("cases/focused/gpu1-qwen3-graphs.yaml", "scope-attn", "graph", 0, 2_716),
+    ("cases/focused/gpu1-qwen3-graphs.yaml", "scope-full", "graph", 0, 6_078),
     ("cases/focused/gpu1-emulated-dcp12-pp2-vpp2-ep2-graphs.yaml", None, "graph", 3, 1_816),
     ("cases/focused/gpu1-emulated-dcp12-pp2-vpp2-ep2-graphs.yaml", None, "graph-fixed-cp2", 3, 1_864),
 ])
@@ -172,3 +173,57 @@ def test_the_graph_pool_is_what_the_gpus_reserved(path, part, arm, rank, pool_mi
     arm_case = next(a.case for a in plan_case(case).arms if a.name == arm)
     r = predict_case(arm_case, MemoryTarget(varlen_native_gqa=False), pp_ranks=[arm_case.layout.pp_rank(rank)])
     assert arm_figures(arm_case, r.ranks[0]).pool_bytes == pool_mib * 2**20
+
+
+@pytest.mark.parametrize("arm, arenas_mib, peak_mib", [("graph", 4_697.9, 27_787), ("eager", None, 27_532)])
+def test_scope_full_is_planned_as_the_gpu_measured(arm, arenas_mib, peak_mib) -> None:
+    # measured on one H100, torch 2.11+cu130 (K/V heads repeated for flash varlen), the focused
+    # sweep's rank 0 of gpu1-qwen3-graphs.scope-full: graph arm pool 6,078 MiB (checked exactly
+    # above), arenas 4,697.9 MiB, peak allocated 27,787 MiB; eager arm peak 27,532 MiB. The static
+    # MoE's grouped GEMMs run on meta as on the GPU (torch._grouped_mm on bf16 rows)
+    from harness.arms import plan_case
+    from harness.memplan.arm import arm_figures
+
+    case = next(c for c in load_cases(ROOT / "cases/focused/gpu1-qwen3-graphs.yaml") if "scope-full" in c.id)
+    arm_case = next(a.case for a in plan_case(case).arms if a.name == arm)
+    f = arm_figures(arm_case, predict_case(arm_case, MemoryTarget(varlen_native_gqa=False)).ranks[0])
+    if arenas_mib is not None:
+        assert abs(f.arena_bytes / 2**20 / arenas_mib - 1) < 0.05
+    else:
+        assert (f.pool_bytes, f.arena_bytes) == (None, None)
+    assert abs(f.peak_bytes / 2**20 / peak_mib - 1) < 0.10
+
+
+def test_the_static_moe_takes_the_gpus_grouped_gemm_on_meta_with_its_scratch() -> None:
+    # on meta under the planner's autocast the experts run as the GPU runs them: bf16 rows into
+    # torch._grouped_mm (not the host loop, which reads the offsets), each call followed by the
+    # kernel's arguments and CUTLASS workspace; CUDA's autocast state is restored on exit
+    from harness.memplan.autocast import MetaAutocast
+    from harness.memplan.blocks import PoolEvents
+    from harness.memplan.kernels import grouped_mm_scratch
+    from harness.workload.ep import grouped_dispatch
+    from harness.workload.moe import Experts
+
+    t, h, f, e, k = 256, 64, 32, 4, 2
+    with torch.device("meta"):
+        experts = Experts(e, h, f)
+        x = torch.empty(t, h, requires_grad=True)
+        top_i = torch.empty(t, k, dtype=torch.long)
+        weights = torch.empty(t, k)
+    seen = []
+
+    class Calls(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if str(func) == "aten._grouped_mm.default":
+                seen.append((args[0].dtype, args[1].dtype))
+            return func(*args, **(kwargs or {}))
+
+    before = torch.is_autocast_enabled("cuda")
+    with MetaAutocast(torch.bfloat16), PoolEvents() as pool, Calls():
+        y = grouped_dispatch(x, top_i, weights, experts, e)
+    assert torch.is_autocast_enabled("cuda") == before
+    assert seen == [(torch.bfloat16, torch.bfloat16)] * 3 and y.shape == (t, h)
+    sizes = [ev[2] for ev in pool.end() if ev[0] == "a"]
+    scratch = grouped_mm_scratch(e, t * k // e, f)
+    assert scratch == (4 * 24 + 4 * 12 + 3 * 4 * 8, (2 + 2 + 1) * 128 * 132)  # ping-pong: 128 rows a group
+    assert sizes.count(scratch[0]) == 3
