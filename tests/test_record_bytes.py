@@ -13,10 +13,11 @@ commit that added it, before they were replaced by pydantic dumps of the read mo
   arm's ``inherited_env.json`` (written by the dict writer of commit 440a673).
 
 Each test writes through today's writer and compares bytes; the golden files under ``cases/``
-are checked the same way (their recorded environments). A plan holds its arms' whole cases, so a
-new case-file field changes ``built/plan-*`` (and ``case.json``) on purpose: after such a change,
-and only then, write them again with ``python -c "import tests.test_record_bytes as t;
-t._generate()"`` and review the diff (the new field, nothing else).
+are checked the same way (their recorded environments). A plan holds its arms' whole cases and
+its golden pair the golden document, so a new case-file field, or golden values re-recorded for
+``cases/command/trainer-tensorboard.yaml``, change ``built/plan-*`` (and ``case.json``) on
+purpose: after such a change, and only then, write them again with ``python -c "import tests.test_record_bytes as t;
+t._generate()"`` and review the diff (the new field or document, nothing else).
 """
 
 from __future__ import annotations
