@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from tests.browser import browser  # noqa: F401  (the headless Chromium of page tests)
+from tests.slurm_cluster import slurm_cluster  # noqa: F401  (the cluster of slurm-marked tests)
 
 
 @pytest.fixture(autouse=True)

@@ -5,8 +5,6 @@ and a broken one (skipped)."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,19 +15,9 @@ from harness.cli import main
 from tests.bisect.test_bisect_e2e import first_probe
 from tests.bisect.toyrepo import git, make_repo, write_case
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900), pytest.mark.usefixtures("slurm_cluster")]
 
 COMMITS = 8
-
-
-@pytest.fixture(scope="module", autouse=True)
-def cluster():
-    if shutil.which("sbatch") is None:
-        pytest.skip("no Slurm here: run slurm/devcluster/start.sh (as root) first")
-    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True)
-    if ping.returncode != 0 or "UP" not in ping.stdout:
-        pytest.skip(f"slurmctld is not up ({ping.stdout.strip() or ping.stderr.strip()}): "
-                    "run slurm/devcluster/start.sh")
 
 
 def test_bisect_runs_each_step_as_a_slurm_job(tmp_path: Path, capsys) -> None:

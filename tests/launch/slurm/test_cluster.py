@@ -27,7 +27,7 @@ from harness.results import read_outcome, read_steps
 from tests.launch.cases import REPEAT, UNIFORM, write_case_file
 from tests.launch.faults import fault_exports
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600), pytest.mark.usefixtures("slurm_cluster")]
 
 REPO = Path(__file__).resolve().parents[3]
 WAIT_S = 300
@@ -56,16 +56,6 @@ STRICT_DCP = dict(
     data={"lengths": {"distribution": "lognormal", "min": 16, "max": 128}},
     compare={"dcp_vs_fixed_cp": {"fixed_cp": 2, "aux_loss": {"max_abs": 1.0e-6}}},
     resources={"nodes": 1, "gpus_per_node": 2, "time_min": 4, "profile": "local"})
-
-
-@pytest.fixture(scope="module", autouse=True)
-def cluster():
-    if shutil.which("sbatch") is None:
-        pytest.skip("no Slurm here: run slurm/devcluster/start.sh (as root) first")
-    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True)
-    if ping.returncode != 0 or "UP" not in ping.stdout:
-        pytest.skip(f"slurmctld is not up ({ping.stdout.strip() or ping.stderr.strip()}): "
-                    "run slurm/devcluster/start.sh")
 
 
 def write_profile(tmp_path, setup=()):

@@ -7,8 +7,6 @@ clean arms of the same job would pass (the eager arm's golden entry is skipped: 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,20 +15,10 @@ import yaml
 from harness.report import gate
 from harness.results import read_outcome, read_steps
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600), pytest.mark.usefixtures("slurm_cluster")]
 
 REPO = Path(__file__).resolve().parents[3]
 TRAINER = REPO / "examples" / "trainer" / "train.py"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def cluster():
-    if shutil.which("sbatch") is None:
-        pytest.skip("no Slurm here: run slurm/devcluster/start.sh (as root) first")
-    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True)
-    if ping.returncode != 0 or "UP" not in ping.stdout:
-        pytest.skip(f"slurmctld is not up ({ping.stdout.strip() or ping.stderr.strip()}): "
-                    "run slurm/devcluster/start.sh")
 
 
 def test_a_graph_arms_memory_growth_fails_its_pair_in_a_slurm_job(tmp_path, capsys):

@@ -25,6 +25,7 @@ from harness.report import gate
 from harness.results import read_outcome, read_steps
 
 from tests.launch.faults import fault_exports
+from tests.slurm_cluster import skip_unless_cluster_up
 from tests.launch.slurm.test_cluster import cli, finish, write_profile
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
@@ -37,13 +38,7 @@ BUILTIN, TORCHRUN = "twonode-dcp12-pp2", "twonode-trainer-torchrun"
 @pytest.fixture(scope="module")
 def nodes():
     """The cluster's node names; the tests need two nodes, each its own host."""
-    try:
-        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True)
-    except FileNotFoundError:
-        pytest.skip("no Slurm here: run slurm/devcluster/start.sh (as root) first")
-    if ping.returncode != 0 or "UP" not in ping.stdout:
-        pytest.skip(f"slurmctld is not up ({ping.stdout.strip() or ping.stderr.strip()}): "
-                    "run slurm/devcluster/start.sh")
+    skip_unless_cluster_up()
     names = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True,
                            check=True).stdout.split()
     assert len(set(names)) >= 2, (
