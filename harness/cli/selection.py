@@ -13,7 +13,7 @@ from harness.caseplan import CasePlan
 from harness.errors import ConfigError
 from harness.launch.datacheck import check_packing
 from harness.spec import Case, load_cases, select_cases
-from harness.spec.derive import as_emulated, as_emulated_instead, emulated_steps, with_steps  # noqa: F401 (with_steps: re-exported)
+from harness.spec.derive import as_emulated, as_emulated_instead, emulated_steps
 from harness.spec.places import stage_ranks
 from harness.trust.golden_folders import check_golden_folders
 

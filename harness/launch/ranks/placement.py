@@ -17,7 +17,8 @@
   (:func:`emulated_instead`), is not skipped: a local run emulates its pipeline's ends instead
   (the first rank of the first stage and the last of the last; one rank where both are in one
   stage: every rank of a stage holds the same bytes, slots and graphs), for at most
-  :func:`emulated_steps` steps, so memory, slots, capture and graph vs eager are judged on the GPU
+  ``harness.spec.derive.emulated_steps`` steps (that derivation lives with the other derived cases,
+  where ``gate`` re-derives it), so memory, slots, capture and graph vs eager are judged on the GPU
   there is; its loss pairs are skipped with their reason (emulated ranks' losses are not the
   model's). ``submit`` does not do this: a cluster has the GPUs or the case is refused.
 """
@@ -28,10 +29,7 @@ from typing import Optional
 
 from harness.caseplan import CasePlan
 from harness.spec.places import stage_ranks
-from harness.spec.derive import EMULATED_GRAPHED_STEPS, emulated_steps  # noqa: F401 (re-exported)
 
-# EMULATED_GRAPHED_STEPS, emulated_steps: the derivation of an emulated-instead case lives with
-# the other derived cases (harness.spec.derive), where gate re-derives it too.
 
 
 def _why_cuda(plan: CasePlan) -> str:

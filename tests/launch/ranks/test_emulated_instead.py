@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.arms import plan_case
-from harness.cli.selection import emulated_on_too_few_gpus, with_steps
-from harness.launch.ranks.placement import (EMULATED_GRAPHED_STEPS, emulated_instead, emulated_steps,
-                                            skip_reason)
+from harness.cli.selection import emulated_on_too_few_gpus
+from harness.launch.ranks.placement import emulated_instead, skip_reason
+from harness.spec.derive import EMULATED_GRAPHED_STEPS, emulated_steps, with_steps
 from harness.spec.loader import load_cases
 
 ROOT = Path(__file__).resolve().parents[3]
