@@ -17,6 +17,7 @@ from harness.spec.loader import load_cases
 from tests.compare import scenarios as sc
 from tests.compare.scenarios import at, params
 from tests.records import GIB, changed, probe
+from tests.spec.test_command_case import BASE as COMMAND_CASE  # the one command case of the spec tests
 
 DATA = Path(__file__).resolve().parents[1] / "metrics" / "data"
 
@@ -95,17 +96,7 @@ def test_megatrons_memory_lines_after_its_first_iterations_only_give_no_growth()
 def test_a_command_source_with_a_memory_probe_keeps_the_probe_checks(tmp_path: Path) -> None:
     """The record API carries a memory probe: its probe checks stay applicable; TensorBoard's
     carries none: n/a when the case is planned, naming the source."""
-    text = """\
-name: cmd
-resources: {gpus_per_node: 2}
-train: {steps: 4, global_batch: 8, seq_length: 16, lr: 1.0e-3}
-command:
-  argv: [python, train.py, --train-iters, "{steps}"]
-  arms: {graph: [--cuda-graph-impl, local]}
-  metrics: {source: SOURCE}
-compare:
-  graph_vs_eager: {loss: exact}
-"""
+    text = COMMAND_CASE.replace("source: tensorboard", "source: SOURCE")
     for source, lacks in (("record", False), ("tensorboard", True)):
         path = tmp_path / f"{source}.yaml"
         path.write_text(text.replace("SOURCE", source))
@@ -118,17 +109,7 @@ compare:
 
 def test_a_bad_bound_names_file_case_and_field(tmp_path: Path) -> None:
     path = tmp_path / "case.yaml"
-    path.write_text("""\
-name: cmd
-resources: {gpus_per_node: 2}
-train: {steps: 4, global_batch: 8, seq_length: 16, lr: 1.0e-3}
-command:
-  argv: [python, train.py, --train-iters, "{steps}"]
-  arms: {graph: [--cuda-graph-impl, local]}
-  metrics: {source: tensorboard}
-compare:
-  graph_vs_eager: {loss: exact, allocated_growth_pct: -1}
-""")
+    path.write_text(COMMAND_CASE.replace("{loss: exact}", "{loss: exact, allocated_growth_pct: -1}"))
     with pytest.raises(CaseError) as err:
         load_cases([path])
     text = str(err.value)
