@@ -610,10 +610,10 @@ class Case(BaseCase):
     @classmethod
     def _drop_arm_keys(cls, data: Any) -> Any:
         """``case.json``'s arm-case fields, unset (see the class doc)."""
-        if isinstance(data, dict) and any(name in data for name in _arm_own_fields()):
-            data = {k: v for k, v in data.items()
-                    if k not in _arm_own_fields() or not _is_unset(_arm_own_fields()[k], v)}
-        return data
+        if not isinstance(data, dict):
+            return data
+        arm = _arm_own_fields()
+        return {k: v for k, v in data.items() if k not in arm or not _is_unset(arm[k], v)}
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: Any, info: SerializationInfo) -> Any:
@@ -647,6 +647,7 @@ def _unset_value(field: Any, mode: str) -> Any:
 
 
 def _is_unset(field: Any, value: Any) -> bool:
+    """Whether ``value`` (as ``case.json`` holds it) is an arm case's field left unset."""
     default = field.get_default(call_default_factory=True)
     if value is None:
         return True
