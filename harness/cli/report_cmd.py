@@ -10,7 +10,7 @@ from harness.cli.history_cmd import add_drift_options, add_history_option, drift
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
 from harness.history import record_sweep
-from harness.report import console_table, gate, make_console, write_reports
+from harness.report import gate, show_table, write_reports
 from harness.report.load import is_case_dir
 from harness.results import MANIFEST_FILE, sweep_lock
 from harness.trust.stored_plan import check_stored_plan
@@ -86,7 +86,7 @@ def run_report(args: argparse.Namespace) -> int:
     with sweep_lock(sweep, busy=f"it writes its reports when it ends; `dcp-harness gate {sweep}` "
                                 "judges it as it stands now"):
         files = write_reports(sweep, check_plan=check_stored_plan, allowed_skips=skips)
-    console_table(files, make_console())
+    show_table(files)
     print(f"wrote {files.summary}, {files.junit}, {files.index}, {files.page}"
           + (f" and {len(files.plots)} plot(s)" if files.plots else ""))
     for note in files.notes:

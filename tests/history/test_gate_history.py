@@ -7,9 +7,6 @@ checks its cases' drift; a first sweep has nothing to judge yet and keeps the ga
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,27 +14,7 @@ import pytest
 from harness.cli import main
 from harness.history import ENV_VAR
 from tests.history.sweeps import make_sweep, record_golden, started
-
-REPO = Path(__file__).resolve().parents[2]
-TRAINER = """\
-import sys
-iters = int(sys.argv[sys.argv.index("--train-iters") + 1])
-for i in range(1, iters + 1):
-    print(f" iteration {i:8d}/{iters:8d} | elapsed time per iteration (ms): 10.0 | learning rate: "
-          f"3.0E-03 | lm loss: {4.0 - 0.1 * i:.6E} | grad norm: 1.0 | number of skipped "
-          "iterations:   0 | number of nan iterations:   0 |", flush=True)
-"""
-CASE = """\
-name: gate-history
-resources: {gpus_per_node: 1, time_min: 3}
-train: {steps: 3, global_batch: 4, seq_length: 16, lr: 3.0e-3}
-command:
-  argv: [python, train.py, --train-iters, "{steps}"]
-  env: {OMP_NUM_THREADS: "1"}
-  metrics: {source: megatron_log}
-compare:
-  repeat: {loss: exact}
-"""
+from tests.quick_sweep import quick_case, run_quick
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +22,8 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real, clean sweep on this machine's CPU (a command case that starts in a blink), not
     recorded in any history."""
     root = tmp_path_factory.mktemp("gate-history")
-    (root / "train.py").write_text(TRAINER)
-    (root / "case.yaml").write_text(CASE)
     out = root / "sweep"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "harness", "run", str(root / "case.yaml"),
-                           "--out", str(out), "--no-history"], env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
+    run_quick(quick_case(root, "gate-history"), ["--out", str(out), "--no-history"], cwd=root)
     return out
 
 
