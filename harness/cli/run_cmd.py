@@ -138,6 +138,7 @@ def _run(args: argparse.Namespace) -> int:
     cases = [p.case for p in plans]
     now = datetime.now(timezone.utc)
     out: Path = args.out if args.out is not None else default_out_dir(RESULTS_ROOT, now)
+    args.out = out  # the sweep's folder from here on: a dcp-harness bug's traceback goes there
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} exists and is not a folder")
     check_resumable(cases, out)

@@ -137,7 +137,7 @@ def run_submit(args: argparse.Namespace) -> int:
     cases = [p.case for p in plans]
     backend = _backend(args)
     todo = backend.plan(plans)
-    out = (args.out or _default_out()).resolve()
+    out = args.out = (args.out or _default_out()).resolve()  # (a bug's traceback goes there)
     queued = [p for p in plans if p.case_id not in todo.skips]
     memory = memory_preflight(queued, todo.profiles, todo.profile_of)
     print(describe_plan(todo.groups))

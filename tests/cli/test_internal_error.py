@@ -20,6 +20,7 @@ import pytest
 
 from harness.cli import build_parser, main
 from harness.errors import ConfigError
+from tests.quick_sweep import quick_case
 
 REPO = Path(__file__).resolve().parents[2]
 CASE = str(REPO / "cases" / "focused" / "tiny-moe-eager.yaml")
@@ -159,3 +160,24 @@ def test_a_folder_that_cannot_be_written_sends_the_traceback_to_the_temp_folder(
     (written,) = list(temp_dir.glob("dcp-harness-internal-error-*.txt"))
     assert f"traceback in {written}" in capsys.readouterr().err
     assert "ValueError: boom" in written.read_text()
+
+
+def test_a_bug_in_a_run_leaves_its_traceback_in_the_sweep_it_ran(tmp_path, monkeypatch, capsys):
+    """`run` without --out: the traceback goes into the sweep folder it made
+    (results/<UTC timestamp>), beside what the sweep wrote."""
+    import harness.cli.run_cmd as run_cmd
+
+    case = quick_case(tmp_path / "cases")
+    monkeypatch.chdir(tmp_path)
+
+    def broken(*args, **kwargs):
+        raise AttributeError("injected after the sweep ran")
+
+    monkeypatch.setattr(run_cmd, "show_table", broken)
+    assert main(["run", str(case), "--no-history"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()[-1:]
+    (sweep,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir() and not p.is_symlink()]
+    (written,) = list(sweep.glob("internal-error-*.txt"))
+    assert line.startswith("internal error in dcp-harness: AttributeError: injected after the "
+                           f"sweep ran (traceback in {written};")
+    assert (sweep / "manifest.json").is_file() and "in _run" in written.read_text()
