@@ -109,7 +109,7 @@ def log_lines(sweep: Any, width: int = LINE_WIDTH) -> list[str]:
     figures = [(name, cell) for name, cell in _LOG_FIGURES
                if any(cell(c, p) != DASH for c, p in rows)]
     heads = [f"{c.entry_label(p.status)} {c.title} / {p.pair}" for c, p in rows]
-    pad = min(max((Text(h).cell_len for h in heads), default=0), width // 3)
+    pad = min(max((Text(h).cell_len for h in heads), default=0), width // 2)
     lines = [_title(view)]
     for head, (case, p) in zip(heads, rows):
         why = entry_why(case, p)

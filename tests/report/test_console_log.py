@@ -14,7 +14,7 @@ from harness.report import show_table, write_reports
 from harness.report.console import LINE_WIDTH, log_lines
 from tests.test_report import crashing, failing, passing
 
-LONG = "gpu4-dcp12-pp2-vpp2-ep2-graphs-long-case-id"  # longer than the padding (40)
+LONG = "gpu4-dcp12-pp2-vpp2-ep2-graphs-long-case-id"  # a long id, whole in every line
 
 
 class Terminal(io.StringIO):
