@@ -87,8 +87,8 @@ def point_latest(root: Path, target: Path) -> Path:
     link = root / LATEST
     tmp = root / f".{LATEST}.{os.getpid()}.tmp"
     tmp.unlink(missing_ok=True)
-    inside = target.resolve().is_relative_to(root.resolve())
-    tmp.symlink_to(os.path.relpath(target.resolve(), root.resolve()) if inside else target.resolve())
+    sweep, where = target.resolve(), root.resolve()
+    tmp.symlink_to(os.path.relpath(sweep, where) if sweep.is_relative_to(where) else sweep)
     os.replace(tmp, link)
     return link
 

@@ -137,7 +137,8 @@ def open_history(url: Optional[str] = None, *, create: bool = True) -> History:
     to the current schema; ``create=False`` (the readers) refuses a SQLite file that is not there
     and an empty database instead of making one (nothing written). A new SQLite file's folder
     must exist unless it is the default's (``results/``, made). Another backend than SQLite and
-    PostgreSQL is refused naming those two. A :class:`HistoryError` names what is wrong and what to do."""
+    PostgreSQL is refused naming those two. A :class:`HistoryError` names what is wrong and what
+    to do."""
     url = history_url(url)
     try:
         parsed = make_url(url)
