@@ -20,7 +20,7 @@ import yaml
 from harness.arms import plan_case
 from harness.caseplan import case_hash, read_plan
 from harness.judge import judge, read_arms
-from harness.launch.sweep import prepare_case_dir
+from harness.launch.sweep_folder import prepare_case_dir
 from harness.results import CASE_FILE, OUTCOME_FILE, PredictedMemory, StepWriter, read_json, read_steps
 from harness.spec.loader import cases_from_text, load_cases
 from harness.spec.schema import ArmCase, BaseCase, Case, CaseFile, CaseSections
