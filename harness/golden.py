@@ -44,7 +44,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Container, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Container, Iterable, Mapping, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict
 
@@ -183,6 +183,49 @@ def golden_key(platform: str, environment: Optional[str] = None) -> str:
 def golden_file(golden_dir: PathLike, case_id: str, platform: str,
                 environment: Optional[str] = None) -> Path:
     return Path(golden_dir) / case_id / f"golden_values_{golden_key(platform, environment)}.json"
+
+
+# A golden file of another kernel identity beside the key's own: golden_values_<key>.<variant>.json
+VARIANT_SEP = "."
+
+
+def variant_name(env: Optional[RunEnvironment]) -> str:
+    """The name a golden file of ``env``'s kernel identity takes beside the others of its key
+    (``golden_values_cpu.avx2.json``): on CPU the ATen capability, with MKL's branch where it is
+    not the harness's pinned one (``-mkl7``) and the intra-op threads where not 1 (``-t2``); on
+    CUDA the compute capability and CUDA version (``sm_90-cu12.8``)."""
+    kernels = kernels_of(env)[0] if env is not None else {}
+    if "aten_cpu_capability" in kernels:
+        name = kernels["aten_cpu_capability"].lower()
+        if kernels.get("blas_isa") not in (None, "0"):
+            name += f"-mkl{kernels['blas_isa']}"
+        if kernels.get("intra_op_threads") not in (None, "1"):
+            name += f"-t{kernels['intra_op_threads']}"
+        return name
+    if "capability" in kernels:
+        return f"{kernels['capability']}-cu{kernels.get('cuda', 'x')}".lower()
+    return "unknown"
+
+
+def keys_of(files: Iterable[str], key: str) -> list[str]:
+    """The keys among ``files`` that hold values of ``key``: ``key`` itself first, then its
+    side-by-side files of other kernel identities (``<key>.<variant>``), sorted."""
+    return sorted((k for k in files if k == key or k.startswith(key + VARIANT_SEP)),
+                  key=lambda k: (k != key, k))
+
+
+def same_kernels(golden: "Golden", env: Optional[RunEnvironment]) -> bool:
+    """Whether ``env`` (a run's environment) takes the kernels ``golden`` was recorded with."""
+    if golden.environment is None or env is None:
+        return False
+    return not kern.differences(kernels_of(golden.environment)[0], kernels_of(env)[0])
+
+
+def pick_kernels(candidates: Sequence["Golden"], env: Optional[RunEnvironment]) -> "Golden":
+    """Of the golden files of one key (the key's own first, :func:`keys_of`), the one recorded
+    with ``env``'s kernels, else the key's own (else the first): side-by-side files of other
+    kernel identities, the matching one chosen."""
+    return next((g for g in candidates if same_kernels(g, env)), candidates[0])
 
 
 _GOLDEN_NAME = re.compile(r"^golden_values_([a-z0-9][a-z0-9._-]*)\.json$")
@@ -441,23 +484,26 @@ LOSS_DEFAULTS: Mapping[str, LossBound] = MappingProxyType({
 
 
 def loss_bound(golden: Golden, metric: str, declared: Optional[LossBound], setting: str,
-               not_bitwise: Optional[str], same: str = "") -> tuple[LossBound, str]:
-    """The bound of loss metric ``metric`` against ``golden`` and where it comes from: the case's
-    (``declared``, its field ``setting``); else, for a run that repeats its golden values bitwise
-    (``not_bitwise`` None: a deterministic run with the kernels the file was recorded with,
-    ``same`` says which), ``exact``, or the spread of the file's repeats x ``RTOL_FACTOR`` where
-    they did not agree bitwise; else :data:`LOSS_DEFAULTS` (``not_bitwise`` says why)."""
+               not_bitwise: Optional[str], same: str = "") -> tuple[LossBound, str, str]:
+    """The bound of loss metric ``metric`` against ``golden``, where it comes from, and its kind
+    (``Check.bound_kind``): the case's (``declared``, its field ``setting``: ``declared``); else,
+    for a run that repeats its golden values bitwise (``not_bitwise`` None: a deterministic run
+    with the kernels the file was recorded with, ``same`` says which), ``exact`` (``bitwise``),
+    or the spread of the file's repeats x ``RTOL_FACTOR`` where they did not agree bitwise
+    (``repeats``); else :data:`LOSS_DEFAULTS` (``fallback``; ``not_bitwise`` says why)."""
     if declared is not None:
-        return declared, setting
+        return declared, setting, "declared"
     if not_bitwise is not None:
-        return LOSS_DEFAULTS[metric], f"the default: {not_bitwise}"
+        default = LOSS_DEFAULTS[metric]
+        return default, f"fallback to the default rel {default.max_rel:g}: {not_bitwise}", "fallback"
     spread, repeats = golden.spreads.get(metric, 0.0), golden.repeats.get(metric, 1)
     if spread > 0:
         return (Tolerance(max_rel=RTOL_FACTOR * spread),
-                f"{RTOL_FACTOR:g} x the spread {spread:.3g} of the golden file's {repeats} repeats")
+                f"{RTOL_FACTOR:g} x the spread {spread:.3g} of the golden file's {repeats} repeats",
+                "repeats")
     agreed = f"; the golden file's {repeats} repeats agreed bitwise" if repeats > 1 else ""
     return "exact", ("bitwise: a deterministic run repeats its golden values with the kernels they "
-                     f"were recorded with{f' ({same})' if same else ''}{agreed}")
+                     f"were recorded with{f' ({same})' if same else ''}{agreed}"), "bitwise"
 
 
 def _bound_allows(bound: LossBound, low: float, high: float, ref: float) -> bool:
