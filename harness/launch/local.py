@@ -31,6 +31,7 @@ from harness.launch.ranks.placement import runs_on_cuda, skip_reason
 from harness.launch.ranks.processes import RankCommand, cuda_device_count, device_env, run_ranks
 from harness.launch.ranks.rank_main import read_plan_beside
 from harness.launch.ranks.warm import WarmStarter
+from harness.launch.ranks.variation import variation
 from harness.results import CASE_FILE, LOG_FILE, ArmOutcome, write_outcome
 
 
@@ -182,7 +183,8 @@ class LocalLauncher:
         return RankCommand(argv=argv + (("--stop-after", str(stop)) if stop is not None else ()),
                            world_size=arm.world_size, arm_dir=arm_dir, timeout_s=timeout_s,
                            env=self._device(plan, arm, gpus)[0], repro=repro,
-                           stop=self.stop_event)
+                           stop=self.stop_event,
+                           variation=variation(arm.case.execution.vary_processes))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

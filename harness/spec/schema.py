@@ -452,6 +452,19 @@ class Execution(Strict):
     interrupt_after: Optional[int] = Field(default=None, ge=1)
     # The one-rank arm trained beside Hugging Face's Qwen3-MoE (``compare.oracle``).
     oracle: bool = False
+    # Its processes start otherwise than the first run's in everything the numbers must not
+    # depend on (``harness.launch.ranks.variation``: hash seed, rank start order, working and
+    # temporary folders, the environment's order, a cold start): the repeat arm of
+    # ``compare.repeat`` and the one-rank reference arm.
+    vary_processes: bool = False
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: Any, info: SerializationInfo) -> Any:
+        """``vary_processes`` is left out while false: plans written before it stay as they were."""
+        out = handler(self)
+        if not self.vary_processes:
+            out.pop("vary_processes", None)
+        return out
 
 
 # --------------------------------------------------------------------------- resources

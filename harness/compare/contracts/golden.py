@@ -232,7 +232,8 @@ def _golden_check(name: str, metric: str, run: Mapping[int, float], golden: Gold
     bound, source, kind = loss_bound(golden, metric, declared, f"compare.golden.{name}", *why_not)
     check = compare_series(name, dict(run), dict(want), bound, (arm, f"golden {golden.path.name}"))
     env = (f"; recorded in another environment: {'; '.join(changed)}" if changed else "")
-    return replace(check, detail=f"{check.detail} (bound: {source}){env}", bound_kind=kind)
+    return replace(check, detail=f"{check.detail} against {golden.path.name} (bound: {source}){env}",
+                   bound_kind=kind)
 
 
 def judged_file(p: GoldenPairParams, steps: Steps) -> tuple[str, Golden]:

@@ -34,6 +34,7 @@ from harness.launch.ranks.failures import classify_exit, rank_cause, tail_text
 from harness.launch.ranks.ports import is_addr_in_use, pick_free_port
 from harness.launch.ranks.rank_main import LAUNCHER_PID_ENV, remove_empty_stacks, stacks_path
 from harness.launch.ranks.warm import WarmProcess, WarmStarter
+from harness.launch.ranks.variation import FIRST, Variation, describe
 from harness.results import LOG_FILE, ArmOutcome, read_steps
 
 # The repository, put on the ranks' PYTHONPATH so they import this harness.
@@ -79,6 +80,9 @@ class RankCommand:
     # Processes whose argument vector and rendezvous differ from ``argv`` / ``rendezvous`` (a
     # command case's launchers on one machine, one per node: each its own ``{node_rank}``).
     per_process: Mapping[int, "ProcessStart"] = field(default_factory=dict)
+    # How the processes start in what the numbers must not depend on (``variation``): the
+    # arm case's ``execution.vary_processes``.
+    variation: Variation = FIRST
 
     @property
     def started(self) -> tuple[int, ...]:
@@ -254,15 +258,17 @@ def _spawn(cmd: RankCommand, rank: int, port: int, starter: Optional[WarmStarter
            ) -> tuple[Union[subprocess.Popen, WarmProcess], Optional[str]]:
     """Rank ``rank``'s process: forked warm by ``starter`` where it can, else started cold (and
     why, when a warm start was refused)."""
-    argv, env = cmd.argv_of(rank), cmd.env_of(os.environ, rank, port)
+    v = cmd.variation
+    argv, env = cmd.argv_of(rank), v.environment(cmd.env_of(os.environ, rank, port), cmd.arm_dir)
+    cwd = v.cwd(cmd.arm_dir, cmd.cwd)
     why = None
-    if starter is not None:
-        proc, why = starter.start(argv, env, str(cmd.cwd) if cmd.cwd is not None else None)
+    if starter is not None and not v.cold_start:
+        proc, why = starter.start(argv, env, str(cwd) if cwd is not None else None)
         if proc is not None:
             return proc, None
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True, env=env,
-                            cwd=cmd.cwd), why
+                            cwd=cwd), why
 
 
 def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wait_s: float,
@@ -275,11 +281,12 @@ def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wa
     how = (f"emulated rank(s) {', '.join(map(str, cmd.started))} of {cmd.world_size}, each alone"
            if cmd.emulated else f"x{cmd.world_size} port {port}")
     log.write(f"[launcher] {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} "
-              f"{shlex.join(cmd.argv)} {how} timeout {cmd.timeout_s:.0f}s\n")
+              f"{shlex.join(cmd.argv)} {how} timeout {cmd.timeout_s:.0f}s; "
+              f"{describe(cmd.variation)}\n")
     log.flush()
     ranks: list[_Rank] = []
     try:
-        for k in cmd.started:
+        for k in cmd.variation.start_order(cmd.started):
             proc, cold_why = _spawn(cmd, k, port, starter)
             if cold_why is not None:
                 with lock:
