@@ -151,6 +151,8 @@ class LocalLauncher:
                 if not needs_run(arm, case_dir / arm.name):
                     continue
                 for cmd in self._first_commands(plan, arm, case_dir, gpus):
+                    if cmd.variation.cold_start:  # started cold: no server to wait for
+                        continue
                     rank = cmd.started[0]
                     started += self.starter.prewarm(cmd.argv_of(rank),
                                                     cmd.env_of(os.environ, rank, 0))

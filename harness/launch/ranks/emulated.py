@@ -31,6 +31,7 @@ from harness.launch.ranks.completion import rank_is_complete
 from harness.launch.ranks.placement import runs_on_cuda
 from harness.launch.ranks.processes import CPU_RANK_SETTINGS, RankCommand, run_ranks
 from harness.launch.ranks.repro import repro_line
+from harness.launch.ranks.variation import variation
 from harness.results import LOG_FILE, ArmOutcome
 from harness.spec.places import rank_place
 
@@ -97,7 +98,8 @@ def emulated_rank_command(arm: PlannedArm, arm_dir: Path, case_json: Path, *, ra
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // side))
     return RankCommand(argv=argv, world_size=arm.world_size, arm_dir=arm_dir, timeout_s=timeout_s,
                        env=env, repro=repro, ranks=(rank,), emulated=True,
-                       devices={rank: gpu} if gpu is not None else {})
+                       devices={rank: gpu} if gpu is not None else {},
+                       variation=variation(arm.case.execution.vary_processes))
 
 
 def run_emulated_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, case_json: Path, *,

@@ -95,14 +95,17 @@ class RankCommand:
         return list(self.argv) + (["--emulate-rank", str(rank)] if self.emulated else [])
 
     def env_of(self, base: Mapping[str, str], rank: int, port: int) -> dict[str, str]:
+        """Rank ``rank``'s whole environment, as its start (:attr:`variation`) gives it."""
         if not self.emulated:
             rendezvous = (self.per_process[rank].rendezvous if rank in self.per_process
                           else self.rendezvous)
-            return {**rank_env(base, rank, self.world_size, port, self.env), **rendezvous}
-        extra = dict(self.env)
-        if rank in self.devices:
-            extra["CUDA_VISIBLE_DEVICES"] = self.devices[rank]
-        return alone_env(base, extra)
+            env = {**rank_env(base, rank, self.world_size, port, self.env), **rendezvous}
+        else:
+            extra = dict(self.env)
+            if rank in self.devices:
+                extra["CUDA_VISIBLE_DEVICES"] = self.devices[rank]
+            env = alone_env(base, extra)
+        return self.variation.environment(env, self.arm_dir)
 
 
 @dataclass
@@ -259,7 +262,7 @@ def _spawn(cmd: RankCommand, rank: int, port: int, starter: Optional[WarmStarter
     """Rank ``rank``'s process: forked warm by ``starter`` where it can, else started cold (and
     why, when a warm start was refused)."""
     v = cmd.variation
-    argv, env = cmd.argv_of(rank), v.environment(cmd.env_of(os.environ, rank, port), cmd.arm_dir)
+    argv, env = cmd.argv_of(rank), cmd.env_of(os.environ, rank, port)
     cwd = v.cwd(cmd.arm_dir, cmd.cwd)
     why = None
     if starter is not None and not v.cold_start:
