@@ -28,7 +28,8 @@ from harness.launch.ranks.arm_runner import joined, run_arm, run_legs
 from harness.launch.ranks.command import run_command_arm
 from harness.launch.ranks.emulated import EmulatedLauncher
 from harness.launch.ranks.placement import runs_on_cuda, skip_reason
-from harness.launch.ranks.processes import RankCommand, cuda_device_count, device_env, run_ranks
+from harness.launch.ranks.processes import (RankCommand, cpu_pinned, cuda_device_count, device_env,
+                                            run_ranks)
 from harness.launch.ranks.rank_main import read_plan_beside
 from harness.launch.ranks.warm import WarmStarter
 from harness.launch.ranks.variation import variation
@@ -184,7 +185,7 @@ class LocalLauncher:
                 "--arm", arm.name, "--out", str(arm_dir))
         return RankCommand(argv=argv + (("--stop-after", str(stop)) if stop is not None else ()),
                            world_size=arm.world_size, arm_dir=arm_dir, timeout_s=timeout_s,
-                           env=self._device(plan, arm, gpus)[0], repro=repro,
+                           env=cpu_pinned(self._device(plan, arm, gpus)[0]), repro=repro,
                            stop=self.stop_event,
                            variation=variation(arm.case.execution.vary_processes))
 

@@ -147,19 +147,25 @@ def device_env(world_size: int, gpus: int, case_world: Optional[int] = None
     return {"CUDA_VISIBLE_DEVICES": ""}, f"{world_size} rank(s) on CPU (gloo): {why}"
 
 
-# What a CPU rank's numbers need not depend on, pinned unless the environment sets it (each is
-# recorded: ``harness.environment.SETTINGS``, ``harness.kernels``), so that golden values repeat
-# bit for bit on any host of the same kernels (docs/golden-values.md):
-# * one intra-op thread: how reductions and GEMMs split, else the host's core count;
-# * MKL's COMPATIBLE code branch (conditional numerical reproducibility: fixed cache sizes,
-#   deterministic reductions, one code path on Intel and AMD alike; MKL's own dispatch picks
-#   other GEMM kernels per vendor and ISA, and its AVX2 and AVX-512 branches differ in the last
-#   bits here); ATen's vectorised kernels still follow the CPU (AVX2 / AVX-512: one golden file
-#   each, side by side);
-# * OpenMP threads wait asleep, not spinning: on cores shared with other processes spinning
-#   slowed steps 10-30x (bench/arm_phases.py); no figure depends on it.
-CPU_RANK_SETTINGS: Mapping[str, str] = {"OMP_NUM_THREADS": "1", "MKL_CBWR": "COMPATIBLE",
-                                        "OMP_WAIT_POLICY": "PASSIVE"}
+# What a built-in CPU rank's numbers need not depend on, pinned unless the launcher's own
+# environment sets it (each is recorded: ``harness.environment.SETTINGS``, ``harness.kernels``),
+# so that golden values repeat bit for bit on any host of the same kernels
+# (docs/golden-values.md): one intra-op thread (how reductions and GEMMs split, else the host's
+# core count) and MKL's COMPATIBLE code branch (conditional numerical reproducibility: fixed
+# cache sizes, deterministic reductions, one code path on Intel and AMD alike; MKL's own
+# dispatch picks other GEMM kernels per vendor and ISA, and its AVX2 and AVX-512 branches differ
+# in the last bits here). ATen's vectorised kernels still follow the CPU (AVX2 / AVX-512: one
+# golden file each, side by side). A command's processes keep the environment its case gives.
+CPU_RANK_SETTINGS: Mapping[str, str] = {"OMP_NUM_THREADS": "1", "MKL_CBWR": "COMPATIBLE"}
+
+
+def cpu_pinned(extra: Mapping[str, str], base: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """A built-in rank's ``extra`` environment (``device_env``'s) with :data:`CPU_RANK_SETTINGS`
+    where it runs on the CPU (GPUs hidden) and ``base`` does not set them."""
+    out = dict(extra)
+    if out.get("CUDA_VISIBLE_DEVICES") == "":
+        out = {**{k: v for k, v in CPU_RANK_SETTINGS.items() if k not in base}, **out}
+    return out
 
 
 def rank_env(base: Mapping[str, str], rank: int, world_size: int, port: int,
@@ -171,10 +177,11 @@ def rank_env(base: Mapping[str, str], rank: int, world_size: int, port: int,
         LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
         PYTHONUNBUFFERED="1", **{LAUNCHER_PID_ENV: str(os.getpid())},
     )
-    if env.get("CUDA_VISIBLE_DEVICES") == "":
-        for name, value in CPU_RANK_SETTINGS.items():
-            env.setdefault(name, value)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world_size)))
+    if env.get("CUDA_VISIBLE_DEVICES") == "":  # CPU ranks: OpenMP threads wait asleep, not
+        # spinning; on cores shared with other processes spinning slowed steps 10-30x
+        # (bench/arm_phases.py). The thread count, hence every figure, stays the same.
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     path = env.get("PYTHONPATH", "")
     if str(REPO_ROOT) not in path.split(os.pathsep):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), path) if p)
