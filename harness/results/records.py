@@ -154,7 +154,8 @@ class OracleStep:
     beside the one-rank arm: ``harness.workload.oracle``) gave on one step: its LM loss, aux loss
     (our definition, from its router) and grad norm, and the largest relative differences from
     ours of the logits (before the step), the gradients (after clipping) and the parameters
-    (after the optimizer step); ``unavailable`` says why the oracle did not run (the rest None)."""
+    (after the optimizer step), and the learning rate its scheduler gave the step;
+    ``unavailable`` says why the oracle did not run (the rest None)."""
 
     __pydantic_config__ = _FORBID
 
@@ -164,6 +165,7 @@ class OracleStep:
     logits_rel: Optional[Float] = None
     grads_rel: Optional[Float] = None
     params_rel: Optional[Float] = None
+    lr: Optional[Float] = None
     unavailable: Optional[Str] = None
 
 

@@ -116,7 +116,8 @@ FAULTS: dict[str, dict[str, list[tuple[str, Fault]]]] = {
         "grads": [("off", oracle_at(1, grads_rel=0.2))],
         "grad_norm": [("off", oracle_at(4, grad_norm=sc.GRAD[3] * 1.01))],
         "params": [("off", oracle_at(2, params_rel=1e-3)), ("none", oracle_at(2, params_rel=None))],
-        "aux_loss": [("off", oracle_at(1, aux_loss=sc.AUX[0] * 1.001))]},
+        "aux_loss": [("off", oracle_at(1, aux_loss=sc.AUX[0] * 1.001))],
+        "lr": [("warmup-ahead", oracle_at(1, lr=sc.LR)), ("none", oracle_at(3, lr=None))]},
     "resume": {
         "resumed_after": [("from-scratch", at("graph-resumed", AFTER + 1, resumed_from=None))],
         "loaded_checkpoint": [("metadata", at("graph-resumed", AFTER + 1, checkpoint_step=1))],
