@@ -136,8 +136,9 @@ def arm_checks(
 
 # The fields every rank of an arm computes from the whole world (the loss and aux loss summed over
 # it, the global grad norm, the skip decision that follows from it, the step's microbatch count
-# from the one global packing plan): bitwise the same on every rank that records them.
-SHARED_FIELDS = ("loss", "aux_loss", "grad_norm", "skipped", "microbatches")
+# from the one global packing plan, the learning rate) or holds as every rank does (the norm of
+# its replica of the weights): bitwise the same on every rank that records them.
+SHARED_FIELDS = ("loss", "aux_loss", "grad_norm", "skipped", "microbatches", "lr", "params_norm")
 RANKS_AGREE = "ranks_agree"
 
 

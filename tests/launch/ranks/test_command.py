@@ -91,8 +91,10 @@ def test_the_repro_line_of_a_two_rank_arm_runs_it_on_its_own(tmp_path, repro_nam
         "python", str(TRAINER), "--train-iters", "{steps}", "--tensorboard-dir",
         "{arm_dir}/tensorboard"])
     line = repro_line(plan, plan.arm("graph"), tmp_path / "case.json")
-    assert "for k in 0 1; do RANK=$k LOCAL_RANK=$k WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 " in line
-    assert "MASTER_ADDR=127.0.0.1 MASTER_PORT=29500" in line and line.endswith("& done; wait")
+    assert "for k in 0 1; do CUDA_VISIBLE_DEVICES='' RANK=$k LOCAL_RANK=$k WORLD_SIZE=2 " in line
+    assert "MASTER_ADDR=127.0.0.1 MASTER_PORT=29500" in line
+    assert line.startswith(f"rm -rf {REPRO_ROOT / repro_name / 'graph'} && ")
+    assert line.endswith('for p in $pids; do wait "$p" || ok=1; done; [ "$ok" = 0 ]; }')
     done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=300,
                           env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert done.returncode == 0, done.stderr[-3000:]
