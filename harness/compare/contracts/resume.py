@@ -237,7 +237,7 @@ def check_resume(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
         _series("loss", "loss", data, arms, p.loss, losses_after, said),
         _series("aux_loss", "aux_loss", data, arms, aux, losses_after, said),
         _series("grad_norm", "grad_norm", data, arms, grad, lambda s: s > k, after),
-        _series("lr", "lr", data, arms, p.lr, lambda s: s > k, after),
+        _lr_check(p, data, arms, k, after),
         _memory_after_load(p, data, arms, k),
     ]
     if mean_at is not None:
@@ -247,6 +247,15 @@ def check_resume(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
 
 
 AFTER_LOAD = "allocated_after_load_pct"
+
+
+def _lr_check(p: ResumePairParams, data: Mapping[str, Steps], arms: tuple[str, str], k: int,
+              after: str) -> Check:
+    """``lr`` on every step after the stop; n/a where neither arm recorded a learning rate."""
+    if not any(rec.lr is not None for a in arms for _, rec in records_of(data[a])):
+        return Check.not_applicable("lr", f"neither {arms[0]} nor {arms[1]} recorded a learning "
+                                          "rate")
+    return _series("lr", "lr", data, arms, p.lr, lambda s: s > k, after)
 
 
 def _memory_after_load(p: ResumePairParams, data: Mapping[str, Steps], arms: tuple[str, str],
