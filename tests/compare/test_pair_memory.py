@@ -137,3 +137,20 @@ def test_a_bad_bound_names_file_case_and_field(tmp_path: Path) -> None:
     text = str(err.value)
     assert "case.yaml" in text and "case 'cmd'" in text
     assert "compare.graph_vs_eager.allocated_growth_pct" in text and "greater than or equal to 0" in text
+
+
+def test_memory_after_the_load_is_compared_by_the_iteration_of_each_process() -> None:
+    """Megatron's log by default: memory after a run's first two iterations only, so the
+    uninterrupted arm has none after the stop (step 2 of 4); the resumed run's reports (steps 3,
+    4) are set against the uninterrupted run's first ones (1, 2): equal passes, memory the loaded
+    run alone holds fails ``allocated_after_load_pct`` (1 % by default)."""
+    pair, data = sc.resume()
+    gone = {s: {"allocated_bytes": None} for s in (3, 4)}
+    data = {**data, "graph": changed(data["graph"], gone)}
+    clean = judge("resume", pair, data)["allocated_after_load_pct"]
+    assert clean.applicable and clean.passed and clean.bound == 1.0, clean
+    assert "rank 0 steps [3, 4] vs [1, 2]" in clean.detail, clean.detail
+    leak = {**data, "graph-resumed": changed(data["graph-resumed"],
+                                             {4: {"allocated_bytes": int(4.4 * GIB)}})}
+    grown = judge("resume", pair, leak)["allocated_after_load_pct"]
+    assert not grown.passed and 9.9 < grown.value < 10.1, grown

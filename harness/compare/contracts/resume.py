@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
 from pydantic import Field
 
@@ -258,18 +258,58 @@ def _lr_check(p: ResumePairParams, data: Mapping[str, Steps], arms: tuple[str, s
     return _series("lr", "lr", data, arms, p.lr, lambda s: s > k, after)
 
 
+def _memory_steps(recs: Sequence[StepRecord], keep: Callable[[int], bool]) -> list[StepRecord]:
+    return [r for r in recs if keep(r.step) and r.allocated_bytes is not None]
+
+
+def _same_iteration(data: Mapping[str, Steps], arms: tuple[str, str], k: int
+                    ) -> Optional[tuple[dict[str, Steps], str]]:
+    """Where neither rank has memory after the stop in both arms but the resumed run reported
+    some (Megatron's log reports memory after a run's first iterations only): the second run's
+    i-th report set against the uninterrupted run's i-th (each after the same iteration of its
+    own process), the resumed records renumbered to the uninterrupted steps; None where there is
+    nothing to pair."""
+    resumed, straight = data[arms[0]], data[arms[1]]
+    out: dict[str, Steps] = {arms[0]: {}, arms[1]: {}}
+    said = []
+    for rank in sorted(set(resumed) & set(straight)):
+        second = _memory_steps(resumed[rank], lambda s: s > k)
+        first = _memory_steps(straight[rank], lambda s: True)
+        n = min(len(second), len(first))
+        if n == 0:
+            continue
+        out[arms[0]][rank] = [replace(rec, step=ref.step) for rec, ref in zip(second, first)]
+        out[arms[1]][rank] = first[:n]
+        said.append(f"rank {rank} steps {[r.step for r in second[:n]]} vs "
+                    f"{[r.step for r in first[:n]]}")
+    if not said:
+        return None
+    return out, ("no step after the stop where both arms reported memory, so the second run's "
+                 "reports are set against the uninterrupted run's first ones, each after the same "
+                 "iteration of its own process (" + "; ".join(said) + ")")
+
+
 def _memory_after_load(p: ResumePairParams, data: Mapping[str, Steps], arms: tuple[str, str],
                        k: int) -> Check:
     """``allocated_after_load_pct``: allocated bytes at each (rank, step) after the stop both
-    arms recorded, resumed minus uninterrupted (``pair_memory.level_check``, one-sided)."""
+    arms recorded, resumed minus uninterrupted (``pair_memory.level_check``, one-sided); where
+    there is no such step, each report of the second run against the uninterrupted run's report
+    after the same iteration of its process (:func:`_same_iteration`)."""
     after = {a: {r: [rec for rec in recs if rec.step > k] for r, recs in data[a].items()}
              for a in arms}
     source = f"compare.{RESUME}.{AFTER_LOAD}"
     if p.allocated_after_load_pct == GROWTH_DEFAULT_PCT:
         source += ", by default golden memory's bound"
+    common = any(set(r.step for r in _memory_steps(after[arms[0]].get(rank, []), bool))
+                 & set(r.step for r in _memory_steps(after[arms[1]].get(rank, []), bool))
+                 for rank in after[arms[0]])
+    how = f"after the stop at step {k}"
+    paired = None if common else _same_iteration(data, arms, k)
+    if paired is not None:
+        after, how = paired[0], f"{how}: {paired[1]}"
     check = level_check(AFTER_LOAD, after, arms, "allocated_bytes",
                         (p.allocated_after_load_pct, source), lambda r: f"rank {r}")
-    return replace(check, detail=f"after the stop at step {k}: {check.detail}")
+    return replace(check, detail=f"{how}: {check.detail}")
 
 
 class Resume(Comparison):

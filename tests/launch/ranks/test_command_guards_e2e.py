@@ -30,6 +30,8 @@ TRAINER = REPO / "examples" / "trainer" / "train.py"
 TB = ('"--tensorboard-dir", "{arm_dir}/tensorboard", "--log-memory-to-tensorboard"',
       "{source: tensorboard, tags: {aux_loss: z_loss}}")
 LOG = '"--log-memory-interval", "1"', "{source: megatron_log, tags: {aux_loss: z_loss}}"
+# Megatron's default: memory lines after a run's first two iterations only
+LOG_FIRST = '"--log-interval", "1"', "{source: megatron_log, tags: {aux_loss: z_loss}}"
 
 
 def _resume_case(tmp_path: Path, args: str, metrics: str, fault: str) -> Path:
@@ -84,13 +86,17 @@ def test_a_warmup_restarted_after_the_load_fails_the_resume_pair_on_the_last_ste
     assert "resume" in text and " lr" in text, text
 
 
-def test_memory_that_grows_only_after_the_load_fails_the_resume_pair(tmp_path: Path) -> None:
-    code, text, pairs = _run(_resume_case(tmp_path, *LOG, "resume-memory-growth"),
+@pytest.mark.parametrize("source, worst", [(LOG, "worst rank 0 step 5"),
+                                           (LOG_FIRST, "rank 0 steps [5] vs [1]")],
+                         ids=["every-iteration", "first-iterations-only"])
+def test_memory_that_grows_only_after_the_load_fails_the_resume_pair(
+        tmp_path: Path, source: tuple[str, str], worst: str) -> None:
+    code, text, pairs = _run(_resume_case(tmp_path, *source, "resume-memory-growth"),
                              tmp_path / "grown")
     assert code == 1, text
     after = pairs["resume"]["allocated_after_load_pct"]
     assert not after["passed"] and after["value"] > 1.0, after
-    assert "after the stop at step 4" in after["detail"] and "worst rank 0 step 5" in after["detail"]
+    assert "after the stop at step 4" in after["detail"] and worst in after["detail"], after
     assert pairs["resume"]["loss"]["passed"]  # the numerics are bitwise: only the memory grew
 
 
@@ -121,3 +127,12 @@ def test_one_rank_s_drifting_replica_fails_where_each_rank_writes_its_own_values
     agree = pairs["checks"]["eager.ranks_agree"]
     assert not agree["passed"] and "params_norm: rank 0" in agree["detail"], agree
     assert "step 2 params_norm" in agree["detail"], agree
+
+
+def test_a_clean_resume_with_memory_at_the_first_iterations_only_passes(tmp_path: Path) -> None:
+    """Megatron's default memory lines: the second run's report after its first iteration
+    against the uninterrupted run's after its first: the same bytes, a pass."""
+    code, text, pairs = _run(_resume_case(tmp_path, *LOG_FIRST, "none"), tmp_path / "clean")
+    assert code == 0, text
+    after = pairs["resume"]["allocated_after_load_pct"]
+    assert after["applicable"] and after["passed"] and after["value"] == 0.0, after
