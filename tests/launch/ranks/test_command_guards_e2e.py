@@ -84,6 +84,13 @@ def test_a_warmup_restarted_after_the_load_fails_the_resume_pair_on_the_last_ste
     for name in ("loss", "grad_norm", "loss_before_stop"):  # step 5's own figures: unchanged
         assert resume[name]["passed"], resume[name]
     assert "resume" in text and " lr" in text, text
+    # summary.md: the failure with the repro line of each arm, each into a fresh folder, the
+    # resumed arm's second run only after its first succeeded
+    summary = (tmp_path / "lr" / "summary.md").read_text()
+    (line,) = [ln for ln in summary.splitlines() if ln.startswith("- repro eager-resumed: `")]
+    assert line.startswith("- repro eager-resumed: `rm -rf /tmp/dcp-repro/guard/eager-resumed && ")
+    assert "CUDA_VISIBLE_DEVICES=" in line and ' [ "$ok" = 0 ]; } && { pids=' in line
+    assert "- repro eager: `rm -rf /tmp/dcp-repro/guard/eager && " in summary
 
 
 @pytest.mark.parametrize("source, worst", [(LOG, "worst rank 0 step 5"),
