@@ -198,8 +198,10 @@ def command_pair(pair: Pair, case: Case) -> Pair:
     """``pair`` of a command case, with the checks whose data its metrics source does not give
     not applicable, each with the reason (never a pass): a series it has no value of, the checks
     its contract makes from the CUDA-graph capture statistics (``Judged.capture_checks``) or from
-    the memory probe (``Judged.probe_checks``; only the record API records either), and the packing of the built-in workload's packer (a command packs
-    its own batches)."""
+    the memory probe (``Judged.probe_checks``; only the record API records either), those its
+    comparison says the source cannot feed (``Comparison.command_not_applicable``: its own
+    command-case rules, in its module), and the packing of the built-in workload's packer (a
+    command packs its own batches)."""
     assert case.command is not None
     metrics = case.command.metrics
     has = source_fields(metrics)
