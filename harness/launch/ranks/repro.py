@@ -66,11 +66,12 @@ def _quote(arg: str) -> str:
 
 def device_settings(plan: CasePlan, arm: PlannedArm, arm_dir: Path) -> dict[str, str]:
     """The arm's ``CUDA_VISIBLE_DEVICES`` as it ran: what its ``inherited_env.json`` says was
-    set on top (the harness sets it empty for CPU ranks) or inherited; before the arm ran, what
-    the launcher here would set (``device_env``) or this environment's."""
+    set on top (the harness sets it empty for CPU ranks; nothing where the arm kept the one it
+    inherited, as a Slurm task keeps Slurm's); before the arm ran, what the launcher here would
+    set (``device_env``) or this environment's."""
     done = read_arm_set_env(arm_dir)
-    if done is not None and DEVICES in done:
-        return {DEVICES: done[DEVICES]}
+    if done is not None:  # as it ran: what the harness set, else what it inherited (Slurm's own)
+        return {DEVICES: done[DEVICES]} if DEVICES in done else {}
     device, _ = device_env(arm.world_size, cuda_device_count(), plan.largest_arm.world_size)
     if DEVICES in device:
         return {DEVICES: device[DEVICES]}

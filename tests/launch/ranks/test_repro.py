@@ -93,3 +93,20 @@ def test_a_resumed_arm_s_line_runs_its_second_run_only_after_every_process_of_th
         import shutil
 
         shutil.rmtree(REPRO_ROOT / name, ignore_errors=True)
+
+
+def test_a_ran_arm_s_line_sets_the_devices_it_ran_with(tmp_path, monkeypatch):
+    """From the arm's inherited_env.json: the value the harness set (empty: CPU ranks), or none
+    where the arm kept the devices it inherited (a Slurm task keeps Slurm's), whatever this
+    machine has."""
+    from harness.results import write_arm_env
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,6")
+    plan = _resumed_plan(tmp_path, "devices", ["python3", "-c", "pass"])
+    arm = plan.arm("eager")
+    case_json = tmp_path / "devices" / CASE_FILE
+    assert "CUDA_VISIBLE_DEVICES=" in repro_line(plan, arm, case_json)  # not ran: as here
+    write_arm_env(tmp_path / "devices" / "eager", {}, {"CUDA_VISIBLE_DEVICES": ""})
+    assert "CUDA_VISIBLE_DEVICES='' " in repro_line(plan, arm, case_json)
+    write_arm_env(tmp_path / "devices" / "eager", {}, {"OMP_NUM_THREADS": "1"})
+    assert "CUDA_VISIBLE_DEVICES" not in repro_line(plan, arm, case_json)
