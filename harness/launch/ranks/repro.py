@@ -8,7 +8,8 @@ job and ``collect``) puts this one line in the arm's outcome.
   variables it inherited (``<arm>/inherited_env.json`` once the arm ran, else this environment:
   ``harness.results.inherited_env``) and those the harness sets (rendezvous on 127.0.0.1:29500;
   secret ones left to the caller's shell) and the arm's device settings (``CUDA_VISIBLE_DEVICES``
-  as the arm ran: what the harness set, e.g. empty for CPU ranks, else what it inherited),
+  as the arm ran: what the harness set, e.g. empty for CPU ranks; none where the arm kept
+  what it inherited),
   ``{arm_dir}`` in ``/tmp/dcp-repro``, removed first (a fresh folder: no log, event file or
   checkpoint of an earlier run is read or loaded); the launchers of a case of several nodes each
   as its node (``NODE_RANK`` and ``{node_rank}`` the loop's ``$k``); for a ``-resumed`` arm both
