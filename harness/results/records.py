@@ -248,6 +248,9 @@ class StepRecord:
     microbatches: Optional[Int] = None
     cp_sizes: tuple[Int, ...] = ()
     lr: Optional[Float] = None
+    # The L2 norm of the rank's replica of the weights (Megatron's ``params norm``): the same on
+    # every rank that holds the same weights (``ranks_agree``: a data-parallel replica that drifts).
+    params_norm: Annotated[Optional[Float], OmitNone] = None
     step_time_s: Optional[Float] = None
     device: Optional[Str] = None
     # The golden platform of the device (``cpu``, ``h200``, ``gb200``: ``golden.platform_key`` of

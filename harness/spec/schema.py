@@ -122,9 +122,10 @@ class DeviceKind(Choice):
 
 # --------------------------------------------------------------------------- command
 # The step-record fields a metrics source can fill (harness.metrics maps tags / log keys to them).
-METRIC_FIELDS = ("loss", "aux_loss", "grad_norm", "lr", "step_time_s", "tokens", "allocated_bytes",
-                 "reserved_bytes", "active_bytes", "max_allocated_bytes", "skipped", "nan")
-MetricField = Literal["loss", "aux_loss", "grad_norm", "lr", "step_time_s", "tokens",
+METRIC_FIELDS = ("loss", "aux_loss", "grad_norm", "lr", "params_norm", "step_time_s", "tokens",
+                 "allocated_bytes", "reserved_bytes", "active_bytes", "max_allocated_bytes",
+                 "skipped", "nan")
+MetricField = Literal["loss", "aux_loss", "grad_norm", "lr", "params_norm", "step_time_s", "tokens",
                       "allocated_bytes", "reserved_bytes", "active_bytes", "max_allocated_bytes",
                       "skipped", "nan"]
 # The arm roles a command case gives arguments for (``command.arms``): the arm kinds of

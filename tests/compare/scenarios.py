@@ -232,9 +232,10 @@ def resume() -> Scenario:
     """A graph arm stopped after step 2 and resumed from that step's checkpoint (it captured
     again on step 3) against the same arm run straight through."""
     resumed = {"resumed_from": AFTER, "checkpoint_step": AFTER}
-    straight = graph_arm()
-    again = graph_arm(s2={"stop_state": STATE}, s3={**resumed, "graph_stats": STATS,
-                                                     "loaded_state": STATE}, s4=resumed)
+    lr = {"lr": 3.0e-3}
+    straight = graph_arm(every=lr)
+    again = graph_arm(every=lr, s2={"stop_state": STATE}, s3={**resumed, "graph_stats": STATS,
+                                                               "loaded_state": STATE}, s4=resumed)
     return Pair("resume", "resume", ("graph-resumed", "graph"), {"after": AFTER}), \
         {"graph-resumed": again, "graph": straight}
 
