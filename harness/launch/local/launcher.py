@@ -29,7 +29,7 @@ from harness.launch.ranks.command import run_command_arm
 from harness.launch.ranks.emulated import EmulatedLauncher
 from harness.launch.ranks.placement import runs_on_cuda, skip_reason
 from harness.launch.ranks.processes import (RankCommand, cpu_pinned, cuda_device_count, device_env,
-                                            run_ranks)
+                                            rank_main_argv, run_ranks)
 from harness.launch.ranks.rank_main import read_plan_beside
 from harness.launch.ranks.warm import WarmStarter
 from harness.launch.ranks.variation import variation
@@ -181,8 +181,7 @@ class LocalLauncher:
     def _command(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path, case_json: Path,
                  gpus: int, *, stop: Optional[int], timeout_s: float, repro: str) -> RankCommand:
         """The rank processes of one leg of built-in ``arm`` (``stop``: the step it stops after)."""
-        argv = (self.python, "-u", "-m", "harness.launch.ranks.rank_main", "--case", str(case_json),
-                "--arm", arm.name, "--out", str(arm_dir))
+        argv = rank_main_argv(self.python, case_json, arm.name, arm_dir)
         return RankCommand(argv=argv + (("--stop-after", str(stop)) if stop is not None else ()),
                            world_size=arm.world_size, arm_dir=arm_dir, timeout_s=timeout_s,
                            env=cpu_pinned(self._device(plan, arm, gpus)[0]), repro=repro,

@@ -29,7 +29,7 @@ from typing import Callable, Mapping, Optional, Sequence
 from harness.caseplan import CasePlan, PlannedArm
 from harness.launch.ranks.completion import rank_is_complete
 from harness.launch.ranks.placement import runs_on_cuda
-from harness.launch.ranks.processes import RankCommand, cpu_pinned, run_ranks
+from harness.launch.ranks.processes import RankCommand, cpu_pinned, rank_main_argv, run_ranks
 from harness.launch.ranks.repro import repro_line
 from harness.launch.ranks.variation import variation
 from harness.results import LOG_FILE, ArmOutcome
@@ -89,8 +89,7 @@ def emulated_rank_command(arm: PlannedArm, arm_dir: Path, case_json: Path, *, ra
     """The command of emulated rank ``rank`` of ``arm`` alone on ``gpu`` (its
     ``CUDA_VISIBLE_DEVICES`` value; None: on the CPU, GPUs hidden), ``side`` ranks side by side
     sharing the CPU's threads."""
-    argv = (python, "-u", "-m", "harness.launch.ranks.rank_main", "--case", str(case_json),
-            "--arm", arm.name, "--out", str(arm_dir))
+    argv = rank_main_argv(python, case_json, arm.name, arm_dir)
     env = cpu_pinned({} if gpu is not None else {"CUDA_VISIBLE_DEVICES": ""})
     if "OMP_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in env:
         # GPU ranks side by side share the CPU's threads

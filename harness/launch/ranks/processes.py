@@ -120,6 +120,14 @@ class _Rank:
 
 
 # --------------------------------------------------------------------------- helpers
+def rank_main_argv(python: str, case_json: Path, arm: str, arm_dir: Path) -> tuple[str, ...]:
+    """A built-in rank process's argument vector. Its paths are absolute: a varied start
+    (``variation``) runs the ranks in a working folder of their own."""
+    return (python, "-u", "-m", "harness.launch.ranks.rank_main",
+            "--case", str(Path(case_json).absolute()), "--arm", arm,
+            "--out", str(Path(arm_dir).absolute()))
+
+
 def cuda_device_count() -> int:
     """CUDA GPUs visible to this process (0 without CUDA); does not create a CUDA context."""
     try:

@@ -46,7 +46,7 @@ class Variation:
         varied arm's own folder (made now), else the launcher's (None)."""
         if given is not None or not self.own_folders:
             return given
-        folder = Path(arm_dir) / PROC_DIR / "cwd"
+        folder = Path(arm_dir).absolute() / PROC_DIR / "cwd"
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
@@ -55,7 +55,7 @@ class Variation:
         out = dict(env)
         out[HASH_SEED] = self.hash_seed
         if self.own_folders:
-            tmp = Path(arm_dir) / PROC_DIR / "tmp"
+            tmp = Path(arm_dir).absolute() / PROC_DIR / "tmp"
             tmp.mkdir(parents=True, exist_ok=True)
             out.update({name: str(tmp) for name in TMP_VARS})
         return dict(reversed(list(out.items()))) if self.reversed_env else out
