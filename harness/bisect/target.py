@@ -29,6 +29,7 @@ import harness
 from harness.arms import plan_case
 from harness.bisect.git import is_tracked_unchanged, repository_root, toplevel
 from harness.bisect.state import Mode
+from harness.history.labels import BISECT_LABEL
 from harness.compare.contracts.golden import golden_dir
 from harness.errors import ConfigError
 from harness.launch.ranks.command import command_cwd
@@ -178,6 +179,7 @@ def step_command(target: Target, paths: Sequence[str], sweep: Path, profile: Opt
     if collect:
         return [*cli, "collect", str(sweep), "--wait"]
     select = ["-k", target.k] if target.k is not None else []
+    select += ["--label", BISECT_LABEL]  # a step is not the nightly: its own series
     if profile is None:
         return [*cli, "run", *paths, "--out", str(sweep), *select]
     return [*cli, "submit", *paths, "--profile", profile, "--out", str(sweep), "--wait", *select]

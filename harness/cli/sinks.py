@@ -17,6 +17,7 @@ from typing import Optional, TextIO
 
 from harness.errors import ConfigError
 from harness.history import record_sweep
+from harness.history.labels import DEFAULT_LABEL, DIRTY_LABEL, LABEL_PATTERN
 from harness.launch.pipeline import Collection, SweepSink
 
 
@@ -28,6 +29,21 @@ def add_history_arguments(parser: argparse.ArgumentParser) -> None:
                              "docs/history.md)")
     parser.add_argument("--no-history", action="store_true",
                         help="do not record the sweep in the history database")
+
+
+def _label(text: str) -> str:
+    if not LABEL_PATTERN.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a label: use letters, digits and . _ - (up to 64), e.g. nightly")
+    return text
+
+
+def add_label_argument(parser: argparse.ArgumentParser) -> None:
+    """``--label L`` of the commands that start a sweep (``run``, ``submit``)."""
+    parser.add_argument("--label", type=_label, default=None, metavar="L",
+                        help="the history series this sweep belongs to, e.g. nightly (default: "
+                             f"{DEFAULT_LABEL}; a sweep of a checkout with local changes is "
+                             f"'{DIRTY_LABEL}' whatever it asks; docs/history.md, Labels)")
 
 
 @dataclass(frozen=True)

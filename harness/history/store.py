@@ -84,6 +84,7 @@ def store(conn: Connection, rec: SweepRecord) -> tuple[int, RecordStatus]:
         "commit": rec.commit, "dirty": rec.dirty, "repo": rec.repo, "status": rec.status,
         "exit_code": rec.exit_code,
         "code": json.dumps([v.model_dump(mode="json") for v in rec.code]),
+        "label": rec.label or schema.DEFAULT_LABEL, "position": rec.position,
     }
     if old is not None:
         values["id"] = old.id  # the same sweep keeps its id
@@ -96,7 +97,7 @@ def store(conn: Connection, rec: SweepRecord) -> tuple[int, RecordStatus]:
         ids = series_ids(conn, rec.figures)
         conn.execute(insert(schema.figures), [
             {"sweep_id": sweep_id, "series_id": ids[_key(f)], "started": rec.started,
-             "value": f.value} for f in rec.figures])
+             "value": f.value, "spread": f.spread} for f in rec.figures])
     return sweep_id, "added" if old is None else "updated"
 
 

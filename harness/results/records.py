@@ -247,6 +247,9 @@ class StepRecord:
     cp_sizes: tuple[Int, ...] = ()
     lr: Optional[Float] = None
     step_time_s: Optional[Float] = None
+    # The rank process's CPU time (every thread) over the step: on a shared CPU host the figure
+    # neighbours move less than the wall-clock step_time_s (docs/history.md, the drift rule).
+    cpu_time_s: Optional[Float] = None
     device: Optional[Str] = None
     # The golden platform of the device (``cpu``, ``h200``, ``gb200``: ``golden.platform_key`` of
     # the CUDA device name), set by the rank process (``rank_main``) on every record it writes.
