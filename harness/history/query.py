@@ -127,6 +127,12 @@ def series(conn: Connection, *, case: Optional[str] = None, metric: Optional[str
     return _points(conn, keys, found)
 
 
+def case_ids(conn: Connection) -> list[str]:
+    """Every case the history holds a figure of, sorted."""
+    t = schema.series
+    return [r.case_id for r in conn.execute(select(t.c.case_id).distinct().order_by(t.c.case_id))]
+
+
 def labels(conn: Connection) -> dict[str, int]:
     """Label -> how many sweeps carry it."""
     s = schema.sweeps
