@@ -11,13 +11,14 @@ and never changes the gate's verdict: the sweep folder stays the source of truth
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import dataclass
 from typing import Optional, TextIO
 
 from harness.errors import ConfigError
 from harness.history import record_sweep
-from harness.history.labels import DEFAULT_LABEL, DIRTY_LABEL, LABEL_PATTERN
+from harness.history.labels import DEFAULT_LABEL, DIRTY_LABEL, LABEL_ENV, LABEL_PATTERN
 from harness.launch.pipeline import Collection, SweepSink
 
 
@@ -40,10 +41,12 @@ def _label(text: str) -> str:
 
 def add_label_argument(parser: argparse.ArgumentParser) -> None:
     """``--label L`` of the commands that start a sweep (``run``, ``submit``)."""
-    parser.add_argument("--label", type=_label, default=None, metavar="L",
+    parser.add_argument("--label", type=_label, default=os.environ.get(LABEL_ENV) or None,
+                        metavar="L",
                         help="the history series this sweep belongs to, e.g. nightly (default: "
-                             f"{DEFAULT_LABEL}; a sweep of a checkout with local changes is "
-                             f"'{DIRTY_LABEL}' whatever it asks; docs/history.md, Labels)")
+                             f"${LABEL_ENV}, else {DEFAULT_LABEL}; a sweep of a checkout with "
+                             f"local changes is '{DIRTY_LABEL}' whatever it asks; docs/history.md, "
+                             "Labels)")
 
 
 @dataclass(frozen=True)

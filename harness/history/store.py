@@ -9,7 +9,7 @@ since (resumed, collected) replaces its rows (``updated``); else it is ``added``
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, Optional, Sequence
@@ -47,8 +47,10 @@ class Recorded:
                 f"{self.figures} figure(s)) in {self.database}")
 
 
-def read_sweep(sweep_dir: Path, view: Optional[SweepView] = None) -> SweepRecord:
-    """The rows of a sweep folder, judged as the gate judges it (``view``: judged already)."""
+def read_sweep(sweep_dir: Path, view: Optional[SweepView] = None,
+               label: Optional[str] = None) -> SweepRecord:
+    """The rows of a sweep folder, judged as the gate judges it (``view``: judged already);
+    ``label``: the one it is kept under whatever its manifest says (bisect's steps)."""
     root = Path(sweep_dir)
     if not root.is_dir():
         what = "is not a folder" if root.exists() else "does not exist"
@@ -60,7 +62,8 @@ def read_sweep(sweep_dir: Path, view: Optional[SweepView] = None) -> SweepRecord
         raise ConfigError(f"{root} is not a sweep the history can keep: {exc}") from None
     if view is None:
         view = load_sweep(root, check_stored_plan)
-    return sweep_record(view, manifest)
+    rec = sweep_record(view, manifest)
+    return rec if label is None else replace(rec, label=label)
 
 
 def _rows(rows: Sequence[object], sweep_id: int) -> list[dict]:
@@ -142,14 +145,14 @@ def add(history: History, sweep_dir: Path, view: Optional[SweepView] = None) -> 
 
 
 def record_sweep(sweep_dir: Path, *, url: Optional[str] = None,
-                 view: Optional[SweepView] = None) -> Recorded:
+                 view: Optional[SweepView] = None, label: Optional[str] = None) -> Recorded:
     """Add the sweep in ``sweep_dir`` to the history at ``url`` (None: ``$DCP_HARNESS_HISTORY``,
     else ``results/history.sqlite`` under the current directory). Idempotent: the same sweep
     again is ``unchanged``; one that changed since (resumed, collected) is ``updated``. ``view``:
     the sweep as the caller judged it already (``run``'s reports), else it is judged here as
-    ``gate`` judges it. A ConfigError (HistoryError for the database) for a folder that is not a
+    ``gate`` judges it. ``label``: the label it is kept under (default its own: ``labels``). A ConfigError (HistoryError for the database) for a folder that is not a
     sweep or a database that cannot be used; nothing is written then."""
-    rec = read_sweep(Path(sweep_dir), view)  # before the database: a bad folder creates nothing
+    rec = read_sweep(Path(sweep_dir), view, label)  # before the database: a bad folder creates nothing
     history = open_history(url)
     try:
         return write_record(history, rec)

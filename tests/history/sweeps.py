@@ -57,7 +57,7 @@ def record_golden(root: Path, name: str = "drift-case", **kw: float) -> None:
 
 def make_sweep(root: Path, out: Path, *, started: str, commit: Optional[str] = "a" * 40,
                dirty: bool = False, name: str = "drift-case", host: str = "node1",
-               **kw: float) -> Path:
+               label: Optional[str] = None, position: Optional[int] = None, **kw: float) -> Path:
     """A finished sweep of the case in ``out``: every arm's records from :func:`arm_records`
     (``kw``), judged; its manifest's start at ``started`` with ``commit``."""
     (case,) = load_cases([case_file(root, name)])
@@ -70,9 +70,10 @@ def make_sweep(root: Path, out: Path, *, started: str, commit: Optional[str] = "
                 writer.append(rec)
         write_outcome(case_dir / arm.name, ArmOutcome(status="ok", returncode=0, wall_s=3.0))
     finalize_case(case_dir)
-    code = (CodeVersion(repo=str(root), commit=commit, dirty=dirty, cases=(case.id,)),)
+    code = (CodeVersion(repo=str(root), commit=commit, dirty=dirty, cases=(case.id,),
+                        position=position),)
     add_to_manifest(out, [], SweepStart(command="run", started=started, host=host, gpus=2,
-                                        paths=("cases",), cases=(case.id,), code=code))
+                                        paths=("cases",), cases=(case.id,), code=code, label=label))
     return out
 
 
