@@ -16,7 +16,7 @@ from harness.bisect.target import Target, step_environment
 from harness.history import open_history, record_sweep, series
 from harness.history.labels import BISECT_LABEL, LABEL_ENV, followed, sweep_label
 from harness.history.query import labels
-from harness.launch.sweep import sweep_start
+from harness.launch.sweep_folder import sweep_start
 from tests.history.sweeps import make_sweep, record_golden, started
 
 
