@@ -178,7 +178,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 CREEPS_PCT = (0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 50, 75, 100)
 WITHIN = 5  # a creep must be caught within this many sweeps of its start
 CLEAN_BEFORE = 6  # clean sweeps before a seeded creep starts
-FLOOR_GRID = (0.01, 0.05, 0.10, 0.15, 0.20, 0.30)
+FLOOR_GRID = (0.05, 0.10, 0.15, 0.20, 0.25, 0.30, 0.40)
 
 
 def _load(root: Path) -> dict:

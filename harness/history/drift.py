@@ -57,10 +57,12 @@ DEFAULT_JUDGED_TIME = "step_time_median_s"
 # The change that matters per kind (relative to the level; count: any change of one or more).
 MATTERS: dict[Kind, float] = {"time": 0.05, "memory": 0.03, "loss": 0.005, "count": 0.0}
 # The least noise (relative sigma) a kind has on CPU or on a GPU, whatever a short window shows:
-# measured over clean sweeps on the loaded 2-core CPU host and on one H100 (bench/drift_noise.py;
-# bench/RESULTS.md, "Drift noise").
+# measured over clean sweeps on the loaded 2-core CPU host (bench/drift_noise.py; bench/RESULTS.md,
+# "Drift noise"): there the CPU time per step of a 2-rank arm doubled when the host's load went
+# from 3 to 13 (the ranks spin while they wait for each other), so only 30 % kept every clean
+# check quiet. GPU: the static-path perf case repeats to 1 % (bench/RESULTS.md).
 FLOORS: dict[tuple[Kind, bool], float] = {
-    ("time", True): 0.20, ("time", False): 0.01,
+    ("time", True): 0.30, ("time", False): 0.01,
     ("memory", True): 0.002, ("memory", False): 0.002,
     ("loss", True): 0.0005, ("loss", False): 0.0005,
     ("count", True): 0.0, ("count", False): 0.0,
