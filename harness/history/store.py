@@ -47,10 +47,8 @@ class Recorded:
                 f"{self.figures} figure(s)) in {self.database}")
 
 
-def read_sweep(sweep_dir: Path, view: Optional[SweepView] = None,
-               label: Optional[str] = None) -> SweepRecord:
-    """The rows of a sweep folder, judged as the gate judges it (``view``: judged already);
-    ``label``: the one it is kept under whatever its manifest says (bisect's steps)."""
+def read_sweep(sweep_dir: Path, view: Optional[SweepView] = None) -> SweepRecord:
+    """The rows of a sweep folder, judged as the gate judges it (``view``: judged already)."""
     root = Path(sweep_dir)
     if not root.is_dir():
         what = "is not a folder" if root.exists() else "does not exist"
@@ -62,8 +60,7 @@ def read_sweep(sweep_dir: Path, view: Optional[SweepView] = None,
         raise ConfigError(f"{root} is not a sweep the history can keep: {exc}") from None
     if view is None:
         view = load_sweep(root, check_stored_plan)
-    rec = sweep_record(view, manifest)
-    return rec if label is None else replace(rec, label=label)
+    return sweep_record(view, manifest)
 
 
 def _rows(rows: Sequence[object], sweep_id: int) -> list[dict]:
@@ -150,9 +147,12 @@ def record_sweep(sweep_dir: Path, *, url: Optional[str] = None,
     else ``results/history.sqlite`` under the current directory). Idempotent: the same sweep
     again is ``unchanged``; one that changed since (resumed, collected) is ``updated``. ``view``:
     the sweep as the caller judged it already (``run``'s reports), else it is judged here as
-    ``gate`` judges it. ``label``: the label it is kept under (default its own: ``labels``). A ConfigError (HistoryError for the database) for a folder that is not a
-    sweep or a database that cannot be used; nothing is written then."""
-    rec = read_sweep(Path(sweep_dir), view, label)  # before the database: a bad folder creates nothing
+    ``gate`` judges it. ``label``: the label it is kept under (default its own: ``labels``). A
+    ConfigError (HistoryError for the database) for a folder that is not a sweep or a database
+    that cannot be used; nothing is written then."""
+    rec = read_sweep(Path(sweep_dir), view)  # before the database: a bad folder creates nothing
+    if label is not None:  # kept under this label whatever its manifest says (bisect's steps)
+        rec = replace(rec, label=label)
     history = open_history(url)
     try:
         return write_record(history, rec)
