@@ -23,13 +23,14 @@ from typing import Iterable, Optional
 from harness.results import write_text_atomic
 
 from .db import History
-from .drift import DriftReport, Judged, check
+from .drift import DriftReport, Judged, check, is_judged
 from .labels import followed
 from .plot import Panel, figure_svg, panels_figure
 from .query import Point, SeriesKey, SweepRow, labels, last_sweeps, series, sweep_count
 
 DEFAULT_PAGE = Path("results") / "history.html"
-# The figures a case's trend shows, in this order (those it has; at most TREND_PANELS).
+# The figures a case's trend shows, in this order (those it has, of the step times the one judged
+# on the platform; at most TREND_PANELS).
 TREND_METRICS = ("final_loss", "step_time_median_s", "step_cpu_median_s", "peak_allocated_bytes",
                  "device_used_bytes", "graph_pool_bytes", "peak_reserved_bytes", "wall_s")
 TREND_PANELS = 3
@@ -118,8 +119,8 @@ def _others(others: tuple[tuple[str, int], ...], rows: list[SweepRow], page_dir:
 
 def _trends(found: dict[SeriesKey, list[Point]], flagged: set[tuple[str, str]]) -> Iterable[str]:
     groups: dict[tuple[str, str], dict[str, list[tuple[str, tuple[Point, ...]]]]] = {}
-    for key in sorted(found):
-        if key.metric in TREND_METRICS:
+    for key in sorted(found):  # the step time judged on the platform (the other is shown only)
+        if key.metric in TREND_METRICS and (key.metric == "wall_s" or is_judged(key)):
             groups.setdefault((key.case_id, key.platform), {}).setdefault(key.metric, []).append(
                 (key.subject, tuple(found[key])))
     for (case_id, platform), metrics in groups.items():
