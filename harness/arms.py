@@ -45,6 +45,7 @@ from harness.errors import CaseError
 from harness.metrics import source_fields
 from harness.spec.command import checkpoint_named
 from harness.spec.comparisons import settings_of
+from harness.spec.deprecations import unused_command_role
 from harness.spec.derive import ArmSpec, derive_arm_case, has_graph_arms
 from harness.spec.names import (
     REPEAT_ROLE,
@@ -165,7 +166,7 @@ def plan_case(case: Case) -> CasePlan:
             pairs.append(emulated_pair(Pair(ARM_CHECKS_PAIR, ARM_CHECKS_CONTRACT, tuple(names)),
                                        world))
     if case.command is not None:
-        unused_role_problem(case, [planner.spec_of(n) for n in names])
+        warn_unused_roles(case, [planner.spec_of(n) for n in names])
     arms = tuple(PlannedArm(name=n, kind=planner.spec_of(n).kind, case=planner.case_of(n),
                             world_size=planner.case_of(n).layout.world,
                             ranks=_ranks(planner.case_of(n)), repeat=planner.spec_of(n).repeat)
@@ -174,25 +175,16 @@ def plan_case(case: Case) -> CasePlan:
                     source=str(Path(case.source).resolve()), arms=arms, pairs=tuple(pairs))
 
 
-def unused_role_problem(case: Case, specs: Sequence[ArmSpec]) -> None:
-    """A CaseError naming a ``command.arms`` role no planned arm runs: its arguments would be
-    ignored in silence (e.g. ``fixed-cp`` beside ``graph``: ``dcp_vs_fixed_cp`` then compares
-    the graph arms, ``graph`` against ``graph-fixed-cp<N>``)."""
+def warn_unused_roles(case: Case, specs: Sequence[ArmSpec]) -> None:
+    """A deprecation warning for each ``command.arms`` role no planned arm runs: its arguments
+    are not used (e.g. ``fixed-cp`` beside ``graph``: ``dcp_vs_fixed_cp`` then compares the
+    graph arms, ``graph`` against ``graph-fixed-cp<N>``). Earlier releases ignored them in
+    silence; ``spec.deprecations`` says where each belongs."""
     assert case.command is not None
-    used = {s.kind for s in specs} | ({REPEAT_ROLE} if any(s.repeat for s in specs) else set())
+    run = {s.kind for s in specs} | ({REPEAT_ROLE} if any(s.repeat for s in specs) else set())
     for role in case.command.arms:
-        if role in used:
-            continue
-        hint = ""
-        if role == FIXED_CP and GRAPH in case.command.arms:
-            hint = (": with command.arms.graph, compare.dcp_vs_fixed_cp compares the graph arms "
-                    "(graph against graph-fixed-cp<N>): give its arguments as "
-                    "command.arms.graph-fixed-cp, or drop them")
-        elif role == FIXED_CP:
-            hint = ": compare.dcp_vs_fixed_cp runs it"
-        raise CaseError(f"no arm of this case runs the '{role}' role, so its arguments would be "
-                        f"ignored{hint or ' (drop them, or add the comparison that runs it)'}",
-                        file=case.source, case=case.id, field=f"command.arms.{role}")
+        if role not in run:
+            unused_command_role(case.source, case.id, role, case.command.arms, run)
 
 
 def command_pair(pair: Pair, case: Case) -> Pair:
