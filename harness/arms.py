@@ -43,9 +43,9 @@ from harness.compare import (
 )
 from harness.errors import CaseError
 from harness.metrics import source_fields
-from harness.spec.command import checkpoint_named
 from harness.spec.comparisons import settings_of
 from harness.spec.deprecations import unused_command_role
+from harness.spec.source_facts import not_mapped
 from harness.spec.derive import ArmSpec, derive_arm_case, has_graph_arms
 from harness.spec.names import (
     REPEAT_ROLE,
@@ -56,7 +56,6 @@ from harness.spec.names import (
     GRAPH_FIXED_CP,
     REFERENCE,
     REPEAT_SUFFIX,
-    RESUME,
     SEPARATE_POOLS,
 )
 from harness.spec.schema import ArmCase, Case
@@ -191,17 +190,15 @@ def command_pair(pair: Pair, case: Case) -> Pair:
     """``pair`` of a command case, with the checks whose data its metrics source does not give
     not applicable, each with the reason (never a pass): a series it has no value of, the checks
     its contract makes from the CUDA-graph capture statistics (``Judged.capture_checks``) or from
-    the memory probe (``Judged.probe_checks``; only the record API records either), and the packing of the built-in workload's packer (a command packs
-    its own batches)."""
+    the memory probe (``Judged.probe_checks``; only the record API records either), those its
+    comparison says the source cannot feed (``Comparison.command_not_applicable``: its own
+    command-case rules, in its module), and the packing of the built-in workload's packer (a
+    command packs its own batches)."""
     assert case.command is not None
     metrics = case.command.metrics
     has = source_fields(metrics)
     source = f"command.metrics.source {metrics.source}"
-    resume = pair.contract == RESUME  # its checks of Megatron's averaged log line too
-    why = {check: f"the command's metrics ({source}) have no {name.replace('_', ' ')}: map "
-                  f"its tag or log key in command.metrics.tags to have it checked"
-           for name in ("aux_loss", "grad_norm") if name not in has
-           for check in (name, f"{name}_first_interval") if resume or check == name}
+    why = {name: not_mapped(metrics, name) for name in ("aux_loss", "grad_norm") if name not in has}
     judged = JUDGED.get(pair.contract)
     if "graph_stats" not in has and judged is not None:
         for name in judged.capture_checks:
@@ -212,11 +209,9 @@ def command_pair(pair: Pair, case: Case) -> Pair:
             why[name] = (f"the command's metrics ({source}) carry no memory probe (a rank's "
                          "memory after empty_cache, the whole device's too; "
                          "harness.metrics.StepRecorder records it: memory_probe=)")
-    if pair.contract == RESUME and not checkpoint_named(case.command):
-        why["loaded_checkpoint"] = (
-            f"the case names no command.resume.iteration_file (e.g. Megatron's "
-            f"latest_checkpointed_iteration.txt) and its metrics ({source}) name no checkpoint "
-            f"step (the record API's checkpoint_step=)")
+    comparison = comparison_of(pair.contract)
+    if comparison is not None:  # the comparison's own command-case rules
+        why.update(comparison.command_not_applicable(case, pair, has))
     for arm_name in pair.arms:
         why[f"{arm_name}.packing"] = ("a command packs its own batches; the packing rule is the "
                                       "built-in workload's")

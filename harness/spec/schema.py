@@ -85,6 +85,12 @@ class OptimizerName(Choice):
     ADAMW = "adamw"
 
 
+class LrDecay(Choice):
+    CONSTANT = "constant"
+    LINEAR = "linear"
+    COSINE = "cosine"
+
+
 class DType(Choice):
     FP32 = "fp32"
     BF16 = "bf16"
@@ -116,9 +122,10 @@ class DeviceKind(Choice):
 
 # --------------------------------------------------------------------------- command
 # The step-record fields a metrics source can fill (harness.metrics maps tags / log keys to them).
-METRIC_FIELDS = ("loss", "aux_loss", "grad_norm", "lr", "step_time_s", "tokens", "allocated_bytes",
-                 "reserved_bytes", "active_bytes", "max_allocated_bytes", "skipped", "nan")
-MetricField = Literal["loss", "aux_loss", "grad_norm", "lr", "step_time_s", "tokens",
+METRIC_FIELDS = ("loss", "aux_loss", "grad_norm", "lr", "params_norm", "step_time_s", "tokens",
+                 "allocated_bytes", "reserved_bytes", "active_bytes", "max_allocated_bytes",
+                 "skipped", "nan")
+MetricField = Literal["loss", "aux_loss", "grad_norm", "lr", "params_norm", "step_time_s", "tokens",
                       "allocated_bytes", "reserved_bytes", "active_bytes", "max_allocated_bytes",
                       "skipped", "nan"]
 # The arm roles a command case gives arguments for (``command.arms``): the arm kinds of
@@ -279,6 +286,20 @@ class OptimizerSpec(Strict):
     grad_clip: Optional[float] = Field(default=1.0, gt=0)
 
 
+class LrScheduleSpec(Strict):
+    """The learning rate over the steps, Megatron's ``OptimizerParamScheduler``: a linear warmup
+    from 0 over ``warmup_steps``, then ``decay`` from ``train.lr`` towards ``min_lr`` over the run
+    (``lr_decay_iters`` = ``train.steps``). Step s (1-based) runs at the rate of the s - 1 steps
+    before it, so the first step of a warmup runs at 0 (docs/case-files.md gives the formula)."""
+
+    # Megatron's lr_warmup_iters; 0: no warmup.
+    warmup_steps: int = Field(default=0, ge=0)
+    # Megatron's lr_decay_style after the warmup.
+    decay: LrDecay = LrDecay.CONSTANT
+    # Megatron's min_lr: where the decay ends.
+    min_lr: float = Field(default=0.0, ge=0)
+
+
 class TrainSpec(Strict):
     steps: int = Field(ge=1, le=limit("train.steps"))
     # Sequences per optimizer step (the whole DP x CP world together).
@@ -308,6 +329,27 @@ class TrainSpec(Strict):
     # allocated/active and reserved memory (the figures of dcp_vs_fixed_cp); None: the last step.
     memory_probe_step: Optional[int] = Field(default=None, ge=1)
     optimizer: OptimizerSpec = OptimizerSpec()
+    lr_schedule: LrScheduleSpec = LrScheduleSpec()
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: Any, info: SerializationInfo) -> Any:
+        """A constant rate (the default) is left out: the case files, plans and case hashes
+        written before the schedule existed stay as they were."""
+        out = handler(self)
+        if self.lr_schedule == LrScheduleSpec():
+            out.pop("lr_schedule", None)
+        return out
+
+    @model_validator(mode="after")
+    def _schedule_fits(self) -> "TrainSpec":
+        sched = self.lr_schedule
+        if sched.warmup_steps > self.steps:
+            raise ValueError(f"lr_schedule.warmup_steps ({sched.warmup_steps}) is more than "
+                             f"train.steps ({self.steps})")
+        if sched.decay is not LrDecay.CONSTANT and not sched.min_lr < self.lr:
+            raise ValueError(f"lr_schedule.min_lr ({sched.min_lr:g}) must be below train.lr "
+                             f"({self.lr:g}) for a {sched.decay.value} decay")
+        return self
 
 
 class LengthSpec(Strict):
@@ -413,6 +455,19 @@ class Execution(Strict):
     interrupt_after: Optional[int] = Field(default=None, ge=1)
     # The one-rank arm trained beside Hugging Face's Qwen3-MoE (``compare.oracle``).
     oracle: bool = False
+    # Its processes start otherwise than the first run's in everything the numbers must not
+    # depend on (``harness.launch.ranks.variation``: hash seed, rank start order, working and
+    # temporary folders, the environment's order, a cold start): the repeat arm of
+    # ``compare.repeat`` and the one-rank reference arm.
+    vary_processes: bool = False
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: Any, info: SerializationInfo) -> Any:
+        """``vary_processes`` is left out while false: plans written before it stay as they were."""
+        out = handler(self)
+        if not self.vary_processes:
+            out.pop("vary_processes", None)
+        return out
 
 
 # --------------------------------------------------------------------------- resources
