@@ -29,6 +29,7 @@ import harness
 from harness.arms import plan_case
 from harness.bisect.git import is_tracked_unchanged, repository_root, toplevel
 from harness.bisect.state import Mode
+from harness.history.labels import BISECT_LABEL, LABEL_ENV
 from harness.compare.contracts.golden import golden_dir
 from harness.errors import ConfigError
 from harness.launch.ranks.command import command_cwd
@@ -191,8 +192,9 @@ def step_environment(target: Target, worktree: Path) -> tuple[dict[str, str], Pa
     harness alone on ``PYTHONPATH`` and its worktree as the working directory (``python -m``
     puts the working directory first on the import path: another checkout of the harness there
     would be imported instead); command, bisect's own (what ``run`` finds relative to the
-    working directory is what the user's own ``run`` would find)."""
-    env = dict(os.environ)
+    working directory is what the user's own ``run`` would find). A step's sweep is labelled
+    ``bisect`` (``$DCP_HARNESS_LABEL``: a harness that predates labels ignores it)."""
+    env = {**os.environ, LABEL_ENV: BISECT_LABEL}
     if target.mode is Mode.BUILTIN:
         env["PYTHONPATH"] = str(worktree)
         return env, worktree

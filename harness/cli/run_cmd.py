@@ -19,7 +19,7 @@ from typing import Iterator
 
 from harness.cli.selection import (add_selection_arguments, emulated_on_too_few_gpus,
                                     selected_plans)
-from harness.cli.sinks import add_history_arguments, sweep_sinks
+from harness.cli.sinks import add_history_arguments, add_label_argument, sweep_sinks
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
 from harness.launch.local.launcher import LocalLauncher
@@ -58,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "same: docs/design.md)")
     add_allow_skip_argument(p)
     add_history_arguments(p)
+    add_label_argument(p)
     p.set_defaults(func=run)
 
 
@@ -146,7 +147,7 @@ def _run(args: argparse.Namespace) -> int:
         check_latest(RESULTS_ROOT)
 
     start = sweep_start("run", cases, gpus, paths=args.paths, k=args.k,
-                        tags=args.tags, emulate_ranks=args.emulate_ranks)
+                        tags=args.tags, emulate_ranks=args.emulate_ranks, label=args.label)
     with LocalLauncher(timeout_min=args.timeout_min, warm=not args.cold_start) as launcher:
         result = run_sweep(plans, out, launcher,
                            progress=make_progress(sys.stderr, plans, RESULTS_ROOT / LATEST),

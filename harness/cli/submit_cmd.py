@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.cli.run_cmd import RESULTS_ROOT
 from harness.cli.selection import add_selection_arguments, selected_plans
-from harness.cli.sinks import add_history_arguments, sweep_sinks
+from harness.cli.sinks import add_history_arguments, add_label_argument, sweep_sinks
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
 from harness.launch.pipeline import finish
@@ -73,6 +73,7 @@ def _add_job_args(p: argparse.ArgumentParser, max_parallel_help: str) -> None:
     p.add_argument("--poll-s", type=float, default=5.0, metavar="S", help=argparse.SUPPRESS)
     add_allow_skip_argument(p)
     add_history_arguments(p)
+    add_label_argument(p)
 
 
 def check_wait_args(args: argparse.Namespace) -> None:
@@ -154,7 +155,8 @@ def run_submit(args: argparse.Namespace) -> int:
         return 0
     gpus = max((p.gpus_per_node if p.gpus else 0 for p in todo.profiles.values()), default=0)
     backend.submit(plans, out, sweep_start("submit", cases, gpus, paths=args.paths, k=args.k,
-                                           tags=args.tags, emulate_ranks=args.emulate_ranks))
+                                           tags=args.tags, emulate_ranks=args.emulate_ranks,
+                                           label=args.label))
     refs = backend.submitted
     for ref in refs:
         print(f"  {ref.case_id}: job {ref.job_id}")

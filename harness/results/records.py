@@ -252,6 +252,9 @@ class StepRecord:
     # every rank that holds the same weights (``ranks_agree``: a data-parallel replica that drifts).
     params_norm: Annotated[Optional[Float], OmitNone] = None
     step_time_s: Optional[Float] = None
+    # The rank process's CPU time (every thread) over the step: on a shared CPU host the figure
+    # neighbours move less than the wall-clock step_time_s (docs/history.md, the drift rule).
+    cpu_time_s: Annotated[Optional[Float], OmitNone] = None  # left out while unset (older records)
     device: Optional[Str] = None
     # The golden platform of the device (``cpu``, ``h200``, ``gb200``: ``golden.platform_key`` of
     # the CUDA device name), set by the rank process (``rank_main``) on every record it writes.

@@ -274,7 +274,7 @@ def _train_step(case: Case, ctx: RankContext, s: _Setup, opt: torch.optim.Optimi
     stepped) and its record."""
     if s.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(s.device)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     plan = plan_step(case, step)
     if slot.graphs is not None:
         slot.graphs.check_step(len(plan.microbatches))
@@ -297,7 +297,7 @@ def _train_step(case: Case, ctx: RankContext, s: _Setup, opt: torch.optim.Optimi
     finite = math.isfinite(loss) and math.isfinite(norm)
     if s.device.type == "cuda":
         torch.cuda.synchronize(s.device)
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     return StepRecord(
         step=step,
         loss=loss,
@@ -311,6 +311,7 @@ def _train_step(case: Case, ctx: RankContext, s: _Setup, opt: torch.optim.Optimi
         attention_work=tuple(works[m] for m in sorted(works)),
         lr=lr,
         step_time_s=elapsed,
+        cpu_time_s=cpu,
         device=ctx.device,
         graphed=slot.graphs is not None,
         memory_probe=_probe(s.device) if memory_probe else None,

@@ -47,7 +47,7 @@ def test_every_form_of_gate_history_passes_a_clean_sweep_and_adds_it(form, url, 
     # the sweep is in the database the form names (and in no other)
     assert not (tmp_path / "other.db").exists() or form == "history-from-env"
     assert main(["history", "show", "gate-history", "--no-plot", "--history", url]) == 0
-    assert "sweeps sweep .. sweep (1)" in capsys.readouterr().out
+    assert "sweeps sweep ? .. sweep ? (1, label adhoc)" in capsys.readouterr().out
     # the gate again: the sweep is there already (unchanged), the verdict the same
     assert main(["gate", str(sweep), *FORMS[form](url)]) == 0
     assert f"history: unchanged {sweep}" in capsys.readouterr().out
