@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.launch.gpu_jobs import (
+from harness.launch.local.gpu_jobs import (
     DEVICE_USED,
     STEP_TIME,
     ArmDemand,

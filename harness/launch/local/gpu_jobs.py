@@ -20,7 +20,7 @@ memory and at most ``jobs`` arms run at once. :func:`order` puts the arms that r
 (the device is empty at the start: no waiting for it to drain), then the longest first.
 :func:`place` is the schedule this rule gives for arms of known durations (what ``run`` prints
 before it starts, and what the tests check); the local backend's GPU lane applies the same
-:func:`next_arm` as arms end (``launch.gpu_lane``) and records where each one ran
+:func:`next_arm` as arms end (``launch.local.gpu_lane``) and records where each one ran
 (``results.placement``).
 """
 

@@ -1,9 +1,9 @@
-"""What the placement rule (``launch.gpu_jobs``) needs to know of a planned arm: the figures a
+"""What the placement rule (``launch.local.gpu_jobs``) needs to know of a planned arm: the figures a
 neighbour on its GPU would move (from the case's pairs) and the bytes it is predicted to hold
 (from the memory plan, ``harness.memplan``: what ``dcp-harness plan --memory`` prints).
 
 * :func:`moved_figures`: per arm, ``step_time`` where a golden pair judges its step time
-  (``sweep.timing_judged_arms``), ``device_used`` where a pair judges the whole device's memory
+  (:func:`timing_judged_arms`), ``device_used`` where a pair judges the whole device's memory
   after ``empty_cache``: ``dcp_vs_fixed_cp`` (``device_delta_pct``, bounded by default on graph
   arms) and a golden pair with memory checks (``mem_device_used_bytes``).
 * :func:`arm_bytes`: the arm's predicted peak on its GPU, per rank (``memplan.arm.arm_figures``),
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from harness.caseplan import CasePlan, PlannedArm
-from harness.launch.gpu_jobs import (
+from harness.launch.local.gpu_jobs import (
     DEVICE_USED,
     PROCESS_OVERHEAD_BYTES,
     STEP_TIME,
@@ -26,11 +26,15 @@ from harness.launch.gpu_jobs import (
     UNPLANNED_FACTOR,
     ArmDemand,
 )
-from harness.launch.sweep import timing_judged_arms
-from harness.memplan.arm import arm_figures
-from harness.memplan.predict import MemoryPlanError, predict_case
 from harness.memplan.records import MemoryTarget
 from harness.spec.names import DCP_VS_FIXED_CP, GOLDEN
+
+
+def timing_judged_arms(plan: CasePlan) -> frozenset[str]:
+    """The arms whose step time a golden pair judges (``compare.golden.step_time``): nothing may
+    run beside them, not even on other devices, while they run."""
+    return frozenset(a for p in plan.pairs if p.contract == GOLDEN and p.skipped is None
+                     and getattr(p.params, "step_time", None) is not None for a in p.arms)
 
 
 def moved_figures(plan: CasePlan) -> dict[str, frozenset[str]]:
@@ -62,6 +66,9 @@ class Predictions:
         stages = tuple(sorted({lay.pp_rank(r) for r in ranks}))
         key = (arm.case.model_dump_json(), stages)
         if key not in self._seen:
+            from harness.memplan.arm import arm_figures
+            from harness.memplan.predict import MemoryPlanError, predict_case
+
             try:
                 cm = predict_case(arm.case, self.target, pp_ranks=list(stages))
                 self._seen[key] = {r.pp_rank: arm_figures(arm.case, r).peak_bytes for r in cm.ranks}
