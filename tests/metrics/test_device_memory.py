@@ -37,3 +37,34 @@ def test_a_neighbour_that_never_settles_is_an_error_naming_the_way_out() -> None
     with pytest.raises(RuntimeError, match="--gpu-jobs 1") as info:
         device_used_alone(lambda: (50 * GIB, 80 * GIB), lambda: next(counter))
     assert str(ATTEMPTS) in str(info.value)
+
+
+@pytest.mark.cuda
+def test_on_a_gpu_a_neighbours_memory_is_not_counted() -> None:
+    """The probe beside a process holding 2 GiB gives the bytes it gave alone (NVML exact)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    pytest.importorskip("pynvml")
+    import subprocess
+    import sys
+
+    from harness.metrics.device_memory import probe
+
+    dev = torch.device("cuda:0")
+    held = torch.empty(GIB, dtype=torch.uint8, device=dev)
+    torch.cuda.synchronize()
+    alone = probe(dev)
+    neighbour = subprocess.Popen(
+        [sys.executable, "-c", "import sys, torch; t = torch.empty(2 * 2**30, dtype=torch.uint8, "
+         "device='cuda:0'); torch.cuda.synchronize(); print('ready', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert neighbour.stdout.readline().strip() == "ready"
+        beside = probe(dev)
+    finally:
+        neighbour.stdin.close()
+        neighbour.wait(60)
+    assert beside.others >= 2 * GIB
+    assert beside.used == alone.used, (alone, beside)
+    del held
