@@ -57,4 +57,9 @@ if [ "$left" -gt 20 ]; then
   say "nvml_exact (limit $((left - 5)) s)"
   timeout $((left - 5)) $PY bench/nvml_exact.py --json "$OUT/nvml_exact.json" 2>&1 | tee -a "$LOG"
 fi
+left=$((590 - SECONDS))
+if [ "$left" -gt 25 ]; then
+  say "pytest -m cuda tests/metrics/test_device_memory.py (limit $((left - 5)) s)"
+  timeout $((left - 5)) $PY -m pytest -m cuda tests/metrics/test_device_memory.py -q -p no:cacheprovider 2>&1 | tail -3 | tee -a "$LOG"
+fi
 say "done"

@@ -37,7 +37,8 @@ class DeviceUsed:
 
 def nvml_others(index: int, pid: int) -> Optional[Callable[[], int]]:
     """A reader of the bytes NVML accounts to compute processes other than ``pid`` on the GPU of
-    NVML index ``index``, or None where NVML cannot be read."""
+    NVML index ``index``, or None where NVML cannot be read or does not list ``pid`` (a process
+    with a CUDA context there: called from the probe)."""
     try:
         import pynvml
 
@@ -51,6 +52,12 @@ def nvml_others(index: int, pid: int) -> Optional[Callable[[], int]]:
         procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
         return sum(int(p.usedGpuMemory or 0) for p in procs if p.pid != pid)
 
+    try:  # NVML must list this process (it holds a CUDA context): else its process ids are not
+        # this process's (another PID namespace) and telling the others apart is not possible
+        if pid not in {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)}:
+            return None
+    except Exception:
+        return None
     return read
 
 
