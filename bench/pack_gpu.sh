@@ -21,6 +21,7 @@ LOG="$OUT/pack.log"
 W=$(mktemp -d)/pack
 mkdir -p "$W"
 SERIAL_END=${SERIAL_END:-540}
+END=${END:-590}  # this script ends by then (the call's limit less a margin)
 say() { echo "== $* ($(date -u +%H:%M:%S), ${SECONDS} s)" | tee -a "$LOG"; }
 sampled_run() {  # sampled_run NAME LIMIT_S ARGS...: a run of cases/focused into $W/NAME, then its gate
   local name=$1 limit=$2 t0=$SECONDS rc sampler
@@ -52,12 +53,12 @@ for name in packed serial; do
 done
 find "$W" -name checkpoint -type d -prune -exec rm -rf {} + 2>/dev/null
 tar -czf "$OUT/pack.tgz" -C "$(dirname "$W")" pack 2>/dev/null
-left=$((590 - SECONDS))
+left=$((END - SECONDS))
 if [ "$left" -gt 20 ]; then
   say "nvml_exact (limit $((left - 5)) s)"
   timeout $((left - 5)) $PY bench/nvml_exact.py --json "$OUT/nvml_exact.json" 2>&1 | tee -a "$LOG"
 fi
-left=$((590 - SECONDS))
+left=$((END - SECONDS))
 if [ "$left" -gt 25 ]; then
   say "pytest -m cuda tests/metrics/test_device_memory.py (limit $((left - 5)) s)"
   timeout $((left - 5)) $PY -m pytest -m cuda tests/metrics/test_device_memory.py -q -p no:cacheprovider 2>&1 | tail -3 | tee -a "$LOG"
