@@ -16,8 +16,9 @@ An arm's figures are its own except two, which a neighbour on the same GPU moves
 The rule (:func:`fits`): an arm that a neighbour would move (:func:`runs_alone`) runs with nothing
 else on the GPUs; the others run side by side while their predicted bytes (each arm's ranks that
 run at once, on the GPU they share, plus a CUDA context per process) stay within the device's
-memory and at most ``jobs`` arms run at once. :func:`order` puts the arms that run alone first
-(the device is empty at the start: no waiting for it to drain), then the longest first.
+memory and at most ``jobs`` arms run at once. :func:`order` puts the arms that run alone for their
+memory first (the device is empty at the start: no waiting for it to drain), then the longest
+first, and those whose step time is judged last.
 :func:`place` is the schedule this rule gives for arms of known durations (what ``run`` prints
 before it starts, and what the tests check); the local backend's GPU lane applies the same
 :func:`next_arm` as arms end (``launch.local.gpu_lane``) and records where each one ran
@@ -92,11 +93,14 @@ def fits(running: Sequence[ArmDemand], arm: ArmDemand, capacity: int, jobs: int,
 
 
 def order(arms: Sequence[ArmDemand], per_process_memory: bool) -> list[ArmDemand]:
-    """The order arms are offered to the device: those that run alone first (in the order
-    given), then the rest longest first (ties: the order given)."""
-    alone = [a for a in arms if runs_alone(a, per_process_memory)]
+    """The order arms are offered to the device: first those that run alone for their memory
+    (in the order given), then those that may share it, longest first (ties: the order given),
+    last those whose step time is judged (the CPU lane has ended by then: nothing to hold
+    still)."""
+    timed = [a for a in arms if STEP_TIME in a.moved]
+    alone = [a for a in arms if runs_alone(a, per_process_memory) and a not in timed]
     rest = [a for a in arms if not runs_alone(a, per_process_memory)]
-    return alone + sorted(rest, key=lambda a: -a.seconds)
+    return alone + sorted(rest, key=lambda a: -a.seconds) + timed
 
 
 def next_arm(pending: Sequence[ArmDemand], running: Sequence[ArmDemand], capacity: int, jobs: int,

@@ -45,6 +45,14 @@ from harness.results import CASE_FILE, VERDICT_FILE, ArmOutcome
 from harness.results.placement import PlacedArm, Placement, record_placed
 
 AUTO_JOBS = 8  # the most arms at once by default (each arm is one or a few rank processes)
+# Whether NVML's per-process accounting is exact, so that an arm's whole-device memory figure
+# with its neighbours' usage subtracted equals its figure alone: measured NOT exact (one H100
+# 80GB, driver 580.159.04, 2026-12-07, bench/nvml_exact.py): every other process left about
+# 5.6 MiB that NVML accounts to no process (NVML used = baseline + the processes + 8.8 MiB with
+# one, + 14.4 MiB with two), and tiny-moe-eager's device used after empty_cache beside four arms
+# came out 24.4 MiB (+3.2 %) over its golden value (bench/RESULTS.md). So an arm whose
+# whole-device memory is judged runs alone.
+NVML_PER_PROCESS_EXACT = False
 COMMAND_CASE = "a command case: its processes' GPU memory is not planned"
 
 
@@ -96,7 +104,7 @@ def gpu_setting(requested: Optional[int], gpus: int) -> GpuSetting:
         return GpuSetting(1, 0, False, "no GPU: one arm after another")
     nvml = _nvml_free_bytes(gpus)
     free = nvml[0] if nvml else _smi_free_bytes(gpus)
-    per_process = bool(nvml and nvml[1])
+    per_process = bool(nvml and nvml[1]) and NVML_PER_PROCESS_EXACT
     if requested == 1:
         return GpuSetting(1, free or 0, per_process, "--gpu-jobs 1: one arm after another")
     if free is None:
@@ -130,10 +138,10 @@ class _Task:
         return f"{self.plan.case_id} / {self.arm.name}"
 
 
-def _seconds(arm: PlannedArm) -> float:
+def _seconds(arm: PlannedArm, together: int = 1) -> float:
     """A stand-in for the arm's time, for the order only (longest first): process starts and
-    steps, its emulated ranks one after another."""
-    runs = len(arm.ranks) if arm.emulated else 1
+    steps, its emulated ranks one after another (``together`` at a time)."""
+    runs = -(-len(arm.ranks) // max(1, together)) if arm.emulated else 1
     return runs * (10.0 + 0.5 * arm.case.train.steps)
 
 
@@ -163,7 +171,7 @@ def _demands(tasks: Sequence[_Task], gpus: int, target: MemoryTarget) -> dict[tu
         else:
             ranks = t.arm.ranks if t.arm.emulated else tuple(range(t.arm.world_size))
             size, predicted = arm_bytes(t.plan, t.arm, ranks, t.together, predictions)
-        out[t.key] = ArmDemand(t.key, size, moved, _seconds(t.arm), predicted)
+        out[t.key] = ArmDemand(t.key, size, moved, _seconds(t.arm, t.together), predicted)
     return out
 
 
@@ -214,8 +222,12 @@ def run_gpu_lane(cases: Sequence[tuple[int, CasePlan]], total: int, out_dir: Pat
         return
     record = Placement(setting.jobs, setting.capacity, setting.per_process_memory, (), setting.note)
     pool = ThreadPoolExecutor(max_workers=setting.jobs, thread_name_prefix="gpu-arm")
-    first = [t for t in tasks if t.alone is not None] if setting.jobs > 1 else []
-    later = [t for t in tasks if t not in first]
+    # alone: first those a neighbour's memory would move (the memory plan is computed meanwhile),
+    # last those whose step time is judged (the CPU lane has ended by then: nothing to hold still)
+    alone = [t for t in tasks if t.alone is not None] if setting.jobs > 1 else []
+    last = [t for t in alone if STEP_TIME in t.moved or t.alone == COMMAND_CASE]
+    first = [t for t in alone if t not in last]
+    later = [t for t in tasks if t not in alone]
     by_key = {t.key: t for t in tasks}
     predicted: "Future[dict[tuple[str, str], ArmDemand]]"
     if setting.jobs > 1:  # planned while the arms that run alone run
@@ -229,12 +241,15 @@ def run_gpu_lane(cases: Sequence[tuple[int, CasePlan]], total: int, out_dir: Pat
     running: dict[Future, _Task] = {}
     pending: Optional[list[ArmDemand]] = None
     try:
-        while first or later or running:
+        while first or later or last or running:
             started = False
             if first and not running:
                 _start(first.pop(0), pool, running, launcher, shown, hold_still, run_arm)
                 continue
-            if not first:
+            if not first and not later and last and not running:
+                _start(last.pop(0), pool, running, launcher, shown, hold_still, run_arm)
+                continue
+            if not first and later:
                 if pending is None:
                     demands = predicted.result()
                     for t in later:

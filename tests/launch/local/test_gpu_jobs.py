@@ -57,11 +57,11 @@ def test_an_arm_larger_than_the_device_still_runs_alone() -> None:
     assert {s.arm.key[1]: s.beside for s in slots}["huge"] == ()
 
 
-def test_order_alone_first_then_longest_first() -> None:
+def test_order_memory_alone_first_then_longest_then_a_judged_step_time() -> None:
     arms = [arm("short", 1, seconds=1), arm("timed", 1, STEP_TIME), arm("long", 1, seconds=9),
             arm("probed", 1, DEVICE_USED, seconds=5)]
-    assert [a.key[1] for a in order(arms, False)] == ["timed", "probed", "long", "short"]
-    assert [a.key[1] for a in order(arms, True)] == ["timed", "long", "probed", "short"]
+    assert [a.key[1] for a in order(arms, False)] == ["probed", "long", "short", "timed"]
+    assert [a.key[1] for a in order(arms, True)] == ["long", "probed", "short", "timed"]
 
 
 def test_gpu_jobs_1_is_one_after_another_in_order() -> None:
