@@ -41,7 +41,9 @@ def test_a_neighbour_that_never_settles_is_an_error_naming_the_way_out() -> None
 
 @pytest.mark.cuda
 def test_on_a_gpu_a_neighbours_memory_is_not_counted() -> None:
-    """The probe beside a process holding 2 GiB gives the bytes it gave alone (NVML exact)."""
+    """The probe beside a process holding 2 GiB gives the bytes it gave alone, but for what NVML
+    accounts to no process: measured 5.6 MiB a neighbour on an H100 (driver 580.159.04), which
+    is why arms with judged whole-device memory still run alone (``gpu_lane``)."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
@@ -66,5 +68,5 @@ def test_on_a_gpu_a_neighbours_memory_is_not_counted() -> None:
         neighbour.stdin.close()
         neighbour.wait(60)
     assert beside.others >= 2 * GIB
-    assert beside.used == alone.used, (alone, beside)
+    assert 0 <= beside.used - alone.used <= 16 * 2**20, (alone, beside)
     del held
