@@ -179,7 +179,10 @@ def step_command(target: Target, paths: Sequence[str], sweep: Path, profile: Opt
         return [*cli, "collect", str(sweep), "--wait"]
     select = ["-k", target.k] if target.k is not None else []
     if profile is None:
-        return [*cli, "run", *paths, "--out", str(sweep), *select]
+        # Its sweep is a bisect step's, not the user's newest: `results/latest` stays. (Only
+        # this harness knows --no-latest; a built-in step runs its commit's own, in its worktree.)
+        keep = ["--no-latest"] if target.mode is Mode.COMMAND else []
+        return [*cli, "run", *paths, "--out", str(sweep), *keep, *select]
     return [*cli, "submit", *paths, "--profile", profile, "--out", str(sweep), "--wait", *select]
 
 

@@ -4,7 +4,9 @@ Each module exposes ``register(subparsers)``, which adds its parser with ``set_d
 ``run(args) -> int`` returns the exit code. A :class:`~harness.errors.ConfigError` raised anywhere in a
 command becomes one ``error: ...`` line on stderr and exit code 2, and so does a
 :class:`~harness.results.ResultsError` (a results file that cannot be used: an infrastructure or
-harness error, never a regression).
+harness error, never a regression). Any other exception is a bug in dcp-harness: one line
+``internal error in dcp-harness: <Type>: <message>`` naming the file that holds its traceback, and
+exit 2 as well (``internal_error``); Ctrl-C (or SIGTERM where a command maps it) exits 130.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 from typing import Optional, Sequence
 
 from harness import __version__
+from harness.cli.internal_error import report_internal_error
 from harness.errors import ConfigError, HarnessInvariantError
 from harness.results import ResultsError
 
@@ -60,9 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args: Optional[argparse.Namespace] = None
     try:
+        args = build_parser().parse_args(argv)
         return int(args.func(args))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -79,6 +83,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BrokenPipeError:  # `dcp-harness plan --json | head`: the reader stopped reading
         _silence_stdout()
         return EXIT_BROKEN_PIPE
+    except Exception as exc:  # a bug in dcp-harness: exit 2 (an error), never 1 (a regression)
+        return report_internal_error(exc, argv, args)
 
 
 def _silence_stdout() -> None:

@@ -23,7 +23,7 @@ from harness.launch.slurm.backend import SlurmBackend
 from harness.launch.slurm.poll import SchedulerUnavailable
 from harness.launch.slurm.submit import describe_plan, render_sbatch, round_folder, slurm_dir
 from harness.launch.sweep_folder import sweep_start
-from harness.report import EXIT_ERROR, console_table, gate, load_sweep, make_console, write_reports
+from harness.report import EXIT_ERROR, gate, load_sweep, show_table, write_reports
 from harness.trust.stored_plan import check_stored_plan
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -137,7 +137,7 @@ def run_submit(args: argparse.Namespace) -> int:
     cases = [p.case for p in plans]
     backend = _backend(args)
     todo = backend.plan(plans)
-    out = (args.out or _default_out()).resolve()
+    out = args.out = (args.out or _default_out()).resolve()  # (a bug's traceback goes there)
     queued = [p for p in plans if p.case_id not in todo.skips]
     memory = memory_preflight(queued, todo.profiles, todo.profile_of)
     print(describe_plan(todo.groups))
@@ -224,8 +224,7 @@ def run_collect(args: argparse.Namespace) -> int:
     if args.wait or args.retry_infra:
         return _wait_collect_gate(sweep, args)
     _print_collect(finish(_backend(args), sweep, sweep_sinks(args), wait=False))
-    console_table(load_sweep(sweep, check_stored_plan, allowed_skips=allowed_skips(args)),
-                  make_console())
+    show_table(load_sweep(sweep, check_stored_plan, allowed_skips=allowed_skips(args)))
     print(f"wrote {sweep / 'summary.md'}, {sweep / 'junit.xml'}, {sweep / 'index.json'}\n"
           f"next: dcp-harness gate {sweep}")
     return 0

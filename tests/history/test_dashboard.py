@@ -40,6 +40,7 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     nights = drifting_sweeps(root)
     (nights[-1] / "index.html").write_text("<html></html>")  # a sweep page to link to
     db = root / "results" / "history.sqlite"
+    db.parent.mkdir()  # a database's folder is never made for it (but the default's, here)
     assert main(["history", "add", *map(str, nights), "--history", str(db)]) == 0
     out = root / "results" / "history.html"
     assert main(["history", "dashboard", "--history", str(db), "--out", str(out)]) == 0
