@@ -60,8 +60,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu-jobs", type=int, default=None, metavar="N",
                    help="at most N arms at once on the GPUs (1: one after another); default: as "
                         "many as the GPU's memory holds by their predicted peaks (plan --memory), "
-                        "up to 8; an arm whose judged step time a neighbour would move runs alone "
-                        "(placement.json records where each arm ran)")
+                        "up to 8; an arm whose judged step time or whole-device memory a "
+                        "neighbour would move runs alone (placement.json records where each arm "
+                        "ran)")
     add_allow_skip_argument(p)
     add_history_arguments(p)
     p.set_defaults(func=run)
@@ -134,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.timeout_min is not None and not args.timeout_min > 0:
         raise ConfigError(f"--timeout-min must be a positive number of minutes, got {args.timeout_min}")
+    if args.gpu_jobs is not None and args.gpu_jobs < 1:
+        raise ConfigError(f"--gpu-jobs must be at least 1 (1: one arm after another), got {args.gpu_jobs}")
     allowed = allowed_skips(args)
     # each case planned once, its steps packed (an arm or a step it cannot have: a CaseError)
     plans = selected_plans(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks)
