@@ -15,12 +15,14 @@ import argparse
 import importlib
 import os
 import sys
-from typing import Optional, Sequence
+import warnings
+from typing import Callable, Optional, Sequence, TextIO
 
 from harness import __version__
 from harness.cli.internal_error import report_internal_error
 from harness.errors import ConfigError, HarnessInvariantError
 from harness.results import ResultsError
+from harness.spec.deprecations import CaseFileDeprecation
 
 # Order is the order of `dcp-harness --help`.
 _COMMAND_MODULES = (
@@ -63,7 +65,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    with warnings.catch_warnings():
+        warnings.simplefilter("default", CaseFileDeprecation)  # each once
+        warnings.showwarning = _deprecations_as_lines(warnings.showwarning)
+        return _run(list(sys.argv[1:] if argv is None else argv))
+
+
+def _deprecations_as_lines(show: Callable[..., None]) -> Callable[..., None]:
+    """``show`` with a case file of an earlier shape as one ``warning:`` line on stderr (its
+    message names file, case, field and fix)."""
+    def shown(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+              file: Optional[TextIO] = None, line: Optional[str] = None) -> None:
+        if issubclass(category, CaseFileDeprecation):
+            print(f"warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+    return shown
+
+
+def _run(argv: list[str]) -> int:
     args: Optional[argparse.Namespace] = None
     try:
         args = build_parser().parse_args(argv)

@@ -186,6 +186,14 @@ class SweepView:
         counts = {k: kinds.count(k) for k in dict.fromkeys(kinds) if k is not None}
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
+    def golden_bounds(self) -> dict[str, int]:
+        """Golden loss checks by the kind of their bound (``Check.bound_kind``: ``bitwise``,
+        ``repeats``, ``declared``, ``fallback``), over the counted entries."""
+        kinds = [c.bound_kind for case, p in self.rows if case.parked is None
+                 for c in p.checks if c.bound_kind is not None]
+        return {k: kinds.count(k) for k in ("bitwise", "repeats", "declared", "fallback")
+                if k in kinds}
+
     def warnings(self) -> tuple[str, ...]:
         """One line per parked case whose ``expect.until`` has passed."""
         return tuple(w for c in self.parked if c.parked and (w := c.parked.warning(c.case_id)))

@@ -158,7 +158,8 @@ class OracleStep:
     beside the one-rank arm: ``harness.workload.oracle``) gave on one step: its LM loss, aux loss
     (our definition, from its router) and grad norm, and the largest relative differences from
     ours of the logits (before the step), the gradients (after clipping) and the parameters
-    (after the optimizer step); ``unavailable`` says why the oracle did not run (the rest None)."""
+    (after the optimizer step), and the learning rate its scheduler gave the step;
+    ``unavailable`` says why the oracle did not run (the rest None)."""
 
     __pydantic_config__ = _FORBID
 
@@ -168,6 +169,7 @@ class OracleStep:
     logits_rel: Optional[Float] = None
     grads_rel: Optional[Float] = None
     params_rel: Optional[Float] = None
+    lr: Optional[Float] = None
     unavailable: Optional[Str] = None
 
 
@@ -250,6 +252,9 @@ class StepRecord:
     microbatches: Optional[Int] = None
     cp_sizes: tuple[Int, ...] = ()
     lr: Optional[Float] = None
+    # The L2 norm of the rank's replica of the weights (Megatron's ``params norm``): the same on
+    # every rank that holds the same weights (``ranks_agree``: a data-parallel replica that drifts).
+    params_norm: Annotated[Optional[Float], OmitNone] = None
     step_time_s: Optional[Float] = None
     device: Optional[Str] = None
     # The golden platform of the device (``cpu``, ``h200``, ``gb200``: ``golden.platform_key`` of

@@ -33,7 +33,8 @@ from harness.workload.model import (
     is_expert_param,
 )
 from harness.workload.moe import MoEContext, moe_scalars
-from harness.workload.optim import all_reduce_grads, clip_grads_, global_grad_norm, make_optimizer
+from harness.workload.optim import (all_reduce_grads, clip_grads_, global_grad_norm, make_optimizer,
+                                    scheduled_lr, set_lr)
 from harness.workload.packing import StepPlan, plan_step
 from harness.workload.pipeline import MicrobatchInput, StepTotals, run_step
 from harness.workload.state_digest import optimizer_digest, restore_rng, rng_digest, rng_state
@@ -232,10 +233,10 @@ def _restore(s: _Setup, opt: torch.optim.Optimizer, state: dict[str, Any], case:
 
 
 def _reduce_and_update(case: Case, s: _Setup, opt: torch.optim.Optimizer,
-                       totals: StepTotals) -> tuple[float, float, float, bool]:
+                       totals: StepTotals, lr: float) -> tuple[float, float, float, bool]:
     """After the microbatches: gradients reduced, the global grad norm, the loss and aux loss
-    summed over the world, and the optimizer step (clipped; skipped when the norm is not
-    finite). Returns (loss, aux loss, grad norm, skipped)."""
+    summed over the world, and the optimizer step at ``lr`` (clipped; skipped when the norm is
+    not finite). Returns (loss, aux loss, grad norm, skipped)."""
     train, pool_rank = case.train, s.groups.pool_rank
     all_reduce_grads(s.dense, s.groups.pool)
     all_reduce_grads(s.expert, s.groups.expert_dp)
@@ -254,6 +255,7 @@ def _reduce_and_update(case: Case, s: _Setup, opt: torch.optim.Optimizer,
         clip = train.optimizer.grad_clip
         if clip is not None:
             clip_grads_(s.dense + s.expert, norm, clip)
+        set_lr(opt, lr)
         opt.step()
     return loss, aux, norm, skipped
 
@@ -284,7 +286,8 @@ def _train_step(case: Case, ctx: RankContext, s: _Setup, opt: torch.optim.Optimi
         autocast,
         s.device,
     )
-    loss, aux, norm, skipped = _reduce_and_update(case, s, opt, totals)
+    lr = scheduled_lr(case.train, step)
+    loss, aux, norm, skipped = _reduce_and_update(case, s, opt, totals, lr)
     finite = math.isfinite(loss) and math.isfinite(norm)
     if s.device.type == "cuda":
         torch.cuda.synchronize(s.device)
@@ -300,7 +303,7 @@ def _train_step(case: Case, ctx: RankContext, s: _Setup, opt: torch.optim.Optimi
         microbatches=len(plan.microbatches),
         cp_sizes=tuple(mb.group_of(s.groups.pool_rank).size for mb in plan.microbatches),
         attention_work=tuple(works[m] for m in sorted(works)),
-        lr=case.train.lr,
+        lr=lr,
         step_time_s=elapsed,
         device=ctx.device,
         graphed=slot.graphs is not None,

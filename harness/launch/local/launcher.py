@@ -29,9 +29,11 @@ from harness.launch.ranks.arm_runner import joined, run_arm, run_legs
 from harness.launch.ranks.command import run_command_arm
 from harness.launch.ranks.emulated import EmulatedLauncher
 from harness.launch.ranks.placement import runs_on_cuda, skip_reason
-from harness.launch.ranks.processes import RankCommand, cuda_device_count, device_env, run_ranks
+from harness.launch.ranks.processes import (RankCommand, cpu_pinned, cuda_device_count, device_env,
+                                            run_ranks)
 from harness.launch.ranks.rank_main import read_plan_beside
 from harness.launch.ranks.warm import WarmStarter
+from harness.launch.ranks.variation import variation
 from harness.results import CASE_FILE, LOG_FILE, ArmOutcome, write_outcome
 
 
@@ -157,6 +159,8 @@ class LocalLauncher:
                 if not needs_run(arm, case_dir / arm.name):
                     continue
                 for cmd in self._first_commands(plan, arm, case_dir, gpus):
+                    if cmd.variation.cold_start:  # started cold: no server to wait for
+                        continue
                     rank = cmd.started[0]
                     started += self.starter.prewarm(cmd.argv_of(rank),
                                                     cmd.env_of(os.environ, rank, 0))
@@ -189,8 +193,9 @@ class LocalLauncher:
                 "--arm", arm.name, "--out", str(arm_dir))
         return RankCommand(argv=argv + (("--stop-after", str(stop)) if stop is not None else ()),
                            world_size=arm.world_size, arm_dir=arm_dir, timeout_s=timeout_s,
-                           env=self._device(plan, arm, gpus)[0], repro=repro,
-                           stop=self.stop_event)
+                           env=cpu_pinned(self._device(plan, arm, gpus)[0]), repro=repro,
+                           stop=self.stop_event,
+                           variation=variation(arm.case.execution.vary_processes))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
