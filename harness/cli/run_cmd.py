@@ -24,6 +24,7 @@ from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
 from harness.launch.local.launcher import LocalLauncher
 from harness.launch.local.backend import run_sweep
+from harness.launch.local.gpu_lane import gpu_setting
 from harness.launch.local.progress import make_progress
 from harness.launch.ranks.placement import runs_beside_gpu_arms
 from harness.launch.ranks.processes import cuda_device_count
@@ -56,6 +57,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="start every rank process afresh instead of forking it from a warm process "
                         "that imported torch and the workload once (slower; the records are the "
                         "same: docs/design.md)")
+    p.add_argument("--gpu-jobs", type=int, default=None, metavar="N",
+                   help="at most N arms at once on the GPUs (1: one after another); default: as "
+                        "many as the GPU's memory holds by their predicted peaks (plan --memory), "
+                        "up to 8; an arm whose judged step time or whole-device memory a "
+                        "neighbour would move runs alone (placement.json records where each arm "
+                        "ran)")
     add_allow_skip_argument(p)
     add_history_arguments(p)
     add_label_argument(p)
@@ -129,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.timeout_min is not None and not args.timeout_min > 0:
         raise ConfigError(f"--timeout-min must be a positive number of minutes, got {args.timeout_min}")
+    if args.gpu_jobs is not None and args.gpu_jobs < 1:
+        raise ConfigError(f"--gpu-jobs must be at least 1 (1: one arm after another), got {args.gpu_jobs}")
     allowed = allowed_skips(args)
     # each case planned once, its steps packed (an arm or a step it cannot have: a CaseError)
     plans = selected_plans(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks)
@@ -146,6 +155,10 @@ def _run(args: argparse.Namespace) -> int:
     if not args.no_latest:
         check_latest(RESULTS_ROOT)
 
+    gpu = gpu_setting(args.gpu_jobs, gpus) if gpus else None
+    if gpu is not None:
+        print(f"GPU arms: {gpu.note}; an arm whose judged step time or whole-device memory a "
+              "neighbour would move runs alone")
     start = sweep_start("run", cases, gpus, paths=args.paths, k=args.k,
                         tags=args.tags, emulate_ranks=args.emulate_ranks, label=args.label)
     with LocalLauncher(timeout_min=args.timeout_min, warm=not args.cold_start) as launcher:
@@ -153,7 +166,7 @@ def _run(args: argparse.Namespace) -> int:
                            progress=make_progress(sys.stderr, plans, RESULTS_ROOT / LATEST),
                            start=start, allowed_skips=allowed,
                            beside=lambda plan: runs_beside_gpu_arms(plan, gpus),
-                           sinks=sweep_sinks(args))
+                           sinks=sweep_sinks(args), gpu=gpu, gpus=gpus)
     if not args.no_latest:
         point_latest(RESULTS_ROOT, out)
     files = result.reports  # the sweep's reports, from the verdicts it judged once

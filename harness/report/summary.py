@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from harness.compare import JUDGED, PairVerdict, comparisons
+from harness.results.placement import read_placement
 
 from .emulated import emulated_sections
 from .env_notes import environment_notes
@@ -63,6 +64,9 @@ def _header(sweep: SweepView, exit_code: int) -> list[str]:
     out += [f"> **note**: {_line(note)}" for note in notes]
     if notes:
         out.append("")
+    placed = read_placement(sweep.sweep_dir)
+    if placed is not None:  # how the local GPU lane placed the arms (harness.results.placement)
+        out += [f"> **placement**: {placed.summary()}", ""]
     return out
 
 

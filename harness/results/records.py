@@ -41,11 +41,15 @@ class MemoryProbe:
 
     __pydantic_config__ = _FORBID
 
-    device_used_bytes: Int  # whole device (NVML / cudaMemGetInfo: total - free), every process
+    device_used_bytes: Int  # whole device (cudaMemGetInfo: total - free) less others_bytes
     device_total_bytes: Int
     allocated_bytes: Int  # this process's caching allocator: allocated (= active after the step)
     active_bytes: Int
     reserved_bytes: Int
+    # NVML's usage of the other processes on the device at the probe, subtracted from
+    # device_used_bytes (the figure this process would have had alone: arms sharing one GPU,
+    # harness.metrics.device_memory); None where NVML was not read (nothing subtracted)
+    others_bytes: Optional[Int] = None
 
 
 @dataclass(frozen=True)

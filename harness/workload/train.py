@@ -182,20 +182,14 @@ def _capture(case: Case, s: _Setup) -> LayerGraphs:
 
 
 def _probe(device: torch.device) -> Optional[MemoryProbe]:
-    """Memory after emptying the allocator cache (the dcp_vs_fixed_cp figures; CUDA only)."""
+    """Memory after emptying the allocator cache (the dcp_vs_fixed_cp figures; CUDA only): the
+    record API's probe (``harness.metrics.memory_probe``: the whole device as this process alone
+    would leave it)."""
     if device.type != "cuda":
         return None
-    torch.cuda.synchronize(device)
-    torch.cuda.empty_cache()
-    free, total = torch.cuda.mem_get_info(device)
-    st = torch.cuda.memory_stats(device)
-    return MemoryProbe(
-        device_used_bytes=int(total - free),
-        device_total_bytes=int(total),
-        allocated_bytes=int(st.get("allocated_bytes.all.current", 0)),
-        active_bytes=int(st.get("active_bytes.all.current", 0)),
-        reserved_bytes=int(st.get("reserved_bytes.all.current", 0)),
-    )
+    from harness.metrics.recorder import memory_probe
+
+    return memory_probe(device)
 
 
 def _memory(device: torch.device) -> dict[str, Optional[int]]:

@@ -14,6 +14,7 @@ for a failing arm.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import os
 import sys
@@ -50,6 +51,7 @@ class LocalLauncher:
     kill_grace_s: float = 5.0
     port_retries: int = 3
     warm: bool = True
+    ranks_per_gpu: int = 1  # an emulated arm's ranks side by side on one GPU (the GPU lane's)
     # Set by stop(): the arms running in other threads end their ranks (Ctrl-C reaches only one).
     stop_event: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
     starter: Optional[WarmStarter] = field(default=None, compare=False, repr=False)
@@ -69,6 +71,11 @@ class LocalLauncher:
         if self.starter is not None:
             self.starter.close()
             object.__setattr__(self, "starter", WarmStarter(python=self.python))
+
+    def with_ranks_per_gpu(self, n: int) -> "LocalLauncher":
+        """This launcher (its warm servers, its stop) running an emulated arm's ranks ``n`` at
+        a time on one GPU (``launch.local.gpu_lane``)."""
+        return dataclasses.replace(self, ranks_per_gpu=n)
 
     def stop(self) -> None:
         """End the ranks of every arm this launcher runs in another thread (the sweep was
@@ -170,7 +177,8 @@ class LocalLauncher:
     def _emulated(self, plan: CasePlan, gpus: int) -> EmulatedLauncher:
         return EmulatedLauncher(gpus, self.timeout_s(plan), self.python,
                                 run=functools.partial(run_ranks, starter=self.starter),
-                                stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s)
+                                stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s,
+                                per_gpu=self.ranks_per_gpu)
 
     @staticmethod
     def _device(plan: CasePlan, arm: PlannedArm, gpus: int) -> tuple[dict[str, str], str]:

@@ -78,9 +78,16 @@ def combine(runs: Sequence[RankRun], repro: str) -> ArmOutcome:
 RunRanks = Callable[..., ArmOutcome]
 
 
-def side_by_side(arm: PlannedArm, gpus: Sequence[str]) -> int:
-    """How many of ``arm``'s emulated ranks run at once on ``gpus``: one per GPU, one on the CPU."""
-    return max(1, min(len(gpus), len(arm.ranks)))
+def side_by_side(arm: PlannedArm, gpus: Sequence[str], per_gpu: int = 1) -> int:
+    """How many of ``arm``'s emulated ranks run at once on ``gpus``: ``per_gpu`` per GPU (one
+    unless the local GPU lane lets the arm's ranks share one: ``launch.local.gpu_lane``), one on
+    the CPU."""
+    return max(1, min(len(gpus) * max(1, per_gpu), len(arm.ranks)))
+
+
+def _slots(gpus: Sequence[str], side: int) -> list[Optional[str]]:
+    """The GPU of each rank running at once: the GPUs in turn, ``side`` in all (CPU: None)."""
+    return [gpus[i % len(gpus)] for i in range(side)] if gpus else [None]
 
 
 def emulated_rank_command(arm: PlannedArm, arm_dir: Path, case_json: Path, *, rank: int,
@@ -103,17 +110,18 @@ def emulated_rank_command(arm: PlannedArm, arm_dir: Path, case_json: Path, *, ra
 def run_emulated_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, case_json: Path, *,
                      gpus: Sequence[str], timeout_s: float, python: str, repro: str,
                      run: Optional[RunRanks] = None, stack_wait_s: float = 3.0,
-                     kill_grace_s: float = 5.0) -> ArmOutcome:
+                     kill_grace_s: float = 5.0, per_gpu: int = 1) -> ArmOutcome:
     """Run every rank of emulated ``arm`` (see the module doc) on ``gpus`` (``CUDA_VISIBLE_DEVICES``
-    values: one rank per GPU at a time, side by side; empty: on the CPU, one after another, GPUs
-    hidden); never raises for a failing rank. ``run``: ``processes.run_ranks`` (the default)."""
+    values: ``per_gpu`` ranks per GPU at a time, side by side; empty: on the CPU, one after
+    another, GPUs hidden); never raises for a failing rank. ``run``: ``processes.run_ranks``
+    (the default)."""
     run = run or run_ranks
     arm_dir = Path(arm_dir)
     arm_dir.mkdir(parents=True, exist_ok=True)
     labels = {r: rank_place(arm.case, r).label() for r in arm.ranks}
-    side = side_by_side(arm, gpus)
+    side = side_by_side(arm, gpus, per_gpu)
     free: "queue.Queue[Optional[str]]" = queue.Queue()
-    for gpu in list(gpus[:side]) or [None]:
+    for gpu in _slots(gpus, side):
         free.put(gpu)
 
     def one(rank: int) -> RankRun:
@@ -155,6 +163,7 @@ class EmulatedLauncher:
     run: Optional[RunRanks] = None
     stack_wait_s: float = 3.0
     kill_grace_s: float = 5.0
+    per_gpu: int = 1  # emulated ranks side by side on one GPU (the local GPU lane's choice)
 
     def run_arm(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path,
                 case_json: Path) -> ArmOutcome:
@@ -164,18 +173,18 @@ class EmulatedLauncher:
                                 timeout_s=self.timeout_s, python=self.python,
                                 repro=repro_line(plan, arm, case_json, self.python),
                                 run=self.run, stack_wait_s=self.stack_wait_s,
-                                kill_grace_s=self.kill_grace_s)
+                                kill_grace_s=self.kill_grace_s, per_gpu=self.per_gpu)
 
     def first_commands(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path,
                        case_json: Path) -> list["RankCommand"]:
         """The command of ``arm``'s first rank on each device its ranks will use (one per rank
         environment ``run_arm`` makes: what a warm start prepares)."""
         seen = self._seen(plan)
-        side = side_by_side(arm, seen)
+        side = side_by_side(arm, seen, self.per_gpu)
         return [emulated_rank_command(arm, Path(arm_dir), case_json, rank=arm.ranks[0], gpu=gpu,
                                       side=side, timeout_s=self.timeout_s, python=self.python,
                                       repro="")
-                for gpu in list(seen[:side]) or [None]]
+                for gpu in dict.fromkeys(_slots(seen, side))]
 
     def _seen(self, plan: CasePlan) -> list[str]:
         return visible_gpus(os.environ, self.gpus) if runs_on_cuda(plan, self.gpus) else []
