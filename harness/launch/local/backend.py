@@ -72,8 +72,9 @@ def case_status(out_dir: Path, entry: ManifestCase, running: bool) -> CaseStatus
 class LocalBackend:
     """This machine's backend (module doc). ``beside(plan)``: the cases run in the second lane
     (``placement.runs_beside_gpu_arms``). ``gpu``: the GPU lane's setting on a machine with
-    ``gpus`` GPUs (``gpu_lane.gpu_setting``: ``run --gpu-jobs``); None: one arm after another,
-    nothing recorded of their placement."""
+    ``gpus`` GPUs (``gpu_lane.gpu_setting``: ``run --gpu-jobs``); None: arms side by side within
+    ``cores`` CPU cores (``cpu_lane``; 1: one arm after another), nothing recorded of their
+    placement."""
 
     launcher: Optional[ArmLauncher] = None
     progress: Optional[SweepProgress] = None
@@ -81,6 +82,7 @@ class LocalBackend:
     beside: Callable[[CasePlan], bool] = lambda plan: False
     gpu: Optional[GpuSetting] = None
     gpus: int = 0
+    cores: int = 1
     _submitted: bool = field(default=False, init=False, repr=False)
     _plans: tuple[CasePlan, ...] = field(default=(), init=False, repr=False)
     _verdicts: tuple[CaseVerdict, ...] = field(default=(), init=False, repr=False)
@@ -125,7 +127,7 @@ class LocalBackend:
             prewarm(self._plans, Path(out_dir), runs_again)
         self._verdicts = tuple(run_cases(self._plans, Path(out_dir), self.launcher,
                                          self.progress or NullProgress(), self.beside,
-                                         self.gpu, self.gpus))
+                                         self.gpu, self.gpus, self.cores))
 
     def collect(self, out_dir: Path) -> Collection:
         try:
@@ -142,11 +144,11 @@ def run_sweep(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
               allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS,
               beside: Callable[[CasePlan], bool] = lambda plan: False,
               sinks: Sequence[SweepSink] = (), gpu: Optional[GpuSetting] = None,
-              gpus: int = 0) -> Collection:
+              gpus: int = 0, cores: int = 1) -> Collection:
     """List every case in the sweep's manifest, then run every planned arm of every case into
     ``out_dir`` (resuming; cases ``beside`` selects in a second lane, ``lanes.run_cases``), judge
     each case once, write reports from those verdicts (cases of earlier runs into the same folder
     are judged from their files), and hand the folder to ``sinks`` (``pipeline.deliver``)."""
     out_dir = Path(out_dir)
-    with LocalBackend(launcher, progress, allowed_skips, beside, gpu, gpus) as backend:
+    with LocalBackend(launcher, progress, allowed_skips, beside, gpu, gpus, cores) as backend:
         return run_to_end(backend, plans, out_dir, start, sinks)
