@@ -55,12 +55,13 @@ class ReportFiles:
     page: Optional[Path] = None  # index.html
 
 
-def write_reports(sweep_dir: PathLike, *, plots: bool = True,
+def write_reports(sweep_dir: PathLike, *, plots: bool = True, passing_plots: bool = True,
                   check_plan: Optional[PlanCheck] = None,
                   judged: Optional[Mapping[str, CaseVerdict]] = None,
                   allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS) -> ReportFiles:
     """Write summary.md, junit.xml, index.json, index.html (and plots/<case>.png and the page's
-    figures with matplotlib) into the sweep folder, atomically, from what the records prove
+    figures with matplotlib; ``passing_plots`` False: plots/ only of the cases that did not
+    pass, ``plots.write_plots``) into the sweep folder, atomically, from what the records prove
     (``load_sweep``: ``judged`` are the verdicts this process made already, the other cases are
     judged here). Raises ConfigError when the folder does not exist."""
     sweep = load_sweep(sweep_dir, check_plan, judged=judged, allowed_skips=allowed_skips)
@@ -70,7 +71,7 @@ def write_reports(sweep_dir: PathLike, *, plots: bool = True,
     root = sweep.sweep_dir
     now = datetime.now(timezone.utc)
     code = exit_code(sweep)
-    plot_paths = write_plots(sweep) if plots else ()
+    plot_paths = write_plots(sweep, passing_plots) if plots else ()
     notes = (NO_MATPLOTLIB,) if plots and not matplotlib_available() else ()
     figures = entry_svg if plots and not notes else None
     page_note = (notes[0] if notes else None if plots

@@ -142,13 +142,20 @@ def _memory_bars(probes: dict[str, dict[int, MemoryProbe]], ax,  # type: ignore[
     ax.legend(fontsize="small", loc="upper center", ncol=min(len(arms), 2))
 
 
-def write_plots(sweep: SweepView) -> tuple[Path, ...]:
-    """One PNG per case with step records; () when matplotlib is not installed."""
+def write_plots(sweep: SweepView, passing: bool = True) -> tuple[Path, ...]:
+    """One PNG per case with step records; () when matplotlib is not installed. ``passing``
+    False (``dcp-harness run``): only the cases that did not pass, whose curves someone opens
+    (the page draws every pair's curves anyway); a passing case's older PNG is removed, so none
+    is stale (``dcp-harness report`` draws every case)."""
     if not matplotlib_available():
         return ()
     out = []
     for case in sweep.cases:
-        written = plot_case(case, sweep.sweep_dir / PLOTS_DIR / f"{case.case_id}.png")
+        path = sweep.sweep_dir / PLOTS_DIR / f"{case.case_id}.png"
+        if not passing and case.verdict.status == "pass":
+            path.unlink(missing_ok=True)
+            continue
+        written = plot_case(case, path)
         if written is not None:
             out.append(written)
     return tuple(out)

@@ -131,7 +131,7 @@ class LocalBackend:
 
     def collect(self, out_dir: Path) -> Collection:
         try:
-            reports = write_reports(out_dir, check_plan=check_stored_plan,
+            reports = write_reports(out_dir, check_plan=check_stored_plan, passing_plots=False,
                                     allowed_skips=self.allowed_skips,
                                     judged={v.case_id: v for v in self._verdicts})
         finally:
