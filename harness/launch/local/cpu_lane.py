@@ -2,9 +2,11 @@
 (issue 50).
 
 A CPU rank pins one intra-op thread (``launch.ranks``), so an arm of ``n`` ranks keeps ``n`` cores
-busy. :func:`run_cpu_lane` starts the arms not yet complete in plan order, each as soon as its
-ranks fit in the cores the arms in flight leave free (the first arm that fits, so a one-rank arm
-fills a core a two-rank arm cannot); an arm of more ranks than cores runs on an idle machine, and
+busy. :func:`run_cpu_lane` starts the arms not yet complete, those that start cold first
+(``execution.vary_processes``: the repeat and reference arms, each importing torch afresh while
+the warm servers import theirs), then in plan order, each as soon as its ranks fit in the cores
+the arms in flight leave free (the first arm that fits, so a one-rank arm fills a core a two-rank
+arm cannot); an arm of more ranks than cores runs on an idle machine, and
 an arm whose step time a golden pair judges (``gpu_demand.timing_judged_arms``) runs alone.
 Each case is judged once its arms ended. ``cores`` 1 (``dcp-harness run --gpu-jobs 1``) runs one
 arm after another. Ctrl-C ends every arm in flight (``launcher.stop()``) and is raised again.
@@ -87,6 +89,7 @@ def run_cpu_lane(cases: Sequence[tuple[int, CasePlan]], total: int, out_dir: Pat
             left[plan.case_id] = len(mine)
         else:
             _judge(plan, case_dir, shown, verdicts)
+    pending.sort(key=lambda a: not a.arm.case.execution.vary_processes)  # stable: cold first
     running: dict[Future, CpuArm] = {}
     pool = ThreadPoolExecutor(max_workers=max(1, cores), thread_name_prefix="cpu-arm")
     try:

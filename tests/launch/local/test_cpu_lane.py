@@ -63,3 +63,12 @@ def test_an_arm_starts_where_its_ranks_fit_in_the_free_cores(cases):
     assert next_arm([one], [of("timed", 1, alone=True)], 2) is None  # nothing beside it
     assert next_arm([of("timed", 1, alone=True)], [one], 2) is None  # it waits for an idle machine
     assert arm_cores(arm, 2) == len(arm.ranks) == 1
+
+
+def test_the_arms_that_start_cold_start_first(cases, tmp_path):
+    cold = {(p.case_id, a.name) for p in cases for a in p.arms if a.case.execution.vary_processes}
+    assert cold and len(cold) < sum(len(p.arms) for p in cases)
+    launcher = TimedLauncher(hold_s=0.1)
+    run_sweep(cases, tmp_path / "out", launcher, cores=2)
+    order = [(s[0], s[1]) for s in sorted(launcher.spans, key=lambda s: s[2])]
+    assert set(order[:len(cold)]) == cold
