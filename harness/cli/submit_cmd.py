@@ -19,7 +19,7 @@ from typing import Optional
 
 from harness.cli.run_cmd import RESULTS_ROOT
 from harness.cli.selection import add_selection_arguments, selected_plans
-from harness.cli.sinks import add_history_arguments, sweep_sinks
+from harness.cli.sinks import add_history_arguments, add_label_argument, sweep_sinks
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
 from harness.launch.backends import backend_of
@@ -30,7 +30,7 @@ from harness.launch.slurm.poll import SchedulerUnavailable
 from harness.launch.slurm.submit import round_folder
 from harness.launch.sweep_backend import Collection, FollowOptions, Queued
 from harness.launch.sweep_folder import sweep_start
-from harness.report import EXIT_ERROR, console_table, gate_result, make_console
+from harness.report import EXIT_ERROR, gate_result, show_table
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -83,6 +83,7 @@ def _add_job_args(p: argparse.ArgumentParser, max_parallel_help: str) -> None:
     p.add_argument("--poll-s", type=float, default=5.0, metavar="S", help=argparse.SUPPRESS)
     add_allow_skip_argument(p)
     add_history_arguments(p)
+    add_label_argument(p)
 
 
 def check_wait_args(args: argparse.Namespace) -> None:
@@ -170,13 +171,13 @@ def run_submit(args: argparse.Namespace) -> int:
     backend = SlurmBackend(profile=args.profile, max_parallel=options.max_parallel,
                            retry_infra=options.retry_infra, allowed_skips=options.allowed_skips,
                            poll_s=options.poll_s, on_poll=options.on_poll)
-    out = (args.out or _default_out()).resolve()
+    out = args.out = (args.out or _default_out()).resolve()  # (a bug's traceback goes there)
     print(backend.describe(plans, out, scripts=args.dry_run))
     if args.dry_run:
         print(f"\ndry run: nothing submitted (sweep folder would be {out})")
         return 0
     start = sweep_start("submit", [p.case for p in plans], 0, paths=args.paths, k=args.k,
-                        tags=args.tags, emulate_ranks=args.emulate_ranks)
+                        tags=args.tags, emulate_ranks=args.emulate_ranks, label=args.label)
     queued: list[Queued] = []
 
     def on_submit(jobs: tuple[Queued, ...]) -> None:
@@ -213,7 +214,7 @@ def run_collect(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     if _waits(args):
         return _gate(done, args)
-    console_table(done.sweep, make_console())
+    show_table(done.sweep)
     files = done.reports
     print(f"wrote {files.summary}, {files.junit}, {files.index}\nnext: dcp-harness gate {sweep}")
     return 0
