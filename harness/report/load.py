@@ -191,6 +191,22 @@ class SweepView:
         return tuple(w for c in self.parked if c.parked and (w := c.parked.warning(c.case_id)))
 
 
+# --------------------------------------------------------------------------- what is drawn
+# A sweep of up to this many cases has every case drawn and shown in full; a larger one only the
+# cases that did not pass (its page collapses the others, its plots/ leaves them out).
+EVERY_CASE_UP_TO = 50
+
+
+def shown_in_full(sweep: SweepView, every_case_up_to: int = EVERY_CASE_UP_TO) -> frozenset[str]:
+    """The ids of the cases the reports draw (plots, the page's curves) and the page shows in full:
+    every case of a sweep of at most ``every_case_up_to`` cases, else each case that did not pass
+    (a failure, an error, a skip) or is parked."""
+    if len(sweep.cases) <= every_case_up_to:
+        return frozenset(c.case_id for c in sweep.cases)
+    return frozenset(c.case_id for c in sweep.cases
+                     if c.verdict.status != "pass" or c.parked is not None)
+
+
 # --------------------------------------------------------------------------- figures
 def _num(value: Any) -> Optional[float]:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
