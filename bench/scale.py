@@ -67,12 +67,30 @@ FAIL_EVERY = 50  # one case in this many fails (its graph arm's loss drifts)
 GATE_TARGET_S = 30.0
 HISTORY_TARGET_S = 10.0
 TARGET_CASES = 1000
-STEP_NAMES = ("validate", "judge", "report", "gate", "history")
+STEP_NAMES = ("validate", "judge", "report", "gate", "history", "record")
 
 # Judge every case folder of a sweep once and write its verdict.json, as `run` does per case.
 JUDGE_ALL = ("import sys; from pathlib import Path; from harness.launch.sweep import finalize_case; "
              "[finalize_case(p) for p in sorted(Path(sys.argv[1]).iterdir()) "
              "if (p / 'plan.json').is_file()]")
+
+# The history's own part of `history add`: a sweep judged already (as `run` hands it over at its
+# end; not timed) written into a fresh database: its rows made and stored (timed, printed).
+RECORD = """import json, sys, time
+from pathlib import Path
+from harness.history import open_history
+from harness.history.extract import sweep_record
+from harness.history.store import write_record
+from harness.report import load_sweep
+from harness.results import read_manifest
+sweep = Path(sys.argv[1])
+view = load_sweep(sweep)
+t, c = time.perf_counter(), time.process_time()
+history = open_history(sys.argv[2])
+write_record(history, sweep_record(view, read_manifest(sweep)))
+history.close()
+print(json.dumps({"inner_wall_s": time.perf_counter() - t, "inner_cpu_s": time.process_time() - c}))
+"""
 
 
 # --------------------------------------------------------------------------- the sweep
@@ -146,6 +164,10 @@ def run_step(code: Path, argv: Sequence[str], profile: Optional[Path] = None) ->
            "load": [round(load0, 2), round(os.getloadavg()[0], 2)], "rc": proc.returncode}
     if proc.returncode not in (0, 1):
         out["tail"] = (proc.stdout + proc.stderr)[-2000:]
+    last = proc.stdout.strip().splitlines()[-1:] or [""]
+    if last[0].startswith('{"inner'):  # a step that times its own part (RECORD)
+        out.update({k[len("inner_"):]: round(v, 2) for k, v in json.loads(last[0]).items()})
+        out["rc"] = proc.returncode
     return out
 
 
@@ -173,22 +195,27 @@ def open_page(page: Path, repeats: int = 3) -> dict[str, Any]:
 
 
 def measure(code: Path, case_dir: Path, sweep: Path, work: Path, label: str,
-            profile: Optional[Path] = None, browser: bool = True) -> dict[str, Any]:
-    """Every step of the module doc with ``code``'s harness on ``sweep``."""
+            profile: Optional[Path] = None, browser: bool = True,
+            skip: Sequence[str] = ()) -> dict[str, Any]:
+    """Every step of the module doc (but those in ``skip``) with ``code``'s harness on ``sweep``."""
     def prof(step: str) -> Optional[Path]:
         return profile / f"{label}-{step}.prof" if profile else None
 
     db = work / f"history-{label}.sqlite"
-    db.unlink(missing_ok=True)
+    for old in (db, work / f"record-{label}.sqlite"):
+        old.unlink(missing_ok=True)
     steps = {
         "validate": ["-m", "harness", "validate", str(case_dir)],
         "judge": ["-c", JUDGE_ALL, str(sweep)],
         "report": ["-m", "harness", "report", str(sweep)],
         "gate": ["-m", "harness", "gate", str(sweep)],
         "history": ["-m", "harness", "history", "add", str(sweep), "--history", f"sqlite:///{db}"],
+        "record": ["-c", RECORD, str(sweep), f"sqlite:///{work / f'record-{label}.sqlite'}"],
     }
     out: dict[str, Any] = {}
     for name, argv in steps.items():
+        if name in skip:
+            continue
         if argv[0] == "-c":  # as a file (cProfile runs a file, not -c)
             script = work / f"{name}.py"
             script.write_text(argv[1])
@@ -206,12 +233,25 @@ def growth(results: dict[int, dict[str, Any]], code: str) -> dict[str, list[Opti
     for step in STEP_NAMES:
         out[step] = [round(results[b][code][step]["wall_s"] / max(results[a][code][step]["wall_s"],
                                                                   1e-9), 1)
+                     if step in results[a].get(code, {}) and step in results[b].get(code, {}) else None
                      for a, b in zip(sizes, sizes[1:])]
     return out
 
 
+def limits(pairs: Sequence[str]) -> dict[str, int]:
+    """``STEP=N`` -> {STEP: N}: the step runs only at sizes up to N."""
+    out = {}
+    for pair in pairs:
+        step, _, n = pair.partition("=")
+        if step not in STEP_NAMES or not n.isdigit():
+            raise SystemExit(f"--limit/--old-limit {pair!r}: give STEP=N, STEP one of {STEP_NAMES}")
+        out[step] = int(n)
+    return out
+
+
 def run_sizes(sizes: Sequence[int], work: Path, baseline: Optional[Path], profile: Optional[Path],
-              browser: bool, steps: int = STEPS) -> dict[str, Any]:
+              browser: bool, steps: int = STEPS, limit: Optional[dict[str, int]] = None,
+              old_limit: Optional[dict[str, int]] = None) -> dict[str, Any]:
     results: dict[int, dict[str, Any]] = {}
     for n in sizes:
         folder = work / f"n{n}"
@@ -220,8 +260,10 @@ def run_sizes(sizes: Sequence[int], work: Path, baseline: Optional[Path], profil
         codes = {"new": ROOT, **({"old": baseline} if baseline else {})}
         # The old code first, then the new: each judges the same records and writes its own files.
         for label in sorted(codes, reverse=True):
+            most = {**(limit or {}), **((old_limit or {}) if label == "old" else {})}
+            skip = [step for step, m in most.items() if n > m]
             entry[label] = measure(codes[label], case_dir, sweep, folder, f"{n}-{label}",
-                                   profile, browser)
+                                   profile, browser, skip)
             print(json.dumps({"cases": n, label: entry[label]}), flush=True)
         results[n] = entry
         shutil.rmtree(folder / "sweep", ignore_errors=True)  # hundreds of MB at 1,000 cases
@@ -231,8 +273,8 @@ def run_sizes(sizes: Sequence[int], work: Path, baseline: Optional[Path], profil
                                "cpus": os.cpu_count()}
     last = results[max(sizes)]["new"]
     summary["within"] = (max(sizes) < TARGET_CASES
-                         or (last["gate"]["wall_s"] <= GATE_TARGET_S
-                             and last["history"]["wall_s"] <= HISTORY_TARGET_S))
+                         or (last.get("gate", {}).get("wall_s", 1e9) <= GATE_TARGET_S
+                             and last.get("history", {}).get("wall_s", 1e9) <= HISTORY_TARGET_S))
     return summary
 
 
@@ -243,11 +285,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--baseline", type=Path, help="another commit's tree: timed side by side")
     parser.add_argument("--profile", type=Path, help="write each step's cProfile here")
     parser.add_argument("--no-browser", action="store_true", dest="no_browser")
+    parser.add_argument("--limit", nargs="*", default=[], metavar="STEP=N",
+                        help="run STEP only at sizes up to N (e.g. validate=100)")
+    parser.add_argument("--old-limit", nargs="*", default=[], metavar="STEP=N", dest="old_limit",
+                        help="the same for the --baseline code only")
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
-    summary = run_sizes(args.sizes, args.work, args.baseline, args.profile, not args.no_browser)
+    summary = run_sizes(args.sizes, args.work, args.baseline, args.profile, not args.no_browser,
+                        limit=limits(args.limit), old_limit=limits(args.old_limit))
     text = json.dumps(summary, indent=1)
     if args.json:
         args.json.write_text(text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import statistics
 from dataclasses import dataclass
@@ -301,6 +302,11 @@ class _Judging:
     judged: Mapping[str, CaseVerdict]
     allowed_skips: tuple[str, ...]
 
+    @functools.cached_property
+    def listed(self) -> dict[str, ManifestCase]:
+        """Case id -> the manifest's entry (``Manifest.case`` of every id, looked up once)."""
+        return {c.id: c for c in reversed(self.manifest.cases)} if self.manifest else {}
+
 
 _UNREADABLE = object()  # what read_noting gives for a file it could not read (noted already)
 
@@ -346,7 +352,7 @@ def _verdict(case_id: str, path: Path, case: Optional[Mapping[str, Any]], plan: 
             how.check_plan(plan)
     except ResultsError as exc:  # a plan that does not belong to the case: the reason as it is
         return error_verdict(case_id, plan.arm_names, str(exc))
-    entry = how.manifest.case(case_id) if how.manifest is not None else None
+    entry = how.listed.get(case_id) if how.manifest is not None else None
     departs = manifest_problems(entry, plan) if entry is not None else []
     if departs:
         return error_verdict(case_id, plan.arm_names, "the case folder does not hold what the "
