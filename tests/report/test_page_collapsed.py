@@ -20,6 +20,14 @@ from tests.benches import load_bench
 pytestmark = pytest.mark.slow  # synthesizes and judges three 32-rank-file cases (about 5-10 s)
 
 
+def until(browser, css: str, n: int) -> None:  # type: ignore[no-untyped-def]
+    """Wait (up to 10 s) until ``css`` matches ``n`` elements: a collapsed case is filled once
+    the browser has unpacked the page's JSON, a moment after it opens."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(browser.driver, 10).until(lambda _: browser.count(css) == n)
+
+
 def by_id(element_id: str) -> str:
     """A CSS selector for an element id (case ids hold dots)."""
     return f'[id="{element_id}"]'
@@ -56,6 +64,7 @@ def test_the_failing_case_first_the_passing_ones_collapsed_and_reachable(sweep, 
     assert browser.count("details.lazy") == 2 and browser.count("details.lazy[open]") == 0
     assert browser.count("details.lazy section.case") == 0
     browser.js("arguments[0].click();", browser.all(f"{by_id(anchor(passing[0]))} > summary")[0])
+    until(browser, f"{by_id(anchor(passing[0]))} section.case", 1)
     opened = browser.all(f"{by_id(anchor(passing[0]))} section.case")
     assert len(opened) == 1 and not opened[0].get_attribute("id")  # the <details> has it
     assert browser.count(f"{by_id(anchor(passing[0]))} table.arms tr.arm") == 4
@@ -66,6 +75,6 @@ def test_the_failing_case_first_the_passing_ones_collapsed_and_reachable(sweep, 
     link = browser.all(f'#entry-table a[href="#{target}"]')[0]
     browser.js("arguments[0].click();", link)  # as a reader's click (the table's header may cover it)
     assert browser.count(f"{by_id(anchor(passing[1]))}[open]") == 1
-    assert browser.count(by_id(target)) == 1
+    until(browser, by_id(target), 1)
     top = browser.js(f"return document.getElementById('{target}').getBoundingClientRect().top")
     assert 0 <= top < browser.js("return window.innerHeight")  # scrolled to
