@@ -381,7 +381,7 @@ def preflight_bug(stderr: str) -> Optional[str]:
 def caught(r: dict) -> bool:
     """A row is caught when the gate exits 1 (a regression), or when preflight stopped the run
     with exit 2 naming one of the harness's own invariants (a packer fault found before any arm
-    ran, blamed on the harness: ``launch.datacheck``)."""
+    ran, blamed on the harness: ``workload.datacheck``)."""
     if r.get("preflight"):
         return r["run"] == 2
     return r["gate"] == 1 and r["run"] == 1

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.arms import plan_case  # noqa: E402
 from harness.caseplan import CasePlan  # noqa: E402
-from harness.launch.sweep import finalize_case, prepare_case_dir, record_manifest  # noqa: E402
+from harness.launch.sweep_folder import finalize_case, prepare_case_dir, record_manifest  # noqa: E402
 from harness.report import PAGE_FILE, write_reports  # noqa: E402
 from harness.results import (ArmOutcome, FrameReplays, GraphStats, MemoryProbe, StepRecord,  # noqa: E402
                              StepWriter, write_outcome)

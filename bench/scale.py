@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from page_size import write_arms  # noqa: E402
 
 from harness.arms import plan_case  # noqa: E402
-from harness.launch.sweep import prepare_case_dir, record_manifest, sweep_start  # noqa: E402
+from harness.launch.sweep_folder import prepare_case_dir, record_manifest, sweep_start  # noqa: E402
 from harness.report import PAGE_FILE  # noqa: E402
 from harness.spec import load_cases  # noqa: E402
 
@@ -69,10 +69,18 @@ HISTORY_TARGET_S = 10.0
 TARGET_CASES = 1000
 STEP_NAMES = ("validate", "judge", "report", "gate", "history", "record")
 
-# Judge every case folder of a sweep once and write its verdict.json, as `run` does per case.
-JUDGE_ALL = ("import sys; from pathlib import Path; from harness.launch.sweep import finalize_case; "
-             "[finalize_case(p) for p in sorted(Path(sys.argv[1]).iterdir()) "
-             "if (p / 'plan.json').is_file()]")
+# Judge every case folder of a sweep once and write its verdict.json, as `run` does per case
+# (``finalize_case``: in ``launch.sweep_folder``, in ``launch.sweep`` before issue 49's split).
+JUDGE_ALL = """import sys
+from pathlib import Path
+try:
+    from harness.launch.sweep_folder import finalize_case
+except ImportError:
+    from harness.launch.sweep import finalize_case
+for case_dir in sorted(Path(sys.argv[1]).iterdir()):
+    if (case_dir / "plan.json").is_file():
+        finalize_case(case_dir)
+"""
 
 # The history's own part of `history add`: a sweep judged already (as `run` hands it over at its
 # end; not timed) written into a fresh database: its rows made and stored (timed, printed).

@@ -1,5 +1,5 @@
 """The judge: one case's stored plan and its arms' files -> its verdict. The one place a verdict
-is made, whether a sweep writes it (``launch.sweep``, ``collect``) or the gate checks one
+is made, whether a sweep writes it (``launch.sweep_folder``, ``collect``) or the gate checks one
 (``report.load``).
 
 * :func:`read_arm` reads one arm folder (outcome, step records); a file it cannot read is the

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 from harness.caseplan import CasePlan, PlannedArm, case_hash, write_plan
 from harness.compare import Pair
-from harness.launch.sweep import prepare_case_dir, record_manifest
+from harness.launch.sweep_folder import prepare_case_dir, record_manifest
 from harness.results import write_json_atomic
 from harness.spec.derive import with_execution
 from harness.spec.loader import cases_from_text

@@ -17,7 +17,7 @@ from harness.caseplan import (
 from harness.compare import ARM_CHECKS_PAIR, Pair, StoredPair
 from harness.errors import CaseError
 from harness.results import ResultsError, read_typed, record_json
-from harness.launch.sweep import prepare_case_dir
+from harness.launch.sweep_folder import prepare_case_dir
 from harness.spec.derive import as_emulated
 from harness.spec.schema import Case
 

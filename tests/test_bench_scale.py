@@ -51,6 +51,6 @@ def test_the_synthesized_sweep_is_judged_as_a_run_would_be(tmp_path: Path) -> No
 
 
 def bench_judge(case_dir: Path) -> None:
-    from harness.launch.sweep import finalize_case
+    from harness.launch.sweep_folder import finalize_case
 
     finalize_case(case_dir)

@@ -1,6 +1,7 @@
 """The floors of docs/internals.md's map: a package imports only packages on floors below its own
 (every import of every module, lazy ones inside functions included); inside ``harness.launch`` the
-same for its sub-floors (``ranks`` < the local backend and sweep < ``slurm``); and no import loop
+same for its sub-floors (``ranks`` < the sweep folder and the seams < the backends ``local`` and
+``slurm``, which never import each other); and no import loop
 between any two modules of ``harness/``."""
 
 from __future__ import annotations
@@ -87,13 +88,14 @@ def test_an_upward_import_is_found(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- inside harness.launch
-# ``ranks`` starts rank processes; the modules at the top of ``launch`` (the local backend, the
-# sweep, progress) use it; ``slurm`` (the Slurm backend) uses both.
-LAUNCH_FLOORS = {"ranks": 0, "": 1, "slurm": 2}
+# ``ranks`` starts rank processes; the modules at the top of ``launch`` (what every backend does to
+# a sweep folder, the pipeline, the seams' protocols) use it; each backend (``local``, ``slurm``)
+# uses both, and no backend imports another (one floor: a third backend is one folder beside them).
+LAUNCH_FLOORS = {"ranks": 0, "": 1, "local": 2, "slurm": 2}
 
 
 def launch_part(module: str) -> str:
-    """``harness.launch.slurm.job`` -> ``slurm``; ``harness.launch.sweep`` -> ''."""
+    """``harness.launch.slurm.job`` -> ``slurm``; ``harness.launch.sweep_folder`` -> ''."""
     parts = module.split(".")
     return parts[2] if len(parts) > 3 and parts[2] in LAUNCH_FLOORS else ""
 
@@ -118,12 +120,16 @@ def test_launch_floors() -> None:
 
 def test_an_upward_launch_import_is_found(tmp_path: Path) -> None:
     (tmp_path / "launch" / "ranks").mkdir(parents=True)
-    (tmp_path / "launch" / "ranks" / "a.py").write_text("def f():\n    import harness.launch.local\n")
-    (tmp_path / "launch" / "local.py").write_text("from harness.launch.slurm.job import CaseJob\n"
-                                                  "from harness.launch.ranks.a import f\n")
+    (tmp_path / "launch" / "local").mkdir()
+    (tmp_path / "launch" / "ranks" / "a.py").write_text("def f():\n    import harness.launch.local.lanes\n")
+    (tmp_path / "launch" / "pipeline.py").write_text("from harness.launch.slurm.job import CaseJob\n"
+                                                     "from harness.launch.ranks.a import f\n")
+    (tmp_path / "launch" / "local" / "b.py").write_text("from harness.launch.slurm.job import CaseJob\n"
+                                                        "from harness.launch.pipeline import x\n")
     assert upward_launch_imports(tmp_path) == [
-        "harness/launch/local.py:1: launch.(top) imports harness.launch.slurm.job",
-        "harness/launch/ranks/a.py:2: launch.ranks imports harness.launch.local"]
+        "harness/launch/local/b.py:1: launch.local imports harness.launch.slurm.job",
+        "harness/launch/pipeline.py:1: launch.(top) imports harness.launch.slurm.job",
+        "harness/launch/ranks/a.py:2: launch.ranks imports harness.launch.local.lanes"]
 
 
 # --------------------------------------------------------------------------- no import loop

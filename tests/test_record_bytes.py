@@ -36,7 +36,7 @@ from harness.arms import plan_case
 from harness.caseplan import PLAN_FILE, read_plan, write_plan
 from harness.compare.verdicts import CaseVerdict, Check, PairVerdict, read_verdict, write_verdict
 from harness.golden import golden_values
-from harness.launch.sweep import prepare_case_dir
+from harness.launch.sweep_folder import prepare_case_dir
 from harness.report.parked import Parked
 from harness.results import (
     ARM_ENV_FILE,

@@ -18,7 +18,7 @@ from harness.report import console_table, gate, gate_result, load_sweep, write_r
 from harness.results import ArmOutcome, StepWriter, write_json_atomic, write_outcome
 from tests.records import probe, record
 from tests.sweeps import hand_case
-from harness.launch.sweep import finalize_case
+from harness.launch.sweep_folder import finalize_case
 
 LOSS = [2.5, 2.31, 2.2, 2.1]
 REPEAT = Pair("repeat", "repeat", ("eager", "eager-repeat"), {"arm": "eager", "loss": "exact"})

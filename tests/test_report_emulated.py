@@ -16,7 +16,7 @@ import pytest
 
 from harness.arms import plan_case
 from harness.compare import Expected, Pair, evaluate_pair
-from harness.launch.sweep import finalize_case, prepare_case_dir
+from harness.launch.sweep_folder import finalize_case, prepare_case_dir
 from harness.report import gate, load_sweep, write_reports
 from harness.report.emulated import emulated_tables, rank_figures
 from harness.results import (ArmOutcome, StepRecord, StepWriter, read_steps, record_json,

@@ -11,7 +11,7 @@ from harness.compare import Pair, evaluate_case, write_verdict
 from harness.report import gate, write_reports
 from harness.results import (ArmOutcome, GraphStats, StepWriter, read_outcome, read_steps,
                              write_json_atomic, write_outcome)
-from harness.launch.sweep import finalize_case
+from harness.launch.sweep_folder import finalize_case
 from tests.records import graph_stats, probe, record
 from tests.sweeps import hand_case
 

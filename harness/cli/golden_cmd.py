@@ -60,7 +60,9 @@ from harness.golden import (
     write_golden,
 )
 from harness.golden_diff import diff_golden, on_platform, render_diff
-from harness.launch.sweep import arm_is_complete, load_plan, run_arm_into
+from harness.launch.local.lanes import run_arm_into
+from harness.launch.ranks.completion import arm_is_complete
+from harness.launch.sweep_folder import load_plan
 from harness.results import CASE_FILE, read_arm_env, read_outcome, read_steps, sweep_lock
 from harness.spec.names import GOLDEN
 from harness.spec.schema import NAME_PATTERN
@@ -139,7 +141,7 @@ def _run_repeats(plan: CasePlan, arm: PlannedArm, case_dir: Path, repeats: int
     """The arm folders of repeats 2..N (run now through the local launcher unless complete),
     or the reason one did not finish. Repeats of another definition of the case (their
     ``case.hash`` is not the plan's ``case_hash``) are removed and run again."""
-    from harness.launch.local import LocalLauncher
+    from harness.launch.local.launcher import LocalLauncher
 
     root = case_dir.parent / REPEATS_DIR / plan.case_id
     hash_file = root / CASE_HASH_FILE

@@ -15,7 +15,7 @@ Two forms:
 
 The case form says under each case's name the time it will take on this machine where that can
 be known: its arms estimated from an earlier sweep here (``--history``, default ``results/latest``:
-``harness.launch.estimate``): the same arms measured there, or arms of the same shape; a case
+``harness.launch.local.estimate``): the same arms measured there, or arms of the same shape; a case
 this machine skips says so; without such figures it says it cannot know.
 
 With ``--emulate-ranks R,R|ends`` (the case form) the text shows the plans of the emulated ranks'
@@ -42,7 +42,7 @@ from harness.arms import plan_case
 from harness.cli.run_cmd import LATEST, RESULTS_ROOT
 from harness.cli.selection import add_emulate_argument, selected_cases
 from harness.errors import ConfigError
-from harness.launch.estimate import CaseEstimate, estimate_case, measure_sweep
+from harness.launch.local.estimate import CaseEstimate, estimate_case, measure_sweep
 from harness.memplan.records import MemoryTarget
 from harness.memplan.render import case_text
 from harness.slotmem.plan import PipelinePlan, plan_pipeline

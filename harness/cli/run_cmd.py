@@ -22,12 +22,12 @@ from harness.cli.selection import (add_selection_arguments, emulated_on_too_few_
 from harness.cli.sinks import add_history_arguments, sweep_sinks
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
-from harness.launch.local import LocalLauncher
-from harness.launch.local_backend import run_sweep
-from harness.launch.progress import make_progress
+from harness.launch.local.launcher import LocalLauncher
+from harness.launch.local.backend import run_sweep
+from harness.launch.local.progress import make_progress
 from harness.launch.ranks.placement import runs_beside_gpu_arms
 from harness.launch.ranks.processes import cuda_device_count
-from harness.launch.sweep import check_resumable, sweep_start
+from harness.launch.sweep_folder import check_resumable, sweep_start
 from harness.report import console_table, gate_result, make_console
 
 RESULTS_ROOT = Path("results")
@@ -148,12 +148,12 @@ def _run(args: argparse.Namespace) -> int:
                            sinks=sweep_sinks(args))
     if args.out is None:
         point_latest(RESULTS_ROOT, out)
-    files = result.summary  # the sweep's reports, from the verdicts it judged once
+    files = result.reports  # the sweep's reports, from the verdicts it judged once
     console_table(files, make_console())
     shown = "summary.md, junit.xml, index.json, index.html" + (", plots/" if files.plots else "")
     print(f"results: {out}  ({shown})")
     for note in files.notes:
         print(note)
-    verdict = gate_result(files.sweep)  # the same verdicts: nothing is judged twice
+    verdict = gate_result(result.sweep)  # the same verdicts: nothing is judged twice
     print(verdict.message)
     return verdict.code

@@ -1,7 +1,7 @@
 """Loading and selecting cases for a command (PATHS, ``-k``, ``--tags``, ``--emulate-ranks``), with
 one message for an empty selection that names only the filters the user gave. The cases selected
 have passed every check made before running: preflight (the loader), their arms' own preflight
-(``arms.plan_case``) and the packing of every step of every arm (``launch.datacheck``)."""
+(``arms.plan_case``) and the packing of every step of every arm (``workload.datacheck``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 from harness.arms import plan_case
 from harness.caseplan import CasePlan
 from harness.errors import ConfigError
-from harness.launch.datacheck import check_packing
+from harness.workload.datacheck import check_packing
 from harness.spec import Case, load_cases, select_cases
 from harness.spec.derive import as_emulated, as_emulated_instead, emulated_steps
 from harness.spec.places import stage_ranks
@@ -117,7 +117,7 @@ def selected_plans(paths: Sequence[str], k: Optional[str] = None,
                    tags: Optional[Sequence[str]] = None,
                    emulate_ranks: Optional[str] = None) -> list[CasePlan]:
     """The plans of :func:`selected_cases` (each case planned once: an arm a case cannot have is
-    a CaseError here), after preflight packed every step of every arm (``launch.datacheck``):
+    a CaseError here), after preflight packed every step of every arm (``workload.datacheck``):
     what ``run``, ``submit`` and ``validate`` start from, before anything is written."""
     plans = [plan_case(case) for case in selected_cases(paths, k, tags, emulate_ranks)]
     check_packing(plans)

@@ -17,7 +17,8 @@ from typing import Optional, TextIO
 
 from harness.errors import ConfigError
 from harness.history import record_sweep
-from harness.launch.pipeline import Collection, SweepSink
+from harness.launch.pipeline import SweepSink
+from harness.launch.sweep_backend import Collection
 
 
 def add_history_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,9 +40,8 @@ class HistorySink:
     err: Optional[TextIO] = None
 
     def __call__(self, collection: Collection) -> None:
-        view = getattr(collection.summary, "sweep", None)  # the verdicts judged in this process
-        try:
-            recorded = record_sweep(collection.out_dir, url=self.url, view=view)
+        try:  # the sweep view the collection's reports came from: nothing is judged again
+            recorded = record_sweep(collection.out_dir, url=self.url, view=collection.sweep)
         except ConfigError as exc:  # the history's own errors (HistoryError) included
             print(f"history: not recorded ({exc}); add it later with `dcp-harness history add "
                   f"{collection.out_dir}`", file=self.err or sys.stderr, flush=True)

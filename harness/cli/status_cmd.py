@@ -21,8 +21,8 @@ from rich.text import Text
 
 from harness.errors import ConfigError
 from harness.launch.case_status import CaseStatus, counts
-from harness.launch.local_backend import LocalBackend
-from harness.launch.pipeline import SweepBackend
+from harness.launch.local.backend import LocalBackend
+from harness.launch.sweep_backend import SweepBackend
 from harness.launch.slurm.backend import SlurmBackend
 from harness.launch.slurm.submit import JOBS_FILE, slurm_dir
 from harness.report import make_console

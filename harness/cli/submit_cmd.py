@@ -17,11 +17,12 @@ from harness.cli.selection import add_selection_arguments, selected_plans
 from harness.cli.sinks import add_history_arguments, sweep_sinks
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
-from harness.launch.pipeline import Collection, finish
+from harness.launch.pipeline import finish
+from harness.launch.sweep_backend import Collection
 from harness.launch.slurm.backend import SlurmBackend
 from harness.launch.slurm.poll import SchedulerUnavailable
 from harness.launch.slurm.submit import describe_plan, render_sbatch, round_folder, slurm_dir
-from harness.launch.sweep import sweep_start
+from harness.launch.sweep_folder import sweep_start
 from harness.report import EXIT_ERROR, console_table, gate, load_sweep, make_console, write_reports
 from harness.trust.stored_plan import check_stored_plan
 
@@ -201,9 +202,8 @@ def _wait_collect_gate(sweep: Path, args: argparse.Namespace) -> int:
     def on_collect(collection: Collection) -> None:
         _print_collect(collection)
         if collection.resubmitted and not collection.still_active:
-            print(f"retrying {len(backend.retried)} case(s) after infrastructure failures: "
-                  + ", ".join(f"{r.case_id} (job {r.job_id})" for r in backend.retried),
-                  flush=True)
+            print(f"retrying {len(collection.resubmitted)} case(s) after infrastructure failures: "
+                  + ", ".join(q.line() for q in collection.resubmitted), flush=True)
             last.clear()
 
     try:

@@ -1,6 +1,6 @@
 """`dcp-harness validate PATHS...`: load, expand and preflight case files and plan their arms
 (each derived arm preflighted too, every pair's settings checked, every step of every arm packed:
-``launch.datacheck``); run nothing."""
+``workload.datacheck``); run nothing."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import argparse
 from rich.table import Table
 
 from harness.cli.selection import add_selection_arguments, selected_plans
-from harness.launch.datacheck import packed_steps
+from harness.workload.datacheck import packed_steps
 from harness.metrics import reader_missing
 from harness.report import make_console
 from harness.spec import Case
@@ -45,7 +45,7 @@ def layout(case: Case) -> str:
 
 def steps_cell(case: Case) -> str:
     """``50``; ``1000000 (1..709 packed)`` where preflight packed only the first steps
-    (``launch.datacheck.packed_steps``), ``16 (none packed)`` where none."""
+    (``workload.datacheck.packed_steps``), ``16 (none packed)`` where none."""
     packed, steps = packed_steps(case), case.train.steps
     if packed == steps:
         return str(steps)

@@ -114,7 +114,7 @@ def describe_packing(packed: Sequence[PackedMicrobatch], most: int = 8) -> str:
 def packing_problems(packed: Sequence[PackedMicrobatch], rule: PackingRule, tokens: int
                      ) -> list[str]:
     """The packer's rule (module doc) held against one step's microbatches as the packer gave
-    them (preflight packs every step before any arm runs: ``launch.datacheck``), the step holding
+    them (preflight packs every step before any arm runs: ``workload.datacheck``), the step holding
     ``tokens`` real tokens; empty: the packing keeps the rule."""
     rec = StepRecord(step=1, microbatches=len(packed), tokens=tokens, packed=tuple(packed))
     return _step_problems(packed, rec, rule)

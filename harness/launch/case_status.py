@@ -5,7 +5,7 @@ case. What the case folder says is read here, once, for every backend (:func:`fo
 the arms its stored plan lists, the ones with a final outcome, the arm in flight and how many
 steps it recorded, the verdict. Each backend adds what only it knows: the Slurm backend the
 scheduler's word on the case's job (``slurm.status``), the local backend whether a run holds the
-sweep folder (``local_backend``). Reads files; writes nothing.
+sweep folder (``local.backend``). Reads files; writes nothing.
 """
 
 from __future__ import annotations

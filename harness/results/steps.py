@@ -78,7 +78,7 @@ def read_rank_file(path: PathLike) -> list[StepRecord]:
 
 def parse_step_line(raw: bytes) -> Optional[StepRecord]:
     """One line of a rank file as a record, or None when it is not one (a reader following a
-    file while it is written: ``launch.progress``)."""
+    file while it is written: ``launch.local.progress``)."""
     try:
         data = json.loads(raw.decode("utf-8"))
         return StepRecord.from_dict(decode_nonfinite(data)) if isinstance(data, dict) else None

@@ -17,7 +17,7 @@ from harness.arms import plan_case
 from harness.caseplan import case_hash
 from harness.cli import main
 from harness.compare import evaluate_case, write_verdict
-from harness.launch.sweep import prepare_case_dir
+from harness.launch.sweep_folder import prepare_case_dir
 from harness.results import ArmOutcome, StepWriter, read_outcome, read_steps, write_outcome
 from tests.records import record
 from harness.spec import load_cases

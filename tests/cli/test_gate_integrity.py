@@ -10,7 +10,7 @@ import pytest
 
 from harness.arms import plan_case
 from harness.cli import main
-from harness.launch.sweep import prepare_case_dir
+from harness.launch.sweep_folder import prepare_case_dir
 from harness.results import ArmOutcome, StepRecord, StepWriter, write_outcome
 from harness.spec.loader import cases_from_text
 

@@ -9,7 +9,7 @@ import pytest
 
 from harness.arms import plan_case
 from harness.cli import report_cmd
-from harness.launch.sweep import prepare_case_dir
+from harness.launch.sweep_folder import prepare_case_dir
 from harness.compare import Pair, evaluate_case, write_verdict
 from harness.errors import ConfigError
 from harness.results import ArmOutcome, StepWriter, read_outcome, read_steps, write_outcome

@@ -13,11 +13,11 @@ from harness.arms import plan_cases
 from harness.cli import main
 from harness.cli.status_cmd import sweep_backend
 from harness.errors import ConfigError
-from harness.launch.local_backend import LocalBackend, run_sweep
+from harness.launch.local.backend import LocalBackend, run_sweep
 from harness.launch.slurm.backend import SlurmBackend
 from harness.spec import load_cases
 from tests.launch.cases import write_case_file
-from tests.launch.test_sweep import RecordingLauncher
+from tests.launch.local.test_sweep import RecordingLauncher
 
 
 @dataclass

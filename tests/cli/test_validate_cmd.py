@@ -63,7 +63,7 @@ def test_bad_case_is_a_case_error(tmp_path: Path) -> None:
 def test_the_steps_preflight_packed_are_shown_where_not_all(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import harness.launch.datacheck as datacheck
+    import harness.workload.datacheck as datacheck
 
     monkeypatch.setattr(datacheck, "PACK_UNITS", 1_000_000)  # 70 steps of 64 sequences
     longer = (("seq_length: 128", "seq_length: 8192"), ("max: 128", "max: 8192"),

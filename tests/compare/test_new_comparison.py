@@ -72,7 +72,7 @@ def main(folder: str) -> None:
     print what each stage made, as JSON."""
     from harness.arms import plan_case
     from harness.errors import CaseError
-    from harness.launch.sweep import finalize_case, prepare_case_dir
+    from harness.launch.sweep_folder import finalize_case, prepare_case_dir
     from harness.report import write_reports
     from harness.results import record_json
     from harness.spec import load_cases

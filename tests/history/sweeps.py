@@ -11,7 +11,7 @@ from typing import Optional
 
 from harness.arms import plan_case
 from harness.golden import golden_file, write_golden
-from harness.launch.sweep import finalize_case, prepare_case_dir
+from harness.launch.sweep_folder import finalize_case, prepare_case_dir
 from harness.results import ArmOutcome, StepWriter, add_to_manifest, write_outcome
 from harness.results.code import CodeVersion
 from harness.results.manifest import SweepStart

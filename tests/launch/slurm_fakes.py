@@ -11,7 +11,7 @@ from harness.arms import plan_case
 from harness.caseplan import CasePlan
 from harness.launch.slurm.poll import CommandResult
 from harness.launch.slurm.submit import JobRef, record_jobs
-from harness.launch.sweep import prepare_case_dir
+from harness.launch.sweep_folder import prepare_case_dir
 from harness.results import StepWriter
 from tests.launch.cases import REPEAT, UNIFORM, load_case_file
 from tests.records import record

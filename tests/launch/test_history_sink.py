@@ -9,7 +9,7 @@ from pathlib import Path
 import harness.cli.run_cmd as run_cmd
 from harness.cli import main
 from harness.history import last_sweeps, open_history
-from tests.launch.test_sweep import RecordingLauncher
+from tests.launch.local.test_sweep import RecordingLauncher
 
 
 class _Launcher(RecordingLauncher):  # runs no processes; a context manager as LocalLauncher

@@ -1,6 +1,6 @@
 """The sweep pipeline's end (``launch.pipeline``): the sinks get a sweep folder exactly once per
 finished collection, whatever the backend; never while cases are queued, running or queued again.
-A fake backend stands in for the two real ones (their own tests: ``test_local_backend.py``,
+A fake backend stands in for the two real ones (their own tests: ``local/test_backend.py``,
 ``slurm/test_backend.py``)."""
 
 from __future__ import annotations
@@ -8,7 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.launch.pipeline import Collection, deliver, finish, judged_state, run_to_end
+from harness.launch.case_status import judged_state
+from harness.launch.pipeline import deliver, finish, run_to_end
+from harness.launch.sweep_backend import Collection, Queued
+from harness.report import write_reports
+
+
+def collected(out: Path, **fields) -> Collection:
+    """A collection of the sweep folder ``out`` (its reports written: an empty sweep)."""
+    return Collection(out, write_reports(out, plots=False), **fields)
 
 
 @dataclass
@@ -34,7 +42,7 @@ class ScriptedBackend:
 
 def test_a_finished_sweep_goes_to_every_sink_once(tmp_path: Path) -> None:
     got: list[tuple[str, Path]] = []
-    backend = ScriptedBackend([Collection(tmp_path)])
+    backend = ScriptedBackend([collected(tmp_path)])
     done = run_to_end(backend, [object(), object()], tmp_path, None,
                       [lambda c: got.append(("a", c.out_dir)), lambda c: got.append(("b", c.out_dir))])
     assert done.finished and backend.calls == ["submit 2", "wait", "collect"]
@@ -44,24 +52,24 @@ def test_a_finished_sweep_goes_to_every_sink_once(tmp_path: Path) -> None:
 def test_cases_queued_again_are_waited_for_and_the_last_collection_delivered(tmp_path) -> None:
     got: list[Path] = []
     seen: list[Collection] = []
-    backend = ScriptedBackend([Collection(tmp_path, resubmitted=("t",)),
-                               Collection(tmp_path, resubmitted=("t",)), Collection(tmp_path)])
+    backend = ScriptedBackend([collected(tmp_path, resubmitted=(Queued("t"),)),
+                               collected(tmp_path, resubmitted=(Queued("t"),)), collected(tmp_path)])
     done = finish(backend, tmp_path, [lambda c: got.append(c.out_dir)], on_collect=seen.append)
     assert backend.calls == ["wait", "collect"] * 3
-    assert [c.resubmitted for c in seen] == [("t",), ("t",), ()]
+    assert [c.resubmitted for c in seen] == [(Queued("t"),), (Queued("t"),), ()]
     assert done.finished and got == [tmp_path]
 
 
 def test_nothing_is_delivered_while_cases_are_active(tmp_path: Path) -> None:
     got: list[Path] = []
-    backend = ScriptedBackend([Collection(tmp_path, still_active=("t",))])
+    backend = ScriptedBackend([collected(tmp_path, still_active=("t",))])
     done = finish(backend, tmp_path, [lambda c: got.append(c.out_dir)], timeout_s=0.0)
     assert not done.finished and got == []
     # a collect without --wait of a sweep queued again is not finished either, and not repeated
-    backend = ScriptedBackend([Collection(tmp_path, resubmitted=("t",))])
+    backend = ScriptedBackend([collected(tmp_path, resubmitted=(Queued("t"),))])
     assert not finish(backend, tmp_path, [lambda c: got.append(c.out_dir)], wait=False).finished
     assert backend.calls == ["collect"] and got == []
-    deliver(Collection(tmp_path, still_active=("u",)), [lambda c: got.append(c.out_dir)])
+    deliver(collected(tmp_path, still_active=("u",)), [lambda c: got.append(c.out_dir)])
     assert got == []
 
 
@@ -75,7 +83,7 @@ def test_the_wait_is_bounded_by_one_deadline_over_every_round(tmp_path: Path) ->
             waits.append(timeout_s)
             now[0] += 30.0
 
-    backend = Slow([Collection(tmp_path, resubmitted=("t",)), Collection(tmp_path)])
+    backend = Slow([collected(tmp_path, resubmitted=(Queued("t"),)), collected(tmp_path)])
     finish(backend, tmp_path, timeout_s=50.0, clock=lambda: now[0])
     assert waits == [50.0, 20.0]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.launch.sweep import finalize_case
+from harness.launch.sweep_folder import finalize_case
 from harness.report import PAGE_FILE, load_sweep, shown_in_full, write_reports
 from harness.report.page import anchor
 from harness.trust.stored_plan import check_stored_plan

@@ -5,7 +5,7 @@ skips a case it cannot place; a Slurm task beyond the arm's ranks sits it out), 
 arm's kind: a ``command:`` case's training command, an emulated case's ranks each alone, or the
 built-in workload's ranks; an arm the harness interrupts (``compare.resume``) runs in legs
 (:func:`run_legs`: stop after step K, then resume from K's checkpoint). A place (an
-:class:`ArmPlace`) says only how each kind starts there: ``local.LocalLauncher`` (processes on
+:class:`ArmPlace`) says only how each kind starts there: ``local.launcher.LocalLauncher`` (processes on
 this machine) and ``slurm.job.TaskLauncher`` (one task of a Slurm job).
 """
 

@@ -141,7 +141,7 @@ def run_emulated_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, case_json: 
 
 @dataclass(frozen=True)
 class EmulatedLauncher:
-    """The launcher (``launch.launcher.ArmLauncher``) of an emulated arm, for this machine and for
+    """The launcher (``launch.arm_launcher.ArmLauncher``) of an emulated arm, for this machine and for
     a Slurm job's task alike: its ranks on the ``gpus`` CUDA GPUs this process sees where the case
     runs on CUDA (``placement.runs_on_cuda``), else on the CPU; each rank with ``timeout_s``; the
     repro line of ``launch.ranks.repro``. ``run``: ``processes.run_ranks`` (the default) or one with a

@@ -26,7 +26,7 @@ from typing import Callable, Mapping, Optional, Sequence
 from harness.caseplan import CasePlan
 from harness.compare import DEFAULT_ALLOWED_SKIPS
 from harness.errors import ConfigError
-from harness.launch.pipeline import CaseStatus, Collection
+from harness.launch.case_status import CaseStatus
 from harness.launch.ranks.placement import profile_skip_reason
 from harness.launch.slurm.collect import collect
 from harness.launch.slurm.poll import Runner, SchedulerPoller, run_command
@@ -36,7 +36,8 @@ from harness.launch.slurm.status import sweep_status
 from harness.launch.slurm.submit import (JOBS_FILE, JobGroup, JobRef, plan_jobs, record_skipped,
                                          slurm_dir, submit_groups)
 from harness.launch.slurm.wait import wait_for_sweep
-from harness.launch.sweep import check_resumable, finalize_case, prepare_case_dir, record_manifest
+from harness.launch.sweep_backend import Collection, Queued
+from harness.launch.sweep_folder import check_resumable, finalize_case, prepare_case_dir, record_manifest
 from harness.results import MANIFEST_FILE, ArmOutcome, SweepStart, write_outcome
 
 
@@ -133,7 +134,7 @@ class SlurmBackend:
         return SubmitPlan(profiles, files, profile_of, skips, tuple(groups))
 
     def submit(self, plans: Sequence[CasePlan], out_dir: Path,
-               start: Optional[SweepStart] = None) -> None:
+               start: Optional[SweepStart] = None) -> tuple[Queued, ...]:
         out = Path(out_dir)
         todo = self.plan(plans)
         if todo.groups and shutil.which("sbatch") is None:
@@ -160,6 +161,7 @@ class SlurmBackend:
             if not (slurm_dir(out) / JOBS_FILE).is_file():  # nothing queued: leave nothing behind
                 _remove(created)
             raise
+        return tuple(Queued(r.case_id, f"job {r.job_id}") for r in self.submitted)
 
     def state(self, out_dir: Path) -> dict[str, CaseStatus]:
         if self._poller is None:
@@ -175,6 +177,9 @@ class SlurmBackend:
         self.retried = ()
         if self.retry_infra and not result.still_active:
             self.retried = tuple(retry_infra(Path(out_dir), self.retry_infra, self.max_parallel))
-        return Collection(out_dir=Path(out_dir), still_active=result.still_active,
-                          resubmitted=tuple(r.case_id for r in self.retried),
+        assert result.reports is not None  # collect(reports=True) writes them
+        return Collection(out_dir=Path(out_dir), reports=result.reports,
+                          still_active=result.still_active,
+                          resubmitted=tuple(Queued(r.case_id, f"job {r.job_id}")
+                                            for r in self.retried),
                           problems=result.problems)

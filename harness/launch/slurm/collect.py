@@ -9,7 +9,7 @@ them), a time limit is ``timeout``, anything else is ``failed``. An arm the job 
 infrastructure reason (``failures.ended_with_job``: a node failure, or a cancellation as Slurm's
 daemons stopped: the signal was Slurm's). The arm's wall time is measured
 as for every Slurm arm, from its ``arm_start`` event to its last sign of life (the newest file in
-its folder). Complete arms lose their checkpoints (``sweep.remove_checkpoints_if_complete``, the
+its folder). Complete arms lose their checkpoints (``sweep_folder.remove_checkpoints_if_complete``, the
 rule local sweeps follow too).
 """
 
@@ -29,8 +29,8 @@ from harness.launch.slurm.events import ArmStart, SlurmEvent, read_events
 from harness.launch.slurm.poll import Runner, SchedState, SchedulerPoller, run_command
 from harness.launch.slurm.status import CaseStatus, case_status, statuses_in_view
 from harness.launch.slurm.submit import JobRef, latest_jobs
-from harness.launch.sweep import finalize_case, load_plan, remove_checkpoints_if_complete
-from harness.report import write_reports
+from harness.launch.sweep_folder import finalize_case, load_plan, remove_checkpoints_if_complete
+from harness.report import ReportFiles, write_reports
 from harness.results import (CASE_FILE, LOG_FILE, ArmOutcome, read_outcome, read_steps,
                              write_outcome)
 from harness.trust.stored_plan import check_stored_plan
@@ -128,6 +128,7 @@ class CollectResult:
     finalized: tuple[str, ...]
     still_active: tuple[str, ...]
     problems: tuple[str, ...] = field(default_factory=tuple)
+    reports: Optional[ReportFiles] = None  # None when collected without reports
 
 
 def collect(sweep_dir: Path, runner: Runner = run_command, reports: bool = True,
@@ -160,7 +161,7 @@ def collect(sweep_dir: Path, runner: Runner = run_command, reports: bool = True,
             finalized.append(cid)
         except Exception as exc:
             problems.append(f"{cid}: could not evaluate: {type(exc).__name__}: {exc}")
-    if reports:
-        write_reports(sweep_dir, check_plan=check_stored_plan, allowed_skips=allowed_skips)
+    files = (write_reports(sweep_dir, check_plan=check_stored_plan, allowed_skips=allowed_skips)
+             if reports else None)
     statuses = statuses_in_view(sweep_dir, refs, view)
-    return CollectResult(tuple(statuses), tuple(finalized), tuple(active), tuple(problems))
+    return CollectResult(tuple(statuses), tuple(finalized), tuple(active), tuple(problems), files)

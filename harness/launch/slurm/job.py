@@ -74,7 +74,7 @@ from harness.launch.ranks.processes import RankCommand, cuda_device_count, run_r
 from harness.launch.slurm.events import (ArmEnd, ArmStart, ProcessEnd, TaskStart, append_event,
                                          read_events)
 from harness.metrics import source_mark
-from harness.launch.sweep import load_plan
+from harness.launch.sweep_folder import load_plan
 from harness.results import (CASE_FILE, LOG_FILE, OUTCOME_FILE, ArmOutcome, read_outcome,
                              read_steps, write_outcome)
 
@@ -293,7 +293,7 @@ def set_aside_killed(arm_dir: Path, outcome: ArmOutcome) -> None:
 
 @dataclass(frozen=True)
 class TaskLauncher:
-    """The launcher (``launch.launcher.ArmLauncher``) of one task of a Slurm job: its share of an
+    """The launcher (``launch.arm_launcher.ArmLauncher``) of one task of a Slurm job: its share of an
     arm (its rank of a built-in arm, its process of a command arm, every rank of an emulated arm
     on task 0), or, for a task beyond the arm's, sitting the arm out until task 0 wrote the
     arm's outcome. ``run_arm`` returns the arm's outcome as this task knows it, and raises when

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 from harness.launch.slurm.profiles import load_profile
 from harness.launch.slurm.submit import JobRef, latest_jobs, plan_jobs, read_jobs, submit_groups
-from harness.launch.sweep import load_plan
+from harness.launch.sweep_folder import load_plan
 from harness.results import OUTCOME_FILE, VERDICT_FILE, read_outcome
 
 

@@ -19,7 +19,7 @@ from harness.launch.case_status import CaseStatus, folder_progress, outcome_stat
 from harness.launch.slurm.poll import PENDING_STATES, Runner, SchedulerPoller, SchedulerView, \
     run_command
 from harness.launch.slurm.submit import JobRef, latest_jobs, skipped_cases
-from harness.launch.sweep import load_plan
+from harness.launch.sweep_folder import load_plan
 
 
 def case_status(case_dir: Path, ref: JobRef, view: SchedulerView, now: Optional[float] = None,

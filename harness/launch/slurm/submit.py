@@ -330,7 +330,7 @@ def submit_groups(groups: Sequence[JobGroup], profiles: Mapping[str, Profile], s
                   retry_rounds: Optional[Mapping[str, int]] = None) -> list[JobRef]:
     """Submit every group through submitit and record the jobs. The case folders of the groups'
     cases (``case.json``, ``plan.json``) must exist already
-    (``harness.launch.sweep.prepare_case_dir``): each job reads its plan from there.
+    (``harness.launch.sweep_folder.prepare_case_dir``): each job reads its plan from there.
     ``retry_rounds`` maps a re-submitted case to how many jobs it had before (counted in its
     arms' ``restarts``)."""
     import submitit  # imported on use: only submitting needs it

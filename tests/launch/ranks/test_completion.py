@@ -7,7 +7,7 @@ import pytest
 
 from harness.arms import plan_case
 from harness.launch.ranks.completion import arm_is_complete, arm_needs_run, rank_is_complete
-from harness.launch.sweep import prepare_case_dir
+from harness.launch.sweep_folder import prepare_case_dir
 from harness.results import ArmOutcome, write_outcome
 from tests.launch.cases import REPEAT, load_case_file
 from tests.launch.slurm_fakes import steps

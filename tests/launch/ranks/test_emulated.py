@@ -18,7 +18,7 @@ from harness.launch.slurm.events import ArmStart, read_events
 from harness.launch.slurm.job import TaskIdentity, run_case_arms
 from harness.launch.slurm.profiles import Profile
 from harness.launch.slurm.submit import case_time_min, shape_of
-from harness.launch.sweep import prepare_case_dir
+from harness.launch.sweep_folder import prepare_case_dir
 from harness.results import ArmOutcome, read_outcome, read_steps
 from harness.spec import load_cases
 from harness.spec.derive import as_emulated

@@ -278,11 +278,11 @@ def test_device_choice():
 
 
 def test_repro_entry_point_reports_user_mistakes_without_a_traceback(tmp_path, capsys):
-    from harness.launch.local import main as local_main
+    from harness.launch.local.launcher import main as local_main
     from harness.spec.schema import Case
 
     from harness.arms import plan_case
-    from harness.launch.sweep import prepare_case_dir
+    from harness.launch.sweep_folder import prepare_case_dir
 
     out = str(tmp_path / "arm")
     assert local_main(["--case", str(tmp_path / "gone.json"), "--arm", "eager", "--out", out]) == 2

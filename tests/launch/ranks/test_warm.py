@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from harness.arms import plan_cases
-from harness.launch.local import LocalLauncher
+from harness.launch.local.launcher import LocalLauncher
 from harness.launch.ranks.processes import RankCommand, run_ranks
 from harness.launch.ranks.warm import WarmProcess, WarmStarter
-from harness.launch.local_backend import run_sweep
+from harness.launch.local.backend import run_sweep
 from harness.results import LOG_FILE, read_steps
 from harness.spec import load_cases
 

@@ -20,7 +20,7 @@ from harness.launch.slurm.collect import collect
 from harness.launch.slurm.events import ProcessEnd, read_events
 from harness.launch.slurm.profiles import load_profile
 from harness.launch.slurm.submit import JobRef, record_jobs, shape_of
-from harness.launch.sweep import prepare_case_dir
+from harness.launch.sweep_folder import prepare_case_dir
 from harness.report import gate
 from harness.results import read_outcome, read_steps
 from harness.spec import load_cases

@@ -21,7 +21,7 @@ from harness.launch.slurm.job import (
     distributed_env,
     run_case_arms,
 )
-from harness.launch.sweep import prepare_case_dir
+from harness.launch.sweep_folder import prepare_case_dir
 from harness.results import ArmOutcome, read_outcome, write_outcome
 from tests.launch.cases import REPEAT, UNIFORM, load_case_file
 from tests.launch.faults import Fault, fault_env, with_fault

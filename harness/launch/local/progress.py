@@ -3,7 +3,7 @@
 ``make_progress()`` picks a live rich display on a terminal and plain lines otherwise (CI logs).
 The running arm's step comes from tailing its rank-0 JSONL file (:class:`StepTail`), so it works
 for any launcher that writes through the results store. Given the sweep's plans, a
-:class:`SuiteClock` estimates the time left (``~N s left``: ``harness.launch.estimate``, from an
+:class:`SuiteClock` estimates the time left (``~N s left``: ``harness.launch.local.estimate``, from an
 earlier sweep's figures and the arms this one has finished) and knows the cases this machine
 skips, whose arms are then not announced as running.
 """
@@ -29,7 +29,7 @@ from rich.progress import (
 
 from harness.caseplan import CasePlan
 from harness.compare import CaseVerdict
-from harness.launch.estimate import (
+from harness.launch.local.estimate import (
     Estimate,
     MeasuredArm,
     Total,
@@ -113,7 +113,7 @@ def _loss_text(rec: StepRecord) -> str:
 
 
 class SuiteClock:
-    """The time a sweep has left: every planned arm's estimate (``harness.launch.estimate``) on a
+    """The time a sweep has left: every planned arm's estimate (``harness.launch.local.estimate``) on a
     machine with ``gpus`` CUDA GPUs, learning from ``history`` (an earlier sweep's arms) and from
     each arm this sweep finishes; the running arm counts what is left of its estimate."""
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from harness.arms import plan_cases
-from harness.launch.local_backend import run_sweep
-from harness.launch.sweep import timing_judged_arms
+from harness.launch.local.backend import run_sweep
+from harness.launch.local.lanes import timing_judged_arms
 from harness.report import gate
 from harness.results import ArmOutcome, StepWriter
 from harness.spec import load_cases
@@ -104,7 +104,7 @@ def test_without_a_second_lane_nothing_changes(cases, tmp_path):
 def test_the_progress_lines_of_two_lanes_name_their_own_cases(cases, tmp_path):
     import io
 
-    from harness.launch.progress import make_progress
+    from harness.launch.local.progress import make_progress
 
     stream = io.StringIO()
     run_sweep(cases, tmp_path / "out", TimedLauncher(hold_s=0.2), beside=beside,

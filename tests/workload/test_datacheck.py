@@ -1,4 +1,4 @@
-"""Preflight packs every step of every arm (``launch.datacheck``): a case whose data cannot be
+"""Preflight packs every step of every arm (``workload.datacheck``): a case whose data cannot be
 packed is a CaseError naming file, case and field before any arm runs, not a rank's ConfigError
 after a minute of arms."""
 
@@ -14,7 +14,7 @@ import harness.workload.packing as packing
 from harness.arms import plan_case
 from harness.cli import main
 from harness.errors import CaseError, ConfigError, HarnessInvariantError
-from harness.launch.datacheck import check_packing, packed_steps, packing_error
+from harness.workload.datacheck import check_packing, packed_steps, packing_error
 from harness.spec import load_cases
 
 from tests.launch.cases import case_doc, write_case_file

@@ -1,4 +1,4 @@
-"""The local backend (``launch.local_backend``): ``run``'s submit, wait and collect, and the
+"""The local backend (``launch.local.backend``): ``run``'s submit, wait and collect, and the
 pipeline's sinks at its end. One real CPU run (rank processes, gloo); the rest with a launcher
 that runs no processes (``test_sweep.RecordingLauncher``)."""
 
@@ -12,11 +12,12 @@ import pytest
 from harness.arms import plan_cases
 from harness.cli import main
 from harness.errors import ConfigError
-from harness.launch.local import LocalLauncher
-from harness.launch.local_backend import LocalBackend, run_sweep
-from harness.launch.pipeline import Collection, run_to_end
+from harness.launch.local.launcher import LocalLauncher
+from harness.launch.local.backend import LocalBackend, run_sweep
+from harness.launch.pipeline import run_to_end
+from harness.launch.sweep_backend import Collection
 from harness.spec import load_cases
-from tests.launch.test_sweep import RecordingLauncher
+from tests.launch.local.test_sweep import RecordingLauncher
 
 
 def states(backend: LocalBackend, out: Path) -> dict[str, str]:
@@ -37,7 +38,7 @@ def test_a_real_run_reaches_the_sinks_once_with_its_verdicts_and_reports(write_c
         done = run_to_end(backend, plans, out, sinks=[sink])
     assert seen == [(out, "pass", True)]
     assert done.finished and [v.status for v in done.verdicts] == ["pass"]
-    assert done.summary.sweep.exists
+    assert done.sweep.exists
 
 
 def test_state_follows_the_verdicts_and_the_lock_is_held_until_collect(write_case, tmp_path):

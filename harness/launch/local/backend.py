@@ -1,11 +1,11 @@
-"""The local backend of the sweep pipeline (``launch.pipeline``): a sweep's arms run on this
-machine, in this process's lanes, through an arm launcher (``local.LocalLauncher``).
+"""The local backend of the sweep pipeline (``launch.sweep_backend.SweepBackend``): a sweep's arms
+run on this machine, in this process's lanes, through an arm launcher (``launcher.LocalLauncher``).
 
 * ``submit``: takes the sweep folder's run lock (held until ``collect`` or ``close``: a second
   ``run`` into the same folder is refused meanwhile), lists every case in the manifest; nothing
   runs yet.
 * ``wait``: runs every arm not yet complete and judges each case once its arms ended
-  (``sweep._run_cases``: two lanes, progress, resume); returns when every case is judged.
+  (``lanes.run_cases``: two lanes, progress, resume); returns when every case is judged.
 * ``state``: from the sweep folder alone, so any process can ask (``dcp-harness status`` while
   ``run`` writes the folder): every case of the manifest; a case with a verdict is ``done`` /
   ``failed`` / ``error`` (by its verdict); while a run holds the folder's lock, a case whose
@@ -25,16 +25,18 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from harness.caseplan import PLAN_FILE, CasePlan
 from harness.compare import DEFAULT_ALLOWED_SKIPS, CaseVerdict
 from harness.errors import ConfigError
-from harness.launch.launcher import ArmLauncher
+from harness.launch.arm_launcher import ArmLauncher
 from harness.launch.case_status import CaseStatus, folder_progress
-from harness.launch.pipeline import Collection, SweepSink, run_to_end
-from harness.launch.progress import NullProgress, SweepProgress
-from harness.launch.sweep import check_resumable, record_manifest, run_cases, runs_again
+from harness.launch.local.lanes import run_cases, runs_again
+from harness.launch.local.progress import NullProgress, SweepProgress
+from harness.launch.pipeline import SweepSink, run_to_end
+from harness.launch.sweep_backend import Collection, Queued
+from harness.launch.sweep_folder import check_resumable, record_manifest
 from harness.report import write_reports
 from harness.results import ManifestCase, SweepStart, lock_holder, read_manifest, sweep_lock
 from harness.trust.stored_plan import check_stored_plan
@@ -90,13 +92,14 @@ class LocalBackend:
         self._lock.close()
 
     def submit(self, plans: Sequence[CasePlan], out_dir: Path,
-               start: Optional[SweepStart] = None) -> None:
+               start: Optional[SweepStart] = None) -> tuple[Queued, ...]:
         out_dir = Path(out_dir)
         check_resumable([p.case for p in plans], out_dir)
         self._lock.enter_context(sweep_lock(out_dir))
         record_manifest(plans, out_dir, start)
         self._plans = tuple(plans)
         self._submitted = True
+        return tuple(Queued(p.case_id) for p in plans)
 
     def state(self, out_dir: Path) -> dict[str, CaseStatus]:
         manifest = read_manifest(out_dir)
@@ -120,31 +123,23 @@ class LocalBackend:
 
     def collect(self, out_dir: Path) -> Collection:
         try:
-            summary = write_reports(out_dir, check_plan=check_stored_plan,
+            reports = write_reports(out_dir, check_plan=check_stored_plan,
                                     allowed_skips=self.allowed_skips,
                                     judged={v.case_id: v for v in self._verdicts})
         finally:
             self.close()
-        return Collection(out_dir=Path(out_dir), verdicts=self._verdicts, summary=summary)
-
-
-@dataclass(frozen=True)
-class SweepResult:
-    out_dir: Path
-    verdicts: tuple[CaseVerdict, ...]
-    summary: Any = None  # what harness.report.write_reports returned (for console_table)
+        return Collection(out_dir=Path(out_dir), reports=reports, verdicts=self._verdicts)
 
 
 def run_sweep(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
               progress: Optional[SweepProgress] = None, start: Optional[SweepStart] = None,
               allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS,
               beside: Callable[[CasePlan], bool] = lambda plan: False,
-              sinks: Sequence[SweepSink] = ()) -> SweepResult:
+              sinks: Sequence[SweepSink] = ()) -> Collection:
     """List every case in the sweep's manifest, then run every planned arm of every case into
-    ``out_dir`` (resuming; cases ``beside`` selects in a second lane, ``sweep.run_cases``), judge
+    ``out_dir`` (resuming; cases ``beside`` selects in a second lane, ``lanes.run_cases``), judge
     each case once, write reports from those verdicts (cases of earlier runs into the same folder
     are judged from their files), and hand the folder to ``sinks`` (``pipeline.deliver``)."""
     out_dir = Path(out_dir)
     with LocalBackend(launcher, progress, allowed_skips, beside) as backend:
-        done = run_to_end(backend, plans, out_dir, start, sinks)
-    return SweepResult(out_dir=out_dir, verdicts=done.verdicts, summary=done.summary)
+        return run_to_end(backend, plans, out_dir, start, sinks)

@@ -2,7 +2,7 @@ import io
 import json
 import time
 
-from harness.launch.progress import LineProgress, StepTail
+from harness.launch.local.progress import LineProgress, StepTail
 from harness.results import ArmOutcome, StepRecord
 
 
@@ -56,7 +56,7 @@ def test_rich_progress_runs_and_prints_outcomes(tmp_path):
     from rich.console import Console
 
     from harness.compare import CaseVerdict
-    from harness.launch.progress import RichProgress
+    from harness.launch.local.progress import RichProgress
 
     buf = io.StringIO()
     p = RichProgress(Console(file=buf, force_terminal=True, width=100))

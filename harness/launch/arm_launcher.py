@@ -5,7 +5,7 @@ workload (the built-in training, or a case's ``command:``) plugs in behind it; t
 *which* arms run (``completion.arm_needs_run``) and puts nothing else between. One implementation
 per place an arm runs:
 
-* ``local.LocalLauncher``: this machine's rank processes (``run``, ``golden record``, the repro
+* ``local.launcher.LocalLauncher``: this machine's rank processes (``run``, ``golden record``, the repro
   entry point ``python -m harness.launch.local``); an emulated arm through
   ``emulated.EmulatedLauncher``, a command arm through ``command.run_command_arm``.
 * ``emulated.EmulatedLauncher``: each emulated rank alone on a GPU (or the CPU), for this machine
@@ -13,7 +13,7 @@ per place an arm runs:
 * ``slurm.job.TaskLauncher``: one task of a Slurm job: its rank's (or process's) share of the arm,
   or sitting the arm out; the arm's outcome as this task knows it.
 
-Every one puts ``repro.repro_line`` in the outcome. The local sweep (``sweep.run_arm_into``) and a
+Every one puts ``repro.repro_line`` in the outcome. The local sweep (``local.lanes.run_arm_into``) and a
 Slurm job (``slurm.job.run_case_arms``) call ``run_arm`` alike; they differ in what they do around
 it: the sweep records an exception as an ``infra`` outcome and keeps sweeping, a job's task lets it
 end the job (srun stops the other tasks; the requeue or ``collect`` takes over).

@@ -13,8 +13,8 @@ import pytest
 
 from harness.arms import plan_cases
 from harness.errors import ConfigError
-from harness.launch.local_backend import run_sweep
-from harness.launch.sweep import check_resumable, finalize_case, prepare_case_dir
+from harness.launch.local.backend import run_sweep
+from harness.launch.sweep_folder import check_resumable, finalize_case, prepare_case_dir
 from harness.report import gate
 from harness.results import ArmOutcome, StepWriter, read_outcome, sweep_lock
 from tests.records import record

@@ -13,8 +13,8 @@ import pytest
 from harness.arms import plan_cases
 from harness.cli import main, run_cmd
 from harness.errors import ConfigError
-from harness.launch.local import LocalLauncher
-from harness.launch.local_backend import run_sweep
+from harness.launch.local.launcher import LocalLauncher
+from harness.launch.local.backend import run_sweep
 from harness.report import gate
 from harness.results import read_outcome, read_steps
 from harness.spec import load_cases

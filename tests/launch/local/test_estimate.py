@@ -1,4 +1,4 @@
-"""The time arms will take, from what earlier arms took (``harness.launch.estimate``), and the
+"""The time arms will take, from what earlier arms took (``harness.launch.local.estimate``), and the
 time left a sweep shows (``progress.SuiteClock``)."""
 
 import io
@@ -7,8 +7,8 @@ import time
 import pytest
 
 from harness.arms import plan_case
-from harness.launch.estimate import estimate_arm, estimate_case, measure_sweep
-from harness.launch.progress import LineProgress, RichProgress, SuiteClock
+from harness.launch.local.estimate import estimate_arm, estimate_case, measure_sweep
+from harness.launch.local.progress import LineProgress, RichProgress, SuiteClock
 from harness.results import ArmOutcome
 from harness.spec.loader import load_cases
 from tests.launch.timed import FIXED_PER_RUN, STEP_S, finish_arm, finished_sweep
