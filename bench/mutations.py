@@ -352,7 +352,7 @@ def run_one(name: str, mutation: Optional[Mutation], keep: bool, timeout_s: floa
             cases = [dead_model_case(root)]
         out = root / "results" / name
         t0 = time.monotonic()
-        ran = _cli(root, "run", *cases, "--out", str(out), timeout_s=timeout_s)
+        ran = _cli(root, "run", *cases, "--out", str(out), "--label", "drill", timeout_s=timeout_s)
         bug = preflight_bug(ran.stderr)
         if bug is not None:  # stopped before any arm ran: the harness's own invariant broke
             return {"name": name, "run": ran.returncode, "gate": None, "preflight": bug,

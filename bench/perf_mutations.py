@@ -72,7 +72,8 @@ def _golden_checks(line: str) -> list[str]:
 
 def _sweep(root: Path, out: Path, case: str, timeout_s: float) -> tuple[int, int, str, float]:
     t0 = time.monotonic()
-    ran = _cli(root, "run", "cases/focused", "-k", case, "--out", str(out), timeout_s=timeout_s)
+    ran = _cli(root, "run", "cases/focused", "-k", case, "--out", str(out), "--label", "drill",
+               timeout_s=timeout_s)
     gate = _cli(root, "gate", str(out), timeout_s=120)
     return ran.returncode, gate.returncode, gate.stdout + ran.stderr[-1500:], time.monotonic() - t0
 

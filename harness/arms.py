@@ -43,8 +43,9 @@ from harness.compare import (
 )
 from harness.errors import CaseError
 from harness.metrics import source_fields
-from harness.spec.command import checkpoint_named
 from harness.spec.comparisons import settings_of
+from harness.spec.deprecations import unused_command_role
+from harness.spec.source_facts import not_mapped
 from harness.spec.derive import ArmSpec, derive_arm_case, has_graph_arms
 from harness.spec.names import (
     REPEAT_ROLE,
@@ -55,7 +56,6 @@ from harness.spec.names import (
     GRAPH_FIXED_CP,
     REFERENCE,
     REPEAT_SUFFIX,
-    RESUME,
     SEPARATE_POOLS,
 )
 from harness.spec.schema import ArmCase, Case
@@ -165,7 +165,7 @@ def plan_case(case: Case) -> CasePlan:
             pairs.append(emulated_pair(Pair(ARM_CHECKS_PAIR, ARM_CHECKS_CONTRACT, tuple(names)),
                                        world))
     if case.command is not None:
-        unused_role_problem(case, [planner.spec_of(n) for n in names])
+        warn_unused_roles(case, [planner.spec_of(n) for n in names])
     arms = tuple(PlannedArm(name=n, kind=planner.spec_of(n).kind, case=planner.case_of(n),
                             world_size=planner.case_of(n).layout.world,
                             ranks=_ranks(planner.case_of(n)), repeat=planner.spec_of(n).repeat)
@@ -174,42 +174,31 @@ def plan_case(case: Case) -> CasePlan:
                     source=str(Path(case.source).resolve()), arms=arms, pairs=tuple(pairs))
 
 
-def unused_role_problem(case: Case, specs: Sequence[ArmSpec]) -> None:
-    """A CaseError naming a ``command.arms`` role no planned arm runs: its arguments would be
-    ignored in silence (e.g. ``fixed-cp`` beside ``graph``: ``dcp_vs_fixed_cp`` then compares
-    the graph arms, ``graph`` against ``graph-fixed-cp<N>``)."""
+def warn_unused_roles(case: Case, specs: Sequence[ArmSpec]) -> None:
+    """A deprecation warning for each ``command.arms`` role no planned arm runs: its arguments
+    are not used (e.g. ``fixed-cp`` beside ``graph``: ``dcp_vs_fixed_cp`` then compares the
+    graph arms, ``graph`` against ``graph-fixed-cp<N>``). Earlier releases ignored them in
+    silence; ``spec.deprecations`` says where each belongs."""
     assert case.command is not None
-    used = {s.kind for s in specs} | ({REPEAT_ROLE} if any(s.repeat for s in specs) else set())
+    run = {s.kind for s in specs} | ({REPEAT_ROLE} if any(s.repeat for s in specs) else set())
     for role in case.command.arms:
-        if role in used:
-            continue
-        hint = ""
-        if role == FIXED_CP and GRAPH in case.command.arms:
-            hint = (": with command.arms.graph, compare.dcp_vs_fixed_cp compares the graph arms "
-                    "(graph against graph-fixed-cp<N>): give its arguments as "
-                    "command.arms.graph-fixed-cp, or drop them")
-        elif role == FIXED_CP:
-            hint = ": compare.dcp_vs_fixed_cp runs it"
-        raise CaseError(f"no arm of this case runs the '{role}' role, so its arguments would be "
-                        f"ignored{hint or ' (drop them, or add the comparison that runs it)'}",
-                        file=case.source, case=case.id, field=f"command.arms.{role}")
+        if role not in run:
+            unused_command_role(case.source, case.id, role, case.command.arms, run)
 
 
 def command_pair(pair: Pair, case: Case) -> Pair:
     """``pair`` of a command case, with the checks whose data its metrics source does not give
     not applicable, each with the reason (never a pass): a series it has no value of, the checks
     its contract makes from the CUDA-graph capture statistics (``Judged.capture_checks``) or from
-    the memory probe (``Judged.probe_checks``; only the record API records either), and the packing of the built-in workload's packer (a command packs
-    its own batches)."""
+    the memory probe (``Judged.probe_checks``; only the record API records either), those its
+    comparison says the source cannot feed (``Comparison.command_not_applicable``: its own
+    command-case rules, in its module), and the packing of the built-in workload's packer (a
+    command packs its own batches)."""
     assert case.command is not None
     metrics = case.command.metrics
     has = source_fields(metrics)
     source = f"command.metrics.source {metrics.source}"
-    resume = pair.contract == RESUME  # its checks of Megatron's averaged log line too
-    why = {check: f"the command's metrics ({source}) have no {name.replace('_', ' ')}: map "
-                  f"its tag or log key in command.metrics.tags to have it checked"
-           for name in ("aux_loss", "grad_norm") if name not in has
-           for check in (name, f"{name}_first_interval") if resume or check == name}
+    why = {name: not_mapped(metrics, name) for name in ("aux_loss", "grad_norm") if name not in has}
     judged = JUDGED.get(pair.contract)
     if "graph_stats" not in has and judged is not None:
         for name in judged.capture_checks:
@@ -220,11 +209,9 @@ def command_pair(pair: Pair, case: Case) -> Pair:
             why[name] = (f"the command's metrics ({source}) carry no memory probe (a rank's "
                          "memory after empty_cache, the whole device's too; "
                          "harness.metrics.StepRecorder records it: memory_probe=)")
-    if pair.contract == RESUME and not checkpoint_named(case.command):
-        why["loaded_checkpoint"] = (
-            f"the case names no command.resume.iteration_file (e.g. Megatron's "
-            f"latest_checkpointed_iteration.txt) and its metrics ({source}) name no checkpoint "
-            f"step (the record API's checkpoint_step=)")
+    comparison = comparison_of(pair.contract)
+    if comparison is not None:  # the comparison's own command-case rules
+        why.update(comparison.command_not_applicable(case, pair, has))
     for arm_name in pair.arms:
         why[f"{arm_name}.packing"] = ("a command packs its own batches; the packing rule is the "
                                       "built-in workload's")

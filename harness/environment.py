@@ -37,6 +37,7 @@ SETTINGS = (
     "CUDA_DEVICE_MAX_CONNECTIONS",
     "CUDA_LAUNCH_BLOCKING",
     "OMP_NUM_THREADS",  # CPU ranks: threads per process
+    "MKL_CBWR",  # CPU ranks: MKL's code branch (the harness pins COMPATIBLE)
 )
 
 

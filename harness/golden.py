@@ -44,9 +44,9 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Container, Mapping, Optional, Sequence, Union
+from typing import Annotated, Any, Callable, Container, Iterable, Mapping, Optional, Sequence, Union
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from harness import kernels as kern
 from harness.results import (
@@ -183,6 +183,49 @@ def golden_key(platform: str, environment: Optional[str] = None) -> str:
 def golden_file(golden_dir: PathLike, case_id: str, platform: str,
                 environment: Optional[str] = None) -> Path:
     return Path(golden_dir) / case_id / f"golden_values_{golden_key(platform, environment)}.json"
+
+
+# A golden file of another kernel identity beside the key's own: golden_values_<key>.<variant>.json
+VARIANT_SEP = "."
+
+
+def variant_name(env: Optional[RunEnvironment]) -> str:
+    """The name a golden file of ``env``'s kernel identity takes beside the others of its key
+    (``golden_values_cpu.avx2.json``): on CPU the ATen capability, with MKL's branch where it is
+    not the harness's pinned one (``-mkl7``) and the intra-op threads where not 1 (``-t2``); on
+    CUDA the compute capability and CUDA version (``sm_90-cu12.8``)."""
+    kernels = kernels_of(env)[0] if env is not None else {}
+    if "aten_cpu_capability" in kernels:
+        name = kernels["aten_cpu_capability"].lower()
+        if kernels.get("blas_isa") not in (None, "0"):
+            name += f"-mkl{kernels['blas_isa']}"
+        if kernels.get("intra_op_threads") not in (None, "1"):
+            name += f"-t{kernels['intra_op_threads']}"
+        return name
+    if "capability" in kernels:
+        return f"{kernels['capability']}-cu{kernels.get('cuda', 'x')}".lower()
+    return "unknown"
+
+
+def keys_of(files: Iterable[str], key: str) -> list[str]:
+    """The keys among ``files`` that hold values of ``key``: ``key`` itself first, then its
+    side-by-side files of other kernel identities (``<key>.<variant>``), sorted."""
+    return sorted((k for k in files if k == key or k.startswith(key + VARIANT_SEP)),
+                  key=lambda k: (k != key, k))
+
+
+def same_kernels(golden: "Golden", env: Optional[RunEnvironment]) -> bool:
+    """Whether ``env`` (a run's environment) takes the kernels ``golden`` was recorded with."""
+    if golden.environment is None or env is None:
+        return False
+    return not kern.differences(kernels_of(golden.environment)[0], kernels_of(env)[0])
+
+
+def pick_kernels(candidates: Sequence["Golden"], env: Optional[RunEnvironment]) -> "Golden":
+    """Of the golden files of one key (the key's own first, :func:`keys_of`), the one recorded
+    with ``env``'s kernels, else the key's own (else the first): side-by-side files of other
+    kernel identities, the matching one chosen."""
+    return next((g for g in candidates if same_kernels(g, env)), candidates[0])
 
 
 _GOLDEN_NAME = re.compile(r"^golden_values_([a-z0-9][a-z0-9._-]*)\.json$")
@@ -441,23 +484,26 @@ LOSS_DEFAULTS: Mapping[str, LossBound] = MappingProxyType({
 
 
 def loss_bound(golden: Golden, metric: str, declared: Optional[LossBound], setting: str,
-               not_bitwise: Optional[str], same: str = "") -> tuple[LossBound, str]:
-    """The bound of loss metric ``metric`` against ``golden`` and where it comes from: the case's
-    (``declared``, its field ``setting``); else, for a run that repeats its golden values bitwise
-    (``not_bitwise`` None: a deterministic run with the kernels the file was recorded with,
-    ``same`` says which), ``exact``, or the spread of the file's repeats x ``RTOL_FACTOR`` where
-    they did not agree bitwise; else :data:`LOSS_DEFAULTS` (``not_bitwise`` says why)."""
+               not_bitwise: Optional[str], same: str = "") -> tuple[LossBound, str, str]:
+    """The bound of loss metric ``metric`` against ``golden``, where it comes from, and its kind
+    (``Check.bound_kind``): the case's (``declared``, its field ``setting``: ``declared``); else,
+    for a run that repeats its golden values bitwise (``not_bitwise`` None: a deterministic run
+    with the kernels the file was recorded with, ``same`` says which), ``exact`` (``bitwise``),
+    or the spread of the file's repeats x ``RTOL_FACTOR`` where they did not agree bitwise
+    (``repeats``); else :data:`LOSS_DEFAULTS` (``fallback``; ``not_bitwise`` says why)."""
     if declared is not None:
-        return declared, setting
+        return declared, setting, "declared"
     if not_bitwise is not None:
-        return LOSS_DEFAULTS[metric], f"the default: {not_bitwise}"
+        default = LOSS_DEFAULTS[metric]
+        return default, f"fallback to the default rel {default.max_rel:g}: {not_bitwise}", "fallback"
     spread, repeats = golden.spreads.get(metric, 0.0), golden.repeats.get(metric, 1)
     if spread > 0:
         return (Tolerance(max_rel=RTOL_FACTOR * spread),
-                f"{RTOL_FACTOR:g} x the spread {spread:.3g} of the golden file's {repeats} repeats")
+                f"{RTOL_FACTOR:g} x the spread {spread:.3g} of the golden file's {repeats} repeats",
+                "repeats")
     agreed = f"; the golden file's {repeats} repeats agreed bitwise" if repeats > 1 else ""
     return "exact", ("bitwise: a deterministic run repeats its golden values with the kernels they "
-                     f"were recorded with{f' ({same})' if same else ''}{agreed}")
+                     f"were recorded with{f' ({same})' if same else ''}{agreed}"), "bitwise"
 
 
 def _bound_allows(bound: LossBound, low: float, high: float, ref: float) -> bool:
@@ -522,117 +568,79 @@ def write_golden(path: PathLike, runs: Union[Steps, Sequence[Steps]], *,
     return path
 
 
-def _parse_values(path: Path, metric: str, key: str, raw: Any) -> dict[int, float]:
-    if not isinstance(raw, Mapping):
-        raise GoldenError(f"{path}: metric '{metric}' needs a '{key}' mapping of step -> value")
-    out: dict[int, float] = {}
-    for step_key, value in raw.items():
+Finite = Annotated[float, Field(allow_inf_nan=False, strict=False)]
+Steps_ = dict[int, Finite]  # step -> value; JSON's "1" keys read as 1
+
+
+class GoldenEntry(BaseModel):
+    """One metric's entry of a golden file, as read back: Megatron-LM's four keys and what
+    dcp-harness keeps beside them (module doc). Keys neither knows are ignored (a Megatron-style
+    file may hold more); a value of the wrong kind is refused, naming the field."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    start_step: Optional[int] = None
+    end_step: Optional[int] = None
+    step_interval: Optional[int] = None
+    values: Steps_ = Field(min_length=1)
+    # from N repeats: the per-step extremes, std/mean, the bound (time, memory), the devices
+    min: Optional[Steps_] = None
+    max: Optional[Steps_] = None
+    cv: Optional[Finite] = None
+    rtol: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+    repeats: Optional[Annotated[int, Field(ge=0)]] = None
+    devices: Optional[tuple[Annotated[str, Field(min_length=1)], ...]] = None
+    environment: Optional[RunEnvironment] = None
+    arm: Optional[Annotated[str, Field(min_length=1)]] = None
+    inherited_env: Optional[dict[str, str]] = None
+
+    def spread(self) -> Optional[float]:
+        """The largest ``|min or max - value| / |value|`` over the steps of an entry recorded
+        from repeats (None: it has no ``min`` and ``max``)."""
+        if self.min is None or self.max is None:
+            return None
+        worst = 0.0
+        for step, value in self.values.items():
+            far = max(abs(self.min.get(step, value) - value), abs(self.max.get(step, value) - value))
+            worst = max(worst, far / abs(value) if value else (0.0 if far == 0 else math.inf))
+        return worst
+
+
+def read_entries(path: Path, doc: Any) -> dict[str, GoldenEntry]:
+    """A golden document's entries, typed (``results.typed.read_typed``); GoldenError naming
+    ``path`` and the metric."""
+    if not isinstance(doc, Mapping):
+        raise GoldenError(f"{path}: expected a JSON object of metric -> entry")
+    out = {}
+    for metric, raw in doc.items():
         try:
-            step = int(step_key)
-        except (TypeError, ValueError):
-            raise GoldenError(f"{path}: metric '{metric}': step {step_key!r} is not an integer") from None
-        number = _number(value)
-        if number is None or not math.isfinite(number):
-            raise GoldenError(f"{path}: metric '{metric}' step {step}: {value!r} is not a finite number")
-        out[step] = number
-    return dict(sorted(out.items()))
-
-
-def _parse_entry(path: Path, metric: str, entry: Any) -> dict[int, float]:
-    if not isinstance(entry, Mapping):
-        raise GoldenError(f"{path}: metric '{metric}' needs a 'values' mapping of step -> value")
-    out = _parse_values(path, metric, "values", entry.get("values"))
-    if not out:
-        raise GoldenError(f"{path}: metric '{metric}' has no values")
-    for key in ("min", "max"):
-        if key in entry:
-            _parse_values(path, metric, key, entry[key])
+            out[metric] = read_typed(GoldenEntry, raw, "entry", nonfinite=False)
+        except ResultsError as exc:
+            raise GoldenError(f"{path}: metric '{metric}': {exc}; re-record it with "
+                              "`dcp-harness golden record`") from None
     return out
-
-
-def _positive(path: Path, metric: str, entry: Mapping[str, Any], key: str, integer: bool) -> Any:
-    value = entry.get(key)
-    if value is None:
-        return None
-    number = _number(value)
-    if number is None or not math.isfinite(number) or number < 0 or (integer and number != int(number)):
-        raise GoldenError(f"{path}: metric '{metric}': '{key}' must be a non-negative "
-                          f"{'integer' if integer else 'number'}, got {value!r}")
-    return int(number) if integer else number
-
-
-def _spread(path: Path, metric: str, entry: Mapping[str, Any], values: Mapping[int, float]
-            ) -> Optional[float]:
-    """The largest ``|min or max - value| / |value|`` over the steps of an entry recorded from
-    repeats (None: it has no ``min`` and ``max``)."""
-    if "min" not in entry or "max" not in entry:
-        return None
-    low, high = (_parse_values(path, metric, k, entry[k]) for k in ("min", "max"))
-    worst = 0.0
-    for step, value in values.items():
-        far = max(abs(low.get(step, value) - value), abs(high.get(step, value) - value))
-        worst = max(worst, far / abs(value) if value else (0.0 if far == 0 else math.inf))
-    return worst
 
 
 def golden_from_document(path: PathLike, doc: Any) -> Golden:
     """A golden document (a file's parsed JSON) read back; GoldenError naming ``path``."""
     path = Path(path)
-    if not isinstance(doc, Mapping):
-        raise GoldenError(f"{path}: expected a JSON object of metric -> entry")
-    metrics = {m: _parse_entry(path, m, e) for m, e in doc.items()}
-    rtols, repeats, devices, spreads = {}, {}, {}, {}
-    environment: Optional[RunEnvironment] = None
-    arm, inherited_env = _entry_arm(path, doc), _entry_inherited(path, doc)
-    for metric, entry in doc.items():
-        spread = _spread(path, metric, entry, metrics[metric])
-        if spread is not None:
-            spreads[metric] = spread
-        if "devices" in entry:
-            listed = entry["devices"]
-            if not isinstance(listed, list) or not all(isinstance(d, str) and d for d in listed):
-                raise GoldenError(f"{path}: metric '{metric}': 'devices' must be a list of device "
-                                  f"ids (strings), got {listed!r}")
-            devices[metric] = tuple(listed)
-        rtol = _positive(path, metric, entry, "rtol", integer=False)
-        if rtol is not None:
-            rtols[metric] = rtol
-        count = _positive(path, metric, entry, "repeats", integer=True)
-        if count is not None:
-            repeats[metric] = count
-        if environment is None and entry.get("environment") is not None:
-            try:
-                environment = read_typed(RunEnvironment, entry["environment"], "environment",
-                                         nonfinite=False)
-            except (ResultsError, TypeError, AttributeError) as exc:
-                raise GoldenError(f"{path}: metric '{metric}': bad 'environment' ({exc})") from None
-    return Golden(path, MappingProxyType(metrics), MappingProxyType(rtols),
-                  MappingProxyType(repeats), environment, MappingProxyType(devices),
-                  MappingProxyType(spreads), arm, inherited_env)
-
-
-def _entry_arm(path: Path, doc: Mapping[str, Any]) -> Optional[str]:
-    """The ``arm`` the entries name (one for the whole file; None: none names one)."""
-    arms = {e.get("arm") for e in doc.values() if isinstance(e, Mapping)} - {None}
-    if any(not isinstance(a, str) or not a for a in arms) or len(arms) > 1:
+    entries = read_entries(path, doc)
+    arms = {e.arm for e in entries.values()} - {None}
+    if len(arms) > 1:
         raise GoldenError(f"{path}: the entries' 'arm' must be one arm name for the whole file, "
                           f"got {sorted(map(repr, arms))}; re-record it with `dcp-harness golden "
                           "record`")
-    return next(iter(arms), None)
 
+    def each(get: Callable[[GoldenEntry], Any]) -> MappingProxyType:
+        return MappingProxyType({m: v for m, e in entries.items() if (v := get(e)) is not None})
 
-def _entry_inherited(path: Path, doc: Mapping[str, Any]) -> Optional[Mapping[str, str]]:
-    """The ``inherited_env`` of the first entry that has one (a mapping of names to values)."""
-    for metric, entry in doc.items():
-        got = entry.get("inherited_env") if isinstance(entry, Mapping) else None
-        if got is None:
-            continue
-        if not isinstance(got, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
-                                                   for k, v in got.items()):
-            raise GoldenError(f"{path}: metric '{metric}': 'inherited_env' must map variable "
-                              f"names to values (strings), got {got!r}")
-        return MappingProxyType(dict(got))
-    return None
+    environment = next((e.environment for e in entries.values() if e.environment is not None), None)
+    inherited = next((e.inherited_env for e in entries.values() if e.inherited_env is not None),
+                     None)
+    return Golden(path, each(lambda e: dict(sorted(e.values.items()))), each(lambda e: e.rtol),
+                  each(lambda e: e.repeats), environment, each(lambda e: e.devices),
+                  each(GoldenEntry.spread), next(iter(arms), None),
+                  None if inherited is None else MappingProxyType(dict(inherited)))
 
 
 def read_golden(path: PathLike) -> Golden:

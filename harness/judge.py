@@ -31,12 +31,12 @@ from harness.compare import (
     ARM_CHECKS_PAIR,
     CaseVerdict,
     Check,
+    OneWriter,
     PairVerdict,
     combine_status,
     evaluate_case,
     pair_status,
 )
-from harness.metrics import source_path
 from harness.results import (
     ArmOutcome,
     ManifestCase,
@@ -45,7 +45,7 @@ from harness.results import (
     read_outcome,
     read_steps,
 )
-from harness.spec.schema import MetricsSource
+from harness.spec.source_facts import source_facts
 
 Steps = Mapping[int, Sequence[StepRecord]]  # rank -> that rank's step records
 
@@ -120,25 +120,17 @@ def judge(plan: CasePlan, arms: Mapping[str, ArmFiles], sweep_dir: Optional[str]
                          shared=shared_series(plan))
 
 
-def shared_series(plan: CasePlan) -> dict[str, str]:
-    """Arm -> where its records come from, for a command whose metrics are one series that
-    stands for every rank (TensorBoard events, Megatron's log lines, one JSON-lines file without
-    ``{rank}``): written once, by the rank that logs, not by each rank ({} for other cases)."""
+def shared_series(plan: CasePlan) -> dict[str, OneWriter]:
+    """Arm -> its writer, for a command whose metrics are one series that stands for every rank
+    (TensorBoard events, Megatron's log lines, one JSON-lines file without ``{rank}``: the
+    source's facts, ``harness.spec.source_facts``): written once, by the rank that logs, not by
+    each rank ({} for other cases)."""
     command = plan.case.command
     if command is None:
         return {}
-    source, path = command.metrics.source, source_path(command.metrics)
-    if source is MetricsSource.TENSORBOARD:
-        what = (f"the command's TensorBoard events ({path}), written by the one rank that logs "
-                "(Megatron's last rank)")
-    elif source is MetricsSource.MEGATRON_LOG:
-        what = ("the iteration lines the command printed, by the one rank that logs (Megatron's "
-                "last rank)")
-    elif "{rank}" not in path:
-        what = f"the one JSON-lines file the command wrote ({path})"
-    else:
-        return {}
-    return {a.name: what for a in plan.arms}
+    facts = source_facts(command.metrics)
+    return {a.name: OneWriter(facts.where, rank, facts.writer) for a in plan.arms
+            if (rank := facts.writer_rank(a.ranks)) is not None}
 
 
 # --------------------------------------------------------------------------- the manifest

@@ -107,7 +107,7 @@ def _step_records() -> list[StepRecord]:
                                          peak_bytes=3 << 28, megatron_bytes=1 << 31),
         attention_work=(AttentionWork(0, 0, 2, 3211), AttentionWork(1, 0, 1, 28)),
         oracle=OracleStep(loss=5.5, aux_loss=1.0, grad_norm=0.75, logits_rel=1e-6,
-                          grads_rel=2e-6, params_rel=0.0))
+                          grads_rel=2e-6, params_rel=0.0, lr=0.003))
     resumed = StepRecord(step=7, loss=math.nan, grad_norm=math.inf, nan=True, skipped=True,
                          environment=_environment(full=True), resumed_from=6, checkpoint_step=6,
                          loaded_state=StateDigest("a" * 8, "b" * 8),

@@ -29,7 +29,17 @@ N iterations. On the CPU the figures are the bytes of the tensors it holds at th
 iteration (parameters, gradients, optimizer state, static buffers; nothing is cached, so reserved
 is allocated), the max the largest of those so far. ``--fault graph-memory-growth`` is a seeded
 fault of the graph path: it keeps one more static output buffer every iteration (a graph pool
-that grows), so the graph arm's memory grows while the eager arm's stays flat.
+that grows), so the graph arm's memory grows while the eager arm's stays flat;
+``resume-memory-growth`` does the same only in a run that loaded a checkpoint (a leak of the
+load path), and ``resume-lr-restart`` starts the learning-rate warmup again after ``--load``
+(the scheduler's state is not restored): the step after the load runs at the warmup's first
+rate, which no loss of that step shows.
+``--metrics-jsonl PATH`` writes each rank's own JSON lines (``{rank}`` in PATH: one file per
+rank): ``step``, ``loss``, ``grad_norm``, ``lr``, ``params_norm`` (the L2 norm of this rank's
+replica of the weights, the same on every rank of a data-parallel run, as Megatron's ``params
+norm``), ``allocated_bytes``, ``max_allocated_bytes``. ``--fault replica-drift`` nudges rank 0's
+replica after iteration 2 (its weights drift from the other ranks'; the losses and grad norms,
+all-reduced, stay the same on every rank).
 ``TRAINER_LR_SCALE`` in the environment scales the learning rate (a drift an inherited
 environment variable causes, as ``NCCL_ALGO`` or a framework's flag can: the harness records
 it and its repro line sets it).
@@ -40,6 +50,7 @@ it and its repro line sets it).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -68,9 +79,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--exit-interval", type=int, default=None)
     p.add_argument("--log-memory-to-tensorboard", action="store_true")
     p.add_argument("--log-memory-interval", type=int, default=None)
+    p.add_argument("--metrics-jsonl", default=None)
     p.add_argument("--fault", choices=("none", "graph-drift", "nan", "resume-from-zero",
                                        "resume-no-optimizer", "resume-early-save",
-                                       "graph-memory-growth"),
+                                       "graph-memory-growth", "resume-memory-growth",
+                                       "resume-lr-restart", "replica-drift"),
                    default="none")
     return p.parse_args()
 
@@ -147,6 +160,17 @@ def memory_line(rank: int, iteration: int, allocated: int, peak: int) -> str:
             f"{allocated / mb:.2f} | max reserved: {peak / mb:.2f}")
 
 
+def warmup(step: int) -> float:
+    """The learning-rate factor of the scheduler's ``step``: a two-step linear warmup."""
+    return min(1.0, (step + 1) / 2)
+
+
+def params_norm(model: TinyLM) -> float:
+    """The L2 norm of this rank's replica of the weights."""
+    return float(torch.linalg.vector_norm(torch.cat([p.detach().reshape(-1)
+                                                     for p in model.parameters()])))
+
+
 TRACKER = "latest_checkpointed_iteration.txt"  # Megatron-LM's name
 
 
@@ -204,7 +228,7 @@ def main() -> None:
     model = TinyLM(args.vocab_size, args.hidden_size)
     opt = torch.optim.AdamW(model.parameters(),
                             lr=args.lr * float(os.environ.get("TRAINER_LR_SCALE", "1")))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 2))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup)
     graphed = args.cuda_graph_impl == "local"
     step = Step(model, opt, graphed, (args.global_batch_size // world, args.seq_length + 1),
                 grow=graphed and args.fault == "graph-memory-growth")
@@ -218,6 +242,14 @@ def main() -> None:
     start = load_checkpoint(args, rank, model, opt, sched) if args.load else 0
     if start:
         print(f" loaded checkpoint from {args.load} at iteration {start}", flush=True)
+        step.grow = step.grow or args.fault == "resume-memory-growth"
+        if args.fault == "resume-lr-restart":  # a fresh scheduler: the warmup's first rate
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup)
+    jsonl = None
+    if args.metrics_jsonl:
+        path = args.metrics_jsonl.replace("{rank}", str(rank))
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        jsonl = open(path, "a", encoding="utf-8")
     for iteration in range(start + 1, args.train_iters + 1):
         started = time.perf_counter()
         lr = opt.param_groups[0]["lr"]
@@ -228,6 +260,9 @@ def main() -> None:
                 model.head.bias[0] += 1e-2  # one logit: a shift of all would cancel
         if args.fault == "nan" and iteration == args.train_iters:
             loss = math.nan
+        if args.fault == "replica-drift" and rank == 0 and iteration >= 2:
+            with torch.no_grad():
+                model.head.bias[0] += 1e-3  # this replica alone: the ranks' weights part
         elapsed = time.perf_counter() - started
         allocated = held_bytes(model, opt, step)
         peak = max(peak, allocated)
@@ -245,6 +280,12 @@ def main() -> None:
         if last and iteration % args.log_interval == 0:
             print(log_line(iteration, args, elapsed, lr, loss, z_loss, grad_norm,
                            int(not math.isfinite(loss))), flush=True)
+        if jsonl is not None:
+            jsonl.write(json.dumps({"step": iteration, "loss": loss, "grad_norm": grad_norm,
+                                    "lr": lr, "params_norm": params_norm(model),
+                                    "allocated_bytes": allocated,
+                                    "max_allocated_bytes": peak}) + "\n")
+            jsonl.flush()
         every_mem = args.log_memory_interval
         if rank == 0 and (iteration <= start + 2 or (every_mem and iteration % every_mem == 0)):
             print(memory_line(rank, iteration, allocated, peak), flush=True)
@@ -256,6 +297,8 @@ def main() -> None:
             break
     if writer is not None:
         writer.close()
+    if jsonl is not None:
+        jsonl.close()
     dist.barrier()  # no rank tears gloo down while a peer still talks to it (abort at exit)
     dist.destroy_process_group()
 

@@ -29,6 +29,7 @@ import harness
 from harness.arms import plan_case
 from harness.bisect.git import is_tracked_unchanged, repository_root, toplevel
 from harness.bisect.state import Mode
+from harness.history.labels import BISECT_LABEL, LABEL_ENV
 from harness.compare.contracts.golden import golden_dir
 from harness.errors import ConfigError
 from harness.launch.ranks.command import command_cwd
@@ -179,7 +180,10 @@ def step_command(target: Target, paths: Sequence[str], sweep: Path, profile: Opt
         return [*cli, "collect", str(sweep), "--wait"]
     select = ["-k", target.k] if target.k is not None else []
     if profile is None:
-        return [*cli, "run", *paths, "--out", str(sweep), *select]
+        # Its sweep is a bisect step's, not the user's newest: `results/latest` stays. (Only
+        # this harness knows --no-latest; a built-in step runs its commit's own, in its worktree.)
+        keep = ["--no-latest"] if target.mode is Mode.COMMAND else []
+        return [*cli, "run", *paths, "--out", str(sweep), *keep, *select]
     return [*cli, "submit", *paths, "--profile", profile, "--out", str(sweep), "--wait", *select]
 
 
@@ -188,8 +192,9 @@ def step_environment(target: Target, worktree: Path) -> tuple[dict[str, str], Pa
     harness alone on ``PYTHONPATH`` and its worktree as the working directory (``python -m``
     puts the working directory first on the import path: another checkout of the harness there
     would be imported instead); command, bisect's own (what ``run`` finds relative to the
-    working directory is what the user's own ``run`` would find)."""
-    env = dict(os.environ)
+    working directory is what the user's own ``run`` would find). A step's sweep is labelled
+    ``bisect`` (``$DCP_HARNESS_LABEL``: a harness that predates labels ignores it)."""
+    env = {**os.environ, LABEL_ENV: BISECT_LABEL}
     if target.mode is Mode.BUILTIN:
         env["PYTHONPATH"] = str(worktree)
         return env, worktree

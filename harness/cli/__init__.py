@@ -4,7 +4,9 @@ Each module exposes ``register(subparsers)``, which adds its parser with ``set_d
 ``run(args) -> int`` returns the exit code. A :class:`~harness.errors.ConfigError` raised anywhere in a
 command becomes one ``error: ...`` line on stderr and exit code 2, and so does a
 :class:`~harness.results.ResultsError` (a results file that cannot be used: an infrastructure or
-harness error, never a regression).
+harness error, never a regression). Any other exception is a bug in dcp-harness: one line
+``internal error in dcp-harness: <Type>: <message>`` naming the file that holds its traceback, and
+exit 2 as well (``internal_error``); Ctrl-C (or SIGTERM where a command maps it) exits 130.
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ import argparse
 import importlib
 import os
 import sys
-from typing import Optional, Sequence
+import warnings
+from typing import Callable, Optional, Sequence, TextIO
 
 from harness import __version__
+from harness.cli.internal_error import report_internal_error
 from harness.errors import ConfigError, HarnessInvariantError
 from harness.results import ResultsError
+from harness.spec.deprecations import CaseFileDeprecation
 
 # Order is the order of `dcp-harness --help`.
 _COMMAND_MODULES = (
@@ -60,9 +65,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.simplefilter("default", CaseFileDeprecation)  # each once
+        warnings.showwarning = _deprecations_as_lines(warnings.showwarning)
+        return _run(list(sys.argv[1:] if argv is None else argv))
+
+
+def _deprecations_as_lines(show: Callable[..., None]) -> Callable[..., None]:
+    """``show`` with a case file of an earlier shape as one ``warning:`` line on stderr (its
+    message names file, case, field and fix)."""
+    def shown(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+              file: Optional[TextIO] = None, line: Optional[str] = None) -> None:
+        if issubclass(category, CaseFileDeprecation):
+            print(f"warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+    return shown
+
+
+def _run(argv: list[str]) -> int:
+    args: Optional[argparse.Namespace] = None
     try:
+        args = build_parser().parse_args(argv)
         return int(args.func(args))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -79,6 +103,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BrokenPipeError:  # `dcp-harness plan --json | head`: the reader stopped reading
         _silence_stdout()
         return EXIT_BROKEN_PIPE
+    except Exception as exc:  # a bug in dcp-harness: exit 2 (an error), never 1 (a regression)
+        return report_internal_error(exc, argv, args)
 
 
 def _silence_stdout() -> None:

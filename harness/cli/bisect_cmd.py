@@ -15,6 +15,7 @@ from harness.bisect.state import Role
 from harness.cli.run_cmd import sigterm_as_interrupt
 from harness.cli.selection import add_selection_arguments
 from harness.history import history_url, record_sweep
+from harness.history.labels import BISECT_LABEL
 from harness.results.files import write_text_atomic
 
 RESULT_FILE = "result.txt"  # what the command printed at the end, beside bisect.json
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
                       repo=args.repo, profile=args.profile, out=args.out,
                       keep_worktrees=args.keep_worktrees, allow_dirty=args.allow_dirty)
     def into_history(sweep: Path) -> None:
-        print(record_sweep(sweep, url=url).line(), flush=True)
+        print(record_sweep(sweep, url=url, label=BISECT_LABEL).line(), flush=True)
 
     with sigterm_as_interrupt():
         outcome = bisect(request, on_sweep=into_history, log=lambda line: print(line, flush=True))

@@ -51,19 +51,25 @@ from harness.golden import (
     METRIC,
     METRICS,
     TIME,
+    VARIANT_SEP,
     GoldenError,
+    environment_of,
     golden_file,
+    golden_key,
     platform_of,
     read_golden,
     refusals,
     resolve_environment,
+    same_kernels,
+    variant_name,
     write_golden,
 )
 from harness.golden_diff import diff_golden, on_platform, render_diff
 from harness.launch.local.lanes import run_arm_into
 from harness.launch.ranks.completion import arm_is_complete
 from harness.launch.sweep_folder import load_plan
-from harness.results import CASE_FILE, read_arm_env, read_outcome, read_steps, sweep_lock
+from harness.results import (CASE_FILE, RunEnvironment, read_arm_env, read_outcome, read_steps,
+                             sweep_lock)
 from harness.spec.names import GOLDEN
 from harness.spec.schema import NAME_PATTERN
 
@@ -97,6 +103,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--into", type=Path, default=None, metavar="DIR",
                    help="write DIR/<case id>/golden_values_<key>.json instead of into each "
                         "case's golden folder")
+    r.add_argument("--beside", action="store_true",
+                   help="keep the key's file of other kernels and write beside it, "
+                        "golden_values_<key>.<variant>.json named by this run's kernel identity "
+                        "(cpu.avx2); the sweep judges each run against the file of its kernels. "
+                        "Without it a file of the same kernels is refreshed, else the key's own")
     r.add_argument("--repeats", type=int, default=1, metavar="N",
                    help="run the golden arm N times in all (the sweep's run and N-1 more, through "
                         "the local launcher) and keep the spread and the bounds it gives "
@@ -265,7 +276,8 @@ def _record_case(args: argparse.Namespace, case_dir: Path) -> str:
               "values; not recorded")
         return NOT_RECORDED
     try:
-        path = write_golden(golden_file(folder, plan.case_id, platform, environment), runs,
+        path = write_golden(target_file(folder, plan.case_id, golden_key(platform, environment),
+                                        environment_of(first), args.beside), runs,
                             window=window, arm=arm.name, inherited_env=read_arm_env(arm_dir))
     except (GoldenError, OSError) as exc:
         print(f"ERROR {plan.case_id}: {exc}; not recorded")
@@ -275,6 +287,25 @@ def _record_case(args: argparse.Namespace, case_dir: Path) -> str:
           f"{f', environment {environment}' if environment else ''}, {plan.steps} steps, "
           f"{len(runs)} run(s){bounds})")
     return WRITTEN
+
+
+def target_file(folder: Path, case_id: str, key: str, env: Optional[RunEnvironment],
+                beside: bool) -> Path:
+    """Where ``golden record`` writes a run of kernels ``env``: the file of ``key`` (its own or
+    one beside it, ``harness.golden.keys_of``) recorded with the same kernels; else, with
+    ``beside``, ``golden_values_<key>.<variant>.json`` (``harness.golden.variant_name``); else
+    the key's own file."""
+    own = golden_file(folder, case_id, key)
+    for path in [own] + sorted(own.parent.glob(f"golden_values_{key}{VARIANT_SEP}*.json")):
+        if path.is_file():
+            try:
+                if same_kernels(read_golden(path), env):
+                    return path
+            except GoldenError:
+                continue
+    if beside:
+        return own.with_name(f"golden_values_{key}{VARIANT_SEP}{variant_name(env)}.json")
+    return own
 
 
 def _bounds_line(path: Path) -> str:

@@ -8,12 +8,13 @@ figure drifted, 1 a figure drifted, 2 nothing could be judged or the database ca
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Optional, Sequence
 
 from harness.errors import ConfigError
 from harness.history import (
-    DEFAULT_MAX_DRIFT_PCT,
     DEFAULT_PATH,
     DEFAULT_WINDOW,
     ENV_VAR,
@@ -24,6 +25,9 @@ from harness.history import (
     series,
 )
 from harness.history.dashboard import DEFAULT_PAGE, write_dashboard
+from harness.history.drift import MIN_POINTS
+from harness.history.labels import followed
+from harness.history.query import case_ids, labels
 from harness.history.plot import write_series_png
 from harness.history.query import SeriesKey
 from harness.history.schema import ARM, PAIR
@@ -53,13 +57,30 @@ def _pct(text: str) -> float:
     return value
 
 
+def _window(text: str) -> int:
+    value = int(text)
+    if value < MIN_POINTS:
+        raise argparse.ArgumentTypeError(
+            f"a trend needs {MIN_POINTS} sweeps (a level and a move that stayed), got {value}; "
+            f"give --window {MIN_POINTS} or more (default {DEFAULT_WINDOW})")
+    return value
+
+
+def add_label_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--label", default=None, metavar="L",
+                   help="follow the sweeps of this label (default: nightly where the history "
+                        "holds nightly sweeps, else adhoc; docs/history.md, Labels)")
+
+
 def add_drift_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--window", type=_positive, default=DEFAULT_WINDOW, metavar="N",
-                   help=f"judge each figure over its last N sweeps (default {DEFAULT_WINDOW})")
-    p.add_argument("--max-drift", type=_pct, default=DEFAULT_MAX_DRIFT_PCT, metavar="PCT",
+    p.add_argument("--window", type=_window, default=DEFAULT_WINDOW, metavar="N",
+                   help=f"judge each figure over its last N sweeps ({MIN_POINTS} or more; "
+                        f"default {DEFAULT_WINDOW})")
+    p.add_argument("--max-drift", type=_pct, default=None, metavar="PCT",
                    dest="max_drift", help="fail a figure that moved the bad way by more than PCT "
-                   f"percent over the window (and more than its noise; default "
-                   f"{DEFAULT_MAX_DRIFT_PCT:g})")
+                   "percent (and more than 3 x its noise; default per kind of figure: 5 for step "
+                   "time, 3 for memory, 0.5 for the loss)")
+    add_label_option(p)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -95,6 +116,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"where the PNG goes (default {DEFAULT_PLOT})")
     s.add_argument("--no-plot", action="store_true", dest="no_plot",
                    help="print the series only (no PNG)")
+    add_label_option(s)
     add_history_option(s)
     s.set_defaults(func=run_show)
 
@@ -104,7 +126,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--metric", default=None, metavar="M", help="only this figure")
     c.add_argument("--platform", default=None, metavar="P", help="only this platform")
     add_drift_options(c)
-    c.add_argument("-v", "--verbose", action="store_true", help="list steady figures too")
+    c.add_argument("-v", "--verbose", action="store_true",
+                   help="list every figure (steady, too few, shown only) too")
     add_history_option(c)
     c.set_defaults(func=run_check)
 
@@ -142,18 +165,40 @@ def run_rebuild(args: argparse.Namespace) -> int:
     return 2 if left_out else 0
 
 
+@dataclass(frozen=True)
+class Found:
+    """The series a reading command asked for, the label followed and the others there."""
+
+    series: dict[SeriesKey, list]
+    where: str
+    label: str
+    others: tuple[tuple[str, int], ...]
+
+
 def _series(args: argparse.Namespace, kinds: tuple[str, ...], last: int, ranks: bool = False,
-            cases: Optional[Sequence[str]] = None) -> tuple[dict[SeriesKey, list], str]:
+            cases: Optional[Sequence[str]] = None) -> Found:
+    """The series of the followed label; a ConfigError naming the cases there are when the
+    CASE asked for matches none."""
     history = open_history(args.history, create=False)
     try:
         with history.read() as conn:
+            counts = labels(conn)
+            label = followed(getattr(args, "label", None), counts)
             found = series(conn, case=args.case, metric=args.metric, platform=args.platform,
-                           last=last, kinds=kinds, ranks=ranks)
+                           last=last, kinds=kinds, ranks=ranks, label=label)
+            known = case_ids(conn) if args.case is not None and not found else []
     finally:
         history.close()
+    if args.case is not None and not found and counts:
+        listed = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
+        there = f"its cases: {listed}" if known else "it holds no cases"
+        if any(args.case == k or fnmatch(k, args.case) for k in known):
+            there = f"no sweep labelled '{label}' holds it; labels there: " + ", ".join(counts)
+        raise ConfigError(f"no case matching '{args.case}' in {history.shown} ({there})")
     if cases is not None:
         found = {k: v for k, v in found.items() if k.case_id in cases}
-    return found, history.shown
+    others = tuple((name, n) for name, n in counts.items() if name != label)
+    return Found(found, history.shown, label, others)
 
 
 def _value(v: float) -> str:
@@ -162,7 +207,8 @@ def _value(v: float) -> str:
 
 def run_show(args: argparse.Namespace) -> int:
     kinds = (ARM, PAIR) if args.pairs else (ARM,)
-    found, where = _series(args, kinds, args.last, ranks=args.ranks)
+    got = _series(args, kinds, args.last, ranks=args.ranks)
+    found, where = got.series, got.where
     if not found:
         raise ConfigError(f"no figures in {where} match (case {args.case or '*'}, metric "
                           f"{args.metric or '*'}, platform {args.platform or '*'}); `dcp-harness "
@@ -170,8 +216,8 @@ def run_show(args: argparse.Namespace) -> int:
     for key in sorted(found):
         pts = found[key]
         print(f"{key.label}: " + " ".join(_value(p.value) for p in pts))
-        print(f"    sweeps {pts[0].sweep} .. {pts[-1].sweep} ({len(pts)}), newest "
-              f"{pts[-1].started} {pts[-1].commit_label}")
+        print(f"    sweeps {pts[0].short} .. {pts[-1].short} ({len(pts)}, label {got.label}), "
+              f"newest {pts[-1].started} {pts[-1].commit_label}")
     if args.no_plot:
         return 0
     path, left = write_series_png(found, args.plot)
@@ -181,8 +227,10 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def drift_report(args: argparse.Namespace, cases: Optional[Sequence[str]] = None) -> DriftReport:
-    found, _ = _series(args, (ARM,), args.window, cases=cases)
-    return check(found, window=args.window, max_drift=args.max_drift / 100)
+    got = _series(args, (ARM,), args.window, cases=cases)
+    max_drift = args.max_drift / 100 if args.max_drift is not None else None
+    return check(got.series, window=args.window, max_drift=max_drift, label=got.label,
+                 others=got.others)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -195,7 +243,8 @@ def run_dashboard(args: argparse.Namespace) -> int:
     history = open_history(args.history, create=False)
     try:
         page = write_dashboard(history, args.out, last=args.last, window=args.window,
-                               max_drift=args.max_drift / 100)
+                               max_drift=args.max_drift / 100 if args.max_drift is not None
+                               else None, label=args.label)
     finally:
         history.close()
     print(f"wrote {page}")

@@ -9,7 +9,8 @@ from harness.cli.run_cmd import LATEST, RESULTS_ROOT
 from harness.cli.history_cmd import add_drift_options, add_history_option, drift_report
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
-from harness.report import console_table, gate, make_console, write_reports
+from harness.history import record_sweep
+from harness.report import gate, show_table, write_reports
 from harness.report.load import is_case_dir
 from harness.results import MANIFEST_FILE, sweep_lock
 from harness.trust.stored_plan import check_stored_plan
@@ -44,9 +45,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--as-is", action="store_true", dest="as_is",
                    help="judge a sweep that a `dcp-harness run` is still writing as it stands now "
                         "(its unfinished cases are errors); without it such a sweep is an error")
-    g.add_argument("--history", action="store_true",
-                   help="also fail figures of the sweep's cases that drifted across the history's "
-                        "sweeps although each passed (`dcp-harness history check`; docs/history.md)")
+    g.add_argument("--history", action="store_true", dest="drift",
+                   help="also judge the sweep's cases across the history's sweeps: the sweep is "
+                        "added to the history (a no-op when `run` added it already), then "
+                        "`dcp-harness history check` of its cases (docs/history.md)")
     add_history_option(g, "--history-url")
     add_drift_options(g)
     g.set_defaults(func=run_gate)
@@ -84,7 +86,7 @@ def run_report(args: argparse.Namespace) -> int:
     with sweep_lock(sweep, busy=f"it writes its reports when it ends; `dcp-harness gate {sweep}` "
                                 "judges it as it stands now"):
         files = write_reports(sweep, check_plan=check_stored_plan, allowed_skips=skips)
-    console_table(files, make_console())
+    show_table(files)
     print(f"wrote {files.summary}, {files.junit}, {files.index}, {files.page}"
           + (f" and {len(files.plots)} plot(s)" if files.plots else ""))
     for note in files.notes:
@@ -93,14 +95,24 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_gate(args: argparse.Namespace) -> int:
+    if args.history is not None and not args.drift:
+        raise ConfigError("--history-url names the database of the drift check, which only "
+                          "--history runs: add --history (docs/history.md)")
     sweep = _sweep_dir(args.dir)
     code = gate(sweep, check_plan=check_stored_plan, allowed_skips=allowed_skips(args),
                 as_is=args.as_is)
-    if not args.history:
+    if not args.drift:
         return code
+    print(record_sweep(sweep, url=args.history).line())
     cases = [c.name for c in sweep.iterdir() if is_case_dir(c)]
     report = drift_report(argparse.Namespace(**vars(args), case=None, metric=None, platform=None),
                           cases=cases)
+    if report.exit_code == 2 and not report.drifted:
+        # A new series (the first nights of a case): nothing to judge is not an error of the sweep.
+        print(f"history check: nothing judged yet: none of the {len(report.judged)} figure(s) of "
+              "this sweep's cases is in enough sweeps for a trend; the gate's verdict stands "
+              "(`dcp-harness history check -v` lists them)")
+        return code
     print("\n".join(report.lines()))
     return combined_code(code, report.exit_code)
 

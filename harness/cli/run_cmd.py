@@ -19,16 +19,17 @@ from typing import Iterator
 
 from harness.cli.selection import (add_selection_arguments, emulated_on_too_few_gpus,
                                     selected_plans)
-from harness.cli.sinks import add_history_arguments, sweep_sinks
+from harness.cli.sinks import add_history_arguments, add_label_argument, sweep_sinks
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
 from harness.launch.local.launcher import LocalLauncher
 from harness.launch.local.backend import run_sweep
+from harness.launch.local.gpu_lane import gpu_setting
 from harness.launch.local.progress import make_progress
 from harness.launch.ranks.placement import runs_beside_gpu_arms
 from harness.launch.ranks.processes import cuda_device_count
 from harness.launch.sweep_folder import check_resumable, sweep_start
-from harness.report import console_table, gate_result, make_console
+from harness.report import gate_result, show_table
 
 RESULTS_ROOT = Path("results")
 LATEST = "latest"
@@ -45,16 +46,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_selection_arguments(p)
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
-                   help=f"sweep folder (default: {RESULTS_ROOT}/<UTC timestamp>, "
-                        f"with {RESULTS_ROOT}/{LATEST} pointing at it)")
+                   help=f"sweep folder (default: {RESULTS_ROOT}/<UTC timestamp>); either way "
+                        f"{RESULTS_ROOT}/{LATEST} here points at it, so `report` and `gate` "
+                        "without DIR judge it")
+    p.add_argument("--no-latest", action="store_true", dest="no_latest",
+                   help=f"leave {RESULTS_ROOT}/{LATEST} as it is (e.g. a bisect step's sweep)")
     p.add_argument("--timeout-min", type=float, default=None, metavar="M",
                    help="per-arm time limit in minutes (default: each case's resources.time_min)")
     p.add_argument("--cold-start", action="store_true",
                    help="start every rank process afresh instead of forking it from a warm process "
                         "that imported torch and the workload once (slower; the records are the "
                         "same: docs/design.md)")
+    p.add_argument("--gpu-jobs", type=int, default=None, metavar="N",
+                   help="at most N arms at once on the GPUs (1: one after another); default: as "
+                        "many as the GPU's memory holds by their predicted peaks (plan --memory), "
+                        "up to 8; an arm whose judged step time or whole-device memory a "
+                        "neighbour would move runs alone (placement.json records where each arm "
+                        "ran)")
     add_allow_skip_argument(p)
     add_history_arguments(p)
+    add_label_argument(p)
     p.set_defaults(func=run)
 
 
@@ -77,12 +88,15 @@ def check_latest(root: Path) -> None:
 
 
 def point_latest(root: Path, target: Path) -> Path:
-    """Make ``root/latest`` a relative symlink to ``target`` (replaced atomically)."""
+    """Make ``root/latest`` a symlink to ``target`` (replaced atomically): relative for a sweep
+    inside ``root`` (the tree can move), absolute for one elsewhere (``run --out /scratch/x``)."""
     check_latest(root)
+    root.mkdir(parents=True, exist_ok=True)
     link = root / LATEST
     tmp = root / f".{LATEST}.{os.getpid()}.tmp"
     tmp.unlink(missing_ok=True)
-    tmp.symlink_to(os.path.relpath(target, root))
+    sweep, where = target.resolve(), root.resolve()
+    tmp.symlink_to(os.path.relpath(sweep, where) if sweep.is_relative_to(where) else sweep)
     os.replace(tmp, link)
     return link
 
@@ -122,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.timeout_min is not None and not args.timeout_min > 0:
         raise ConfigError(f"--timeout-min must be a positive number of minutes, got {args.timeout_min}")
+    if args.gpu_jobs is not None and args.gpu_jobs < 1:
+        raise ConfigError(f"--gpu-jobs must be at least 1 (1: one arm after another), got {args.gpu_jobs}")
     allowed = allowed_skips(args)
     # each case planned once, its steps packed (an arm or a step it cannot have: a CaseError)
     plans = selected_plans(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks)
@@ -132,24 +148,29 @@ def _run(args: argparse.Namespace) -> int:
     cases = [p.case for p in plans]
     now = datetime.now(timezone.utc)
     out: Path = args.out if args.out is not None else default_out_dir(RESULTS_ROOT, now)
+    args.out = out  # the sweep's folder from here on: a dcp-harness bug's traceback goes there
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} exists and is not a folder")
     check_resumable(cases, out)
-    if args.out is None:
+    if not args.no_latest:
         check_latest(RESULTS_ROOT)
 
+    gpu = gpu_setting(args.gpu_jobs, gpus) if gpus else None
+    if gpu is not None:
+        print(f"GPU arms: {gpu.note}; an arm whose judged step time or whole-device memory a "
+              "neighbour would move runs alone")
     start = sweep_start("run", cases, gpus, paths=args.paths, k=args.k,
-                        tags=args.tags, emulate_ranks=args.emulate_ranks)
+                        tags=args.tags, emulate_ranks=args.emulate_ranks, label=args.label)
     with LocalLauncher(timeout_min=args.timeout_min, warm=not args.cold_start) as launcher:
         result = run_sweep(plans, out, launcher,
                            progress=make_progress(sys.stderr, plans, RESULTS_ROOT / LATEST),
                            start=start, allowed_skips=allowed,
                            beside=lambda plan: runs_beside_gpu_arms(plan, gpus),
-                           sinks=sweep_sinks(args))
-    if args.out is None:
+                           sinks=sweep_sinks(args), gpu=gpu, gpus=gpus)
+    if not args.no_latest:
         point_latest(RESULTS_ROOT, out)
     files = result.reports  # the sweep's reports, from the verdicts it judged once
-    console_table(files, make_console())
+    show_table(files)
     shown = "summary.md, junit.xml, index.json, index.html" + (", plots/" if files.plots else "")
     print(f"results: {out}  ({shown})")
     for note in files.notes:

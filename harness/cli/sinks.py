@@ -11,12 +11,14 @@ and never changes the gate's verdict: the sweep folder stays the source of truth
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import dataclass
 from typing import Optional, TextIO
 
 from harness.errors import ConfigError
 from harness.history import record_sweep
+from harness.history.labels import DEFAULT_LABEL, DIRTY_LABEL, LABEL_ENV, LABEL_PATTERN
 from harness.launch.pipeline import SweepSink
 from harness.launch.sweep_backend import Collection
 
@@ -29,6 +31,23 @@ def add_history_arguments(parser: argparse.ArgumentParser) -> None:
                              "docs/history.md)")
     parser.add_argument("--no-history", action="store_true",
                         help="do not record the sweep in the history database")
+
+
+def _label(text: str) -> str:
+    if not LABEL_PATTERN.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a label: use letters, digits and . _ - (up to 64), e.g. nightly")
+    return text
+
+
+def add_label_argument(parser: argparse.ArgumentParser) -> None:
+    """``--label L`` of the commands that start a sweep (``run``, ``submit``)."""
+    parser.add_argument("--label", type=_label, default=os.environ.get(LABEL_ENV) or None,
+                        metavar="L",
+                        help="the history series this sweep belongs to, e.g. nightly (default: "
+                             f"${LABEL_ENV}, else {DEFAULT_LABEL}; a sweep of a checkout with "
+                             f"local changes is '{DIRTY_LABEL}' whatever it asks; docs/history.md, "
+                             "Labels)")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.cli.run_cmd import RESULTS_ROOT
 from harness.cli.selection import add_selection_arguments, selected_plans
-from harness.cli.sinks import add_history_arguments, sweep_sinks
+from harness.cli.sinks import add_history_arguments, add_label_argument, sweep_sinks
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
 from harness.launch.pipeline import finish
@@ -23,7 +23,7 @@ from harness.launch.slurm.backend import SlurmBackend
 from harness.launch.slurm.poll import SchedulerUnavailable
 from harness.launch.slurm.submit import describe_plan, render_sbatch, round_folder, slurm_dir
 from harness.launch.sweep_folder import sweep_start
-from harness.report import EXIT_ERROR, console_table, gate, load_sweep, make_console, write_reports
+from harness.report import EXIT_ERROR, gate, load_sweep, show_table, write_reports
 from harness.trust.stored_plan import check_stored_plan
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -73,6 +73,7 @@ def _add_job_args(p: argparse.ArgumentParser, max_parallel_help: str) -> None:
     p.add_argument("--poll-s", type=float, default=5.0, metavar="S", help=argparse.SUPPRESS)
     add_allow_skip_argument(p)
     add_history_arguments(p)
+    add_label_argument(p)
 
 
 def check_wait_args(args: argparse.Namespace) -> None:
@@ -137,7 +138,7 @@ def run_submit(args: argparse.Namespace) -> int:
     cases = [p.case for p in plans]
     backend = _backend(args)
     todo = backend.plan(plans)
-    out = (args.out or _default_out()).resolve()
+    out = args.out = (args.out or _default_out()).resolve()  # (a bug's traceback goes there)
     queued = [p for p in plans if p.case_id not in todo.skips]
     memory = memory_preflight(queued, todo.profiles, todo.profile_of)
     print(describe_plan(todo.groups))
@@ -154,7 +155,8 @@ def run_submit(args: argparse.Namespace) -> int:
         return 0
     gpus = max((p.gpus_per_node if p.gpus else 0 for p in todo.profiles.values()), default=0)
     backend.submit(plans, out, sweep_start("submit", cases, gpus, paths=args.paths, k=args.k,
-                                           tags=args.tags, emulate_ranks=args.emulate_ranks))
+                                           tags=args.tags, emulate_ranks=args.emulate_ranks,
+                                           label=args.label))
     refs = backend.submitted
     for ref in refs:
         print(f"  {ref.case_id}: job {ref.job_id}")
@@ -224,8 +226,7 @@ def run_collect(args: argparse.Namespace) -> int:
     if args.wait or args.retry_infra:
         return _wait_collect_gate(sweep, args)
     _print_collect(finish(_backend(args), sweep, sweep_sinks(args), wait=False))
-    console_table(load_sweep(sweep, check_stored_plan, allowed_skips=allowed_skips(args)),
-                  make_console())
+    show_table(load_sweep(sweep, check_stored_plan, allowed_skips=allowed_skips(args)))
     print(f"wrote {sweep / 'summary.md'}, {sweep / 'junit.xml'}, {sweep / 'index.json'}\n"
           f"next: dcp-harness gate {sweep}")
     return 0

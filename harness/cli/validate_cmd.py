@@ -12,8 +12,9 @@ from harness.cli.selection import add_selection_arguments, selected_plans
 from harness.workload.datacheck import packed_steps
 from harness.metrics import reader_missing
 from harness.report import make_console
+from harness.caseplan import CasePlan
 from harness.spec import Case
-from harness.spec.schema import MetricsSource
+from harness.spec.source_facts import source_facts
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -73,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(memory_section(case) for case in cases))
     for line in reader_warnings(cases):
         print(line)
+    for plan in plans:
+        for line in unfed_checks(plan):
+            print(line)
     return 0
 
 
@@ -88,11 +92,40 @@ def memory_section(case: Case) -> str:
 
 
 def reader_warnings(cases: list[Case]) -> list[str]:
-    """A warning per command case whose metrics reader is not installed here (TensorBoard's:
-    the optional extra), which ``run`` would otherwise find only after the command ran."""
-    tb = [c.id for c in cases if c.command is not None
-          and c.command.metrics.source is MetricsSource.TENSORBOARD]
-    missing = reader_missing() if tb else None
+    """A warning per command case whose metrics reader needs an optional package not installed
+    here (TensorBoard's: the extra), which ``run`` would otherwise find only after the command
+    ran."""
+    needs: dict[str, list[str]] = {}
+    for c in cases:
+        if c.command is not None and source_facts(c.command.metrics).extra is not None:
+            needs.setdefault(str(c.command.metrics.source), []).append(c.id)
+    missing = reader_missing() if needs else None
     if missing is None:
         return []
-    return [f"warning: {', '.join(tb)}: command.metrics.source tensorboard, but {missing}"]
+    return [f"warning: {', '.join(ids)}: command.metrics.source {source}, but {missing}"
+            for source, ids in needs.items()]
+
+
+def unfed_checks(plan: CasePlan) -> list[str]:
+    """What a command case's metrics source cannot feed: one line per check the plan marks not
+    applicable for it (the reason once, the checks named), and the source's memory hint."""
+    command = plan.case.command
+    if command is None:
+        return []
+    by_reason: dict[str, list[str]] = {}
+    for pair in plan.pairs:
+        for check, why in pair.not_applicable_checks.items():
+            if check.endswith(".packing"):
+                continue  # a command packs its own batches: every command case
+            names = by_reason.setdefault(why, [])
+            if f"{pair.name} / {check}" not in names:
+                names.append(f"{pair.name} / {check}")
+    lines = [f"  n/a {', '.join(checks)}: {why}" for why, checks in by_reason.items()]
+    facts = source_facts(command.metrics)
+    if facts.one_writer:
+        lines.append(f"  n/a <arm>.ranks_agree: one series for every rank, written by "
+                     f"{facts.writer}: no rank's own values to compare")
+    if facts.memory_hint is not None:
+        lines.append(f"  memory: {facts.memory_hint}")
+    return [f"{plan.case_id}: what command.metrics.source {command.metrics.source} cannot feed"
+            ] + lines if lines else []

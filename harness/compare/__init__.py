@@ -37,7 +37,8 @@ from __future__ import annotations
 from harness.spec.names import ARM_CHECKS_CONTRACT, ARM_CHECKS_PAIR
 
 from . import contracts
-from .arm_checks import COMPLETENESS, LOSS_SANITY_CHECKS, RankSet, arm_checks, sanity_checks
+from .arm_checks import (COMPLETENESS, LOSS_SANITY_CHECKS, OneWriter, RankSet, arm_checks,
+                         sanity_checks)
 from .contracts.golden import GoldenMissing, GoldenPairParams, judged_file, recorded_differences
 from .contracts.graph_vs_eager import bitwise_figure
 from .contracts.reference import ReferencePairParams, StaticBins, regroup_step
@@ -98,7 +99,7 @@ __all__ = [
     "LOSS_SANITY_CHECKS", "MIB", "PAIR_PARAMS", "PAIR_STATUSES", "PackingRule", "PairStatus", "SkipKind", "PackingRules",
     "Pair", "PairVerdict", "RankSet", "Record", "ReferencePairParams", "ResumePairParams",
     "SWEEP_MARK", "SlotRingPairParams", "StoredPair", "SlotRingPlanParams", "StaticBins", "Steps",
-    "arm_checks", "bitwise_figure", "combine_status", "compare_series", "contracts", "describe_packing",
+    "OneWriter", "arm_checks", "bitwise_figure", "combine_status", "compare_series", "contracts", "describe_packing",
     "evaluate_case", "evaluate_pair", "field_of", "first_rank_records", "frame_replays",
     "frames_text", "packing_check",
     "packing_rule", "pair_status", "read_verdict", "regroup_step", "sanity_checks", "step_series",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, Union
 
 from harness.spec.schema import SanitySpec
@@ -22,22 +23,50 @@ LOSS_SANITY_CHECKS = ("loss_moves", "loss_spike")
 RankSet = Union[int, Sequence[int]]  # a count (ranks 0..n-1) or the ranks themselves
 
 
+@dataclass(frozen=True)
+class OneWriter:
+    """An arm whose records are one series for every rank, written by one rank (a command's
+    TensorBoard events or Megatron's log lines, the last rank's): ``where`` it comes from (said
+    in the completeness detail), the ``rank`` that writes it and how a detail names that rank
+    (``writer``: "the last rank, which logs"). Its series is judged once, on that rank's
+    records, and a fault in it is blamed on the writer."""
+
+    where: str
+    rank: int
+    writer: str
+
+    def name(self, rank: int) -> str:
+        """``the last rank, which logs (rank 1)``."""
+        return f"{self.writer} (rank {rank})"
+
+
+def series_view(steps: Steps, shared: Optional[OneWriter],
+                rank_name: Optional[Callable[[int], str]] = None
+                ) -> tuple[Steps, Callable[[int], str]]:
+    """The records a series check reads and how its details name a rank: the writer's records
+    alone, named as the writer, for a one-writer arm (each value counted once); every rank's,
+    named ``rank k`` (or ``rank_name``), otherwise."""
+    if shared is not None:
+        return {shared.rank: steps.get(shared.rank, ())}, shared.name
+    return steps, rank_name or (lambda r: f"rank {r}")
+
+
 def arm_checks(
     arm: str,
     steps: Steps,
     expected_steps: Optional[int] = None,
     expected_ranks: Optional[RankSet] = None,
     rank_name: Optional[Callable[[int], str]] = None,
-    shared: Optional[str] = None,
+    shared: Optional[OneWriter] = None,
 ) -> tuple[Check, ...]:
     """The checks every arm gets, named ``<arm>.steps_complete``, ``<arm>.no_nan_inf``,
     ``<arm>.no_skipped_step``. ``expected_ranks``: how many ranks record (0..n-1) or which ones.
     Without ``expected_steps``/``expected_ranks`` the largest step and rank seen in this arm are
     expected. ``rank_name``: how the details name a rank (default ``rank k``). ``shared``: where
     the records come from when one series stands for every rank (a command's TensorBoard events
-    or log lines, written by the one rank that logs), said in the completeness detail instead of
-    "on each of N ranks"."""
-    named = rank_name or (lambda r: f"rank {r}")
+    or log lines, written by the one rank that logs, :class:`OneWriter`): said in the
+    completeness detail instead of "on each of N ranks", and every check reads the writer's
+    records alone (a NaN it logged counted once, blamed on it)."""
     ranks = sorted(steps)
     if expected_ranks is None:
         want_ranks: tuple[int, ...] = tuple(range(max(ranks) + 1 if ranks else 1))
@@ -46,6 +75,9 @@ def arm_checks(
     else:
         want_ranks = tuple(expected_ranks)
     n_ranks = len(want_ranks)
+    steps, named = series_view(steps, shared, rank_name)
+    if shared is not None:
+        want_ranks = (shared.rank,)
     seen_steps = [rec.step for _, rec in records_of(steps)]
     n_steps = expected_steps if expected_steps is not None else max(seen_steps, default=0)
     missing: list[str] = []
@@ -71,7 +103,8 @@ def arm_checks(
             parts.append("missing " + "; ".join(missing))
         if duplicates:
             parts.append("duplicated " + "; ".join(duplicates))
-        whole = (f"{n_steps} steps of one series for all {n_ranks} rank(s): {shared}" if shared
+        whole = (f"{n_steps} steps of one series for all {n_ranks} rank(s): {shared.where}"
+                 if shared is not None
                  else f"{n_steps} steps on each of {n_ranks} rank(s)")
         detail = ", ".join(parts) if parts else whole
         complete = Check(f"{arm}.{COMPLETENESS}", float(problems), 0.0, problems == 0, detail)
@@ -103,8 +136,9 @@ def arm_checks(
 
 # The fields every rank of an arm computes from the whole world (the loss and aux loss summed over
 # it, the global grad norm, the skip decision that follows from it, the step's microbatch count
-# from the one global packing plan): bitwise the same on every rank that records them.
-SHARED_FIELDS = ("loss", "aux_loss", "grad_norm", "skipped", "microbatches")
+# from the one global packing plan, the learning rate) or holds as every rank does (the norm of
+# its replica of the weights): bitwise the same on every rank that records them.
+SHARED_FIELDS = ("loss", "aux_loss", "grad_norm", "skipped", "microbatches", "lr", "params_norm")
 RANKS_AGREE = "ranks_agree"
 
 
@@ -188,18 +222,21 @@ def cp_balance(arm: str, steps: Steps, bound: float) -> Check:
     return Check(name, worst, bound, not over, detail)
 
 
-def sanity_checks(arm: str, steps: Steps, spec: SanitySpec) -> tuple[Check, ...]:
+def sanity_checks(arm: str, steps: Steps, spec: SanitySpec,
+                  shared: Optional[OneWriter] = None) -> tuple[Check, ...]:
     """``compare.sanity`` on one arm: ``<arm>.grad_norm_nonzero`` (steps, over every rank, whose
     grad norm is exactly 0: nothing learns), ``<arm>.loss_moves`` (steps whose LM loss is within
     ``loss_moves_rel`` of the step before: a dead model repeats ln(vocab) whatever the data; a
     live one never repeats a loss over different data) and ``<arm>.loss_spike`` (the largest
     loss over the lowest loss of the earlier steps, bound ``loss_spike_factor``). Non-finite
-    values are the ``no_nan_inf`` check's."""
+    values are the ``no_nan_inf`` check's. ``shared``: a one-writer arm's writer, whose records
+    alone are read."""
     out: list[Check] = []
     if spec.cp_balance is not None:
         out.append(cp_balance(arm, steps, spec.cp_balance))
+    series, named = series_view(steps, shared)
     if spec.grad_norm_nonzero:
-        zero = [f"rank {rank} step {rec.step}" for rank, rec in records_of(steps)
+        zero = [f"{named(rank)} step {rec.step}" for rank, rec in records_of(series)
                 if finite_number(rec.grad_norm) and rec.grad_norm == 0]
         out.append(Check(
             f"{arm}.grad_norm_nonzero", float(len(zero)), 0.0, not zero,

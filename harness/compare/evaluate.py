@@ -14,7 +14,7 @@ from harness.results import ArmOutcome
 from harness.spec.names import ARM_CHECKS_CONTRACT, ARM_CHECKS_PAIR
 from harness.spec.schema import SanitySpec
 
-from .arm_checks import COMPLETENESS, RankSet, arm_checks, ranks_agree, sanity_checks
+from .arm_checks import COMPLETENESS, OneWriter, RankSet, arm_checks, ranks_agree, sanity_checks
 from .memory_model import memory_model_check
 from .packing import PackingRules, packing_check
 from .pair import Pair
@@ -98,9 +98,19 @@ class Expected:
     sweep_dir: Optional[str] = None
     packing: PackingRules = None
     memory_bound: Optional[float] = None
-    # arm -> where its records come from when one series stands for every rank
-    # (``arm_checks(shared=...)``); an arm not named: each rank wrote its own
-    shared: Optional[Mapping[str, str]] = None
+    # arm -> its writer when one series stands for every rank (``arm_checks(shared=...)``:
+    # judged once, on the writer's records); an arm not named: each rank wrote its own
+    shared: Optional[Mapping[str, OneWriter]] = None
+
+
+def _no_rank_values(pair: Pair, writer: Optional[OneWriter]) -> Optional[str]:
+    """Why an arm's ranks have no values of their own to compare (``ranks_agree`` n/a), or None."""
+    if pair.emulated is not None:
+        return "emulated ranks record their own local figures, not the world's"
+    if writer is not None:
+        return (f"one series for every rank, written by {writer.writer} (rank {writer.rank}): no "
+                "rank's own values to compare (a source with per-rank values has them)")
+    return None
 
 
 def evaluate_pair(case_id: str, pair: Pair, arm_data: ArmData,
@@ -126,16 +136,15 @@ def evaluate_pair(case_id: str, pair: Pair, arm_data: ArmData,
         err = _arm_error(arm, outcome, arm in arm_data)
         if err:
             errors.append(err)
+        writer = (expected.shared or {}).get(arm)
         checks.extend(arm_checks(arm, steps, expected_steps, _ranks_of(expected_ranks, arm),
-                                 pair.rank_name if pair.emulated is not None else None,
-                                 (expected.shared or {}).get(arm)))
-        checks.append(ranks_agree(arm, steps, None if pair.emulated is None else
-                                  "emulated ranks record their own local figures, not the world's"))
+                                 pair.rank_name if pair.emulated is not None else None, writer))
+        checks.append(ranks_agree(arm, steps, _no_rank_values(pair, writer)))
         if packing is not None and arm in packing:
             checks.append(packing_check(arm, steps, packing[arm]))
         checks.extend(memory_model_check(arm, steps, memory_bound,
                                          pair.rank_name if pair.emulated is not None else None))
-        checks.extend(sanity_checks(arm, steps, sanity))
+        checks.extend(sanity_checks(arm, steps, sanity, writer))
     if pair.contract != ARM_CHECKS_CONTRACT:
         fn = CONTRACTS.get(pair.contract)
         if fn is None:
@@ -171,7 +180,7 @@ def evaluate_case(
     sweep_dir: Optional[str] = None,
     packing: PackingRules = None,
     memory_bound: Optional[float] = None,
-    shared: Optional[Mapping[str, str]] = None,
+    shared: Optional[Mapping[str, OneWriter]] = None,
 ) -> CaseVerdict:
     """Evaluate every pair of a case. ``arm_data``: arm name -> (outcome or None, rank -> step
     records). ``expected_steps`` (``case.train.steps``) and ``expected_ranks`` (arm -> the ranks

@@ -10,6 +10,8 @@ subclass and registering an instance of it (:func:`register`). The object owns:
   :meth:`Comparison.command_roles`: the arm roles (``command.arms.<role>``) a command case with
   it must give, or ``not_for_commands``: why a command case cannot have it
   (``harness.spec.comparisons.command_problems``);
+* :meth:`Comparison.command_not_applicable`: the checks of its pairs a command case's metrics
+  source cannot feed (its command-case rules), with the reason;
 * :meth:`Comparison.plan`: the arms and pairs it plans, through a :class:`Planner`
   (``harness.arms.plan_case`` hands it one); :meth:`Comparison.fixed_cp_sizes`: CP sizes its
   fixed-CP arms add to the arms a case can have;
@@ -150,6 +152,14 @@ class Comparison(abc.ABC):
     def plan(self, case: Case, settings: Any, planner: Planner) -> list["Pair"]:
         """The pairs of ``settings`` in ``case``, their arms made through ``planner`` (every
         comparison has one: a subclass without it cannot be registered)."""
+
+    def command_not_applicable(self, case: Case, pair: "Pair", fields: frozenset[str]
+                               ) -> dict[str, str]:
+        """Check -> why ``pair`` of command case ``case`` cannot judge it, beyond the series,
+        capture and probe checks every comparison's command pairs get (``harness.arms``):
+        ``fields`` are the step-record fields the case's metrics source can fill; its static
+        facts are ``harness.spec.source_facts.source_facts(case.command.metrics)``."""
+        return {}
 
     def fixed_cp_sizes(self, case: Case, settings: Any) -> tuple[int, ...]:
         """CP sizes of fixed-CP arms this comparison adds to the arms ``case`` can have."""

@@ -70,9 +70,14 @@ class Check:
     # and new ones of the same checks are the same JSON.
     lower: Annotated[Optional[Float], OmitNone] = None
     figure: Annotated[Bool, OmitEmpty] = False
+    # A golden loss check's bound (``harness.golden.loss_bound``): ``bitwise`` (the run takes the
+    # golden file's kernels), ``repeats`` (the file's repeats' spread), ``declared`` (the case's)
+    # or ``fallback`` (the default, where bitwise cannot hold; the detail says why); the gate
+    # counts them. Left out while unset, like ``lower``.
+    bound_kind: Annotated[Optional[Str], OmitNone] = None
 
     _keys = keys_in_order("name", "value", "bound", "passed", "applicable", "detail", "lower",
-                          "figure")
+                          "figure", "bound_kind")
 
     @classmethod
     def not_applicable(cls, name: str, why: str, bound: Optional[float] = None) -> "Check":

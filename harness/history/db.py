@@ -32,6 +32,7 @@ from .migrations import migrate
 ENV_VAR = "DCP_HARNESS_HISTORY"
 DEFAULT_PATH = Path("results") / "history.sqlite"
 BUSY_TIMEOUT_S = 60
+SUPPORTED = ("sqlite", "postgresql")  # SQLAlchemy backend names the history runs on
 _PG_LOCK = 0x64637068  # "dcph": the advisory lock every PostgreSQL writer takes first
 
 
@@ -119,10 +120,25 @@ def _sqlite_engine(url: str) -> Engine:
     return engine
 
 
+def _sqlite_folder(path: Path) -> None:
+    """The folder of a new SQLite file: made for the default (``results/`` here, as ``run``
+    makes it), else it must exist (a mistyped path would make a history nobody reads)."""
+    if path.parent.is_dir():
+        return
+    if path == DEFAULT_PATH.resolve():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return
+    raise HistoryError(f"no folder {path.parent} for the history database {path}: create it "
+                       f"(mkdir -p {path.parent}) or fix the path (--history URL or ${ENV_VAR})")
+
+
 def open_history(url: Optional[str] = None, *, create: bool = True) -> History:
     """The history database at ``url`` (:func:`history_url` resolves None), checked and brought
     to the current schema; ``create=False`` (the readers) refuses a SQLite file that is not there
-    instead of making an empty one. A :class:`HistoryError` names what is wrong and what to do."""
+    and an empty database instead of making one (nothing written). A new SQLite file's folder
+    must exist unless it is the default's (``results/``, made). Another backend than SQLite and
+    PostgreSQL is refused naming those two. A :class:`HistoryError` names what is wrong and what
+    to do."""
     url = history_url(url)
     try:
         parsed = make_url(url)
@@ -130,13 +146,20 @@ def open_history(url: Optional[str] = None, *, create: bool = True) -> History:
         raise HistoryError(f"'{url}' is not a database URL: give a SQLite file path or a URL such "
                            "as postgresql+psycopg://user@host:5432/db (--history URL or "
                            f"${ENV_VAR})") from None
-    if parsed.get_backend_name() == "sqlite":
+    backend = parsed.get_backend_name()
+    if backend not in SUPPORTED:
+        raise HistoryError(f"{parsed.render_as_string(hide_password=True)}: a history database "
+                           f"cannot be {backend!r}; it is SQLite (a file path, or "
+                           "sqlite:////abs/path.sqlite) or PostgreSQL "
+                           "(postgresql+psycopg://user@host:5432/db) (--history URL or "
+                           f"${ENV_VAR})")
+    if backend == "sqlite":
         path = Path(parsed.database or "")
         if not path.is_file():
             if not create:
                 raise HistoryError(f"no history database at {path}: add sweeps with `dcp-harness "
                                    "history add SWEEP...` (or give --history URL)")
-            path.parent.mkdir(parents=True, exist_ok=True)
+            _sqlite_folder(path)
         engine = _sqlite_engine(url)
     else:
         try:
@@ -146,7 +169,7 @@ def open_history(url: Optional[str] = None, *, create: bool = True) -> History:
                                "install it with `pip install 'dcp-harness[postgres]'`") from None
     history = History(engine, url)
     try:
-        _prepare(history)
+        _prepare(history, create)
     except BaseException:
         history.close()
         raise
@@ -186,9 +209,12 @@ def _use_wal(history: History) -> None:
         raw.close()
 
 
-def _prepare(history: History) -> None:
+def _prepare(history: History, create: bool = True) -> None:
     with history.read() as conn:
         version = _version(conn, history)
+    if version == 0 and not create:  # a reader leaves an empty database (or file) as it is
+        raise HistoryError(f"{history.shown} holds no history yet (an empty database): add "
+                           "sweeps with `dcp-harness history add SWEEP...` (or give --history URL)")
     if history.sqlite:
         with history._guard("open"):
             _use_wal(history)

@@ -13,19 +13,24 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import statistics
 from dataclasses import dataclass, fields
 from typing import Any, Optional, Sequence
 
 from harness.errors import ConfigError
 from harness.report import SweepView
 from harness.report.gate import exit_code
-from harness.report.load import ArmView, CaseView, arm_figures, value_series
+from harness.report.load import ArmView, CaseView, arm_figures, steady_step_times, value_series
 from harness.results import MANIFEST_FILE, Manifest, StepRecord, SweepStart
 from harness.results.code import CodeVersion
 
+from .labels import sweep_label
 from .schema import ARM, PAIR, WHOLE
 
 STEPS_KEPT = 1000  # arms with more steps keep their figures, not every step
+# The standard error of a median of n normal values is about sqrt(pi/2) sigma / sqrt(n).
+_MEDIAN_SE = math.sqrt(math.pi / 2)
+_MAD_TO_SIGMA = 1.4826
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,7 @@ class CaseRow:
     platform: str
     emulated: bool
     parked: Optional[str]
+    position: Optional[int] = None  # the commit's place in the first-parent history
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,7 @@ class FigureRow:
     metric: str
     platform: str
     value: float
+    spread: Optional[float] = None  # the figure's own noise as the sweep measured it
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,7 @@ class StepRow:
     loss: Optional[float]
     grad_norm: Optional[float]
     step_time_s: Optional[float]
+    cpu_time_s: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +115,8 @@ class SweepRecord:
     arms: tuple[ArmRow, ...]
     figures: tuple[FigureRow, ...]
     steps: tuple[StepRow, ...]
+    label: str = ""  # the series it belongs to (``labels.sweep_label``)
+    position: Optional[int] = None  # its main commit's place in the first-parent history
 
     @property
     def fingerprint(self) -> str:
@@ -139,9 +149,33 @@ def _last(records: list[StepRecord], get: Any) -> Optional[Any]:
     return found[-1] if found else None
 
 
+def median_and_spread(values: list[float]) -> tuple[Optional[float], Optional[float]]:
+    """The median of ``values`` and its standard error from their spread (1.4826 x the median
+    absolute deviation, x sqrt(pi/2) / sqrt(n)); None where there are too few (spread: < 3)."""
+    if not values:
+        return None, None
+    mid = statistics.median(values)
+    if len(values) < 3:
+        return mid, None
+    mad = statistics.median(abs(v - mid) for v in values)
+    return mid, _MEDIAN_SE * _MAD_TO_SIGMA * mad / math.sqrt(len(values))
+
+
+def spreads_of(steps: dict[int, list[StepRecord]]) -> dict[str, float]:
+    """The figures' own noise the records show: each steady step-time median's standard error,
+    from the spread of the steps behind it."""
+    out = {}
+    for metric, field in (("step_time_median_s", "step_time_s"), ("step_cpu_median_s", "cpu_time_s")):
+        _, spread = median_and_spread(steady_step_times(steps, field))
+        if spread is not None and math.isfinite(spread):
+            out[metric] = spread
+    return out
+
+
 def figures_of(steps: dict[int, list[StepRecord]], *, loss: bool) -> dict[str, float]:
     """The figures of records of one arm (every rank) or of one rank: final loss (``loss``),
-    median step time, peak allocated / reserved, device used, graph pool, capture counts."""
+    median step time and median process CPU time per step (the steady steps: ``steady_step_times``),
+    peak allocated / reserved, device used, graph pool, capture counts."""
     f = arm_figures(steps)
     records = [r for rank in sorted(steps) for r in steps[rank]]
     probes = [r.memory_probe.device_used_bytes for r in records if r.memory_probe is not None]
@@ -149,6 +183,7 @@ def figures_of(steps: dict[int, list[StepRecord]], *, loss: bool) -> dict[str, f
     values: dict[str, Any] = {
         "final_loss": f.final_loss if loss else None,
         "step_time_median_s": f.median_step_time_s,
+        "step_cpu_median_s": median_and_spread(steady_step_times(steps, "cpu_time_s"))[0],
         "peak_allocated_bytes": f.peak_allocated_bytes,
         "peak_reserved_bytes": f.peak_reserved_bytes,
         "device_used_bytes": max(probes) if probes else None,
@@ -175,7 +210,9 @@ def _arm_rows(case: CaseView, arm: ArmView) -> tuple[ArmRow, list[FigureRow], li
     whole = figures_of(dict(arm.steps), loss=not case.emulated)
     if arm.outcome is not None and arm.outcome.status != "skipped":
         whole["wall_s"] = arm.outcome.wall_s
-    figs = [FigureRow(case.case_id, arm.name, ARM, WHOLE, m, platform, v) for m, v in whole.items()]
+    spread = spreads_of(dict(arm.steps))
+    figs = [FigureRow(case.case_id, arm.name, ARM, WHOLE, m, platform, v, spread.get(m))
+            for m, v in whole.items()]
     if len(arm.steps) > 1:
         figs += [FigureRow(case.case_id, arm.name, ARM, rank, m, platform, v)
                  for rank in sorted(arm.steps)
@@ -184,12 +221,13 @@ def _arm_rows(case: CaseView, arm: ArmView) -> tuple[ArmRow, list[FigureRow], li
     if arm.figures.steps <= STEPS_KEPT:
         loss, grad = value_series(arm.steps, "loss"), value_series(arm.steps, "grad_norm")
         times: dict[int, float] = {}
+        cpu: dict[int, float] = {}
         for rec in records:
-            t = _finite(rec.step_time_s)
-            if t is not None:
-                times[rec.step] = max(times.get(rec.step, t), t)
+            for got, value in ((times, _finite(rec.step_time_s)), (cpu, _finite(rec.cpu_time_s))):
+                if value is not None:
+                    got[rec.step] = max(got.get(rec.step, value), value)
         steps = [StepRow(case.case_id, arm.name, s, _finite(loss.get(s)), _finite(grad.get(s)),
-                         times.get(s)) for s in sorted(set(loss) | set(grad) | set(times))]
+                         times.get(s), cpu.get(s)) for s in sorted(set(loss) | set(grad) | set(times))]
     return row, figs, steps
 
 
@@ -235,7 +273,8 @@ def sweep_record(view: SweepView, manifest: Optional[Manifest]) -> SweepRecord:
         cases.append(CaseRow(case.case_id, entry.case_hash if entry else "", case.verdict.status,
                              code.commit if code else None, code.dirty if code else None,
                              ",".join(case_platforms), case.emulated,
-                             case.parked.outcome if case.parked is not None else None))
+                             case.parked.outcome if case.parked is not None else None,
+                             code.position if code else None))
         for p in case.verdict.pairs:
             pairs.append(PairRow(case.case_id, p.pair, p.contract, p.status, p.skip, p.error,
                                  ",".join(c.name for c in p.failed_checks)))
@@ -256,4 +295,6 @@ def sweep_record(view: SweepView, manifest: Optional[Manifest]) -> SweepRecord:
         dirty=main.dirty if main else None, repo=main.repo if main else None,
         status=view.status, exit_code=exit_code(view), code=tuple(last.code),
         cases=tuple(cases), pairs=tuple(pairs), arms=tuple(arms), figures=tuple(figures),
-        steps=tuple(steps))
+        steps=tuple(steps),
+        label=sweep_label(last.label, any(v.dirty for v in last.code)),
+        position=main.position if main else None)

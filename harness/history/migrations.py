@@ -14,8 +14,10 @@ from sqlalchemy import Column, Connection, Index, MetaData, Table, text
 from . import schema
 
 # What each version after 1 added: version 2 keeps every repository's commit (sweeps.code) and
-# the per-step figures of small arms (steps).
-ADDED: dict[str, int] = {"sweeps.code": 2, "steps": 2}
+# the per-step figures of small arms (steps); version 3 the sweep's label and commit position,
+# each case's commit position, a figure's own measured spread and a step's CPU time.
+ADDED: dict[str, int] = {"sweeps.code": 2, "steps": 2, "sweeps.label": 3, "sweeps.position": 3,
+                         "cases.position": 3, "figures.spread": 3, "steps.cpu_time_s": 3}
 
 
 def added_in(table: str, column: str | None = None) -> int:

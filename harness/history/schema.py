@@ -23,10 +23,11 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION = "dcp-harness history"  # meta.application: what tells our database from a foreign one
 ARM, PAIR = "arm", "pair"  # figures.kind: an arm's own figure, or a pair's check value
 WHOLE = -1  # figures.rank of an arm's (or a pair's) figure, not one rank's
+DEFAULT_LABEL = "adhoc"  # sweeps.label of a sweep run without --label (``labels``)
 
 metadata = MetaData()
 
@@ -55,6 +56,10 @@ sweeps = Table(
     Column("status", String(16), nullable=False),
     Column("exit_code", Integer, nullable=False),
     Column("code", Text, nullable=False, server_default="[]"),  # v2: every repository, JSON
+    # v3: the series the sweep belongs to (``labels``: nightly, bisect, dirty, ...), and its
+    # commit's place in the first-parent history (None: unknown): what orders a series.
+    Column("label", String(64), nullable=False, server_default=DEFAULT_LABEL),
+    Column("position", Integer),
 )
 Index("ix_sweeps_started", sweeps.c.started)
 
@@ -69,6 +74,7 @@ cases = Table(
     Column("platform", Text, nullable=False),
     Column("emulated", Boolean, nullable=False),
     Column("parked", String(16)),
+    Column("position", Integer),  # v3: the case's commit's place in the first-parent history
 )
 Index("ix_cases_sweep", cases.c.sweep_id)
 Index("ix_cases_case", cases.c.case_id)
@@ -120,6 +126,9 @@ figures = Table(
     Column("series_id", Integer, nullable=False),
     Column("started", String(32), nullable=False),  # the sweep's: the last N points by the index
     Column("value", Float, nullable=False),
+    # v3: the figure's own noise as the sweep measured it (a step-time median: the standard
+    # error from the per-step spread), in the figure's unit; None: not measured
+    Column("spread", Float),
 )
 Index("ix_figures_sweep", figures.c.sweep_id)
 Index("ix_figures_series", figures.c.series_id, figures.c.started)
@@ -133,6 +142,7 @@ steps = Table(  # v2: per-step figures of small arms (the lowest rank's loss, th
     Column("loss", Float),
     Column("grad_norm", Float),
     Column("step_time_s", Float),
+    Column("cpu_time_s", Float),  # v3: the slowest rank's process CPU time of the step
 )
 Index("ix_steps_sweep", steps.c.sweep_id)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, Optional, Sequence
@@ -85,6 +85,7 @@ def store(conn: Connection, rec: SweepRecord) -> tuple[int, RecordStatus]:
         "commit": rec.commit, "dirty": rec.dirty, "repo": rec.repo, "status": rec.status,
         "exit_code": rec.exit_code,
         "code": json.dumps([v.model_dump(mode="json") for v in rec.code]),
+        "label": rec.label or schema.DEFAULT_LABEL, "position": rec.position,
     }
     if old is not None:
         values["id"] = old.id  # the same sweep keeps its id
@@ -97,7 +98,7 @@ def store(conn: Connection, rec: SweepRecord) -> tuple[int, RecordStatus]:
         ids = series_ids(conn, rec.figures)
         conn.execute(insert(schema.figures), [
             {"sweep_id": sweep_id, "series_id": ids[_key(f)], "started": rec.started,
-             "value": f.value} for f in rec.figures])
+             "value": f.value, "spread": f.spread} for f in rec.figures])
     return sweep_id, "added" if old is None else "updated"
 
 
@@ -139,14 +140,17 @@ def add(history: History, sweep_dir: Path, view: Optional[SweepView] = None) -> 
 
 
 def record_sweep(sweep_dir: Path, *, url: Optional[str] = None,
-                 view: Optional[SweepView] = None) -> Recorded:
+                 view: Optional[SweepView] = None, label: Optional[str] = None) -> Recorded:
     """Add the sweep in ``sweep_dir`` to the history at ``url`` (None: ``$DCP_HARNESS_HISTORY``,
     else ``results/history.sqlite`` under the current directory). Idempotent: the same sweep
     again is ``unchanged``; one that changed since (resumed, collected) is ``updated``. ``view``:
     the sweep as the caller judged it already (``run``'s reports), else it is judged here as
-    ``gate`` judges it. A ConfigError (HistoryError for the database) for a folder that is not a
-    sweep or a database that cannot be used; nothing is written then."""
+    ``gate`` judges it. ``label``: the label it is kept under (default its own: ``labels``). A
+    ConfigError (HistoryError for the database) for a folder that is not a sweep or a database
+    that cannot be used; nothing is written then."""
     rec = read_sweep(Path(sweep_dir), view)  # before the database: a bad folder creates nothing
+    if label is not None:  # kept under this label whatever its manifest says (bisect's steps)
+        rec = replace(rec, label=label)
     history = open_history(url)
     try:
         return write_record(history, rec)

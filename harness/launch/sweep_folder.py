@@ -74,15 +74,16 @@ def check_resumable(cases: Sequence[Case], out_dir: Path) -> None:
 
 def sweep_start(command: str, cases: Sequence[Case], gpus: int, *, paths: Sequence[str] = (),
                 k: Optional[str] = None, tags: Optional[Sequence[str]] = None,
-                emulate_ranks: Optional[str] = None) -> SweepStart:
-    """The manifest's record of one ``run`` or ``submit``: what it selected, where it ran."""
+                emulate_ranks: Optional[str] = None, label: Optional[str] = None) -> SweepStart:
+    """The manifest's record of one ``run`` or ``submit``: what it selected, where it ran, the
+    history label it asked for."""
     return SweepStart(command=command, started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                       paths=tuple(str(p) for p in paths), k=k,
                       tags=tuple(tags) if tags is not None else None, emulate_ranks=emulate_ranks,
                       host=socket.gethostname(), gpus=gpus, cases=tuple(c.id for c in cases),
                       environment=inherited(os.environ, [n for c in cases if c.command is not None
                                                          for n in c.command.secret_env]),
-                      code=code_versions({c.id: code_folder(c) for c in cases}))
+                      code=code_versions({c.id: code_folder(c) for c in cases}), label=label)
 
 
 def code_folder(case: Case) -> Path:

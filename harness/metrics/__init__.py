@@ -7,7 +7,8 @@ Modules, one job each: ``errors`` (:class:`MetricsError`, naming file and line),
 ``tensorboard`` (``read_tensorboard``, TensorBoard's own ``EventAccumulator``; Megatron's tags,
 :data:`TB_TAGS`), ``megatron_log`` (``read_megatron_log``; :data:`LOG_KEYS`), ``jsonl``
 (``read_jsonl``), ``sources`` (one reader object per source, :class:`SourceReader`: its
-fields, tag map, default path, stale files and reading; ``reader_of``, ``read_source``), ``recorder`` (:class:`StepRecorder`, ``cuda_memory``,
+fields, tag map, stale files, reading, ``mark`` and ``read_between``; its facts are
+``harness.spec.source_facts``; ``reader_of``, ``read_source``), ``recorder`` (:class:`StepRecorder`, ``cuda_memory``,
 ``memory_probe``, ``pool_bytes``). No module imports torch or tensorboard when imported.
 """
 

@@ -41,6 +41,7 @@ LOG_KEYS: Mapping[str, str] = {
     "loss": "lm loss",
     "grad_norm": "grad norm",
     "lr": "learning rate",
+    "params_norm": "params norm",  # with --log-params-norm
     "step_time_s": "elapsed time per iteration (ms)",
     "skipped": "number of skipped iterations",
     "nan": "number of nan iterations",

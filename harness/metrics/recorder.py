@@ -120,17 +120,21 @@ def cuda_memory(device: Any) -> dict[str, Optional[int]]:
 
 def memory_probe(device: Any) -> MemoryProbe:
     """The memory probe the built-in workload takes (after ``torch.cuda.empty_cache()``): the
-    whole device's used and total bytes and this process's allocated / active / reserved."""
+    whole device's used bytes as this process alone would leave it (less the other processes'
+    NVML usage: ``device_memory``), the device's total, and this process's allocated / active /
+    reserved."""
     import torch
+
+    from harness.metrics.device_memory import probe
 
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
-    free, total = torch.cuda.mem_get_info(device)
+    seen = probe(device)
     mem = cuda_memory(device)
-    return MemoryProbe(device_used_bytes=int(total - free), device_total_bytes=int(total),
+    return MemoryProbe(device_used_bytes=int(seen.used), device_total_bytes=int(seen.total),
                        allocated_bytes=int(mem["allocated_bytes"] or 0),
                        active_bytes=int(mem["active_bytes"] or 0),
-                       reserved_bytes=int(mem["reserved_bytes"] or 0))
+                       reserved_bytes=int(mem["reserved_bytes"] or 0), others_bytes=seen.others)
 
 
 def pool_bytes(pool: Any) -> tuple[int, int]:

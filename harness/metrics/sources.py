@@ -6,8 +6,11 @@ planned: ``harness.arms`` marks the checks of the others not applicable), its ta
 default path (relative to the arm's folder), the files an earlier run left in it, and reading it
 (rank -> typed step records; a MetricsError naming the file, and line, for anything it cannot
 read). :class:`TensorBoardReader`, :class:`MegatronLogReader` and :class:`JsonLinesReader` (JSON
-lines, and the record API's files) are the readers; :func:`reader_of` picks the one of a case.
-Nothing outside this module asks which source a case has.
+lines, and the record API's files) are the readers, each marking how far a run wrote its source
+(:meth:`SourceReader.mark`) and reading what one run wrote (:meth:`SourceReader.read_between`:
+the two runs of a resumed arm); :func:`reader_of` picks the one of a case. What a source is
+(one writer, memory, checkpoint step, ...) is data beside ``MetricsSource``
+(``harness.spec.source_facts``): nothing outside ``harness.metrics`` asks which source a case has.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import ClassVar, Mapping, Optional, Sequence
 
 from harness.results import StepRecord
 from harness.spec.schema import METRIC_FIELDS, MetricsSource, MetricsSpec
+from harness.spec.source_facts import SOURCE_FACTS, SourceFacts, source_facts
 
 from .errors import MetricsError
 from .jsonl import read_jsonl
@@ -32,18 +36,34 @@ _MEMORY_LOG_FIELDS = ("allocated_bytes", "max_allocated_bytes", "reserved_bytes"
 
 
 @dataclasses.dataclass(frozen=True)
+class SourceMark:
+    """How far a source was written when a run began, for a source two runs write (the two runs
+    of a resumed arm): the log's size, the event files already there, each per-rank file's
+    size (file name -> bytes)."""
+
+    log_bytes: int = 0
+    event_files: frozenset[str] = frozenset()
+    sizes: tuple[tuple[str, int], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class SourceReader(abc.ABC):
     """The reader of one case's metrics source (``spec``); a subclass per source (abstract:
-    each source says how it reads)."""
+    each source says how it reads and marks). Its static facts (``harness.spec.source_facts``)
+    are :attr:`facts`."""
 
     spec: MetricsSpec
-    default_path: ClassVar[str]  # relative to the arm's folder, unless command.metrics.path says
     base_tags: ClassVar[Mapping[str, str]] = {}  # field -> the source's own name for it
+
+    @property
+    def facts(self) -> SourceFacts:
+        """The source's static facts (one writer, memory, checkpoint step, ...)."""
+        return source_facts(self.spec)
 
     @property
     def path(self) -> str:
         """The source's path as the case gives it (placeholders not yet filled)."""
-        return self.spec.path if self.spec.path is not None else self.default_path
+        return self.spec.path if self.spec.path is not None else self.facts.default_path
 
     def tag_map(self) -> dict[str, str]:
         """Field -> the source's tag or key: the source's defaults with the case's
@@ -65,6 +85,17 @@ class SourceReader(abc.ABC):
         """Rank -> step records of ``ranks`` (``path``: the source's path, placeholders filled;
         ``start``: where this run's lines begin in the arm's log, for a source read from it)."""
 
+    @abc.abstractmethod
+    def mark(self, arm_dir: Path, path: str, ranks: Sequence[int]) -> SourceMark:
+        """How far the source of the arm in ``arm_dir`` is written now (:class:`SourceMark`)."""
+
+    @abc.abstractmethod
+    def read_between(self, arm_dir: Path, ranks: Sequence[int], platform: Optional[str],
+                     path: str, since: SourceMark, until: Optional[SourceMark] = None
+                     ) -> dict[int, list[StepRecord]]:
+        """Rank -> step records of what one run wrote to the source, between the marks
+        ``since`` and ``until`` (None: to the end)."""
+
 
 def _last(ranks: Sequence[int]) -> Optional[int]:
     """The rank that writes Megatron's TensorBoard files: the last."""
@@ -73,9 +104,9 @@ def _last(ranks: Sequence[int]) -> Optional[int]:
 
 class TensorBoardReader(SourceReader):
     """TensorBoard event files in a folder (``tensorboard``), Megatron's tags (``TB_TAGS``),
-    written by the last rank (its memory is its own); an earlier run's event files are stale."""
+    written by the last rank (its memory is its own); an earlier run's event files are stale,
+    a run's files are those it added."""
 
-    default_path = "tensorboard"
     base_tags = TB_TAGS
 
     def stale_files(self, arm_dir: Path, path: str, ranks: Sequence[int]) -> list[Path]:
@@ -86,33 +117,57 @@ class TensorBoardReader(SourceReader):
         return rank_records(read_tensorboard(Path(arm_dir) / path, self.tag_map(),
                                              writer_rank=_last(ranks)), ranks, platform)
 
+    def mark(self, arm_dir: Path, path: str, ranks: Sequence[int]) -> SourceMark:
+        return SourceMark(event_files=frozenset(p.name for p in event_files(Path(arm_dir) / path)))
+
+    def read_between(self, arm_dir: Path, ranks: Sequence[int], platform: Optional[str],
+                     path: str, since: SourceMark, until: Optional[SourceMark] = None
+                     ) -> dict[int, list[StepRecord]]:
+        metrics = read_tensorboard(Path(arm_dir) / path, self.tag_map(), skip=since.event_files,
+                                   only=until.event_files if until is not None else None,
+                                   writer_rank=_last(ranks))
+        return rank_records(metrics, ranks, platform)
+
 
 class MegatronLogReader(SourceReader):
     """Megatron's log lines in the ranks' output as the launcher keeps it (``log.txt``), its keys
     (``LOG_KEYS``) and its memory report; read from where this run's lines begin, so nothing is
-    stale."""
+    stale; a run's lines are the bytes it added."""
 
-    default_path = "log.txt"
     base_tags = LOG_KEYS
 
     def fields(self) -> frozenset[str]:
         return super().fields() | frozenset(_MEMORY_LOG_FIELDS)
 
-    def read(self, arm_dir: Path, ranks: Sequence[int], platform: Optional[str], path: str,
-             start: int = 0) -> dict[int, list[StepRecord]]:
+    def _log(self, arm_dir: Path, path: str) -> Path:
         target = Path(arm_dir) / path
         if not target.is_file():
             raise MetricsError(target, "no log here: the command wrote none")
-        return rank_records(read_megatron_log(target, self.tag_map(), start=start), ranks,
-                            platform)
+        return target
+
+    def read(self, arm_dir: Path, ranks: Sequence[int], platform: Optional[str], path: str,
+             start: int = 0) -> dict[int, list[StepRecord]]:
+        return rank_records(read_megatron_log(self._log(arm_dir, path), self.tag_map(),
+                                              start=start), ranks, platform)
+
+    def mark(self, arm_dir: Path, path: str, ranks: Sequence[int]) -> SourceMark:
+        log = Path(arm_dir) / path
+        return SourceMark(log_bytes=log.stat().st_size if log.is_file() else 0)
+
+    def read_between(self, arm_dir: Path, ranks: Sequence[int], platform: Optional[str],
+                     path: str, since: SourceMark, until: Optional[SourceMark] = None
+                     ) -> dict[int, list[StepRecord]]:
+        metrics = read_megatron_log(self._log(arm_dir, path), self.tag_map(),
+                                    start=since.log_bytes,
+                                    end=until.log_bytes if until is not None else None)
+        return rank_records(metrics, ranks, platform)
 
 
 class JsonLinesReader(SourceReader):
     """Step records as JSON lines, one file per rank (``{rank}`` in the path) or one for every
     rank: a command's own (``jsonl``) or the record API's (``record``: ``StepRecorder``); every
-    field of a step record; the files an earlier run wrote are stale."""
-
-    default_path = "metrics/rank{rank}.jsonl"
+    field of a step record; the files an earlier run wrote are stale; a run's records are the
+    bytes it added to each file (a file smaller than at the mark was written afresh: all of it)."""
 
     def fields(self) -> frozenset[str]:
         return frozenset(METRIC_FIELDS) | frozenset(_RECORD_EXTRAS)
@@ -126,12 +181,25 @@ class JsonLinesReader(SourceReader):
 
     def read(self, arm_dir: Path, ranks: Sequence[int], platform: Optional[str], path: str,
              start: int = 0) -> dict[int, list[StepRecord]]:
+        return self.read_between(arm_dir, ranks, platform, path, SourceMark())
+
+    def mark(self, arm_dir: Path, path: str, ranks: Sequence[int]) -> SourceMark:
+        files = dict.fromkeys(self._files(arm_dir, path, ranks).values())
+        return SourceMark(sizes=tuple((str(f), f.stat().st_size) for f in files if f.is_file()))
+
+    def read_between(self, arm_dir: Path, ranks: Sequence[int], platform: Optional[str],
+                     path: str, since: SourceMark, until: Optional[SourceMark] = None
+                     ) -> dict[int, list[StepRecord]]:
         out = {}
         for rank, file in self._files(arm_dir, path, ranks).items():
             if not file.is_file():
                 raise MetricsError(file, f"no metrics file for rank {rank}: the command wrote none")
+            size = file.stat().st_size
+            start = dict(since.sizes).get(str(file), 0)
+            start = start if start <= size else 0
+            end = dict(until.sizes).get(str(file), 0) if until is not None else None
             out[rank] = [r if r.platform is not None else dataclasses.replace(r, platform=platform)
-                         for r in read_jsonl(file)]
+                         for r in read_jsonl(file, start, end)]
         return out
 
 
@@ -141,7 +209,7 @@ READERS: Mapping[MetricsSource, type[SourceReader]] = {
     MetricsSource.JSONL: JsonLinesReader,
     MetricsSource.RECORD: JsonLinesReader,  # harness.metrics.StepRecorder's files
 }
-DEFAULT_PATHS: Mapping[MetricsSource, str] = {s: r.default_path for s, r in READERS.items()}
+DEFAULT_PATHS: Mapping[MetricsSource, str] = {s: f.default_path for s, f in SOURCE_FACTS.items()}
 
 
 def reader_of(spec: MetricsSpec) -> SourceReader:
@@ -173,58 +241,13 @@ def read_source(spec: MetricsSpec, arm_dir: Path, ranks: Sequence[int], platform
     return reader.read(arm_dir, ranks, platform, reader.path if path is None else path, log_start)
 
 
-@dataclasses.dataclass(frozen=True)
-class SourceMark:
-    """How far a source was written when a run began, for a source two runs write (the two runs
-    of a resumed arm): the log's size, the event files already there, each per-rank file's
-    size (file name -> bytes)."""
-
-    log_bytes: int = 0
-    event_files: frozenset[str] = frozenset()
-    sizes: tuple[tuple[str, int], ...] = ()
-
-
 def source_mark(spec: MetricsSpec, arm_dir: Path, path: str, ranks: Sequence[int]) -> SourceMark:
-    """How far ``spec``'s source of the arm in ``arm_dir`` is written now (:class:`SourceMark`)."""
-    arm_dir = Path(arm_dir)
-    if spec.source is MetricsSource.TENSORBOARD:
-        return SourceMark(event_files=frozenset(p.name for p in event_files(arm_dir / path)))
-    if spec.source is MetricsSource.MEGATRON_LOG:
-        log = arm_dir / path
-        return SourceMark(log_bytes=log.stat().st_size if log.is_file() else 0)
-    files = dict.fromkeys(arm_dir / path.replace("{rank}", str(r)) for r in ranks)
-    return SourceMark(sizes=tuple((str(f), f.stat().st_size) for f in files if f.is_file()))
+    """:meth:`SourceReader.mark` of ``spec``'s reader."""
+    return reader_of(spec).mark(Path(arm_dir), path, ranks)
 
 
 def read_between(spec: MetricsSpec, arm_dir: Path, ranks: Sequence[int], platform: Optional[str],
                  path: str, since: SourceMark, until: Optional[SourceMark] = None
                  ) -> dict[int, list[StepRecord]]:
-    """Rank -> step records of what one run wrote to ``spec``'s source, between the marks
-    ``since`` and ``until`` (None: to the end): the event files it added, the log's lines, each
-    per-rank file's bytes (a file smaller than at ``since`` was written afresh: all of it)."""
-    reader = reader_of(spec)
-    arm_dir = Path(arm_dir)
-    if spec.source is MetricsSource.TENSORBOARD:
-        metrics = read_tensorboard(arm_dir / path, reader.tag_map(), skip=since.event_files,
-                                   only=until.event_files if until is not None else None,
-                                   writer_rank=_last(ranks))
-        return rank_records(metrics, ranks, platform)
-    if spec.source is MetricsSource.MEGATRON_LOG:
-        target = arm_dir / path
-        if not target.is_file():
-            raise MetricsError(target, "no log here: the command wrote none")
-        metrics = read_megatron_log(target, reader.tag_map(), start=since.log_bytes,
-                                    end=until.log_bytes if until is not None else None)
-        return rank_records(metrics, ranks, platform)
-    out = {}
-    for rank in ranks:
-        file = arm_dir / path.replace("{rank}", str(rank))
-        if not file.is_file():
-            raise MetricsError(file, f"no metrics file for rank {rank}: the command wrote none")
-        size = file.stat().st_size
-        start = dict(since.sizes).get(str(file), 0)
-        start = start if start <= size else 0
-        end = dict(until.sizes).get(str(file), 0) if until is not None else None
-        out[rank] = [r if r.platform is not None else dataclasses.replace(r, platform=platform)
-                     for r in read_jsonl(file, start, end)]
-    return out
+    """:meth:`SourceReader.read_between` of ``spec``'s reader."""
+    return reader_of(spec).read_between(Path(arm_dir), ranks, platform, path, since, until)

@@ -24,6 +24,7 @@ TB_TAGS: Mapping[str, str] = {
     "loss": "lm loss",
     "grad_norm": "grad-norm",
     "lr": "learning-rate",
+    "params_norm": "params-norm",  # with --log-params-norm
     "step_time_s": "iteration-time",
     "allocated_bytes": "mem-allocated-bytes",
     "max_allocated_bytes": "mem-max-allocated-bytes",

@@ -26,7 +26,7 @@ from harness.results import (
     write_text_atomic,
 )
 
-from .console import console_table, make_console
+from .console import console_table, make_console, show_table
 from .gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, GateResult, exit_code, gate, gate_result
 from .index import build_index
 from .junit import render_junit
@@ -40,7 +40,7 @@ from .summary import render_summary
 __all__ = [
     "ArmView", "CaseView", "EVERY_CASE_UP_TO", "EXIT_ERROR", "EXIT_FAIL", "EXIT_PASS", "GateResult", "PAGE_FILE", "PlanCheck",
     "ReportFiles", "SweepView", "console_table", "gate", "gate_result", "load_sweep",
-    "make_console", "shown_in_full", "write_reports",
+    "make_console", "show_table", "shown_in_full", "write_reports",
 ]
 
 

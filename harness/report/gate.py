@@ -75,6 +75,10 @@ def headline(sweep: SweepView, code: int) -> str:
     if c["parked"]:
         head += (f", {c['parked']} parked (not counted"
                  + (f"; {c['xpass']} case(s) XPASS" if c["xpass"] else "") + ")")
+    bounds = sweep.golden_bounds()
+    if bounds:  # how the golden loss checks were judged; a fallback is not bitwise (its detail says why)
+        head += ("; golden loss checks: " + ", ".join(
+            f"{n} {'at a fallback bound' if k == 'fallback' else k}" for k, n in bounds.items()))
     if sweep.status == "skipped":
         head += "; nothing ran here, so nothing passed (run it where the cases can run)"
     emulated = [c.title for c in sweep.cases if c.emulated]

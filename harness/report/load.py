@@ -187,6 +187,14 @@ class SweepView:
         counts = {k: kinds.count(k) for k in dict.fromkeys(kinds) if k is not None}
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
+    def golden_bounds(self) -> dict[str, int]:
+        """Golden loss checks by the kind of their bound (``Check.bound_kind``: ``bitwise``,
+        ``repeats``, ``declared``, ``fallback``), over the counted entries."""
+        kinds = [c.bound_kind for case, p in self.rows if case.parked is None
+                 for c in p.checks if c.bound_kind is not None]
+        return {k: kinds.count(k) for k in ("bitwise", "repeats", "declared", "fallback")
+                if k in kinds}
+
     def warnings(self) -> tuple[str, ...]:
         """One line per parked case whose ``expect.until`` has passed."""
         return tuple(w for c in self.parked if c.parked and (w := c.parked.warning(c.case_id)))
@@ -220,6 +228,21 @@ def value_series(steps: Steps, key: str) -> dict[int, float]:
     return {s: v for s, v in sorted(step_series(steps, key).items()) if v is not None}
 
 
+def steady_step_times(steps: Steps, field: str = "step_time_s") -> list[float]:
+    """The steady steps' times, step order: a step's time is its slowest rank's ``field``
+    (``step_time_s``, or ``cpu_time_s``: the process CPU time), over the steps after the first
+    (warm-up) and, in a graph arm, over the steps that replayed graphs (eager warm-up and capture
+    left out). What the median step time and its spread are taken over."""
+    records = [rec for rank in sorted(steps) for rec in steps[rank]]
+    graphed = [r for r in records if r.graphed]
+    per_step: dict[int, float] = {}
+    for rec in graphed or records:
+        t = _num(getattr(rec, field))
+        if t is not None:
+            per_step[rec.step] = max(per_step.get(rec.step, 0.0), t)
+    return [t for s, t in sorted(per_step.items()) if s > 1] or list(per_step.values())
+
+
 def arm_figures(steps: Steps) -> ArmFigures:
     records = [rec for rank in sorted(steps) for rec in steps[rank]]
 
@@ -228,15 +251,7 @@ def arm_figures(steps: Steps) -> ArmFigures:
         return max(vals) if vals else None
 
     loss = value_series(steps, "loss")
-    # Step time of a step = its slowest rank; median over steps after the first (warm-up) and,
-    # in a graph arm, over the steps that replayed graphs (eager warm-up and capture left out).
-    graphed = [r for r in records if r.graphed]
-    per_step: dict[int, float] = {}
-    for rec in graphed or records:
-        t = _num(rec.step_time_s)
-        if t is not None:
-            per_step[rec.step] = max(per_step.get(rec.step, 0.0), t)
-    times = [t for s, t in sorted(per_step.items()) if s > 1] or list(per_step.values())
+    times = steady_step_times(steps)
     return ArmFigures(
         steps=len(first_rank_records(steps)),
         final_loss=loss[max(loss)] if loss else None,

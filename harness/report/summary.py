@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from harness.compare import JUDGED, comparisons
+from harness.compare import JUDGED, PairVerdict, comparisons
+from harness.results.placement import read_placement
 
 from .emulated import emulated_sections
 from .env_notes import environment_notes
-from .load import SweepView
+from .load import CaseView, SweepView
 from .text import (
     check_line,
     checks_cell,
@@ -63,6 +64,9 @@ def _header(sweep: SweepView, exit_code: int) -> list[str]:
     out += [f"> **note**: {_line(note)}" for note in notes]
     if notes:
         out.append("")
+    placed = read_placement(sweep.sweep_dir)
+    if placed is not None:  # how the local GPU lane placed the arms (harness.results.placement)
+        out += [f"> **placement**: {placed.summary()}", ""]
     return out
 
 
@@ -127,8 +131,19 @@ def _comparison_sections(sweep: SweepView, out: list[str]) -> None:
             out.append("")
 
 
+def _repro_lines(case: CaseView, p: PairVerdict) -> list[str]:
+    """``- repro <arm>: `<line>` `` for each arm of the entry that has one (the line that re-runs
+    the arm alone into a fresh folder: ``harness.launch.ranks.repro``)."""
+    out = []
+    for name in p.arms:
+        arm = case.arms.get(name)
+        if arm and arm.outcome and arm.outcome.repro:
+            out.append(case.mark(f"- repro {name}: `{arm.outcome.repro}`"))
+    return out
+
+
 def _failures_and_errors(sweep: SweepView, out: list[str]) -> None:
-    """Failed checks, then errors with the arms' repro commands (parked cases left out)."""
+    """Failed checks and errors, each with its arms' repro lines (parked cases left out)."""
     failures = [(c, p) for c, p in sweep.rows if p.status == "fail" and c.parked is None]
     errors = [(c, p) for c, p in sweep.rows if p.status == "error" and c.parked is None]
     if failures:
@@ -138,16 +153,14 @@ def _failures_and_errors(sweep: SweepView, out: list[str]) -> None:
             out += [case.mark(f"- {_line(check_line(c))}") for c in p.failed_checks]
             if p.error:
                 out.append(case.mark(f"- also: {_line(p.error)}"))
+            out += _repro_lines(case, p)
             out.append("")
     if errors:
         out += ["## Errors", ""] if out[-1] == "" else ["", "## Errors", ""]
         for case, p in errors:
             out.append(f"### {case.title} / {p.pair}")
             out.append(case.mark(f"- {_line(p.error or 'error')}"))
-            for name in p.arms:
-                arm = case.arms.get(name)
-                if arm and arm.outcome and arm.outcome.repro:
-                    out.append(case.mark(f"- repro {name}: `{arm.outcome.repro}`"))
+            out += _repro_lines(case, p)
             out.append("")
 
 

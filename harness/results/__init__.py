@@ -41,6 +41,7 @@ from .inherited_env import (
     read_arm_env,
     replayable,
     write_arm_env,
+    read_arm_set_env,
 )
 from .typed import read_json_record, read_typed, record_json, write_json_record
 from .manifest import (
@@ -95,5 +96,5 @@ __all__ = [
     "file_mode", "list_arm_dirs", "parse_step_line", "rank_file", "rank_files", "read_json",
     "read_json_record", "read_noting", "read_typed", "record_json", "read_outcome", "read_rank_file", "read_steps", "write_bytes_atomic",
     "write_json_atomic", "write_json_record", "write_outcome", "write_text_atomic",
-    "ARM_ENV_FILE", "differences", "inherited", "read_arm_env", "replayable", "write_arm_env",
+    "ARM_ENV_FILE", "differences", "inherited", "read_arm_env", "read_arm_set_env", "replayable", "write_arm_env",
 ]

@@ -23,7 +23,9 @@ _GIT_TIMEOUT_S = 10
 class CodeVersion(BaseModel):
     """One repository a sweep ran: its top folder, its ``HEAD`` commit (None: not a git
     repository, or no git), whether tracked files differed from it (``dirty``), and the cases that
-    ran its code."""
+    ran its code; ``position``: the commit's place in the first-parent history (how many commits
+    ``git rev-list --first-parent`` counts up to it, itself included; None: unknown), what orders
+    a series of the history."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -31,6 +33,7 @@ class CodeVersion(BaseModel):
     commit: Optional[str] = None
     dirty: bool = False
     cases: tuple[str, ...] = ()
+    position: Optional[int] = None
 
 
 def _git(folder: Path, *args: str) -> Optional[str]:
@@ -50,7 +53,9 @@ def code_version(folder: Path, cases: tuple[str, ...] = ()) -> CodeVersion:
         return CodeVersion(repo=str(Path(folder).resolve()), cases=cases)
     commit = _git(Path(top), "rev-parse", "HEAD")
     status = _git(Path(top), "status", "--porcelain", "--untracked-files=no")
-    return CodeVersion(repo=top, commit=commit, dirty=bool(status), cases=cases)
+    count = _git(Path(top), "rev-list", "--count", "--first-parent", "HEAD") if commit else None
+    return CodeVersion(repo=top, commit=commit, dirty=bool(status), cases=cases,
+                       position=int(count) if count and count.isdigit() else None)
 
 
 def code_versions(folders: Mapping[str, Path]) -> tuple[CodeVersion, ...]:

@@ -108,12 +108,23 @@ def write_arm_env(arm_dir: Path, inherited_env: Mapping[str, str], set_env: Mapp
                       ArmEnv(dict(inherited_env), dict(sorted(set_env.items()))))
 
 
+def _arm_env(arm_dir: Path) -> Optional[ArmEnv]:
+    try:
+        return read_json_record(Path(arm_dir) / ARM_ENV_FILE, ArmEnv, "inherited environment",
+                                nonfinite=False)
+    except ResultsError:
+        return None
+
+
+def read_arm_set_env(arm_dir: Path) -> Optional[dict[str, str]]:
+    """What the case and the harness set on top for an arm (``ArmEnv.set``; None: it recorded
+    none, or it is unreadable)."""
+    env = _arm_env(arm_dir)
+    return dict(env.set) if env is not None else None
+
+
 def read_arm_env(arm_dir: Path) -> Optional[dict[str, str]]:
     """The inherited environment an arm recorded (None: it recorded none, or it is unreadable:
     the gate's hint about it is left out, nothing else depends on it)."""
-    try:
-        env = read_json_record(Path(arm_dir) / ARM_ENV_FILE, ArmEnv, "inherited environment",
-                               nonfinite=False)
-    except ResultsError:
-        return None
+    env = _arm_env(arm_dir)
     return dict(env.inherited) if env is not None else None

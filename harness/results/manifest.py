@@ -67,6 +67,9 @@ class SweepStart(_Frozen):
     # The code under test (``harness.results.code``): per repository its commit and local changes;
     # () in a manifest written before it was recorded.
     code: tuple[CodeVersion, ...] = ()
+    # The series the sweep belongs to in the history, as asked (``--label``, or bisect's own);
+    # None: none asked (docs/history.md, "Labels").
+    label: Optional[str] = None
 
 
 class Manifest(_Frozen):

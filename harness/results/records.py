@@ -41,11 +41,15 @@ class MemoryProbe:
 
     __pydantic_config__ = _FORBID
 
-    device_used_bytes: Int  # whole device (NVML / cudaMemGetInfo: total - free), every process
+    device_used_bytes: Int  # whole device (cudaMemGetInfo: total - free) less others_bytes
     device_total_bytes: Int
     allocated_bytes: Int  # this process's caching allocator: allocated (= active after the step)
     active_bytes: Int
     reserved_bytes: Int
+    # NVML's usage of the other processes on the device at the probe, subtracted from
+    # device_used_bytes (the figure this process would have had alone: arms sharing one GPU,
+    # harness.metrics.device_memory); None where NVML was not read (nothing subtracted)
+    others_bytes: Optional[Int] = None
 
 
 @dataclass(frozen=True)
@@ -154,7 +158,8 @@ class OracleStep:
     beside the one-rank arm: ``harness.workload.oracle``) gave on one step: its LM loss, aux loss
     (our definition, from its router) and grad norm, and the largest relative differences from
     ours of the logits (before the step), the gradients (after clipping) and the parameters
-    (after the optimizer step); ``unavailable`` says why the oracle did not run (the rest None)."""
+    (after the optimizer step), and the learning rate its scheduler gave the step;
+    ``unavailable`` says why the oracle did not run (the rest None)."""
 
     __pydantic_config__ = _FORBID
 
@@ -164,6 +169,7 @@ class OracleStep:
     logits_rel: Optional[Float] = None
     grads_rel: Optional[Float] = None
     params_rel: Optional[Float] = None
+    lr: Optional[Float] = None
     unavailable: Optional[Str] = None
 
 
@@ -246,7 +252,13 @@ class StepRecord:
     microbatches: Optional[Int] = None
     cp_sizes: tuple[Int, ...] = ()
     lr: Optional[Float] = None
+    # The L2 norm of the rank's replica of the weights (Megatron's ``params norm``): the same on
+    # every rank that holds the same weights (``ranks_agree``: a data-parallel replica that drifts).
+    params_norm: Annotated[Optional[Float], OmitNone] = None
     step_time_s: Optional[Float] = None
+    # The rank process's CPU time (every thread) over the step: on a shared CPU host the figure
+    # neighbours move less than the wall-clock step_time_s (docs/history.md, the drift rule).
+    cpu_time_s: Annotated[Optional[Float], OmitNone] = None  # left out while unset (older records)
     device: Optional[Str] = None
     # The golden platform of the device (``cpu``, ``h200``, ``gb200``: ``golden.platform_key`` of
     # the CUDA device name), set by the rank process (``rank_main``) on every record it writes.

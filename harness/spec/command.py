@@ -27,7 +27,7 @@ from typing import Iterable, Mapping, Optional
 
 from harness.spec.names import FIXED_CP_KINDS, REPEAT_ROLE
 from harness.spec.problems import Loc, Problem
-from harness.spec.schema import BaseCase, CommandSpec, MetricsSource, RankStart
+from harness.spec.schema import BaseCase, CommandSpec, RankStart
 
 PLACEHOLDERS = ("arm_dir", "steps", "world_size", "seed", "case_dir", "nnodes", "nproc_per_node",
                 "fixed_cp", "master_addr", "master_port", "node_rank", "stop")
@@ -82,13 +82,6 @@ def arm_argv(command: CommandSpec, kind: str, repeat: bool, values: Mapping[str,
     placeholders filled."""
     return [fill(a, values) for a in list(command.argv) + role_args(command, kind, repeat)
             + leg_args(command, leg)]
-
-
-def checkpoint_named(command: CommandSpec) -> bool:
-    """Whether a ``-resumed`` arm of ``command`` can say which step its loaded checkpoint holds:
-    ``command.resume.iteration_file``, or records that carry it (``checkpoint_step``)."""
-    named = command.resume is not None and command.resume.iteration_file is not None
-    return named or command.metrics.source in (MetricsSource.JSONL, MetricsSource.RECORD)
 
 
 def built_in_only(field: str, why: str) -> Problem:

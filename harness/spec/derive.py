@@ -119,6 +119,9 @@ def derive_arm_case(case: Case, spec: ArmSpec) -> ArmCase:
     if spec.oracle:
         derived = derived.model_copy(update={
             "execution": derived.execution.model_copy(update={"oracle": True})})
+    if spec.repeat or spec.kind == REFERENCE:  # what must not matter, varied (Execution)
+        derived = derived.model_copy(update={
+            "execution": derived.execution.model_copy(update={"vary_processes": True})})
     return derived
 
 

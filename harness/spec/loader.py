@@ -165,26 +165,8 @@ def _build(variant: Variant, parsed: ParsedYaml, file: str, name: Optional[str])
         model = resolve_model(spec.model)
     except UnknownPresetError as exc:
         raise fail(Problem(("model", "preset"), str(exc))) from None
-    case = Case(
-        id=case_id(spec.name, variant.values),
-        name=spec.name,
-        source=file,
-        description=spec.description,
-        tags=tuple(spec.tags),
-        model=model,
-        parallel=spec.parallel,
-        train=spec.train,
-        data=spec.data,
-        compare=spec.compare,
-        graphs=spec.graphs,
-        shapes=spec.shapes,
-        resources=spec.resources,
-        expect=spec.expect,
-        emulate=spec.emulate,
-        command=spec.command,
-        memory_model=spec.memory_model,
-        matrix_values=variant.matrix_values,
-    )
+    case = Case.of_file(spec, id=case_id(spec.name, variant.values), source=file, model=model,
+                        matrix_values=variant.matrix_values)
     problems = preflight(case)
     if problems:
         raise _located(problems[0], parsed, file, case.id, problems[1:], variant)

@@ -26,6 +26,8 @@ from pydantic import (
     model_validator,
 )
 
+from pydantic_core import PydanticUndefined
+
 from harness.spec.layout import ParallelLayout
 # Upper bounds of sizes (le=): limits.py says why each is what it is.
 from harness.spec.limits import limit
@@ -83,6 +85,12 @@ class OptimizerName(Choice):
     ADAMW = "adamw"
 
 
+class LrDecay(Choice):
+    CONSTANT = "constant"
+    LINEAR = "linear"
+    COSINE = "cosine"
+
+
 class DType(Choice):
     FP32 = "fp32"
     BF16 = "bf16"
@@ -114,9 +122,10 @@ class DeviceKind(Choice):
 
 # --------------------------------------------------------------------------- command
 # The step-record fields a metrics source can fill (harness.metrics maps tags / log keys to them).
-METRIC_FIELDS = ("loss", "aux_loss", "grad_norm", "lr", "step_time_s", "tokens", "allocated_bytes",
-                 "reserved_bytes", "active_bytes", "max_allocated_bytes", "skipped", "nan")
-MetricField = Literal["loss", "aux_loss", "grad_norm", "lr", "step_time_s", "tokens",
+METRIC_FIELDS = ("loss", "aux_loss", "grad_norm", "lr", "params_norm", "step_time_s", "tokens",
+                 "allocated_bytes", "reserved_bytes", "active_bytes", "max_allocated_bytes",
+                 "skipped", "nan")
+MetricField = Literal["loss", "aux_loss", "grad_norm", "lr", "params_norm", "step_time_s", "tokens",
                       "allocated_bytes", "reserved_bytes", "active_bytes", "max_allocated_bytes",
                       "skipped", "nan"]
 # The arm roles a command case gives arguments for (``command.arms``): the arm kinds of
@@ -277,6 +286,20 @@ class OptimizerSpec(Strict):
     grad_clip: Optional[float] = Field(default=1.0, gt=0)
 
 
+class LrScheduleSpec(Strict):
+    """The learning rate over the steps, Megatron's ``OptimizerParamScheduler``: a linear warmup
+    from 0 over ``warmup_steps``, then ``decay`` from ``train.lr`` towards ``min_lr`` over the run
+    (``lr_decay_iters`` = ``train.steps``). Step s (1-based) runs at the rate of the s - 1 steps
+    before it, so the first step of a warmup runs at 0 (docs/case-files.md gives the formula)."""
+
+    # Megatron's lr_warmup_iters; 0: no warmup.
+    warmup_steps: int = Field(default=0, ge=0)
+    # Megatron's lr_decay_style after the warmup.
+    decay: LrDecay = LrDecay.CONSTANT
+    # Megatron's min_lr: where the decay ends.
+    min_lr: float = Field(default=0.0, ge=0)
+
+
 class TrainSpec(Strict):
     steps: int = Field(ge=1, le=limit("train.steps"))
     # Sequences per optimizer step (the whole DP x CP world together).
@@ -306,6 +329,27 @@ class TrainSpec(Strict):
     # allocated/active and reserved memory (the figures of dcp_vs_fixed_cp); None: the last step.
     memory_probe_step: Optional[int] = Field(default=None, ge=1)
     optimizer: OptimizerSpec = OptimizerSpec()
+    lr_schedule: LrScheduleSpec = LrScheduleSpec()
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: Any, info: SerializationInfo) -> Any:
+        """A constant rate (the default) is left out: the case files, plans and case hashes
+        written before the schedule existed stay as they were."""
+        out = handler(self)
+        if self.lr_schedule == LrScheduleSpec():
+            out.pop("lr_schedule", None)
+        return out
+
+    @model_validator(mode="after")
+    def _schedule_fits(self) -> "TrainSpec":
+        sched = self.lr_schedule
+        if sched.warmup_steps > self.steps:
+            raise ValueError(f"lr_schedule.warmup_steps ({sched.warmup_steps}) is more than "
+                             f"train.steps ({self.steps})")
+        if sched.decay is not LrDecay.CONSTANT and not sched.min_lr < self.lr:
+            raise ValueError(f"lr_schedule.min_lr ({sched.min_lr:g}) must be below train.lr "
+                             f"({self.lr:g}) for a {sched.decay.value} decay")
+        return self
 
 
 class LengthSpec(Strict):
@@ -411,6 +455,19 @@ class Execution(Strict):
     interrupt_after: Optional[int] = Field(default=None, ge=1)
     # The one-rank arm trained beside Hugging Face's Qwen3-MoE (``compare.oracle``).
     oracle: bool = False
+    # Its processes start otherwise than the first run's in everything the numbers must not
+    # depend on (``harness.launch.ranks.variation``: hash seed, rank start order, working and
+    # temporary folders, the environment's order, a cold start): the repeat arm of
+    # ``compare.repeat`` and the one-rank reference arm.
+    vary_processes: bool = False
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: Any, info: SerializationInfo) -> Any:
+        """``vary_processes`` is left out while false: plans written before it stay as they were."""
+        out = handler(self)
+        if not self.vary_processes:
+            out.pop("vary_processes", None)
+        return out
 
 
 # --------------------------------------------------------------------------- resources
@@ -486,17 +543,22 @@ class MemoryModelSpec(Strict):
 
 
 # --------------------------------------------------------------------------- file / case
-class CaseFile(Strict):
-    """One YAML file as written by a user (before matrix expansion and preset resolution)."""
+def _unset(value: Any) -> bool:
+    """``exclude_if`` of a section added after case hashes were first stored (``command``,
+    ``memory_model``; every section added later takes it too): left out of ``case.json`` and
+    ``plan.json`` while unset, so the hash of a case without it is what it was."""
+    return value is None
 
-    name: str = Field(pattern=NAME_PATTERN)
-    description: Optional[str] = None
-    tags: list[str] = []
-    model: ModelSpec = ModelSpec()
+
+class CaseSections(Strict):
+    """The sections a case file and a case hold alike, each declared once here: :class:`CaseFile`
+    reads them from YAML, the loader copies them into :class:`Case` (``Case.of_file``), and
+    ``case.json`` / ``plan.json`` write them as declared. ``model`` (as written, resolved in a
+    case) and ``compare`` (the user's pairs, no arm case's) are declared where they differ."""
+
     parallel: ParallelSpec = ParallelSpec()
     train: TrainSpec
     data: DataSpec = DataSpec()
-    compare: CompareSpec = Field(default_factory=CompareSpec)
     graphs: Optional[GraphSpec] = None
     shapes: Optional[ShapesSpec] = None
     resources: ResourcesSpec = ResourcesSpec()
@@ -506,26 +568,31 @@ class CaseFile(Strict):
     # Emulated ranks of the case's layout (``EmulateSpec``); None: a real run.
     emulate: Optional[EmulateSpec] = None
     # A training command run in place of the built-in workload (``CommandSpec``).
-    command: Optional[CommandSpec] = None
+    command: Optional[CommandSpec] = Field(default=None, exclude_if=_unset)
     # A bound on the memory plan against what CUDA ranks measure (``MemoryModelSpec``).
-    memory_model: Optional[MemoryModelSpec] = None
+    memory_model: Optional[MemoryModelSpec] = Field(default=None, exclude_if=_unset)
+
+
+class _FileHead(Strict):
+    """What a case file says before its sections (declared first, so errors list it first)."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    description: Optional[str] = None
+    tags: list[str] = []
+    model: ModelSpec = ModelSpec()
+
+
+class CaseFile(CaseSections, _FileHead):
+    """One YAML file as written by a user (before matrix expansion and preset resolution): its
+    head, the sections (:class:`CaseSections`), its pairs and its matrix."""
+
+    compare: CompareSpec = Field(default_factory=CompareSpec)
     # Dotted field path -> list of values; the cartesian product gives one case each.
     matrix: Optional[dict[str, list]] = None
 
 
-def _without_no_command(data: Any) -> Any:
-    """A built-in case is dumped without ``command`` (its ``case.json`` and hash as before), and
-    a case without ``memory_model`` without it too."""
-    for key in ("command", "memory_model"):
-        if isinstance(data, dict) and key in data and data[key] is None:
-            del data[key]
-    return data
-
-
-class BaseCase(Strict):
-    """What a case and an arm's case share: matrix expanded, preset resolved, preflight passed.
-    The user's case is :class:`Case` (its ``compare:`` section); an arm's case is
-    :class:`ArmCase` (its arm and how it runs), derived by ``harness.spec.derive``."""
+class _CaseHead(Strict):
+    """What a case adds to a file's head: its id and the file it came from; its model resolved."""
 
     id: str = Field(pattern=NAME_PATTERN)
     name: str
@@ -533,23 +600,16 @@ class BaseCase(Strict):
     description: Optional[str] = None
     tags: tuple[str, ...] = ()
     model: ResolvedModel
-    parallel: ParallelSpec
-    train: TrainSpec
-    data: DataSpec
-    graphs: Optional[GraphSpec] = None
-    shapes: Optional[ShapesSpec] = None
-    resources: ResourcesSpec
-    expect: Optional[Expectation] = None
-    # Emulated ranks (each alone on one device, loopback communication); None: a real run.
-    emulate: Optional[EmulateSpec] = None
-    command: Optional[CommandSpec] = None  # a training command instead of the built-in workload
-    memory_model: Optional[MemoryModelSpec] = None  # predicted vs measured memory bound
+
+
+class BaseCase(CaseSections, _CaseHead):
+    """What a case and an arm's case share: matrix expanded, preset resolved, preflight passed.
+    The user's case is :class:`Case` (its ``compare:`` section); an arm's case is
+    :class:`ArmCase` (its arm and how it runs), derived by ``harness.spec.derive``. Dumped
+    (``case.json``, ``plan.json``) in the order its fields are declared."""
+
     # The matrix values that produced this case (dotted path -> value), for ids and reports.
     matrix_values: dict[str, object] = {}
-
-    @model_serializer(mode="wrap")
-    def _serialize(self, handler: Any, info: SerializationInfo) -> Any:
-        return _without_no_command(handler(self))
 
     @property
     def static_scope(self) -> Optional[GraphScope]:
@@ -584,39 +644,39 @@ class BaseCase(Strict):
         return ParallelLayout.of(self)
 
 
-# ``case.json`` keeps the keys in this order, and an arm case's two keys, ``arm`` null and the
-# default ``execution``: the case hashes of earlier sweeps and golden folders hold (a user's case
-# has neither field; ``Case`` drops the two when it reads such a file back).
-_CASE_JSON_ORDER = ("id", "name", "source", "description", "tags", "model", "parallel", "train",
-                    "data", "compare", "graphs", "shapes", "resources", "expect", "emulate",
-                    "command", "matrix_values", "arm", "execution")
-
-
 class Case(BaseCase):
     """The user's case: one matrix point of a case file, with its ``compare:`` section (the pairs
-    its arms form belong to it, never to an arm's case)."""
+    its arms form belong to it, never to an arm's case). ``case.json`` holds it with an arm case's
+    own fields unset (``arm: null``, the default ``execution``), as it always has: the case hashes
+    of earlier sweeps and golden folders hold; read back, they are dropped again."""
 
     compare: CompareSpec = Field(default_factory=CompareSpec)
+
+    @classmethod
+    def of_file(cls, spec: CaseFile, *, id: str, source: str, model: ResolvedModel,
+                matrix_values: dict[str, object]) -> "Case":
+        """The case of one matrix point of ``spec``: every field the file and the case share
+        (the sections, ``compare``, the head) copied by name, the rest given."""
+        shared = {name: getattr(spec, name) for name in CaseFile.model_fields if name != "matrix"}
+        return cls(**{**shared, "id": id, "source": source, "model": model,
+                      "matrix_values": matrix_values})
 
     @model_validator(mode="before")
     @classmethod
     def _drop_arm_keys(cls, data: Any) -> Any:
-        """``case.json``'s ``arm: null`` and default ``execution`` (see ``_CASE_JSON_ORDER``)."""
-        if isinstance(data, dict) and ("arm" in data or "execution" in data):
-            data = dict(data)
-            if data.get("arm", 0) is None:
-                del data["arm"]
-            if "execution" in data and Execution.model_validate(data["execution"]) == Execution():
-                del data["execution"]
-        return data
+        """``case.json``'s arm-case fields, unset (see the class doc)."""
+        if not isinstance(data, dict):
+            return data
+        arm = _arm_own_fields()
+        return {k: v for k, v in data.items() if k not in arm or not _is_unset(arm[k], v)}
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: Any, info: SerializationInfo) -> Any:
-        data = _without_no_command(handler(self))
+        data = handler(self)
         if not isinstance(data, dict):
             return data
-        data = {**data, "arm": None, "execution": Execution().model_dump(mode=info.mode)}
-        return {k: data[k] for k in _CASE_JSON_ORDER if k in data}
+        return {**data, **{name: _unset_value(field, info.mode)
+                           for name, field in _arm_own_fields().items()}}
 
 
 class ArmCase(BaseCase):
@@ -625,3 +685,27 @@ class ArmCase(BaseCase):
 
     arm: str = Field(min_length=1)  # the arm's configuration name (``harness.spec.derive.ArmSpec.base``)
     execution: Execution = Execution()
+
+
+def _arm_own_fields() -> dict[str, Any]:
+    """The fields an arm case has and the user's case has not (``arm``, ``execution``)."""
+    return {n: f for n, f in ArmCase.model_fields.items() if n not in BaseCase.model_fields}
+
+
+def _unset_value(field: Any, mode: str) -> Any:
+    """What ``case.json`` writes for an arm case's field a user's case leaves unset: its default
+    (None where it has none)."""
+    default = field.get_default(call_default_factory=True)
+    if isinstance(default, BaseModel):
+        return default.model_dump(mode=mode)
+    return None if default is PydanticUndefined else default
+
+
+def _is_unset(field: Any, value: Any) -> bool:
+    """Whether ``value`` (as ``case.json`` holds it) is an arm case's field left unset."""
+    default = field.get_default(call_default_factory=True)
+    if value is None:
+        return True
+    if isinstance(default, BaseModel):
+        return type(default).model_validate(value) == default
+    return default is not PydanticUndefined and value == default

@@ -16,6 +16,11 @@ tokens divided by their count, as ours. Where the mapping cannot be exact:
   (Megatron's, per microbatch: ``E / (T^2 k) sum_e P_e n_e``, weighted by ``T / N``, averaged
   over layers) from the HF router's own logits (captured from each ``mlp.gate``) and trains with
   it, so the gradients compare; the aux check compares that definition, not HF's number;
+* the optimizer's parameter groups and the learning rate: transformers' own rules, not ours.
+  Which parameters decay is ``Trainer.get_decay_parameter_names`` (no biases, no norms); the
+  schedule is ``transformers.optimization``'s warmup-then-constant / polynomial (power 1: linear)
+  / cosine-with-min-lr schedule for the case's ``train.lr_schedule``, stepped after each optimizer
+  step (Megatron's formula in other code: step s runs at the rate after s - 1 steps);
 * rounding: HF runs each sequence as a batch of one, fused ``gate_up_proj`` expert GEMMs and its
   own attention and RoPE kernels, so the two sides agree to rounding, not bitwise (the bounds of
   ``compare.oracle`` are measured: bench/RESULTS.md).
@@ -29,6 +34,7 @@ record (``OracleStep.unavailable``): the pair is then skipped (kind ``needs-pack
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 from typing import Any, Callable, Optional
@@ -37,7 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.results import OracleStep, StepRecord
-from harness.spec.schema import Case, OptimizerName, ResolvedModel
+from harness.spec.schema import Case, LrDecay, OptimizerName, ResolvedModel
 from harness.workload.batch import local_batch
 from harness.workload.data import Table, sequence_tokens, successor_table
 from harness.workload.model import ModelChunk
@@ -157,15 +163,15 @@ def _our_logits(chunk: ModelChunk, inputs: Callable[[int], Any], count: int) -> 
 
 
 def oracle_step(case: Case, plan: StepPlan, table: Table, chunk: ModelChunk, hf: Any,
-                opt: torch.optim.Optimizer, ours_logits: list[torch.Tensor],
-                device: torch.device) -> tuple[float, float, float, float]:
+                opt: "HfOptimizer", ours_logits: list[torch.Tensor],
+                device: torch.device) -> tuple[float, float, float, float, float]:
     """One training step of the HF model on ``plan``'s sequences; returns (loss, aux loss, grad
-    norm, logits max rel difference from ours)."""
+    norm, logits max rel difference from ours, the step's learning rate)."""
     m, t = case.model, case.train
     n_step = plan.total_tokens
     e, k = m.experts, m.experts_per_token
     routers = _Routers(hf)
-    opt.zero_grad(set_to_none=True)
+    opt.optimizer.zero_grad(set_to_none=True)
     loss_total = torch.zeros((), dtype=torch.float64, device=device)
     aux_total = 0.0
     logit_diff, logit_ref = 0.0, 0.0
@@ -209,16 +215,46 @@ def oracle_step(case: Case, plan: StepPlan, table: Table, chunk: ModelChunk, hf:
     clip = t.optimizer.grad_clip
     norm = float(torch.nn.utils.clip_grad_norm_(hf.parameters(), clip if clip is not None
                                                 else math.inf))
+    (lr,) = set(opt.scheduler.get_last_lr())
     if math.isfinite(norm):
-        opt.step()
-    return float(loss_total), aux_total, norm, (logit_diff / logit_ref if logit_ref else logit_diff)
+        opt.optimizer.step()
+    opt.scheduler.step()
+    return (float(loss_total), aux_total, norm,
+            (logit_diff / logit_ref if logit_ref else logit_diff), float(lr))
 
 
-def hf_optimizer(hf: Any, case: Case) -> torch.optim.Optimizer:
-    o = case.train.optimizer
+@dataclasses.dataclass(frozen=True)
+class HfOptimizer:
+    """The oracle's optimizer and its learning-rate scheduler (transformers' own)."""
+
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+
+
+def hf_optimizer(hf: Any, case: Case) -> HfOptimizer:
+    """``torch.optim.AdamW`` (or ``Adam``) over the HF model in the two groups transformers'
+    ``Trainer`` makes (``get_decay_parameter_names``: no bias, no norm decays), and the schedule
+    ``transformers.optimization`` gives the case's ``train.lr_schedule``."""
+    from transformers import optimization as hf_opt
+    from transformers.trainer import Trainer
+
+    t = case.train
+    o, sched = t.optimizer, t.lr_schedule
+    decay = set(Trainer.get_decay_parameter_names(None, hf))  # uses no Trainer state
+    named = list(hf.named_parameters())
+    groups = [{"params": [p for n, p in named if n in decay], "weight_decay": o.weight_decay},
+              {"params": [p for n, p in named if n not in decay], "weight_decay": 0.0}]
     cls = torch.optim.AdamW if o.name is OptimizerName.ADAMW else torch.optim.Adam
-    return cls(hf.parameters(), lr=case.train.lr, betas=(o.beta1, o.beta2), eps=o.eps,
-               weight_decay=o.weight_decay)
+    opt = cls([g for g in groups if g["params"]], lr=t.lr, betas=(o.beta1, o.beta2), eps=o.eps)
+    if sched.decay is LrDecay.COSINE:
+        scheduler = hf_opt.get_cosine_with_min_lr_schedule_with_warmup(
+            opt, sched.warmup_steps, t.steps, min_lr=sched.min_lr)
+    elif sched.decay is LrDecay.LINEAR:
+        scheduler = hf_opt.get_polynomial_decay_schedule_with_warmup(
+            opt, sched.warmup_steps, t.steps, lr_end=sched.min_lr, power=1.0)
+    else:
+        scheduler = hf_opt.get_constant_schedule_with_warmup(opt, sched.warmup_steps)
+    return HfOptimizer(opt, scheduler)
 
 
 def train_oracle(case: Case, ctx: RankContext, on_step: Callable[[StepRecord], None],
@@ -227,8 +263,6 @@ def train_oracle(case: Case, ctx: RankContext, on_step: Callable[[StepRecord], N
                  ) -> None:
     """Train steps ``start + 1 .. last`` of the one-rank arm with ``step_fn`` (our step) beside
     the HF oracle, recording each step with its :class:`OracleStep` (module doc)."""
-    import dataclasses
-
     missing = available()
     table = successor_table(case.train.seed, case.model.vocab).tolist()
     (chunk,) = setup.chunks
@@ -248,7 +282,7 @@ def train_oracle(case: Case, ctx: RankContext, on_step: Callable[[StepRecord], N
         if hf is None:
             on_step(dataclasses.replace(record, oracle=OracleStep(unavailable=missing)))
             continue
-        loss, aux, norm, logits_rel = oracle_step(case, plan, table, chunk, hf, opt_hf,
+        loss, aux, norm, logits_rel, lr = oracle_step(case, plan, table, chunk, hf, opt_hf,
                                                   ours_logits, device)
         mapped = pairs(chunk, hf)
         grads = _worst_rel([(ours.grad if ours.grad is not None else torch.zeros_like(ours),
@@ -257,4 +291,4 @@ def train_oracle(case: Case, ctx: RankContext, on_step: Callable[[StepRecord], N
         params = _worst_rel([(ours.detach(), theirs().detach()) for _, ours, theirs in mapped])
         on_step(dataclasses.replace(record, oracle=OracleStep(
             loss=loss, aux_loss=aux, grad_norm=norm, logits_rel=logits_rel, grads_rel=grads,
-            params_rel=params)))
+            params_rel=params, lr=lr)))

@@ -33,7 +33,8 @@ from harness.workload.model import (
     is_expert_param,
 )
 from harness.workload.moe import MoEContext, moe_scalars
-from harness.workload.optim import all_reduce_grads, clip_grads_, global_grad_norm, make_optimizer
+from harness.workload.optim import (all_reduce_grads, clip_grads_, global_grad_norm, make_optimizer,
+                                    scheduled_lr, set_lr)
 from harness.workload.packing import StepPlan, plan_step
 from harness.workload.pipeline import MicrobatchInput, StepTotals, run_step
 from harness.workload.state_digest import optimizer_digest, restore_rng, rng_digest, rng_state
@@ -181,20 +182,14 @@ def _capture(case: Case, s: _Setup) -> LayerGraphs:
 
 
 def _probe(device: torch.device) -> Optional[MemoryProbe]:
-    """Memory after emptying the allocator cache (the dcp_vs_fixed_cp figures; CUDA only)."""
+    """Memory after emptying the allocator cache (the dcp_vs_fixed_cp figures; CUDA only): the
+    record API's probe (``harness.metrics.memory_probe``: the whole device as this process alone
+    would leave it)."""
     if device.type != "cuda":
         return None
-    torch.cuda.synchronize(device)
-    torch.cuda.empty_cache()
-    free, total = torch.cuda.mem_get_info(device)
-    st = torch.cuda.memory_stats(device)
-    return MemoryProbe(
-        device_used_bytes=int(total - free),
-        device_total_bytes=int(total),
-        allocated_bytes=int(st.get("allocated_bytes.all.current", 0)),
-        active_bytes=int(st.get("active_bytes.all.current", 0)),
-        reserved_bytes=int(st.get("reserved_bytes.all.current", 0)),
-    )
+    from harness.metrics.recorder import memory_probe
+
+    return memory_probe(device)
 
 
 def _memory(device: torch.device) -> dict[str, Optional[int]]:
@@ -238,10 +233,10 @@ def _restore(s: _Setup, opt: torch.optim.Optimizer, state: dict[str, Any], case:
 
 
 def _reduce_and_update(case: Case, s: _Setup, opt: torch.optim.Optimizer,
-                       totals: StepTotals) -> tuple[float, float, float, bool]:
+                       totals: StepTotals, lr: float) -> tuple[float, float, float, bool]:
     """After the microbatches: gradients reduced, the global grad norm, the loss and aux loss
-    summed over the world, and the optimizer step (clipped; skipped when the norm is not
-    finite). Returns (loss, aux loss, grad norm, skipped)."""
+    summed over the world, and the optimizer step at ``lr`` (clipped; skipped when the norm is
+    not finite). Returns (loss, aux loss, grad norm, skipped)."""
     train, pool_rank = case.train, s.groups.pool_rank
     all_reduce_grads(s.dense, s.groups.pool)
     all_reduce_grads(s.expert, s.groups.expert_dp)
@@ -260,6 +255,7 @@ def _reduce_and_update(case: Case, s: _Setup, opt: torch.optim.Optimizer,
         clip = train.optimizer.grad_clip
         if clip is not None:
             clip_grads_(s.dense + s.expert, norm, clip)
+        set_lr(opt, lr)
         opt.step()
     return loss, aux, norm, skipped
 
@@ -272,7 +268,7 @@ def _train_step(case: Case, ctx: RankContext, s: _Setup, opt: torch.optim.Optimi
     stepped) and its record."""
     if s.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(s.device)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     plan = plan_step(case, step)
     if slot.graphs is not None:
         slot.graphs.check_step(len(plan.microbatches))
@@ -290,11 +286,12 @@ def _train_step(case: Case, ctx: RankContext, s: _Setup, opt: torch.optim.Optimi
         autocast,
         s.device,
     )
-    loss, aux, norm, skipped = _reduce_and_update(case, s, opt, totals)
+    lr = scheduled_lr(case.train, step)
+    loss, aux, norm, skipped = _reduce_and_update(case, s, opt, totals, lr)
     finite = math.isfinite(loss) and math.isfinite(norm)
     if s.device.type == "cuda":
         torch.cuda.synchronize(s.device)
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     return StepRecord(
         step=step,
         loss=loss,
@@ -306,8 +303,9 @@ def _train_step(case: Case, ctx: RankContext, s: _Setup, opt: torch.optim.Optimi
         microbatches=len(plan.microbatches),
         cp_sizes=tuple(mb.group_of(s.groups.pool_rank).size for mb in plan.microbatches),
         attention_work=tuple(works[m] for m in sorted(works)),
-        lr=case.train.lr,
+        lr=lr,
         step_time_s=elapsed,
+        cpu_time_s=cpu,
         device=ctx.device,
         graphed=slot.graphs is not None,
         memory_probe=_probe(s.device) if memory_probe else None,

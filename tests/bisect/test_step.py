@@ -11,7 +11,7 @@ import pytest
 from harness.bisect.search import Verdict
 from harness.bisect.state import Mode
 from harness.bisect.step import failing_checks, judge
-from harness.bisect.target import Target, copy_command_cases
+from harness.bisect.target import Target, copy_command_cases, step_command
 from harness.spec.loader import load_case_file
 
 
@@ -85,5 +85,15 @@ def test_a_slurm_step_submitted_before_an_interruption_is_collected_not_resubmit
         "submit", "c.yaml", "--profile", "local", "--out", str(sweep), "--wait", "-k", "toy"]
     assert step_command(target, ["c.yaml"], sweep, "local", collect=True)[3:] == [
         "collect", str(sweep), "--wait"]
-    assert step_command(target, ["c.yaml"], sweep, None, collect=False)[3:] == [
-        "run", "c.yaml", "--out", str(sweep), "-k", "toy"]
+
+
+def test_a_command_step_leaves_the_users_results_latest(tmp_path: Path) -> None:
+    """A command case's step runs this harness in the user's directory: `--no-latest` keeps
+    `results/latest` on the user's own sweep. A built-in step runs its commit's own harness (which
+    may not know the flag) in its worktree, where a `results/latest` harms no one."""
+    sweep = tmp_path / "sweep"
+    for mode, keep in ((Mode.COMMAND, True), (Mode.BUILTIN, False)):
+        argv = step_command(Target(mode, tmp_path, (tmp_path / "c.yaml",), "x"), ["c.yaml"], sweep,
+                            None, collect=False)
+        assert argv[argv.index("run"):] == ["run", "c.yaml", "--out", str(sweep),
+                                            *(["--no-latest"] if keep else []), "-k", "x"]

@@ -77,3 +77,8 @@ def test_plan_json_into_a_closed_pipe_ends_quietly() -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_run_gpu_jobs_below_one_is_refused_naming_the_flag(capsys) -> None:
+    assert main(["run", "cases/focused", "--gpu-jobs", "0", "--out", "/nonexistent/x"]) == 2
+    assert "--gpu-jobs must be at least 1 (1: one arm after another), got 0" in capsys.readouterr().err

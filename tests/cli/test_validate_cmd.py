@@ -102,3 +102,21 @@ command:
     out = capsys.readouterr().out
     assert ("warning: tb: command.metrics.source tensorboard, but reading TensorBoard event "
             "files needs the tensorboard package: pip install 'dcp-harness[tensorboard]'") in out
+
+
+def test_says_per_command_case_what_its_source_cannot_feed(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Megatron's log lines: no capture statistics, no memory probe, one writer (no rank's own
+    values), memory a series only with --log-memory-interval; the record API's case: nothing
+    said (its source feeds every check of its pairs)."""
+    cases = Path(__file__).resolve().parents[2] / "cases" / "command"
+    assert _run([str(cases / "trainer-megatron-log.yaml"),
+                 str(cases / "builtin-workload.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "command-trainer-log: what command.metrics.source megatron_log cannot feed" in out
+    assert ("n/a graph_vs_eager / capture, graph_vs_eager / graph_pool_bytes, graph_vs_eager / "
+            "variants_replayed: the command's metrics (command.metrics.source megatron_log) carry "
+            "no CUDA-graph capture statistics") in out
+    assert "n/a <arm>.ranks_agree: one series for every rank, written by the last rank" in out
+    assert "memory: memory at the first two iterations unless --log-memory-interval N" in out
+    assert "command-builtin-workload: what" not in out

@@ -209,6 +209,7 @@ def golden_gpu() -> Scenario:
 AFTER = 2  # the resume pair's stop
 
 
+LR = 3e-3
 ORACLE = OracleStep(loss=LOSS[0], aux_loss=AUX[0], grad_norm=GRAD[0], logits_rel=1e-6,
                     grads_rel=3e-6, params_rel=3e-6)
 
@@ -216,9 +217,10 @@ ORACLE = OracleStep(loss=LOSS[0], aux_loss=AUX[0], grad_norm=GRAD[0], logits_rel
 def oracle() -> Scenario:
     """The oracle arm whose every step the oracle matched to rounding."""
     def steps(s: int) -> dict[str, Any]:
-        return {"oracle": OracleStep(loss=LOSS[s - 1] * (1 + 5e-8), aux_loss=AUX[s - 1],
-                                     grad_norm=GRAD[s - 1], logits_rel=1e-6, grads_rel=3e-6,
-                                     params_rel=3e-6)}
+        lr = LR * min(s, 2) / 2  # a warmup over two steps
+        return {"lr": lr, "oracle": OracleStep(loss=LOSS[s - 1] * (1 + 5e-8), aux_loss=AUX[s - 1],
+                                               grad_norm=GRAD[s - 1], logits_rel=1e-6,
+                                               grads_rel=3e-6, params_rel=3e-6, lr=lr)}
     return (Pair("oracle", "oracle", ("oracle",), {}),
             {"oracle": arm(1, **{f"s{s}": steps(s) for s in range(1, STEPS + 1)})})
 
@@ -230,9 +232,10 @@ def resume() -> Scenario:
     """A graph arm stopped after step 2 and resumed from that step's checkpoint (it captured
     again on step 3) against the same arm run straight through."""
     resumed = {"resumed_from": AFTER, "checkpoint_step": AFTER}
-    straight = graph_arm()
-    again = graph_arm(s2={"stop_state": STATE}, s3={**resumed, "graph_stats": STATS,
-                                                     "loaded_state": STATE}, s4=resumed)
+    lr = {"lr": 3.0e-3}
+    straight = graph_arm(every=lr)
+    again = graph_arm(every=lr, s2={"stop_state": STATE}, s3={**resumed, "graph_stats": STATS,
+                                                               "loaded_state": STATE}, s4=resumed)
     return Pair("resume", "resume", ("graph-resumed", "graph"), {"after": AFTER}), \
         {"graph-resumed": again, "graph": straight}
 

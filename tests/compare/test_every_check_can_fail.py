@@ -32,9 +32,10 @@ CLEAN: dict[str, Make] = {
     "oracle": sc.oracle,
 }
 # Values each contract reports without a bound (figures, never checks).
-STEP_MEMORY_FIGURES = {"allocated_delta_pct", "max_allocated_delta_pct"}  # bounded as declared
+# bounded as declared (graph_vs_eager's are bounded by default)
+STEP_MEMORY_FIGURES = {"allocated_delta_pct", "max_allocated_delta_pct"}
 FIGURES: dict[str, set[str]] = {
-    "graph_vs_eager": {"capture", "graph_pool_bytes", "device_delta_pct", *STEP_MEMORY_FIGURES},
+    "graph_vs_eager": {"capture", "graph_pool_bytes", "device_delta_pct"},
     "dcp_vs_fixed_cp": {"graph_pool_bytes", *STEP_MEMORY_FIGURES}}
 
 
@@ -82,7 +83,10 @@ FAULTS: dict[str, dict[str, list[tuple[str, Fault]]]] = {
         "grad_norm": [("ulp", bump("graph", 2, "grad_norm", 1e-12))],
         "variants_replayed": [("cp2-never", every("graph", replays=sc.BOTH[:1])),
                               ("never-captured", at("graph", 1, graph_stats=None))],
-        "allocated_growth_pct": _growth_faults("graph", "eager")},
+        "allocated_growth_pct": _growth_faults("graph", "eager"),
+        # bounded by default: a graph arm holding 44 times the eager arm's memory
+        "allocated_delta_pct": [("44x", every("graph", allocated_bytes=176 * sc.GIB))],
+        "max_allocated_delta_pct": [("44x", every("graph", max_allocated_bytes=220 * sc.GIB))]},
     "dcp_vs_fixed_cp": {
         "loss": [("1e-2", bump("graph", 2, "loss", 1e-2))],
         "aux_loss": [("1e-1", bump("graph", 2, "aux_loss", 1e-1))],
@@ -116,7 +120,8 @@ FAULTS: dict[str, dict[str, list[tuple[str, Fault]]]] = {
         "grads": [("off", oracle_at(1, grads_rel=0.2))],
         "grad_norm": [("off", oracle_at(4, grad_norm=sc.GRAD[3] * 1.01))],
         "params": [("off", oracle_at(2, params_rel=1e-3)), ("none", oracle_at(2, params_rel=None))],
-        "aux_loss": [("off", oracle_at(1, aux_loss=sc.AUX[0] * 1.001))]},
+        "aux_loss": [("off", oracle_at(1, aux_loss=sc.AUX[0] * 1.001))],
+        "lr": [("warmup-ahead", oracle_at(1, lr=sc.LR)), ("none", oracle_at(3, lr=None))]},
     "resume": {
         "resumed_after": [("from-scratch", at("graph-resumed", AFTER + 1, resumed_from=None))],
         "loaded_checkpoint": [("metadata", at("graph-resumed", AFTER + 1, checkpoint_step=1))],
@@ -130,7 +135,13 @@ FAULTS: dict[str, dict[str, list[tuple[str, Fault]]]] = {
         "loss_before_stop": [("ulp", bump("graph-resumed", 1, "loss", 1e-12))],
         "loss": [("ulp", bump("graph-resumed", 4, "loss", 1e-12))],
         "aux_loss": [("ulp", bump("graph-resumed", 4, "aux_loss", 1e-12))],
-        "grad_norm": [("ulp", bump("graph-resumed", 4, "grad_norm", 1e-12))]},
+        "grad_norm": [("ulp", bump("graph-resumed", 4, "grad_norm", 1e-12))],
+        # the warmup started again after the load: the first step after the stop at half rate
+        "lr": [("warmup-restarted", at("graph-resumed", AFTER + 1, lr=1.5e-3))],
+        # memory only the loaded run holds (a state dict kept alive)
+        "allocated_after_load_pct": [
+            ("leak-after-load", at("graph-resumed", sc.STEPS, allocated_bytes=int(4.4 * sc.GIB))),
+            ("none-on-cuda", every("graph-resumed", allocated_bytes=None))]},
     "slot_ring": {
         "physical_slots_flat": [("slot", sc.ring_arm("graph-mb8", slots=3))],
         "graph_pool_flat": [("10pct", sc.ring_arm("graph-mb8", pool_mib=110.0))],

@@ -210,3 +210,45 @@ def test_a_cuda_arm_without_memory_figures_fails_the_memory_checks_not_skips_the
     eager = {r: [dataclasses.replace(x, graphed=False) for x in recs] for r, recs in bare.items()}
     pool = {c.name: c for c in CONTRACTS["golden"](pair, {"graph": eager})}["mem_graph_pool_bytes"]
     assert not pool.applicable and "an eager arm has no graph pool" in pool.detail
+
+
+def side_by_side(*runs) -> Pair:
+    """One CPU key with a file per kernel identity: ``golden_values_cpu.json`` (the first run's)
+    and ``golden_values_cpu.<variant>.json`` beside it (the others')."""
+    from harness.golden import environment_of, variant_name
+
+    files = {}
+    for i, run in enumerate(runs):
+        key = "cpu" if i == 0 else f"cpu.{variant_name(environment_of(run))}"
+        files[key] = GoldenCopy(path=f"golden/c1/golden_values_{key}.json", sha256="0" * 64,
+                                document=golden_values(run))
+    return Pair("golden", "golden", ("eager",),
+                GoldenPairParams(case_id="c1", golden_dir="golden", steps=sc.STEPS, files=files,
+                                 deterministic_fp32=True))
+
+
+def test_files_of_other_kernels_live_side_by_side_and_the_matching_one_is_judged() -> None:
+    avx512 = cpu_run()
+    avx2 = ulp(cpu_run(kernels(aten_cpu_capability="AVX2")))  # other kernels, other last bits
+    pair = side_by_side(avx512, avx2)
+    assert sorted(pair.params.files) == ["cpu", "cpu.avx2-mkl7-t2"]
+    for run, name in ((avx512, "golden_values_cpu.json"),
+                      (avx2, "golden_values_cpu.avx2-mkl7-t2.json")):
+        loss = judge(pair, run)["loss"]
+        assert loss.passed and loss.bound == 0.0 and loss.bound_kind == "bitwise", loss.detail
+        assert name in loss.detail
+    # kernels no file was recorded with: the key's own file, at the fallback bound, saying so
+    other = judge(pair, cpu_run(kernels(aten_cpu_capability="DEFAULT")))["loss"]
+    assert other.bound_kind == "fallback" and "golden_values_cpu.json" in other.detail
+    assert "(bound: fallback to the default rel 1e-05: other kernels" in other.detail
+
+
+def test_every_golden_loss_check_names_its_bound_kind() -> None:
+    run = cpu_run()
+    kinds = {n: c.bound_kind for n, c in judge(golden_pair(run, deterministic_fp32=True),
+                                               run).items()}
+    assert kinds["loss"] == kinds["aux_loss"] == kinds["grad_norm"] == "bitwise"
+    declared = judge(golden_pair(run, deterministic_fp32=True,
+                                 loss=Tolerance(max_rel=1e-3)), run)
+    assert declared["loss"].bound_kind == "declared" and declared["grad_norm"].bound_kind == "bitwise"
+    assert judge(golden_pair(run), run)["loss"].bound_kind == "fallback"  # not deterministic fp32

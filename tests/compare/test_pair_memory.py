@@ -27,11 +27,16 @@ def judge(contract: str, pair, data) -> dict:
 
 
 def test_declared_level_bounds_are_checks_that_fail_beyond_them() -> None:
-    """The graph arm 6 % above the eager arm at step 2: a figure without a bound, a failed check
-    under a declared 5 %, a pass under 10 %; the detail names the rank, step and both sizes."""
+    """The graph arm 6 % above the eager arm at step 2: within graph_vs_eager's default bound
+    (400 %), a figure where a case declares none (null), a failed check under a declared 5 %, a
+    pass under 10 %; the detail names the rank, step and both sizes."""
     pair, data = at("graph", 2, allocated_bytes=int(4.24 * GIB),
                     max_allocated_bytes=int(5.3 * GIB))(*sc.graph_vs_eager())
-    figure = judge("graph_vs_eager", pair, data)["allocated_delta_pct"]
+    default = judge("graph_vs_eager", pair, data)["allocated_delta_pct"]
+    assert not default.figure and default.passed and default.bound == 400.0
+    assert "compare.graph_vs_eager.allocated_delta_pct, by default" in default.detail
+    figure = judge("graph_vs_eager", *params(allocated_delta_pct=None)(pair, data))[
+        "allocated_delta_pct"]
     assert figure.figure and figure.passed and 5.9 < figure.value < 6.1
     strict = judge("graph_vs_eager", *params(allocated_delta_pct=5.0,
                                               max_allocated_delta_pct=5.0)(pair, data))
@@ -46,6 +51,23 @@ def test_declared_level_bounds_are_checks_that_fail_beyond_them() -> None:
     dcp = judge("dcp_vs_fixed_cp", *params(allocated_delta_pct=5.0)(pair, data))
     assert not dcp["allocated_delta_pct"].passed
     assert "compare.dcp_vs_fixed_cp.allocated_delta_pct" in dcp["allocated_delta_pct"].detail
+
+
+def test_a_graph_arm_holding_many_times_the_eager_arm_s_memory_fails_by_default() -> None:
+    """No bound declared, memory at the first two steps only (Megatron's log by default: no
+    growth to judge): a graph arm at 44 times the eager arm's allocated and max allocated fails
+    graph_vs_eager's default level bounds; dcp_vs_fixed_cp's levels stay figures (its arms
+    differ by design)."""
+    pair, data = sc.graph_vs_eager()
+    first = {s: {"allocated_bytes": GIB, "max_allocated_bytes": GIB} for s in (1, 2)}
+    none = {s: {"allocated_bytes": None, "max_allocated_bytes": None} for s in (3, 4)}
+    big = {s: {"allocated_bytes": 44 * GIB, "max_allocated_bytes": 44 * GIB} for s in (1, 2)}
+    data = {"eager": changed(changed(data["eager"], first), none),
+            "graph": changed(changed(data["graph"], big), none)}
+    got = judge("graph_vs_eager", pair, data)
+    assert not got["allocated_growth_pct"].applicable  # too few steps for a growth
+    for name in ("allocated_delta_pct", "max_allocated_delta_pct"):
+        assert not got[name].passed and not got[name].figure and got[name].value > 4000, got[name]
 
 
 def test_the_growth_window_starts_after_the_capture_and_the_first_step() -> None:
@@ -89,7 +111,7 @@ def test_megatrons_memory_lines_after_its_first_iterations_only_give_no_growth()
     assert "memory at the first steps only" in growth.detail
     assert "--log-memory-interval 1" in growth.detail
     level = checks["max_allocated_delta_pct"]
-    assert level.applicable and level.figure and level.value == 0.0
+    assert level.applicable and level.passed and level.bound == 400.0 and level.value == 0.0
     assert "over 2 rank-step(s)" in level.detail
 
 
@@ -115,3 +137,20 @@ def test_a_bad_bound_names_file_case_and_field(tmp_path: Path) -> None:
     text = str(err.value)
     assert "case.yaml" in text and "case 'cmd'" in text
     assert "compare.graph_vs_eager.allocated_growth_pct" in text and "greater than or equal to 0" in text
+
+
+def test_memory_after_the_load_is_compared_by_the_iteration_of_each_process() -> None:
+    """Megatron's log by default: memory after a run's first two iterations only, so the
+    uninterrupted arm has none after the stop (step 2 of 4); the resumed run's reports (steps 3,
+    4) are set against the uninterrupted run's first ones (1, 2): equal passes, memory the loaded
+    run alone holds fails ``allocated_after_load_pct`` (1 % by default)."""
+    pair, data = sc.resume()
+    gone = {s: {"allocated_bytes": None} for s in (3, 4)}
+    data = {**data, "graph": changed(data["graph"], gone)}
+    clean = judge("resume", pair, data)["allocated_after_load_pct"]
+    assert clean.applicable and clean.passed and clean.bound == 1.0, clean
+    assert "rank 0 steps [3, 4] vs [1, 2]" in clean.detail, clean.detail
+    leak = {**data, "graph-resumed": changed(data["graph-resumed"],
+                                             {4: {"allocated_bytes": int(4.4 * GIB)}})}
+    grown = judge("resume", pair, leak)["allocated_after_load_pct"]
+    assert not grown.passed and 9.9 < grown.value < 10.1, grown

@@ -30,12 +30,14 @@ resources: {{nodes: 1, gpus_per_node: 2, time_min: 4}}
 
 
 def arm_records(time_s: float = 0.2, mem: float = 4 * GIB, ranks: int = 2,
-                platform: str = "h100") -> dict[int, list]:
-    """An arm's records on a GPU: step time ``time_s``, peak memory ``mem``, a memory probe."""
+                platform: str = "h100", cpu_s: Optional[float] = None) -> dict[int, list]:
+    """An arm's records on a GPU: step time ``time_s``, peak memory ``mem``, a memory probe;
+    ``cpu_s``: each step's process CPU time (step s: ``cpu_s`` x (1 + s / 100))."""
     recs = []
     for s in range(1, STEPS + 1):
         recs.append(record(s, 2.5 - 0.05 * s, aux_loss=0.01, platform=platform, device="cuda:0",
                            step_time_s=time_s, allocated_bytes=int(mem),
+                           cpu_time_s=None if cpu_s is None else cpu_s * (1 + s / 100),
                            max_allocated_bytes=int(mem + GIB), reserved_bytes=int(2 * mem),
                            memory_probe=(probe(3 * mem, total=80 * GIB, allocated=mem,
                                                reserved=2 * mem) if s == STEPS else None)))
@@ -57,7 +59,7 @@ def record_golden(root: Path, name: str = "drift-case", **kw: float) -> None:
 
 def make_sweep(root: Path, out: Path, *, started: str, commit: Optional[str] = "a" * 40,
                dirty: bool = False, name: str = "drift-case", host: str = "node1",
-               **kw: float) -> Path:
+               label: Optional[str] = None, position: Optional[int] = None, **kw: float) -> Path:
     """A finished sweep of the case in ``out``: every arm's records from :func:`arm_records`
     (``kw``), judged; its manifest's start at ``started`` with ``commit``."""
     (case,) = load_cases([case_file(root, name)])
@@ -70,9 +72,10 @@ def make_sweep(root: Path, out: Path, *, started: str, commit: Optional[str] = "
                 writer.append(rec)
         write_outcome(case_dir / arm.name, ArmOutcome(status="ok", returncode=0, wall_s=3.0))
     finalize_case(case_dir)
-    code = (CodeVersion(repo=str(root), commit=commit, dirty=dirty, cases=(case.id,)),)
+    code = (CodeVersion(repo=str(root), commit=commit, dirty=dirty, cases=(case.id,),
+                        position=position),)
     add_to_manifest(out, [], SweepStart(command="run", started=started, host=host, gpus=2,
-                                        paths=("cases",), cases=(case.id,), code=code))
+                                        paths=("cases",), cases=(case.id,), code=code, label=label))
     return out
 
 

@@ -40,6 +40,7 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     nights = drifting_sweeps(root)
     (nights[-1] / "index.html").write_text("<html></html>")  # a sweep page to link to
     db = root / "results" / "history.sqlite"
+    db.parent.mkdir()  # a database's folder is never made for it (but the default's, here)
     assert main(["history", "add", *map(str, nights), "--history", str(db)]) == 0
     out = root / "results" / "history.html"
     assert main(["history", "dashboard", "--history", str(db), "--out", str(out)]) == 0
@@ -53,8 +54,13 @@ def test_the_page_flags_the_drift_lists_the_sweeps_and_plots_each_sweep(page: Pa
     assert classes.count("drift") == 1 and classes.count("sweep status-pass") == 5
     drift_row = re.search(r'<tr class="drift">(.*?)</tr>', text).group(1)
     assert re.findall(r"<td>(.*?)</td>", drift_row) == [
-        "DRIFT", "drift-case", "eager", "step_time_median_s", "h100", "+12.6%", "5",
-        "night1 (111111111111)"]
+        "DRIFT", "drift-case", "eager", "step_time_median_s", "h100", "+10.9%", "5.0%", "5",
+        "night2 (222222222222)"]
+    # the verdict first, coloured; the drift's own plot under its row: the band and the marker
+    assert tags[[t for t, _ in tags].index("body") + 1] == ("p", {"id": "verdict", "class": "fail"})
+    flag = re.search(r'<div class="flag">(.*?)</div>', text, re.S).group(1)
+    assert points_of(flag, "drift-case / eager step_time_median_s [h100]-eager") == 5
+    assert "1e-" not in flag and "night2" in flag and "2222222" in flag  # sweep + short commit
     links = [a["href"] for t, a in tags if t == "a"]
     assert "../night4/" in links and "../night4/index.html" in links  # relative to the page
     (trend,) = [a for t, a in tags if t == "div" and "trend" in a.get("class", "")]
@@ -83,5 +89,11 @@ def test_the_page_in_headless_chromium(page: Path, browser):
     assert trend.get_attribute("data-case") == "drift-case"
     # each plotted series: one marker per sweep, as drawn
     assert browser.count("g[id='series-step_time_median_s-eager'] use") == 5
-    assert browser.js("return document.querySelectorAll('svg').length") == 1
+    # the verdict at the top, red; the drift row is the first row of the drift table
+    verdict = browser.all("#verdict")[0]
+    assert verdict.text.startswith("history check: FAIL (exit 1)")
+    assert browser.js("return getComputedStyle(document.getElementById('verdict'))"
+                      ".backgroundColor") == "rgb(198, 40, 40)"
+    assert browser.js("return document.querySelector('#drift tr:nth-child(2)').className") == "drift"
+    assert browser.js("return document.querySelectorAll('svg').length") == 2  # the flag, the trend
     assert browser.screenshot("history-dashboard").stat().st_size > 10_000

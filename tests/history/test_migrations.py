@@ -44,6 +44,7 @@ def test_a_version_1_database_is_migrated_and_keeps_its_sweeps(url: str):
         value = conn.execute(select(schema.figures.c.value)).scalar_one()
     assert version == str(schema.SCHEMA_VERSION)
     assert (sweep.name, sweep.commit, sweep.code, value) == ("night1", "a" * 40, "[]", 0.2)
+    assert (sweep.label, sweep.position) == ("adhoc", None)  # v3: a sweep from before labels
     want = {t.name: {c.name for c in t.columns} for t in schema.metadata.sorted_tables}
     assert columns(engine) == want
     engine.dispose()

@@ -83,7 +83,8 @@ def test_two_sweeps_at_two_commits_are_shown_and_on_the_dashboard(url, two_sweep
     out = capsys.readouterr().out.splitlines()
     # one line per arm: its two points, then where they came from (newest commit)
     assert out[0] == "two-commits / eager final_loss [cpu]: 3.7 3.74"
-    assert f"sweeps sweep1 .. sweep2 (2), newest" in out[1] and commits[1][:12] in out[1]
+    assert (f"sweeps sweep1 {commits[0][:7]} .. sweep2 {commits[1][:7]} (2, label adhoc), newest"
+            in out[1] and commits[1][:12] in out[1])
     assert (tmp_path / "results" / "history-show.png").stat().st_size > 1000
     assert main(["history", "dashboard", "--history", url]) == 0
     page = (tmp_path / "results" / "history.html").read_text()
@@ -92,4 +93,6 @@ def test_two_sweeps_at_two_commits_are_shown_and_on_the_dashboard(url, two_sweep
     assert 'data-case="two-commits" data-platform="cpu" data-points="2"' in page
     # Two sweeps are too few for a trend: the check says so and does not pass.
     assert main(["history", "check", "--history", url]) == 2
+    assert "nothing could be judged (a trend needs 4 sweeps)" in capsys.readouterr().out
+    assert main(["history", "check", "-v", "--history", url]) == 2
     assert "TOO FEW two-commits / eager final_loss [cpu]" in capsys.readouterr().out

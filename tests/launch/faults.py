@@ -18,7 +18,8 @@ Workload patches (:data:`PATCHES`, ``HARNESS_TEST_PATCH=name[,name]``, :func:`pa
 workload itself the same way, in the rank processes a test starts: ``packer-ignores-microbatches``
 (the packer derives its count as if ``train.microbatches`` were not set) and
 ``grad-norm-2e-6`` (every arm of more than one rank reports its grad norm x (1 + 2e-6): a fault
-only the exact bounds see).
+only the exact bounds see) and ``hash-order-grad-norm`` (a one-rank arm's grad norm summed in the
+order of a ``set``: it follows ``PYTHONHASHSEED``).
 """
 
 from __future__ import annotations
@@ -119,9 +120,30 @@ def _grad_norm_off(rel: float) -> Callable[[], None]:
     return install
 
 
+def _hash_order_grad_norm() -> None:
+    """The grad norm summed in float32 in the order of a ``set`` of parameter names: the order,
+    hence the last bits, follow the process's ``PYTHONHASHSEED`` (one rank: no reduction)."""
+    import math
+
+    import torch
+
+    import harness.workload.train as train
+
+    def global_grad_norm(dense: Any, expert: Any, count_dense: bool, count_expert: bool,
+                         world: Any, device: Any) -> float:
+        params = {f"param{i}": p for i, p in enumerate(list(dense) + list(expert))}
+        total = torch.zeros((), dtype=torch.float32)
+        for name in set(params):
+            total += params[name].grad.detach().float().pow(2).sum()
+        return math.sqrt(float(total))
+
+    train.global_grad_norm = global_grad_norm  # type: ignore[assignment]
+
+
 PATCHES: dict[str, Callable[[], None]] = {
     "packer-ignores-microbatches": _packer_ignores_microbatches,
     "grad-norm-2e-6": _grad_norm_off(2e-6),
+    "hash-order-grad-norm": _hash_order_grad_norm,
 }
 
 

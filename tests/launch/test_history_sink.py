@@ -74,3 +74,29 @@ def test_a_history_that_cannot_be_written_leaves_the_verdict_alone(write_case, t
     assert "history: not recorded" in err and f"dcp-harness history add {out}" in err
     assert damaged.read_bytes() == b"not a database, not empty either" * 64  # nothing lost
     assert (out / "a" / "verdict.json").is_file()
+
+
+def test_run_label_goes_into_the_manifest_and_the_history(write_case, tmp_path, monkeypatch,
+                                                         capsys):
+    import harness.launch.sweep_folder as sweep_folder
+    from harness.results import read_manifest
+    from harness.results.code import CodeVersion
+
+    monkeypatch.setattr(run_cmd, "LocalLauncher", lambda **kw: _Launcher())
+    clean = (CodeVersion(repo="/repo", commit="a" * 40, dirty=False, cases=("a",), position=7),)
+    monkeypatch.setattr(sweep_folder, "code_versions", lambda folders: clean)  # this checkout may
+    # have local changes (a sweep of it is then 'dirty', whatever it asked)
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    night, other = tmp_path / "night", tmp_path / "other"
+    assert main(["run", str(write_case("a")), "--out", str(night), "--history", url,
+                 "--label", "nightly"]) == 0
+    monkeypatch.setenv("DCP_HARNESS_LABEL", "bisect")  # the option's default (bisect's steps)
+    assert main(["run", str(write_case("a")), "--out", str(other), "--history", url]) == 0
+    assert read_manifest(night).starts[-1].label == "nightly"
+    history = open_history(url, create=False)
+    try:
+        with history.read() as conn:
+            got = {Path(r.path).name: r.label for r in last_sweeps(conn, 10)}
+    finally:
+        history.close()
+    assert got == {"night": "nightly", "other": "bisect"}

@@ -9,6 +9,7 @@ import pytest
 from harness.arms import plan_case
 from harness.errors import CaseError
 from harness.spec.comparisons import command_problems
+from harness.spec.deprecations import CaseFileDeprecation
 from harness.spec.loader import load_cases
 
 BASE = """\
@@ -112,26 +113,34 @@ def test_a_launchers_arguments_may_name_its_rendezvous(tmp_path: Path) -> None:
 
 def test_a_fixed_cp_role_beside_a_graph_role_is_named_not_ignored(tmp_path: Path) -> None:
     """With command.arms.graph, dcp_vs_fixed_cp compares graph against graph-fixed-cp<N>: a
-    fixed-cp role's arguments would go unused, and the error says which role to give."""
+    fixed-cp role's arguments go unused, as in earlier releases, and a deprecation warning
+    says which role to give them to (spec.deprecations)."""
     for edit, role, says in (
             (("local]}", "local], fixed-cp: [--cp, '{fixed_cp}']}"), "fixed-cp",
-             "no arm of this case runs the 'fixed-cp' role, so its arguments would be ignored: "
-             "with command.arms.graph"),
+             "no arm of this case runs the 'fixed-cp' role, so its arguments are not used "
+             "(no comparison the case sets runs that role)"),
             (("local]}", "local], repeat: [--x]}"), "repeat",
              "no arm of this case runs the 'repeat' role")):
         (case,) = _load(tmp_path, BASE.replace(*edit))
-        with pytest.raises(CaseError) as err:
-            plan_case(case)
-        assert err.value.field == f"command.arms.{role}" and says in str(err.value)
+        with pytest.warns(CaseFileDeprecation) as got:
+            plan = plan_case(case)
+        (warning,) = got
+        assert f"field 'command.arms.{role}': deprecated since" in str(warning.message)
+        assert says in str(warning.message)
+        assert str(warning.message).endswith("fix: drop it, or add the comparison that runs it")
+        assert plan.arm_names == ("graph", "eager")
     text = (BASE.replace("resources: {gpus_per_node: 2}",
                          "resources: {gpus_per_node: 2}\nparallel: {dynamic_cp: [1, 2]}")
             .replace("lr: 1.0e-3}", "lr: 1.0e-3, max_seqlen_per_rank: 16}")
             .replace("local]}", "local], graph-fixed-cp: [--cp, '{fixed_cp}'], fixed-cp: [--f]}")
             .replace("compare:\n", "compare:\n  dcp_vs_fixed_cp: {fixed_cp: 2}\n"))
     (case,) = _load(tmp_path, text)
-    with pytest.raises(CaseError) as err:
+    with pytest.warns(CaseFileDeprecation) as got:
         plan_case(case)
-    assert err.value.field == "command.arms.fixed-cp"
-    assert "compares the graph arms (graph against graph-fixed-cp<N>)" in str(err.value)
+    (warning,) = got
+    assert "field 'command.arms.fixed-cp'" in str(warning.message)
+    assert "compares the graph arms (graph against graph-fixed-cp<N>)" in str(warning.message)
+    assert "fix: drop it (command.arms.graph-fixed-cp gives that arm's arguments)" in str(
+        warning.message)
     (case,) = _load(tmp_path, text.replace(", fixed-cp: [--f]", ""))
     assert "graph-fixed-cp2" in plan_case(case).arm_names

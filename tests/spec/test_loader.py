@@ -173,7 +173,7 @@ def test_unknown_top_level_key(write_case: Write) -> None:
     assert str(err) == (
         f"{path}:15: case 'fixed-cp2': field 'trian': unknown key 'trian' (did you mean "
         "'train'?); allowed keys here: name, description, tags, model, parallel, train, data, "
-        "compare, graphs, shapes, resources, expect, emulate, command, memory_model, matrix"
+        "graphs, shapes, resources, expect, emulate, command, memory_model, compare, matrix"
     )
 
 

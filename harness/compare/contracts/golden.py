@@ -31,8 +31,10 @@ from harness.golden import (
     golden_file,
     golden_key,
     kernels_of,
+    keys_of,
     loss_bound,
     metric_series,
+    pick_kernels,
     platform_of,
     resolve_environment,
     snapshot_golden,
@@ -227,24 +229,27 @@ def _golden_check(name: str, metric: str, run: Mapping[int, float], golden: Gold
     the one :func:`harness.golden.loss_bound` gives (``why_not``: :func:`_not_bitwise`);
     ``changed``: what differs from the environment the values were recorded in."""
     want = covered(golden, metric, run, arm, steps)
-    bound, source = loss_bound(golden, metric, declared, f"compare.golden.{name}", *why_not)
+    bound, source, kind = loss_bound(golden, metric, declared, f"compare.golden.{name}", *why_not)
     check = compare_series(name, dict(run), dict(want), bound, (arm, f"golden {golden.path.name}"))
     env = (f"; recorded in another environment: {'; '.join(changed)}" if changed else "")
-    return replace(check, detail=f"{check.detail} (bound: {source}){env}")
+    return replace(check, detail=f"{check.detail} against {golden.path.name} (bound: {source}){env}",
+                   bound_kind=kind)
 
 
 def judged_file(p: GoldenPairParams, steps: Steps) -> tuple[str, Golden]:
-    """(platform, values) of the golden file the arm's records are judged against: the sweep's
-    copy of the file of the key the arm ran on. No file for that key: :class:`GoldenMissing`;
-    an unreadable one: GoldenError."""
+    """(platform, values) of the golden file the arm's records are judged against: of the
+    sweep's copies of the files of the key the arm ran on (the key's own and those of other
+    kernel identities beside it, ``golden_values_<key>.<variant>.json``), the one recorded with
+    the run's kernels, else the key's own (``harness.golden.pick_kernels``). No file for that
+    key: :class:`GoldenMissing`; an unreadable one: GoldenError."""
     platform = p.platform or platform_of(steps)
     environment = resolve_environment(p.environment, steps)
-    copy = p.files.get(golden_key(platform, environment))
-    if copy is None:
+    keys = keys_of(p.files, golden_key(platform, environment))
+    if not keys:
         raise GoldenMissing(p.case_id, platform,
                             golden_file(p.golden_dir, p.case_id, platform, environment),
                             sorted(p.files), p.required, environment)
-    return platform, copy.golden()
+    return platform, pick_kernels([p.files[k].golden() for k in keys], environment_of(steps))
 
 
 def recorded_differences(golden: Golden, steps: Steps,

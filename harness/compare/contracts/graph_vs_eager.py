@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Optional
 
+from pydantic import Field
+
 from harness.spec.comparisons import CommandRole
 from harness.spec.names import EAGER, GRAPH, GRAPH_VS_EAGER
 from harness.spec.preflight import graph_arms_problem
@@ -22,7 +24,7 @@ from harness.spec.problems import Problem
 from harness.spec.schema import Case, LossBound
 
 from ..pair import Pair
-from ..pair_memory import PairMemoryBounds, pool_figures, probe_check, step_memory_checks
+from ..pair_memory import GRAPH_LEVEL_DEFAULT_PCT, PairMemoryBounds, pool_figures, probe_check, step_memory_checks
 from ..registry import Comparison, Judged, Planner, register
 from ..series import Steps, frame_replays, frames_text, graph_stats, series_check
 from ..verdicts import Check
@@ -36,6 +38,10 @@ class GraphVsEagerContract(PairMemoryBounds):
     # Bounds of the aux loss and grad norm; None: the loss bound.
     aux_loss: Optional[LossBound] = None
     grad_norm: Optional[LossBound] = None
+    # A graph arm may hold more than the eager arm (its pools keep the captured steps'
+    # activations), but not without end: bounded by default (GRAPH_LEVEL_DEFAULT_PCT).
+    allocated_delta_pct: Optional[float] = Field(default=GRAPH_LEVEL_DEFAULT_PCT, ge=0)
+    max_allocated_delta_pct: Optional[float] = Field(default=GRAPH_LEVEL_DEFAULT_PCT, ge=0)
 
 
 def _replays(graph: Steps, rank_name: Callable[[int], str]) -> tuple[Check, Check]:

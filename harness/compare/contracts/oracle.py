@@ -12,7 +12,8 @@ Checks, per step (the worst step named): ``loss`` (our LM loss against the oracl
 ``logits`` (largest |difference| over the step's tokens relative to the oracle's largest logit),
 ``grads`` (largest ``||g_ours - g_hf|| / ||g_hf||`` over the parameters, after clipping),
 ``grad_norm`` (relative), ``params`` (largest relative parameter difference after the optimizer
-step: the update itself), and ``aux_loss`` by its own definition (Megatron's, computed from the
+step: the update itself), ``lr`` (the step's learning rate against transformers' scheduler for
+the case's ``train.lr_schedule``), and ``aux_loss`` by its own definition (Megatron's, computed from the
 oracle's router: transformers' built-in aux loss is another quantity, ``docs/oracle.md``). The
 default bounds are measured from the two implementations' honest difference on CPU (fp32, the
 focused case; bench/RESULTS.md, "The oracle") x 10 to 30; a case may declare its own. Without
@@ -51,6 +52,8 @@ class OracleContract(Strict):
     grad_norm: float = Field(default=1e-5, gt=0)
     params: float = Field(default=1e-4, gt=0)
     aux_loss: float = Field(default=2e-6, gt=0)
+    # two implementations of one formula in float64: they differ by an ulp or two
+    lr: float = Field(default=1e-9, gt=0)
 
 
 class OracleParams(OracleContract):
@@ -97,6 +100,7 @@ def check_oracle(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
     loss = {s: _rel(r.loss, r.oracle.loss) for s, r in recs.items()}
     aux = {s: _rel(r.aux_loss, r.oracle.aux_loss) for s, r in recs.items()}
     norm = {s: _rel(r.grad_norm, r.oracle.grad_norm) for s, r in recs.items()}
+    lr = {s: _rel(r.lr, r.oracle.lr) for s, r in recs.items()}
 
     def field(name: str) -> dict[int, float]:
         out = {}
@@ -116,6 +120,7 @@ def check_oracle(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
                       "||ours - oracle|| / ||oracle||", field("params_rel"), p.params),
         _series_check("aux_loss", "aux loss (Megatron's definition, from the oracle's router)",
                       aux, p.aux_loss),
+        _series_check("lr", "learning rate, ours vs transformers' scheduler", lr, p.lr),
     )
 
 

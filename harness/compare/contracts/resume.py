@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
 from pydantic import Field
 
@@ -32,9 +32,11 @@ from harness.spec.derive import has_graph_arms
 from harness.spec.limits import limit
 from harness.spec.names import EAGER, GRAPH, RESUME, pair_name
 from harness.spec.problems import Problem, at
-from harness.spec.schema import Case, LossBound, MetricsSource, Strict
+from harness.spec.schema import Case, LossBound, Strict
+from harness.spec.source_facts import not_mapped, source_facts
 
 from ..pair import Pair
+from ..pair_memory import GROWTH_DEFAULT_PCT, level_check
 from ..registry import Comparison, Judged, Planner, register
 from ..resume_state import state_checks
 from ..series import Steps, fmt_value, records_of, same_bits, series_check_on, step_series
@@ -56,6 +58,13 @@ class ResumeContract(Strict):
     # Bounds of the aux loss and grad norm; None: the loss bound.
     aux_loss: Optional[LossBound] = None
     grad_norm: Optional[LossBound] = None
+    # The learning rate on every step after the stop (a schedule that restarts after the load
+    # shows here first, even on the last step, where no later loss can show it).
+    lr: LossBound = "exact"
+    # Allocated bytes at each step after the stop both arms recorded, resumed minus
+    # uninterrupted, in % of the uninterrupted arm's (a leak that only a loaded run has);
+    # None: a figure. By default golden memory's bound.
+    allocated_after_load_pct: Optional[float] = Field(default=GROWTH_DEFAULT_PCT, ge=0)
 
     def step(self, steps: int) -> int:
         """The step after which the arm is stopped (``at_step``, else half of ``steps``)."""
@@ -228,11 +237,79 @@ def check_resume(pair: Pair, data: Mapping[str, Steps]) -> tuple[Check, ...]:
         _series("loss", "loss", data, arms, p.loss, losses_after, said),
         _series("aux_loss", "aux_loss", data, arms, aux, losses_after, said),
         _series("grad_norm", "grad_norm", data, arms, grad, lambda s: s > k, after),
+        _lr_check(p, data, arms, k, after),
+        _memory_after_load(p, data, arms, k),
     ]
     if mean_at is not None:
         checks += [check_first_interval(f"{key}_first_interval", key, data, arms, mean_at)
                    for key in ("loss", "aux_loss")]
     return tuple(checks)
+
+
+AFTER_LOAD = "allocated_after_load_pct"
+
+
+def _lr_check(p: ResumePairParams, data: Mapping[str, Steps], arms: tuple[str, str], k: int,
+              after: str) -> Check:
+    """``lr`` on every step after the stop; n/a where neither arm recorded a learning rate."""
+    if not any(rec.lr is not None for a in arms for _, rec in records_of(data[a])):
+        return Check.not_applicable("lr", f"neither {arms[0]} nor {arms[1]} recorded a learning "
+                                          "rate")
+    return _series("lr", "lr", data, arms, p.lr, lambda s: s > k, after)
+
+
+def _memory_steps(recs: Sequence[StepRecord], keep: Callable[[int], bool]) -> list[StepRecord]:
+    return [r for r in recs if keep(r.step) and r.allocated_bytes is not None]
+
+
+def _same_iteration(data: Mapping[str, Steps], arms: tuple[str, str], k: int
+                    ) -> Optional[tuple[dict[str, Steps], str]]:
+    """Where neither rank has memory after the stop in both arms but the resumed run reported
+    some (Megatron's log reports memory after a run's first iterations only): the second run's
+    i-th report set against the uninterrupted run's i-th (each after the same iteration of its
+    own process), the resumed records renumbered to the uninterrupted steps; None where there is
+    nothing to pair."""
+    resumed, straight = data[arms[0]], data[arms[1]]
+    out: dict[str, Steps] = {arms[0]: {}, arms[1]: {}}
+    said = []
+    for rank in sorted(set(resumed) & set(straight)):
+        second = _memory_steps(resumed[rank], lambda s: s > k)
+        first = _memory_steps(straight[rank], lambda s: True)
+        n = min(len(second), len(first))
+        if n == 0:
+            continue
+        out[arms[0]][rank] = [replace(rec, step=ref.step) for rec, ref in zip(second, first)]
+        out[arms[1]][rank] = first[:n]
+        said.append(f"rank {rank} steps {[r.step for r in second[:n]]} vs "
+                    f"{[r.step for r in first[:n]]}")
+    if not said:
+        return None
+    return out, ("no step after the stop where both arms reported memory, so the second run's "
+                 "reports are set against the uninterrupted run's first ones, each after the same "
+                 "iteration of its own process (" + "; ".join(said) + ")")
+
+
+def _memory_after_load(p: ResumePairParams, data: Mapping[str, Steps], arms: tuple[str, str],
+                       k: int) -> Check:
+    """``allocated_after_load_pct``: allocated bytes at each (rank, step) after the stop both
+    arms recorded, resumed minus uninterrupted (``pair_memory.level_check``, one-sided); where
+    there is no such step, each report of the second run against the uninterrupted run's report
+    after the same iteration of its process (:func:`_same_iteration`)."""
+    after = {a: {r: [rec for rec in recs if rec.step > k] for r, recs in data[a].items()}
+             for a in arms}
+    source = f"compare.{RESUME}.{AFTER_LOAD}"
+    if p.allocated_after_load_pct == GROWTH_DEFAULT_PCT:
+        source += ", by default golden memory's bound"
+    common = any(set(r.step for r in _memory_steps(after[arms[0]].get(rank, []), bool))
+                 & set(r.step for r in _memory_steps(after[arms[1]].get(rank, []), bool))
+                 for rank in after[arms[0]])
+    how = f"after the stop at step {k}"
+    paired = None if common else _same_iteration(data, arms, k)
+    if paired is not None:
+        after, how = paired[0], f"{how}: {paired[1]}"
+    check = level_check(AFTER_LOAD, after, arms, "allocated_bytes",
+                        (p.allocated_after_load_pct, source), lambda r: f"rank {r}")
+    return replace(check, detail=f"{how}: {check.detail}")
 
 
 class Resume(Comparison):
@@ -279,9 +356,32 @@ class Resume(Comparison):
             twin = planner.add(replace(planner.spec_of(name), resumed_at=after))
             params = ResumePairParams(**dict(settings), after=after, log_lines=(
                 case.command is not None
-                and case.command.metrics.source is MetricsSource.MEGATRON_LOG))
+                and source_facts(case.command.metrics).averaged_first_interval))
             pairs.append(Pair(pair_name(RESUME, len(pairs), name), RESUME, (twin, name), params))
         return pairs
+
+
+    def command_not_applicable(self, case: Case, pair: Pair, fields: frozenset[str]
+                               ) -> dict[str, str]:
+        """A command's resume pair: the checkpoint step the loaded process holds needs
+        ``command.resume.iteration_file`` or a source whose records carry it; the first-interval
+        checks of Megatron's log need the series they compare; the learning rate, a source
+        that has it."""
+        assert case.command is not None
+        metrics = case.command.metrics
+        facts = source_facts(metrics)
+        resume = case.command.resume
+        why = {f"{name}_first_interval": not_mapped(metrics, name)
+               for name in ("aux_loss",) if name not in fields}
+        if "lr" not in fields or not facts.reports_lr:
+            why["lr"] = not_mapped(metrics, "lr")
+        named = resume is not None and resume.iteration_file is not None
+        if not named and not facts.carries_checkpoint_step:
+            why["loaded_checkpoint"] = (
+                f"the case names no command.resume.iteration_file (e.g. Megatron's "
+                f"latest_checkpointed_iteration.txt) and its metrics (command.metrics.source "
+                f"{metrics.source}) name no checkpoint step (the record API's checkpoint_step=)")
+        return why
 
 
 register(Resume())

@@ -32,6 +32,7 @@ from harness.compare import DEFAULT_ALLOWED_SKIPS, CaseVerdict
 from harness.errors import ConfigError
 from harness.launch.arm_launcher import ArmLauncher
 from harness.launch.case_status import CaseStatus, folder_progress
+from harness.launch.local.gpu_lane import GpuSetting
 from harness.launch.local.lanes import run_cases, runs_again
 from harness.launch.local.progress import NullProgress, SweepProgress
 from harness.launch.pipeline import SweepSink, run_to_end
@@ -70,12 +71,16 @@ def case_status(out_dir: Path, entry: ManifestCase, running: bool) -> CaseStatus
 @dataclass
 class LocalBackend:
     """This machine's backend (module doc). ``beside(plan)``: the cases run in the second lane
-    (``placement.runs_beside_gpu_arms``)."""
+    (``placement.runs_beside_gpu_arms``). ``gpu``: the GPU lane's setting on a machine with
+    ``gpus`` GPUs (``gpu_lane.gpu_setting``: ``run --gpu-jobs``); None: one arm after another,
+    nothing recorded of their placement."""
 
     launcher: Optional[ArmLauncher] = None
     progress: Optional[SweepProgress] = None
     allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS
     beside: Callable[[CasePlan], bool] = lambda plan: False
+    gpu: Optional[GpuSetting] = None
+    gpus: int = 0
     _submitted: bool = field(default=False, init=False, repr=False)
     _plans: tuple[CasePlan, ...] = field(default=(), init=False, repr=False)
     _verdicts: tuple[CaseVerdict, ...] = field(default=(), init=False, repr=False)
@@ -119,7 +124,8 @@ class LocalBackend:
         if prewarm is not None:  # they import beside the first arms, not before each lane's first
             prewarm(self._plans, Path(out_dir), runs_again)
         self._verdicts = tuple(run_cases(self._plans, Path(out_dir), self.launcher,
-                                         self.progress or NullProgress(), self.beside))
+                                         self.progress or NullProgress(), self.beside,
+                                         self.gpu, self.gpus))
 
     def collect(self, out_dir: Path) -> Collection:
         try:
@@ -135,11 +141,12 @@ def run_sweep(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
               progress: Optional[SweepProgress] = None, start: Optional[SweepStart] = None,
               allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS,
               beside: Callable[[CasePlan], bool] = lambda plan: False,
-              sinks: Sequence[SweepSink] = ()) -> Collection:
+              sinks: Sequence[SweepSink] = (), gpu: Optional[GpuSetting] = None,
+              gpus: int = 0) -> Collection:
     """List every case in the sweep's manifest, then run every planned arm of every case into
     ``out_dir`` (resuming; cases ``beside`` selects in a second lane, ``lanes.run_cases``), judge
     each case once, write reports from those verdicts (cases of earlier runs into the same folder
     are judged from their files), and hand the folder to ``sinks`` (``pipeline.deliver``)."""
     out_dir = Path(out_dir)
-    with LocalBackend(launcher, progress, allowed_skips, beside) as backend:
+    with LocalBackend(launcher, progress, allowed_skips, beside, gpu, gpus) as backend:
         return run_to_end(backend, plans, out_dir, start, sinks)

@@ -21,11 +21,12 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from harness.caseplan import CasePlan, PlannedArm
 from harness.compare import CaseVerdict
 from harness.launch.arm_launcher import ArmLauncher
+from harness.launch.local.gpu_demand import timing_judged_arms
+from harness.launch.local.gpu_lane import GpuSetting, run_gpu_lane
 from harness.launch.local.progress import SweepProgress
 from harness.launch.ranks.completion import arm_needs_run
 from harness.launch.sweep_folder import finalize_or_error, prepare_case_dir, remove_checkpoints_if_complete
 from harness.results import CASE_FILE, OUTCOME_FILE, VERDICT_FILE, ArmOutcome, write_outcome
-from harness.spec.names import GOLDEN
 
 
 def _run_one(launcher: ArmLauncher, plan: CasePlan, arm: PlannedArm, arm_dir: Path,
@@ -51,13 +52,6 @@ def run_arm_into(launcher: ArmLauncher, plan: CasePlan, arm: PlannedArm, arm_dir
     write_outcome(arm_dir, outcome)
     remove_checkpoints_if_complete(arm, arm_dir)  # finished for good: no resume
     return outcome
-
-
-def timing_judged_arms(plan: CasePlan) -> frozenset[str]:
-    """The arms whose step time a golden pair judges (``compare.golden.step_time``): nothing may
-    run beside them, not even on other devices, while they run."""
-    return frozenset(a for p in plan.pairs if p.contract == GOLDEN and p.skipped is None
-                     and getattr(p.params, "step_time", None) is not None for a in p.arms)
 
 
 class _Quiet:
@@ -141,18 +135,20 @@ def _run_case(index: int, total: int, plan: CasePlan, out_dir: Path, launcher: A
 
 
 def run_cases(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
-               shown: SweepProgress, beside: Callable[[CasePlan], bool] = lambda plan: False
-               ) -> list[CaseVerdict]:
+               shown: SweepProgress, beside: Callable[[CasePlan], bool] = lambda plan: False,
+               gpu: Optional[GpuSetting] = None, gpus: int = 0) -> list[CaseVerdict]:
     """Every case, in plan order. Cases ``beside`` selects (CPU ranks on a machine with GPUs) run
     in a second lane beside the others, one after another there too; the first lane asks the
-    second to stand still while an arm whose step time is judged runs. Ctrl-C stops both lanes
-    (``launcher.stop()`` ends the second lane's ranks)."""
+    second to stand still while an arm whose step time is judged runs. With ``gpu`` (a machine
+    with ``gpus`` GPUs: ``gpu_lane.gpu_setting``) the first lane is the GPU lane
+    (``gpu_lane.run_gpu_lane``: arms side by side where their figures allow it, their placement
+    recorded). Ctrl-C stops both lanes (``launcher.stop()`` ends the other lanes' ranks)."""
     verdicts: dict[str, CaseVerdict] = {}
     indexed = list(enumerate(plans))
     second = [(i, p) for i, p in indexed if beside(p)]
     first = [(i, p) for i, p in indexed if not beside(p)]
     quiet = _Quiet()
-    shown = _Serialized(shown) if second else shown
+    shown = _Serialized(shown) if second or gpu is not None else shown
     shown.sweep_started(len(plans))
     failure: list[BaseException] = []
     interrupted = threading.Event()
@@ -173,7 +169,10 @@ def run_cases(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
     try:
         if second:
             worker.start()
-        for i, plan in first:
+        if gpu is not None:
+            run_gpu_lane(first, len(plans), out_dir, launcher, shown, verdicts, gpu, gpus,
+                         quiet.quiet, runs_again, run_arm_into)
+        for i, plan in first if gpu is None else ():
             judged = timing_judged_arms(plan)
             _run_case(i, len(plans), plan, out_dir, launcher, shown, verdicts,
                       lambda arm: quiet.quiet() if arm.name in judged else nullcontext())

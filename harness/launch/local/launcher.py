@@ -14,6 +14,7 @@ for a failing arm.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import os
 import sys
@@ -28,9 +29,11 @@ from harness.launch.ranks.arm_runner import joined, run_arm, run_legs
 from harness.launch.ranks.command import run_command_arm
 from harness.launch.ranks.emulated import EmulatedLauncher
 from harness.launch.ranks.placement import runs_on_cuda, skip_reason
-from harness.launch.ranks.processes import RankCommand, cuda_device_count, device_env, run_ranks
+from harness.launch.ranks.processes import (RankCommand, cpu_pinned, cuda_device_count, device_env,
+                                            rank_main_argv, run_ranks)
 from harness.launch.ranks.rank_main import read_plan_beside
 from harness.launch.ranks.warm import WarmStarter
+from harness.launch.ranks.variation import variation
 from harness.results import CASE_FILE, LOG_FILE, ArmOutcome, write_outcome
 
 
@@ -48,6 +51,7 @@ class LocalLauncher:
     kill_grace_s: float = 5.0
     port_retries: int = 3
     warm: bool = True
+    ranks_per_gpu: int = 1  # an emulated arm's ranks side by side on one GPU (the GPU lane's)
     # Set by stop(): the arms running in other threads end their ranks (Ctrl-C reaches only one).
     stop_event: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
     starter: Optional[WarmStarter] = field(default=None, compare=False, repr=False)
@@ -67,6 +71,11 @@ class LocalLauncher:
         if self.starter is not None:
             self.starter.close()
             object.__setattr__(self, "starter", WarmStarter(python=self.python))
+
+    def with_ranks_per_gpu(self, n: int) -> "LocalLauncher":
+        """This launcher (its warm servers, its stop) running an emulated arm's ranks ``n`` at
+        a time on one GPU (``launch.local.gpu_lane``)."""
+        return dataclasses.replace(self, ranks_per_gpu=n)
 
     def stop(self) -> None:
         """End the ranks of every arm this launcher runs in another thread (the sweep was
@@ -150,6 +159,8 @@ class LocalLauncher:
                 if not needs_run(arm, case_dir / arm.name):
                     continue
                 for cmd in self._first_commands(plan, arm, case_dir, gpus):
+                    if cmd.variation.cold_start:  # started cold: no server to wait for
+                        continue
                     rank = cmd.started[0]
                     started += self.starter.prewarm(cmd.argv_of(rank),
                                                     cmd.env_of(os.environ, rank, 0))
@@ -166,7 +177,8 @@ class LocalLauncher:
     def _emulated(self, plan: CasePlan, gpus: int) -> EmulatedLauncher:
         return EmulatedLauncher(gpus, self.timeout_s(plan), self.python,
                                 run=functools.partial(run_ranks, starter=self.starter),
-                                stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s)
+                                stack_wait_s=self.stack_wait_s, kill_grace_s=self.kill_grace_s,
+                                per_gpu=self.ranks_per_gpu)
 
     @staticmethod
     def _device(plan: CasePlan, arm: PlannedArm, gpus: int) -> tuple[dict[str, str], str]:
@@ -177,12 +189,12 @@ class LocalLauncher:
     def _command(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path, case_json: Path,
                  gpus: int, *, stop: Optional[int], timeout_s: float, repro: str) -> RankCommand:
         """The rank processes of one leg of built-in ``arm`` (``stop``: the step it stops after)."""
-        argv = (self.python, "-u", "-m", "harness.launch.ranks.rank_main", "--case", str(case_json),
-                "--arm", arm.name, "--out", str(arm_dir))
+        argv = rank_main_argv(self.python, case_json, arm.name, arm_dir)
         return RankCommand(argv=argv + (("--stop-after", str(stop)) if stop is not None else ()),
                            world_size=arm.world_size, arm_dir=arm_dir, timeout_s=timeout_s,
-                           env=self._device(plan, arm, gpus)[0], repro=repro,
-                           stop=self.stop_event)
+                           env=cpu_pinned(self._device(plan, arm, gpus)[0]), repro=repro,
+                           stop=self.stop_event,
+                           variation=variation(arm.case.execution.vary_processes))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -43,6 +43,7 @@ from harness.launch.ranks.command_resume import (Checkpointed, Leg, resume_legs,
 from harness.launch.ranks.command_env import needs_probe, probe_command, with_environment
 from harness.launch.ranks.ports import pick_free_port
 from harness.launch.ranks.processes import ProcessStart, RankCommand, device_env, run_ranks
+from harness.launch.ranks.variation import variation
 from harness.metrics import (METRICS_DIR_ENV, MetricsError, read_source, source_mark,
                              source_path, stale_files)
 from harness.environment import describe
@@ -247,7 +248,8 @@ def run_command_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, timeout_s: f
             per_process={n.index: ProcessStart(arm_command(plan, arm, arm_dir, n, device,
                                                            leg).argv,
                                                rendezvous_env(plan, arm, n))
-                         for n in (nodes if launcher else [])}),
+                         for n in (nodes if launcher else [])},
+            variation=variation(arm.case.execution.vary_processes)),
             stack_wait_s=stack_wait_s, kill_grace_s=kill_grace_s)
         spent.append(done.wall_s)
         return done

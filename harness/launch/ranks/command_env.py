@@ -24,6 +24,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -46,13 +47,34 @@ def needs_probe(plan: CasePlan, arm: PlannedArm) -> bool:
     return any(p.contract == GOLDEN and arm.name in p.arms for p in plan.pairs)
 
 
+def interpreter_of(program: Optional[str]) -> Optional[str]:
+    """The Python interpreter ``program`` is or runs: itself when it is one, else the one its
+    ``#!`` line names (a console script such as ``torchrun``: ``#!/venv/bin/python3``, or
+    ``#!/usr/bin/env python3``); else ``program`` as it is."""
+    if program is None or _PYTHON.match(Path(program).name):
+        return program
+    try:
+        with open(program, "rb") as f:
+            first = f.readline(256).decode("utf-8", errors="replace").strip()
+    except OSError:
+        return program
+    words = first[2:].split() if first.startswith("#!") else []
+    if words and Path(words[0]).name == "env":
+        words = [w for w in words[1:] if not w.startswith("-")][:1]
+        found = shutil.which(words[0]) if words else None
+        words = [found] if found else []
+    return words[0] if words and _PYTHON.match(Path(words[0]).name) else program
+
+
 def probe_command(program: Optional[str], env: Mapping[str, str], on_cuda: bool,
                   cwd: Path) -> tuple[Optional[RunEnvironment], str]:
     """(the environment ``program`` sees with ``env`` on device 0 or the CPU, why none when
     None). ``program``: the command's ``argv[0]`` resolved (None: not found)."""
+    program = interpreter_of(program)
     if program is None or not _PYTHON.match(Path(program).name):
-        return None, (f"the command ({program}) is not a Python interpreter, so the harness cannot "
-                      "ask it which torch and kernels it runs")
+        return None, (f"the command ({program}) is not a Python interpreter, nor a script one "
+                      "runs (a `#!` line naming python: torchrun, deepspeed), so the harness "
+                      "cannot ask it which torch and kernels it runs")
     given = env.get("PYTHONPATH")
     run_env = {**env, "PYTHONPATH": _ROOT + (os.pathsep + given if given else "")}
     try:

@@ -29,8 +29,9 @@ from typing import Callable, Mapping, Optional, Sequence
 from harness.caseplan import CasePlan, PlannedArm
 from harness.launch.ranks.completion import rank_is_complete
 from harness.launch.ranks.placement import runs_on_cuda
-from harness.launch.ranks.processes import RankCommand, run_ranks
+from harness.launch.ranks.processes import RankCommand, cpu_pinned, rank_main_argv, run_ranks
 from harness.launch.ranks.repro import repro_line
+from harness.launch.ranks.variation import variation
 from harness.results import LOG_FILE, ArmOutcome
 from harness.spec.places import rank_place
 
@@ -77,9 +78,16 @@ def combine(runs: Sequence[RankRun], repro: str) -> ArmOutcome:
 RunRanks = Callable[..., ArmOutcome]
 
 
-def side_by_side(arm: PlannedArm, gpus: Sequence[str]) -> int:
-    """How many of ``arm``'s emulated ranks run at once on ``gpus``: one per GPU, one on the CPU."""
-    return max(1, min(len(gpus), len(arm.ranks)))
+def side_by_side(arm: PlannedArm, gpus: Sequence[str], per_gpu: int = 1) -> int:
+    """How many of ``arm``'s emulated ranks run at once on ``gpus``: ``per_gpu`` per GPU (one
+    unless the local GPU lane lets the arm's ranks share one: ``launch.local.gpu_lane``), one on
+    the CPU."""
+    return max(1, min(len(gpus) * max(1, per_gpu), len(arm.ranks)))
+
+
+def _slots(gpus: Sequence[str], side: int) -> list[Optional[str]]:
+    """The GPU of each rank running at once: the GPUs in turn, ``side`` in all (CPU: None)."""
+    return [gpus[i % len(gpus)] for i in range(side)] if gpus else [None]
 
 
 def emulated_rank_command(arm: PlannedArm, arm_dir: Path, case_json: Path, *, rank: int,
@@ -88,30 +96,32 @@ def emulated_rank_command(arm: PlannedArm, arm_dir: Path, case_json: Path, *, ra
     """The command of emulated rank ``rank`` of ``arm`` alone on ``gpu`` (its
     ``CUDA_VISIBLE_DEVICES`` value; None: on the CPU, GPUs hidden), ``side`` ranks side by side
     sharing the CPU's threads."""
-    argv = (python, "-u", "-m", "harness.launch.ranks.rank_main", "--case", str(case_json),
-            "--arm", arm.name, "--out", str(arm_dir))
-    env = {} if gpu is not None else {"CUDA_VISIBLE_DEVICES": ""}
-    if "OMP_NUM_THREADS" not in os.environ:  # ranks side by side share the CPU's threads
+    argv = rank_main_argv(python, case_json, arm.name, arm_dir)
+    env = cpu_pinned({} if gpu is not None else {"CUDA_VISIBLE_DEVICES": ""})
+    if "OMP_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in env:
+        # GPU ranks side by side share the CPU's threads
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // side))
     return RankCommand(argv=argv, world_size=arm.world_size, arm_dir=arm_dir, timeout_s=timeout_s,
                        env=env, repro=repro, ranks=(rank,), emulated=True,
-                       devices={rank: gpu} if gpu is not None else {})
+                       devices={rank: gpu} if gpu is not None else {},
+                       variation=variation(arm.case.execution.vary_processes))
 
 
 def run_emulated_arm(plan: CasePlan, arm: PlannedArm, arm_dir: Path, case_json: Path, *,
                      gpus: Sequence[str], timeout_s: float, python: str, repro: str,
                      run: Optional[RunRanks] = None, stack_wait_s: float = 3.0,
-                     kill_grace_s: float = 5.0) -> ArmOutcome:
+                     kill_grace_s: float = 5.0, per_gpu: int = 1) -> ArmOutcome:
     """Run every rank of emulated ``arm`` (see the module doc) on ``gpus`` (``CUDA_VISIBLE_DEVICES``
-    values: one rank per GPU at a time, side by side; empty: on the CPU, one after another, GPUs
-    hidden); never raises for a failing rank. ``run``: ``processes.run_ranks`` (the default)."""
+    values: ``per_gpu`` ranks per GPU at a time, side by side; empty: on the CPU, one after
+    another, GPUs hidden); never raises for a failing rank. ``run``: ``processes.run_ranks``
+    (the default)."""
     run = run or run_ranks
     arm_dir = Path(arm_dir)
     arm_dir.mkdir(parents=True, exist_ok=True)
     labels = {r: rank_place(arm.case, r).label() for r in arm.ranks}
-    side = side_by_side(arm, gpus)
+    side = side_by_side(arm, gpus, per_gpu)
     free: "queue.Queue[Optional[str]]" = queue.Queue()
-    for gpu in list(gpus[:side]) or [None]:
+    for gpu in _slots(gpus, side):
         free.put(gpu)
 
     def one(rank: int) -> RankRun:
@@ -153,6 +163,7 @@ class EmulatedLauncher:
     run: Optional[RunRanks] = None
     stack_wait_s: float = 3.0
     kill_grace_s: float = 5.0
+    per_gpu: int = 1  # emulated ranks side by side on one GPU (the local GPU lane's choice)
 
     def run_arm(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path,
                 case_json: Path) -> ArmOutcome:
@@ -162,18 +173,18 @@ class EmulatedLauncher:
                                 timeout_s=self.timeout_s, python=self.python,
                                 repro=repro_line(plan, arm, case_json, self.python),
                                 run=self.run, stack_wait_s=self.stack_wait_s,
-                                kill_grace_s=self.kill_grace_s)
+                                kill_grace_s=self.kill_grace_s, per_gpu=self.per_gpu)
 
     def first_commands(self, plan: CasePlan, arm: PlannedArm, arm_dir: Path,
                        case_json: Path) -> list["RankCommand"]:
         """The command of ``arm``'s first rank on each device its ranks will use (one per rank
         environment ``run_arm`` makes: what a warm start prepares)."""
         seen = self._seen(plan)
-        side = side_by_side(arm, seen)
+        side = side_by_side(arm, seen, self.per_gpu)
         return [emulated_rank_command(arm, Path(arm_dir), case_json, rank=arm.ranks[0], gpu=gpu,
                                       side=side, timeout_s=self.timeout_s, python=self.python,
                                       repro="")
-                for gpu in list(seen[:side]) or [None]]
+                for gpu in dict.fromkeys(_slots(seen, side))]
 
     def _seen(self, plan: CasePlan) -> list[str]:
         return visible_gpus(os.environ, self.gpus) if runs_on_cuda(plan, self.gpus) else []

@@ -34,6 +34,7 @@ from harness.launch.ranks.failures import classify_exit, rank_cause, tail_text
 from harness.launch.ranks.ports import is_addr_in_use, pick_free_port
 from harness.launch.ranks.rank_main import LAUNCHER_PID_ENV, remove_empty_stacks, stacks_path
 from harness.launch.ranks.warm import WarmProcess, WarmStarter
+from harness.launch.ranks.variation import FIRST, Variation, describe
 from harness.results import LOG_FILE, ArmOutcome, read_steps
 
 # The repository, put on the ranks' PYTHONPATH so they import this harness.
@@ -79,6 +80,9 @@ class RankCommand:
     # Processes whose argument vector and rendezvous differ from ``argv`` / ``rendezvous`` (a
     # command case's launchers on one machine, one per node: each its own ``{node_rank}``).
     per_process: Mapping[int, "ProcessStart"] = field(default_factory=dict)
+    # How the processes start in what the numbers must not depend on (``variation``): the
+    # arm case's ``execution.vary_processes``.
+    variation: Variation = FIRST
 
     @property
     def started(self) -> tuple[int, ...]:
@@ -91,14 +95,17 @@ class RankCommand:
         return list(self.argv) + (["--emulate-rank", str(rank)] if self.emulated else [])
 
     def env_of(self, base: Mapping[str, str], rank: int, port: int) -> dict[str, str]:
+        """Rank ``rank``'s whole environment, as its start (:attr:`variation`) gives it."""
         if not self.emulated:
             rendezvous = (self.per_process[rank].rendezvous if rank in self.per_process
                           else self.rendezvous)
-            return {**rank_env(base, rank, self.world_size, port, self.env), **rendezvous}
-        extra = dict(self.env)
-        if rank in self.devices:
-            extra["CUDA_VISIBLE_DEVICES"] = self.devices[rank]
-        return alone_env(base, extra)
+            env = {**rank_env(base, rank, self.world_size, port, self.env), **rendezvous}
+        else:
+            extra = dict(self.env)
+            if rank in self.devices:
+                extra["CUDA_VISIBLE_DEVICES"] = self.devices[rank]
+            env = alone_env(base, extra)
+        return self.variation.environment(env, self.arm_dir)
 
 
 @dataclass
@@ -113,6 +120,14 @@ class _Rank:
 
 
 # --------------------------------------------------------------------------- helpers
+def rank_main_argv(python: str, case_json: Path, arm: str, arm_dir: Path) -> tuple[str, ...]:
+    """A built-in rank process's argument vector. Its paths are absolute: a varied start
+    (``variation``) runs the ranks in a working folder of their own."""
+    return (python, "-u", "-m", "harness.launch.ranks.rank_main",
+            "--case", str(Path(case_json).absolute()), "--arm", arm,
+            "--out", str(Path(arm_dir).absolute()))
+
+
 def cuda_device_count() -> int:
     """CUDA GPUs visible to this process (0 without CUDA); does not create a CUDA context."""
     try:
@@ -138,6 +153,27 @@ def device_env(world_size: int, gpus: int, case_world: Optional[int] = None
     else:
         why = f"{gpus} CUDA GPU(s) < {world_size} ranks"
     return {"CUDA_VISIBLE_DEVICES": ""}, f"{world_size} rank(s) on CPU (gloo): {why}"
+
+
+# What a built-in CPU rank's numbers need not depend on, pinned unless the launcher's own
+# environment sets it (each is recorded: ``harness.environment.SETTINGS``, ``harness.kernels``),
+# so that golden values repeat bit for bit on any host of the same kernels
+# (docs/golden-values.md): one intra-op thread (how reductions and GEMMs split, else the host's
+# core count) and MKL's COMPATIBLE code branch (conditional numerical reproducibility: fixed
+# cache sizes, deterministic reductions, one code path on Intel and AMD alike; MKL's own
+# dispatch picks other GEMM kernels per vendor and ISA, and its AVX2 and AVX-512 branches differ
+# in the last bits here). ATen's vectorised kernels still follow the CPU (AVX2 / AVX-512: one
+# golden file each, side by side). A command's processes keep the environment its case gives.
+CPU_RANK_SETTINGS: Mapping[str, str] = {"OMP_NUM_THREADS": "1", "MKL_CBWR": "COMPATIBLE"}
+
+
+def cpu_pinned(extra: Mapping[str, str], base: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """A built-in rank's ``extra`` environment (``device_env``'s) with :data:`CPU_RANK_SETTINGS`
+    where it runs on the CPU (GPUs hidden) and ``base`` does not set them."""
+    out = dict(extra)
+    if out.get("CUDA_VISIBLE_DEVICES") == "":
+        out = {**{k: v for k, v in CPU_RANK_SETTINGS.items() if k not in base}, **out}
+    return out
 
 
 def rank_env(base: Mapping[str, str], rank: int, world_size: int, port: int,
@@ -240,15 +276,17 @@ def _spawn(cmd: RankCommand, rank: int, port: int, starter: Optional[WarmStarter
            ) -> tuple[Union[subprocess.Popen, WarmProcess], Optional[str]]:
     """Rank ``rank``'s process: forked warm by ``starter`` where it can, else started cold (and
     why, when a warm start was refused)."""
+    v = cmd.variation
     argv, env = cmd.argv_of(rank), cmd.env_of(os.environ, rank, port)
+    cwd = v.cwd(cmd.arm_dir, cmd.cwd)
     why = None
-    if starter is not None:
-        proc, why = starter.start(argv, env, str(cmd.cwd) if cmd.cwd is not None else None)
+    if starter is not None and not v.cold_start:
+        proc, why = starter.start(argv, env, str(cwd) if cwd is not None else None)
         if proc is not None:
             return proc, None
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True, env=env,
-                            cwd=cmd.cwd), why
+                            cwd=cwd), why
 
 
 def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wait_s: float,
@@ -261,11 +299,12 @@ def _attempt(cmd: RankCommand, port: int, log: IO[str], started: float, stack_wa
     how = (f"emulated rank(s) {', '.join(map(str, cmd.started))} of {cmd.world_size}, each alone"
            if cmd.emulated else f"x{cmd.world_size} port {port}")
     log.write(f"[launcher] {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} "
-              f"{shlex.join(cmd.argv)} {how} timeout {cmd.timeout_s:.0f}s\n")
+              f"{shlex.join(cmd.argv)} {how} timeout {cmd.timeout_s:.0f}s; "
+              f"{describe(cmd.variation)}\n")
     log.flush()
     ranks: list[_Rank] = []
     try:
-        for k in cmd.started:
+        for k in cmd.variation.start_order(cmd.started):
             proc, cold_why = _spawn(cmd, k, port, starter)
             if cold_why is not None:
                 with lock:

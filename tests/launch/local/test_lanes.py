@@ -11,7 +11,7 @@ import pytest
 
 from harness.arms import plan_cases
 from harness.launch.local.backend import run_sweep
-from harness.launch.local.lanes import timing_judged_arms
+from harness.launch.local.gpu_demand import timing_judged_arms
 from harness.report import gate
 from harness.results import ArmOutcome, StepWriter
 from harness.spec import load_cases

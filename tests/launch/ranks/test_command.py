@@ -86,13 +86,17 @@ def test_a_missing_working_folder_is_the_arms_problem(tmp_path):
                            "(relative to the case file's folder)")
 
 
-def test_the_repro_line_of_a_two_rank_arm_runs_it_on_its_own(tmp_path, repro_name):
+def test_the_repro_line_of_a_two_rank_arm_runs_it_on_its_own(tmp_path, repro_name, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # what the arm ran with: the line sets it
     plan = plan_of(tmp_path, repro_name, argv=[
         "python", str(TRAINER), "--train-iters", "{steps}", "--tensorboard-dir",
         "{arm_dir}/tensorboard"])
     line = repro_line(plan, plan.arm("graph"), tmp_path / "case.json")
-    assert "for k in 0 1; do RANK=$k LOCAL_RANK=$k WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 " in line
-    assert "MASTER_ADDR=127.0.0.1 MASTER_PORT=29500" in line and line.endswith("& done; wait")
+    assert "for k in 0 1; do " in line and " RANK=$k LOCAL_RANK=$k WORLD_SIZE=2 " in line
+    assert "CUDA_VISIBLE_DEVICES='' " in line  # the arm's device setting
+    assert "MASTER_ADDR=127.0.0.1 MASTER_PORT=29500" in line
+    assert line.startswith(f"rm -rf {REPRO_ROOT / repro_name / 'graph'} && ")
+    assert line.endswith('for p in $pids; do wait "$p" || ok=1; done; [ "$ok" = 0 ]; }')
     done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=300,
                           env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert done.returncode == 0, done.stderr[-3000:]
@@ -170,7 +174,7 @@ def test_the_launchers_of_a_two_node_case_run_here_each_as_its_node(tmp_path):
 def test_the_repro_line_of_a_two_node_launcher_arm_runs_both_nodes_here(tmp_path, repro_name):
     (case,) = load_cases([TWO_NODE_TORCHRUN])
     line = repro_line(plan_case(case), plan_case(case).arm("eager"), tmp_path / "case.json")
-    assert "for k in 0 1; do NNODES=2 NODE_RANK=$k " in line
+    assert "for k in 0 1; do " in line and " NNODES=2 NODE_RANK=$k " in line
     assert '--nnodes 2 --node-rank "$k" --nproc-per-node 2 --master-addr 127.0.0.1' in line
     plan = two_node_launcher(tmp_path, repro_name)
     done = subprocess.run(["bash", "-c", repro_line(plan, plan.arm("eager"), tmp_path / "c.json")],

@@ -95,3 +95,23 @@ compare:
     assert ("NOTE  envdrift / repeat: the arms inherited different environments "
             "(inherited_env.json): TRAINER_LR_SCALE=1.5 (eager) vs TRAINER_LR_SCALE=1.25 "
             "(eager-repeat)") in gate.stdout
+
+
+def test_a_script_run_by_python_is_asked_through_its_interpreter(tmp_path) -> None:
+    """torchrun, deepspeed: console scripts whose `#!` line names the interpreter that runs the
+    ranks; a program that is no Python script stays unasked."""
+    import shutil
+    import sys
+
+    from harness.launch.ranks.command_env import interpreter_of
+
+    direct, via_env, shell = (tmp_path / n for n in ("direct", "via_env", "shell"))
+    direct.write_text(f"#!{sys.executable}\nprint(1)\n")
+    via_env.write_text("#!/usr/bin/env -S python3 -u\nprint(1)\n")
+    shell.write_text("#!/bin/sh\necho 1\n")
+    assert interpreter_of(str(direct)) == sys.executable
+    assert interpreter_of(str(via_env)) == shutil.which("python3")
+    assert interpreter_of(str(shell)) == str(shell)
+    assert interpreter_of(sys.executable) == sys.executable and interpreter_of(None) is None
+
+

@@ -341,3 +341,13 @@ def test_ending_a_rank_whose_popen_lock_a_ctrl_c_left_held_does_not_hang():
     assert _eventually_gone(proc.pid)  # killed all the same
     proc._waitpid_lock.release()
     proc.wait(timeout=10)
+
+
+def test_built_in_cpu_ranks_pin_what_need_not_vary() -> None:
+    from harness.launch.ranks.processes import CPU_RANK_SETTINGS, cpu_pinned
+
+    cpu = cpu_pinned({"CUDA_VISIBLE_DEVICES": ""}, base={"OMP_NUM_THREADS": "4"})
+    assert cpu["MKL_CBWR"] == CPU_RANK_SETTINGS["MKL_CBWR"] == "COMPATIBLE"
+    assert "OMP_NUM_THREADS" not in cpu  # the launcher's own setting wins
+    assert cpu_pinned({"CUDA_VISIBLE_DEVICES": ""}, base={})["OMP_NUM_THREADS"] == "1"
+    assert cpu_pinned({}, base={}) == {}  # a CUDA rank

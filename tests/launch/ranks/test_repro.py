@@ -39,3 +39,74 @@ def test_collect_gives_an_arm_it_classifies_the_line_the_local_launcher_gives(sw
     outs = outcomes_for_ended_job(out / "t", ref, view.get("41"))
     for arm in plan.arms:
         assert outs[arm.name].repro == repro_line(plan, arm, out / "t" / CASE_FILE)
+
+
+def _resumed_plan(tmp_path, name: str, argv: list):
+    import yaml
+    from harness.arms import plan_case
+    from harness.spec import load_cases
+
+    doc = {"name": name, "resources": {"gpus_per_node": 2, "time_min": 3},
+           "train": {"steps": 4, "global_batch": 8, "seq_length": 16, "lr": 3.0e-3},
+           "command": {"argv": argv, "metrics": {"source": "megatron_log"},
+                       "resume": {"save": ["--save", "{arm_dir}/ckpt"],
+                                  "load": ["--load", "{arm_dir}/ckpt"]}},
+           "compare": {"resume": {"at_step": 2}}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    (case,) = load_cases([path])
+    return plan_case(case)
+
+
+# A command whose run with --save fails on rank 1 (rank 0 succeeds), and whose run with --load
+# leaves a mark: the resumed arm's second run must not start after its first failed.
+_LEGS = ("import os, sys, pathlib; d = sys.argv[-1]; "
+         "sys.exit(3 if os.environ.get('LEGS_FAIL') == os.environ['RANK'] else 0) "
+         "if '--save' in sys.argv else pathlib.Path(d + '.loaded').touch()")
+
+
+def test_a_resumed_arm_s_line_runs_its_second_run_only_after_every_process_of_the_first_succeeded(
+        tmp_path, monkeypatch):
+    import os
+
+    name = f"reprolegs{os.getpid()}"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("LEGS_FAIL", "1")  # inherited: the line sets it
+    plan = _resumed_plan(tmp_path, name, ["python3", "-c", _LEGS])
+    arm = plan.arm("eager-resumed")
+    line = repro_line(plan, arm, tmp_path / name / CASE_FILE)
+    monkeypatch.delenv("LEGS_FAIL")
+    clean = repro_line(plan, arm, tmp_path / name / CASE_FILE)
+    folder = REPRO_ROOT / name / "eager-resumed"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "log.txt").write_text("an earlier run's lines\n")
+        done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=120)
+        assert done.returncode != 0, done.stderr  # rank 1 of the first run failed
+        assert not (folder / "log.txt").exists()  # a fresh folder: the earlier run's files gone
+        assert not (folder / "ckpt.loaded").exists(), "the second run started after a failure"
+        ok = subprocess.run(["bash", "-c", clean], capture_output=True, text=True, timeout=120)
+        assert ok.returncode == 0, ok.stderr
+        assert (folder / "ckpt.loaded").exists()  # both runs of a clean first run
+        assert "CUDA_VISIBLE_DEVICES=''" in line  # the arm's device setting (CPU ranks here)
+    finally:
+        import shutil
+
+        shutil.rmtree(REPRO_ROOT / name, ignore_errors=True)
+
+
+def test_a_ran_arm_s_line_sets_the_devices_it_ran_with(tmp_path, monkeypatch):
+    """From the arm's inherited_env.json: the value the harness set (empty: CPU ranks), or none
+    where the arm kept the devices it inherited (a Slurm task keeps Slurm's), whatever this
+    machine has."""
+    from harness.results import write_arm_env
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,6")
+    plan = _resumed_plan(tmp_path, "devices", ["python3", "-c", "pass"])
+    arm = plan.arm("eager")
+    case_json = tmp_path / "devices" / CASE_FILE
+    assert "CUDA_VISIBLE_DEVICES=" in repro_line(plan, arm, case_json)  # not ran: as here
+    write_arm_env(tmp_path / "devices" / "eager", {}, {"CUDA_VISIBLE_DEVICES": ""})
+    assert "CUDA_VISIBLE_DEVICES='' " in repro_line(plan, arm, case_json)
+    write_arm_env(tmp_path / "devices" / "eager", {}, {"OMP_NUM_THREADS": "1"})
+    assert "CUDA_VISIBLE_DEVICES" not in repro_line(plan, arm, case_json)

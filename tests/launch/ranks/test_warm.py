@@ -290,7 +290,8 @@ def test_warm_and_cold_ranks_train_to_the_same_records(write_case, tmp_path, mon
             servers = [slot.server for slot in launcher.starter._slots.values()] if warm else []
         assert [v.status for v in result.verdicts] == ["pass"]
         # The sweep started every server its arms forked from before the first arm (one per
-        # rank environment: the 2-rank arms' and the 1-rank reference's), and each one served.
+        # rank environment: the 2-rank arms'; the reference arm starts cold, variation.py), and
+        # each one served.
         assert prewarmed[-1] == (len(servers) if warm else 0)
         assert all(server is not None and server._serving for server in servers)
         records[warm] = {arm.name: read_steps(out / "warm-cold" / arm.name)
