@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Optional
+from typing import Collection, Optional
 
 from harness.compare import step_series
 from harness.compare.series import memory_probes
@@ -141,12 +141,15 @@ def _memory_bars(probes: dict[str, dict[int, MemoryProbe]], ax,  # type: ignore[
     ax.legend(fontsize="small", loc="upper center", ncol=min(len(arms), 2))
 
 
-def write_plots(sweep: SweepView) -> tuple[Path, ...]:
-    """One PNG per case with step records; () when matplotlib is not installed."""
+def write_plots(sweep: SweepView, drawn: Optional[Collection[str]] = None) -> tuple[Path, ...]:
+    """One PNG per case with step records (of the cases in ``drawn``, default every case); ()
+    when matplotlib is not installed."""
     if not matplotlib_available():
         return ()
     out = []
     for case in sweep.cases:
+        if drawn is not None and case.case_id not in drawn:
+            continue
         written = plot_case(case, sweep.sweep_dir / PLOTS_DIR / f"{case.case_id}.png")
         if written is not None:
             out.append(written)
