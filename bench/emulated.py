@@ -51,7 +51,7 @@ def fit_check(case: Any, rank: int, steps: int, threads: int) -> dict[str, Any]:
     from harness.spec.preflight import preflight
     from harness.spec.schema import Case
     from harness.workload.emulate import WeightCache, emulate_rank, rank_place
-    from harness.graphplan import reachable_microbatch_counts
+    from harness.graphplan.layout import reachable_microbatch_counts
 
     eager = arm_case(case, arm_spec(case, "eager").name)
     short = max(steps, (case.graphs.warmup_steps + 1) if case.graphs is not None else 1)

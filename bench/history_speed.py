@@ -1,5 +1,5 @@
 """How fast the history is: adding a focused sweep, and `history show` / `check` over 10,000
-synthetic sweeps on SQLite (docs/history.md; figures in bench/RESULTS.md).
+synthetic sweeps on SQLite (docs/history.md; figures in bench/RESULTS-log.md).
 
 * add: ``record_sweep`` of a real sweep folder into a fresh database, judged as ``history add``
   judges it (the stored-plan check, every case judged again), then with the view judged already

@@ -6,10 +6,10 @@
    (``cases/regression/gb200-qwen3-30b-a3b-dcp-graphs.yaml``: PP4 x VPP4 x EP2 x DCP {1, 2}, seq
    8192, 48 layers), every rank (target < 10 s).
 2. Prints predicted vs measured for the emulated headline ranks 0 and 7 (16 layers: the
-   measured figures of bench/RESULTS.md, "Call 3: the emulated headline in training", one H200,
+   measured figures of bench/RESULTS-log.md, "Call 3: the emulated headline in training", one H200,
    torch 2.11, whose flash varlen repeats K/V heads: the plan is made for that target), with
    Megatron's estimate beside both.
-3. Prints each measured arm of :data:`ARMS` (bench/RESULTS.md, "the memory plan", the H100 table:
+3. Prints each measured arm of :data:`ARMS` (bench/RESULTS-log.md, "the memory plan", the H100 table:
    graph pool, arenas, peak allocated) beside its own arm's prediction (``arm_figures`` of the
    arm's derived case, torch 2.11's attention path).
 """
@@ -34,7 +34,7 @@ HEADLINE = ROOT / "cases/regression/gb200-qwen3-30b-a3b-dcp-graphs.yaml"
 EMULATED = ROOT / "cases/emulated/gb200-qwen3-30b-a3b-dcp-graphs-emulated-16l.yaml"
 FOCUSED_EMULATED = ROOT / "cases/focused/gpu1-emulated-dcp12-pp2-vpp2-ep2-graphs.yaml"
 QWEN3 = ROOT / "cases/focused/gpu1-qwen3-graphs.yaml"
-# bench/RESULTS.md, "Call 3: the emulated headline in training" (2026-12-01, one H200, torch
+# bench/RESULTS-log.md, "Call 3: the emulated headline in training" (2026-12-01, one H200, torch
 # 2.11.0+cu130): graph pool, arenas, separate pools (= ratio x largest variant), peak allocated
 MEASURED = {
     0: {"pool": 13794, "arenas": 13115, "separate": round(13794 / 1.0023 * 1.6929), "peak": 59937},

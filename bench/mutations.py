@@ -213,10 +213,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     # (Not a GPU row: static-rope-positions-cpu's fault, RoPE positions that run on across packed
     # sequences. At CP1, the GPU case's, each sequence attends only to itself and RoPE depends
     # only on q - k, so it is equivalent up to rounding: 7.6e-6 vs the reference on an H200,
-    # inside the pair's noise of 6.3e-6 x 10 (bench/RESULTS.md, 2026-12-02). At CP2, where the
+    # inside the pair's noise of 6.3e-6 x 10 (bench/RESULTS-log.md, 2026-12-02). At CP2, where the
     # CPU row runs it, a rank's rows are not its positions and the gathered keys are rotated
     # wrongly: a real fault there.)
-    # Measured on an H200 (bench/RESULTS.md, 2026-12-03): caught by the golden values (loss
+    # Measured on an H200 (bench/RESULTS-log.md, 2026-12-03): caught by the golden values (loss
     # 5.3e-5 against 1e-5, aux 1.9e-5, grad norm 1.05e-4 against 1e-4); the reference pair sees
     # 5.0e-5 against its 7e-5 (the fault is 8x its noise, the bound 11x): golden catches it.
     Mutation("static-rope-key-offset", "harness/workload/attention.py",

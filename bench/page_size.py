@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.arms import plan_case  # noqa: E402
+from harness.caseplan import CasePlan  # noqa: E402
 from harness.launch.sweep_folder import finalize_case, prepare_case_dir, record_manifest  # noqa: E402
 from harness.report import PAGE_FILE, write_reports  # noqa: E402
 from harness.results import (ArmOutcome, FrameReplays, GraphStats, MemoryProbe, StepRecord,  # noqa: E402
@@ -47,7 +48,7 @@ LIMIT_BYTES = 5 * 1024 ** 2
 LIMIT_OPEN_S = 2.0
 
 
-def _graph_stats(separate: bool) -> GraphStats:
+def graph_stats(separate: bool) -> GraphStats:
     """A rank's capture of 2 CP variants: one slot-shared pool, or one pool per CP size."""
     pool = (5.1 if separate else 3.0) * GIB
     return GraphStats(summary="2 dynamic-CP variants over 8 slot-aliased physical pool slots",
@@ -58,7 +59,7 @@ def _graph_stats(separate: bool) -> GraphStats:
                       warmup_peak_bytes=int(pool))
 
 
-def _records(rank: int, steps: int, probe_step: int, drift: float, rng: random.Random,
+def rank_records(rank: int, steps: int, probe_step: int, drift: float, rng: random.Random,
              shared: random.Random, graph: Optional[GraphStats]) -> list[StepRecord]:
     """One rank's records; a graph arm captures after step 2 and replays from step 3 on. Loss and
     grad norm come from ``shared`` (the same on every rank, as the ranks_agree check wants);
@@ -85,31 +86,36 @@ def _records(rank: int, steps: int, probe_step: int, drift: float, rng: random.R
     return out
 
 
+def write_arms(plan: CasePlan, case_dir: Path, drift_arm: Optional[str], repro: str) -> None:
+    """Every planned arm's step records (every rank, ``train.steps`` steps: :func:`rank_records`)
+    and outcome (``ok``) in ``case_dir``; the arm named ``drift_arm`` drifts in its second half."""
+    train = plan.case.train
+    probe_step = train.memory_probe_step or train.steps
+    for arm in plan.arms:
+        drift = 0.002 if arm.name == drift_arm else 0.0
+        graph = graph_stats("separate" in arm.name) if arm.kind != "eager" else None
+        for rank in arm.ranks:
+            writer = StepWriter(case_dir / arm.name, rank)
+            rng = random.Random(f"{plan.case.id}/{rank}")  # the same data in every arm
+            shared = random.Random(f"{plan.case.id}/shared")  # what every rank agrees on
+            for rec in rank_records(rank, train.steps, probe_step, drift, rng, shared, graph):
+                writer.append(rec)
+        write_outcome(case_dir / arm.name, ArmOutcome(
+            status="ok", returncode=0, wall_s=train.steps * 2.5, repro=repro))
+
+
 def regression_sweep(out: Path, cases_dir: Path = ROOT / "cases" / "regression") -> Path:
     """The regression cases' plans in ``out`` with synthesized records (module doc), judged."""
     if out.exists() and any(out.iterdir()):
         raise SystemExit(f"{out} exists and is not empty: give a new folder")
     plans = [plan_case(case) for case in load_cases([cases_dir])]
     record_manifest(plans, out)
-    failing_arm = None
     for n, plan in enumerate(plans):
         case_dir = prepare_case_dir(plan, out)
-        train = plan.case.train
-        probe_step = train.memory_probe_step or train.steps
-        for arm in plan.arms:
-            # One arm of the first case drifts in its second half: that entry fails (a regression).
-            drift = 0.002 if n == 0 and failing_arm is None and not arm.repeat else 0.0
-            failing_arm = failing_arm or (arm.name if drift else None)
-            graph = _graph_stats("separate" in arm.name) if arm.kind != "eager" else None
-            for rank in arm.ranks:
-                writer = StepWriter(case_dir / arm.name, rank)
-                rng = random.Random(f"{plan.case.id}/{rank}")  # the same data in every arm
-                shared = random.Random(f"{plan.case.id}/shared")  # what every rank agrees on
-                for rec in _records(rank, train.steps, probe_step, drift, rng, shared, graph):
-                    writer.append(rec)
-            write_outcome(case_dir / arm.name, ArmOutcome(
-                status="ok", returncode=0, wall_s=train.steps * 2.5,
-                repro=f"dcp-harness submit cases/regression -k {plan.case.id} --profile gb200"))
+        # One arm of the first case drifts in its second half: that entry fails (a regression).
+        drift_arm = next(a.name for a in plan.arms if not a.repeat) if n == 0 else None
+        write_arms(plan, case_dir, drift_arm,
+                   f"dcp-harness submit cases/regression -k {plan.case.id} --profile gb200")
         finalize_case(case_dir)
     return out
 

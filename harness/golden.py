@@ -75,7 +75,7 @@ RTOL_FLOOR = 1e-3
 MAX_CV = 0.02
 # Step time's floor: Megatron's own iteration-time rtol, 5 %. Three repeats under-state the
 # spread: on one H200 a fourth run of gpu1-qwen3-perf fell outside the 1.96 % that three repeats
-# gave (bench/RESULTS.md, 2026-12-03), while a 10 % slowdown still clears 5 % plus that noise.
+# gave (bench/RESULTS-log.md, 2026-12-03), while a 10 % slowdown still clears 5 % plus that noise.
 STEP_TIME_RTOL_FLOOR = 0.05
 
 

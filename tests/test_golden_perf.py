@@ -157,7 +157,7 @@ def test_bounds_come_from_the_case_then_the_golden_rtol_then_the_default(tmp_pat
 
 def test_a_repeats_rtol_holds_on_the_devices_the_repeats_ran_on(tmp_path: Path) -> None:
     """Repeats measure one machine's noise; another GPU of the same kind moved step time by 17 %
-    with bitwise-equal numerics (bench/RESULTS.md, 2026-12-03). There the bound is the default,
+    with bitwise-equal numerics (bench/RESULTS-log.md, 2026-12-03). There the bound is the default,
     and the detail names both sides and the command that gives a tight bound."""
     runs = [on_device("GPU-a", time_s=t) for t in (0.200, 0.210, 0.190)]
     write_golden(golden_file(tmp_path, "c1", "h200"), runs)

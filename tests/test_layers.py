@@ -89,27 +89,39 @@ def test_an_upward_import_is_found(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- inside harness.launch
 # ``ranks`` starts rank processes; the modules at the top of ``launch`` (what every backend does to
-# a sweep folder, the pipeline, the seams' protocols) use it; each backend (``local``, ``slurm``)
-# uses both, and no backend imports another (one floor: a third backend is one folder beside them).
-LAUNCH_FLOORS = {"ranks": 0, "": 1, "local": 2, "slurm": 2}
+# a sweep folder, the pipeline, the seams' protocols) use it; each backend (every other folder:
+# ``local``, ``slurm``, a third one) uses both, and no backend imports another (one floor: a third
+# backend is one folder beside them); ``backends`` (which backend runs a sweep folder) asks every
+# backend, above them all.
+LAUNCH_FLOORS = {"ranks": 0, "": 1, "backends": 3}
+BACKEND_FLOOR = 2
 
 
-def launch_part(module: str) -> str:
-    """``harness.launch.slurm.job`` -> ``slurm``; ``harness.launch.sweep_folder`` -> ''."""
+def launch_part(module: str, root: Path = ROOT) -> str:
+    """``harness.launch.slurm.job`` -> ``slurm``; ``harness.launch.backends`` -> ``backends``;
+    ``harness.launch.sweep_folder`` -> '' (the top); a folder of ``root/launch`` by its name."""
     parts = module.split(".")
-    return parts[2] if len(parts) > 3 and parts[2] in LAUNCH_FLOORS else ""
+    if len(parts) < 3:
+        return ""
+    if parts[2] in LAUNCH_FLOORS or (root / "launch" / parts[2]).is_dir():
+        return parts[2]
+    return ""
+
+
+def launch_floor(part: str) -> int:
+    return LAUNCH_FLOORS.get(part, BACKEND_FLOOR)
 
 
 def upward_launch_imports(root: Path) -> list[str]:
     bad = []
     for path in sorted((root / "launch").rglob("*.py")):
         rel = path.relative_to(root)
-        own = rel.parts[1] if len(rel.parts) > 2 else ""
+        own = launch_part("harness." + ".".join(rel.with_suffix("").parts), root)
         for line, module in imports_of(path):
             if not module.startswith("harness.launch."):
                 continue
-            target = launch_part(module)
-            if target != own and LAUNCH_FLOORS[target] >= LAUNCH_FLOORS[own]:
+            target = launch_part(module, root)
+            if target != own and launch_floor(target) >= launch_floor(own):
                 bad.append(f"harness/{rel}:{line}: launch.{own or '(top)'} imports {module}")
     return bad
 
@@ -126,7 +138,13 @@ def test_an_upward_launch_import_is_found(tmp_path: Path) -> None:
                                                      "from harness.launch.ranks.a import f\n")
     (tmp_path / "launch" / "local" / "b.py").write_text("from harness.launch.slurm.job import CaseJob\n"
                                                         "from harness.launch.pipeline import x\n")
+    (tmp_path / "launch" / "slurm").mkdir()
+    (tmp_path / "launch" / "k8s").mkdir()  # a third backend: a folder beside them, no floor to add
+    (tmp_path / "launch" / "k8s" / "backend.py").write_text(
+        "from harness.launch.local import lanes\nfrom harness.launch.sweep_folder import x\n")
+    (tmp_path / "launch" / "backends.py").write_text("from harness.launch.k8s import backend\n")
     assert upward_launch_imports(tmp_path) == [
+        "harness/launch/k8s/backend.py:1: launch.k8s imports harness.launch.local",
         "harness/launch/local/b.py:1: launch.local imports harness.launch.slurm.job",
         "harness/launch/pipeline.py:1: launch.(top) imports harness.launch.slurm.job",
         "harness/launch/ranks/a.py:2: launch.ranks imports harness.launch.local.lanes"]

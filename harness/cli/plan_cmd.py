@@ -1,4 +1,5 @@
-"""`dcp-harness plan`: print the slot plan (orders, slot ring, colours, lockstep order, records).
+"""`dcp-harness plan`: print the slot plan (orders, slot ring, colours, lockstep order, records;
+rendered by ``harness.graphplan.render``).
 
 Two forms:
 
@@ -42,6 +43,7 @@ from harness.arms import plan_case
 from harness.cli.run_cmd import LATEST, RESULTS_ROOT
 from harness.cli.selection import add_emulate_argument, selected_cases
 from harness.errors import ConfigError
+from harness.graphplan.render import PlanNotes, plan_json, plan_text
 from harness.launch.local.estimate import CaseEstimate, estimate_case, measure_sweep
 from harness.memplan.records import MemoryTarget
 from harness.memplan.render import case_text
@@ -55,7 +57,6 @@ from harness.slotmem.schedule import (
 from harness.spec.limits import LIMITS, MICROBATCHES, Limit
 from harness.spec.places import rank_place
 from harness.spec.schema import Case
-from harness.textfmt import collapse_runs
 
 _FLAG_FIELDS = ("pp", "vpp", "microbatches", "group", "cp", "layers_per_chunk")
 
@@ -115,6 +116,11 @@ class PlanRequest:
     # Emulated ranks of the case: (global rank, its label, its PP stage).
     emulated: tuple[tuple[int, str, int], ...] = ()
     case: Optional[Case] = None  # the case form: the case (its arms' time is estimated)
+
+    @property
+    def about(self) -> PlanNotes:
+        """What the plan's text and JSON say beside it (``graphplan.render``)."""
+        return PlanNotes(self.label, self.skipped, self.emulated)
 
 
 # Each flag's bound is the case-file field's (harness.spec.limits), so both say the same.
@@ -255,60 +261,6 @@ def _requests(args: argparse.Namespace) -> list[PlanRequest]:
     return [request_from_case(c) for c in cases]
 
 
-# --------------------------------------------------------------------------- output
-def format_counts(counts: Sequence[int]) -> str:
-    """``8..256 step 8``, ``1..5,9`` and the like."""
-    c = list(counts)
-    if len(c) > 2:
-        step = c[1] - c[0]
-        if step > 1 and all(b - a == step for a, b in zip(c, c[1:])):
-            return f"{c[0]}..{c[-1]} step {step}"
-    return collapse_runs(c, dash="..", sep=",")
-
-
-def _join(values: Sequence[int]) -> str:
-    return " ".join(str(v) for v in values)
-
-
-def render_text(plan: PipelinePlan, req: PlanRequest, records: bool,
-                notes: Sequence[str] = ()) -> str:
-    """The plan as text; ``notes``: lines said right after the case's name."""
-    lines: list[str] = []
-    if req.label:
-        lines.append(f"case {req.label}")
-    lines.extend(notes)
-    cps = ",".join(str(c) for c in plan.cp_sizes)
-    group = f", microbatch group {plan.group}" if plan.vpp > 1 else ""  # unused without VPP
-    lines.append(
-        f"PP {plan.pp} x VPP {plan.vpp}{group}, CP sizes {cps} (canonical CP{plan.cp_sizes[0]}), "
-        f"microbatch counts {format_counts(plan.microbatch_counts)}"
-    )
-    if req.skipped:
-        lines.append(f"  skipped counts the schedule does not allow: {format_counts(req.skipped)}")
-    stages = {s for _, _, s in req.emulated}
-    for rank, label, stage in req.emulated:
-        lines.append(f"{label}: captures and replays the plan of PP rank {stage}")
-    for p in plan.ranks:
-        if stages and p.rank not in stages:
-            continue
-        lines.append(
-            f"rank {p.rank}: layers/chunk {','.join(map(str, p.layers_per_chunk))}; slots/chunk "
-            f"{','.join(map(str, p.slots_per_chunk))}; {p.saved_colours} saved arenas, "
-            f"{p.grad_colours} input-grad arenas, {len(p.records)} slot records"
-        )
-        lines.append(f"  order    {_join(p.order)}")
-        lines.append(f"  lockstep {_join(p.lockstep_order)}")
-        if records:
-            lines.append("  records (variant cp chunk layer microbatch slot branch saved grad warmup)")
-            for r in p.records:
-                lines.append(
-                    f"    {r.variant} {r.cp_size} {r.chunk} {r.layer} {r.microbatch} {r.slot} "
-                    f"{r.branch} {r.saved_colour} {r.grad_colour} {r.warmup_group}"
-                )
-    lines.append(plan.summary())
-    return "\n".join(lines)
-
-
 def build(req: PlanRequest, slots: Optional[int]) -> PipelinePlan:
     try:
         plan = plan_pipeline(req.pp, req.vpp, req.counts, req.cp_sizes, req.layers, req.group,
@@ -400,22 +352,15 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         docs = []
         for req, plan in plans:
-            doc = plan.to_json()
-            if req.label:
-                doc = {"case": req.label, **doc}
+            doc = plan_json(plan, req.about)
             if req.case is not None:
                 doc["time"] = time_json(times[req.case.id], args.history)
-            if req.skipped:
-                doc["summary"]["skipped_counts"] = list(req.skipped)
             if req.label in memory:
                 doc["memory"] = memory[req.label].to_json()
-            if req.emulated:
-                doc["emulated"] = [{"rank": r, "label": label, "pp_rank": stage}
-                                   for r, label, stage in req.emulated]
             docs.append(doc)
         print(json.dumps(docs[0] if len(docs) == 1 else docs))
     else:
-        text = "\n\n".join(render_text(plan, req, args.records, [
+        text = "\n\n".join(plan_text(plan, req.about, args.records, [
             time_text(times[req.case.id], args.history)] if req.case is not None else [])
             + (("\n" + case_text(memory[req.label])) if req.label in memory else "")
             for req, plan in plans)

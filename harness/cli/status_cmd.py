@@ -2,9 +2,10 @@
 
     dcp-harness status DIR [--watch S]
 
-The table comes from the sweep's backend (``launch.pipeline.SweepBackend.state``): the Slurm
-backend for a folder of ``dcp-harness submit`` (its ``slurm/jobs.json``), the local backend for a
-folder of ``dcp-harness run`` (its manifest). Reads only.
+The table comes from the sweep's backend (``launch.sweep_backend.SweepBackend.state``), the one
+that runs the folder (``launch.backends.backend_of``): the Slurm backend for a folder of
+``dcp-harness submit`` (its ``slurm/jobs.json``), the local backend for a folder of
+``dcp-harness run`` (its manifest). Reads only.
 """
 
 from __future__ import annotations
@@ -20,13 +21,9 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.errors import ConfigError
+from harness.launch.backends import backend_of
 from harness.launch.case_status import CaseStatus, counts
-from harness.launch.local.backend import LocalBackend
-from harness.launch.sweep_backend import SweepBackend
-from harness.launch.slurm.backend import SlurmBackend
-from harness.launch.slurm.submit import JOBS_FILE, slurm_dir
 from harness.report import make_console
-from harness.results import MANIFEST_FILE
 
 _STATE_STYLE = {"pending": "yellow", "running": "cyan", "done": "green", "failed": "red",
                 "error": "magenta", "skipped": "dim"}
@@ -46,17 +43,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--watch", type=float, default=None, metavar="S",
                    help="refresh every S seconds until every case has ended")
     s.set_defaults(func=run_status)
-
-
-def sweep_backend(sweep_dir: Path) -> SweepBackend:
-    """The backend that runs the sweep in ``sweep_dir``, to read it: Slurm where ``submit``
-    recorded its jobs, local where ``run`` listed its cases; ConfigError for a folder of neither."""
-    if (slurm_dir(sweep_dir) / JOBS_FILE).is_file():
-        return SlurmBackend()
-    if (Path(sweep_dir) / MANIFEST_FILE).is_file():
-        return LocalBackend()
-    raise ConfigError(f"{sweep_dir} holds no sweep (no {MANIFEST_FILE}, no slurm/{JOBS_FILE}); "
-                      "pass the --out folder of `dcp-harness run` or `dcp-harness submit`")
 
 
 def status_renderable(statuses: Sequence[CaseStatus], sweep_dir: Path) -> Group:
@@ -89,7 +75,7 @@ def progress_line(statuses: Sequence[CaseStatus], width: int = 30) -> Text:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    backend = sweep_backend(args.dir)
+    backend = backend_of(args.dir)
     sweep = Path(args.dir).resolve()
     if args.watch is not None and not args.watch > 0:
         raise ConfigError(f"--watch must be a positive number of seconds, got {args.watch}")

@@ -1,8 +1,12 @@
-"""`dcp-harness submit | collect`: run a sweep on Slurm through submitit (the Slurm backend of
-``launch.pipeline``; `dcp-harness status DIR` follows it: ``status_cmd``).
+"""`dcp-harness submit | collect`: run a sweep on Slurm through submitit (``launch.slurm``), and
+collect a sweep of any backend (`dcp-harness status DIR` follows it: ``status_cmd``).
 
     dcp-harness submit PATHS... [--profile P] [--out DIR] [--dry-run] [--wait] [--retry-infra N]
     dcp-harness collect DIR [--wait] [--retry-infra N]      then: dcp-harness gate DIR
+
+Both are the sweep pipeline (``launch.pipeline``): ``submit`` its ``run_to_end`` on the Slurm
+backend, ``collect`` its ``finish`` on the backend that runs DIR (``launch.backends``). The
+verdicts, reports and gate come from the pipeline's collection: nothing is judged here.
 """
 
 from __future__ import annotations
@@ -11,20 +15,22 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from harness.cli.run_cmd import RESULTS_ROOT
 from harness.cli.selection import add_selection_arguments, selected_plans
 from harness.cli.sinks import add_history_arguments, add_label_argument, sweep_sinks
 from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
-from harness.launch.pipeline import finish
-from harness.launch.sweep_backend import Collection
+from harness.launch.backends import backend_of
+from harness.launch.case_status import CaseStatus
+from harness.launch.pipeline import finish, run_to_end
 from harness.launch.slurm.backend import SlurmBackend
 from harness.launch.slurm.poll import SchedulerUnavailable
-from harness.launch.slurm.submit import describe_plan, render_sbatch, round_folder, slurm_dir
+from harness.launch.slurm.submit import round_folder
+from harness.launch.sweep_backend import Collection, FollowOptions, Queued
 from harness.launch.sweep_folder import sweep_start
-from harness.report import EXIT_ERROR, gate, load_sweep, show_table, write_reports
-from harness.trust.stored_plan import check_stored_plan
+from harness.report import EXIT_ERROR, gate_result, show_table
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -46,14 +52,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_submit)
 
     c = subparsers.add_parser(
-        "collect", help="classify ended jobs, write verdicts and reports (then `dcp-harness "
-                        "gate DIR`)",
-        description="For every case whose Slurm job has ended: give the arms it left without an "
-        "outcome one (infra for node failures, cancellations, kills and NCCL timeouts; timeout; "
-        "failed), write verdict.json, remove the checkpoints of complete arms, and write "
-        "summary.md, junit.xml and index.json. Cases still queued or running are left alone. "
-        "--wait waits for them; --retry-infra N re-submits infrastructure failures.")
-    c.add_argument("dir", type=Path, metavar="DIR", help="the --out folder of `dcp-harness submit`")
+        "collect", help="judge the cases of a sweep that ended, write its reports (then "
+                        "`dcp-harness gate DIR`)",
+        description="For every case of the sweep that ended without a verdict, judge it once: "
+        "for a sweep of `dcp-harness submit`, after giving the arms its Slurm job left without "
+        "an outcome one (infra for node failures, cancellations, kills and NCCL timeouts; "
+        "timeout; failed) and removing the checkpoints of complete arms; for a sweep of "
+        "`dcp-harness run`, the cases an interrupted run left unjudged. Then write summary.md, "
+        "junit.xml, index.json and index.html. Cases still queued or running are left alone. "
+        "--wait waits for them (a run still writing the folder too); --retry-infra N "
+        "re-submits infrastructure failures (Slurm).")
+    c.add_argument("dir", type=Path, metavar="DIR",
+                   help="the --out folder of `dcp-harness submit` or `dcp-harness run`")
     _add_job_args(c, "array concurrency of --retry-infra submissions")
     c.set_defaults(func=run_collect)
 
@@ -92,141 +102,119 @@ def check_wait_args(args: argparse.Namespace) -> None:
         raise ConfigError(f"--max-parallel must be >= 1, got {args.max_parallel}")
 
 
+# --------------------------------------------------------------------------- what both print
+class _Lines:
+    """What ``submit`` / ``collect`` print as the pipeline goes: one line per case state change
+    while waiting (CI-friendly), the jobs queued, each collection's problems and re-submissions."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, str] = {}
+
+    def on_poll(self, statuses: list[CaseStatus]) -> None:
+        for s in statuses:
+            if self.last.get(s.case_id) != s.state:
+                self.last[s.case_id] = s.state
+                where = f" (job {s.job_id}, {s.scheduler_state})" if s.job_id else ""
+                print(f"  {s.case_id}: {s.state}{where}", flush=True)
+
+    @staticmethod
+    def on_submit(queued: tuple[Queued, ...]) -> None:
+        for q in queued:
+            print(f"  {q.line()}", flush=True)
+
+    def on_collect(self, collection: Collection) -> None:
+        for p in collection.problems:
+            print(f"warning: {p}")
+        if collection.still_active:
+            print(f"{len(collection.still_active)} case(s) still queued or running, not collected: "
+                  f"{', '.join(collection.still_active)}")
+        if collection.resubmitted and not collection.still_active:
+            print(f"retrying {len(collection.resubmitted)} case(s) after infrastructure failures: "
+                  + ", ".join(q.line() for q in collection.resubmitted), flush=True)
+            self.last.clear()
+
+
+def _options(args: argparse.Namespace, lines: _Lines) -> FollowOptions:
+    return FollowOptions(allowed_skips=tuple(allowed_skips(args)), retry_infra=args.retry_infra,
+                         max_parallel=args.max_parallel, poll_s=args.poll_s, on_poll=lines.on_poll)
+
+
+def _waits(args: argparse.Namespace) -> bool:
+    return bool(args.wait or args.retry_infra)
+
+
+def _timeout_s(args: argparse.Namespace) -> Optional[float]:
+    return None if args.timeout_min is None else 60 * args.timeout_min
+
+
+def _gate(done: Collection, args: argparse.Namespace) -> int:
+    """The exit code of a waited-for sweep: the gate's, on the collection's own sweep view."""
+    if done.still_active:
+        print(f"gave up waiting after {args.timeout_min} min", file=sys.stderr)
+        return EXIT_ERROR
+    result = gate_result(done.sweep)  # the verdicts the collection judged: nothing judged again
+    print(result.message)
+    return result.code
+
+
 # --------------------------------------------------------------------------- submit
 def _default_out() -> Path:
     return RESULTS_ROOT / time.strftime("slurm-%Y%m%d-%H%M%S")
-
-
-def _backend(args: argparse.Namespace, on_poll=None) -> SlurmBackend:
-    return SlurmBackend(profile=getattr(args, "profile", None), max_parallel=args.max_parallel,
-                        retry_infra=args.retry_infra, allowed_skips=allowed_skips(args),
-                        poll_s=args.poll_s, on_poll=on_poll)
-
-
-def memory_preflight(plans, profiles, profile_of) -> list[str]:
-    """Each queued case's predicted peak per rank on its profile's GPUs (``harness.memplan``):
-    the lines ``submit`` prints; a ConfigError with the bytes by part when a case does not fit
-    (nothing is submitted). Profiles that request no GPUs are not checked."""
-    from harness.memplan.fit import device_target, job_memory, rank_peaks_text, refusal
-
-    lines, refused = [], []
-    for plan in plans:
-        profile = profiles[profile_of[plan.case_id]]
-        if not profile.gpus:
-            continue
-        target = device_target(profile.gpu_memory_gib, profile.torch_version)
-        cm = job_memory(plan.case, target)
-        if cm is None:
-            lines.append(f"  memory of {plan.case_id}: no memory plan (dynamic shapes or fp32)")
-            continue
-        of = (f" of {target.device_bytes / 2**20:,.0f} MiB" if target.device_bytes is not None
-              else " (the profile sets no gpu_memory_gib: not checked)")
-        lines.append(f"  memory of {plan.case_id}: predicted peak {rank_peaks_text(plan.case, cm)}{of}")
-        why = refusal(plan.case, cm, profile.name)
-        if why is not None:
-            refused.append(why)
-    if refused:
-        raise ConfigError("refused before submission, the predicted memory does not fit: "
-                          + "; ".join(refused))
-    return lines
 
 
 def run_submit(args: argparse.Namespace) -> int:
     check_wait_args(args)
     # each case planned once, its steps packed (an arm or a step it cannot have: a CaseError)
     plans = selected_plans(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks)
-    cases = [p.case for p in plans]
-    backend = _backend(args)
-    todo = backend.plan(plans)
+    lines = _Lines()
+    options = _options(args, lines)
+    backend = SlurmBackend(profile=args.profile, max_parallel=options.max_parallel,
+                           retry_infra=options.retry_infra, allowed_skips=options.allowed_skips,
+                           poll_s=options.poll_s, on_poll=options.on_poll)
     out = args.out = (args.out or _default_out()).resolve()  # (a bug's traceback goes there)
-    queued = [p for p in plans if p.case_id not in todo.skips]
-    memory = memory_preflight(queued, todo.profiles, todo.profile_of)
-    print(describe_plan(todo.groups))
-    for cid, why in todo.skips.items():
-        print(f"  skipped {cid}: {why}")
-    for line in memory:
-        print(line)
+    print(backend.describe(plans, out, scripts=args.dry_run))
     if args.dry_run:
-        folder = round_folder(out, 0)
-        for g in todo.groups:
-            print(f"\n# ---- sbatch script of {g.name} ({folder}) ----")
-            print(render_sbatch(g, todo.profiles[g.shape.profile], folder))
         print(f"\ndry run: nothing submitted (sweep folder would be {out})")
         return 0
-    gpus = max((p.gpus_per_node if p.gpus else 0 for p in todo.profiles.values()), default=0)
-    backend.submit(plans, out, sweep_start("submit", cases, gpus, paths=args.paths, k=args.k,
-                                           tags=args.tags, emulate_ranks=args.emulate_ranks,
-                                           label=args.label))
-    refs = backend.submitted
-    for ref in refs:
-        print(f"  {ref.case_id}: job {ref.job_id}")
-    if refs:
-        print(f"submitted {len(refs)} job(s); logs in {round_folder(out, refs[0].round)}\n"
-              f"follow: dcp-harness status {out}    then: dcp-harness collect {out} && "
-              f"dcp-harness gate {out}")
-    else:
-        write_reports(out, check_plan=check_stored_plan, allowed_skips=allowed_skips(args))
-        print(f"submitted nothing: no case can run on the profile's nodes; reports in {out}")
-    if args.wait or args.retry_infra:
-        return _wait_collect_gate(out, args)
-    return 0
+    start = sweep_start("submit", [p.case for p in plans], 0, paths=args.paths, k=args.k,
+                        tags=args.tags, emulate_ranks=args.emulate_ranks, label=args.label)
+    queued: list[Queued] = []
 
-
-# --------------------------------------------------------------------------- collect
-def _sweep(path: Path) -> Path:
-    if not (slurm_dir(path) / "jobs.json").is_file():
-        raise ConfigError(f"{path} holds no submitted sweep (slurm/jobs.json); pass the --out "
-                          "folder of `dcp-harness submit`")
-    return path.resolve()
-
-
-def _print_collect(result, out=sys.stdout) -> None:
-    for p in result.problems:
-        print(f"warning: {p}", file=out)
-    if result.still_active:
-        print(f"{len(result.still_active)} case(s) still queued or running, not collected: "
-              f"{', '.join(result.still_active)}", file=out)
-
-
-def _wait_collect_gate(sweep: Path, args: argparse.Namespace) -> int:
-    """Wait for the jobs, collect (again after each --retry-infra round), hand the finished sweep
-    to the sinks (``pipeline.finish``), then gate."""
-    last: dict[str, str] = {}
-
-    def on_poll(statuses) -> None:  # one line per case state change (CI-friendly)
-        for s in statuses:
-            if last.get(s.case_id) != s.state:
-                last[s.case_id] = s.state
-                print(f"  {s.case_id}: {s.state} (job {s.job_id}, {s.scheduler_state})", flush=True)
-
-    backend = _backend(args, on_poll)
-
-    def on_collect(collection: Collection) -> None:
-        _print_collect(collection)
-        if collection.resubmitted and not collection.still_active:
-            print(f"retrying {len(collection.resubmitted)} case(s) after infrastructure failures: "
-                  + ", ".join(q.line() for q in collection.resubmitted), flush=True)
-            last.clear()
+    def on_submit(jobs: tuple[Queued, ...]) -> None:
+        queued.extend(jobs)
+        lines.on_submit(jobs)
+        if jobs:
+            print(f"submitted {len(jobs)} job(s); logs in {round_folder(out, 0)}\nfollow: "
+                  f"dcp-harness status {out}    then: dcp-harness collect {out} && "
+                  f"dcp-harness gate {out}", flush=True)
 
     try:
-        done = finish(backend, sweep, sweep_sinks(args), on_collect=on_collect,
-                      timeout_s=None if args.timeout_min is None else 60 * args.timeout_min)
+        done = run_to_end(backend, plans, out, start, sweep_sinks(args), wait=_waits(args),
+                          timeout_s=_timeout_s(args), on_submit=on_submit,
+                          on_collect=lines.on_collect)
     except SchedulerUnavailable as exc:  # an infrastructure error, not the user's input
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    if done.still_active:
-        print(f"gave up waiting after {args.timeout_min} min", file=sys.stderr)
-        return EXIT_ERROR
-    return gate(sweep, check_plan=check_stored_plan, allowed_skips=allowed_skips(args))
+    if not queued:
+        print(f"submitted nothing: no case can run on the profile's nodes; reports in {out}")
+    return _gate(done, args) if _waits(args) else 0
 
 
+# --------------------------------------------------------------------------- collect
 def run_collect(args: argparse.Namespace) -> int:
     check_wait_args(args)
-    sweep = _sweep(args.dir)
-    if args.wait or args.retry_infra:
-        return _wait_collect_gate(sweep, args)
-    _print_collect(finish(_backend(args), sweep, sweep_sinks(args), wait=False))
-    show_table(load_sweep(sweep, check_stored_plan, allowed_skips=allowed_skips(args)))
-    print(f"wrote {sweep / 'summary.md'}, {sweep / 'junit.xml'}, {sweep / 'index.json'}\n"
-          f"next: dcp-harness gate {sweep}")
+    sweep = Path(args.dir).resolve()
+    lines = _Lines()
+    backend = backend_of(sweep, _options(args, lines))
+    try:
+        done = finish(backend, sweep, sweep_sinks(args), wait=_waits(args),
+                      timeout_s=_timeout_s(args), on_collect=lines.on_collect)
+    except SchedulerUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if _waits(args):
+        return _gate(done, args)
+    show_table(done.sweep)
+    files = done.reports
+    print(f"wrote {files.summary}, {files.junit}, {files.index}\nnext: dcp-harness gate {sweep}")
     return 0

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 # Defaults where neither the case nor the golden file give a bound, or the file's step-time rtol
 # was measured on other devices (docs/internals.md): step time moved by up to 17.1 % between two
-# sessions on the lent H200s (bench/RESULTS.md, "One H200, 2026-12-03": gpu1-qwen3-graphs.scope-
+# sessions on the lent H200s (bench/RESULTS-log.md, "One H200, 2026-12-03": gpu1-qwen3-graphs.scope-
 # full's static eager arm, bitwise-equal numerics), x 1.5 as Megatron's rule -> 25.7 %, 30 %;
 # memory repeated to the byte over four sessions there (the same GiB figures at every session)
 # -> 1 %, a margin for another machine of the same platform.

@@ -14,8 +14,8 @@ import hashlib
 import json
 import math
 import statistics
-from dataclasses import asdict, dataclass
-from typing import Any, Optional
+from dataclasses import dataclass, fields
+from typing import Any, Optional, Sequence
 
 from harness.errors import ConfigError
 from harness.report import SweepView
@@ -121,10 +121,20 @@ class SweepRecord:
     @property
     def fingerprint(self) -> str:
         """What was recorded, as a hash: the same sweep read twice gives the same (its folder's
-        place aside), so adding it again is a no-op."""
-        data = asdict(self)
-        data.pop("path")
+        place aside), so adding it again is a no-op. The hash of ``dataclasses.asdict`` of the
+        record, made without its deep copy of every row."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "path"}
+        for name in ("cases", "pairs", "arms", "figures", "steps"):
+            data[name] = row_dicts(data[name])
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def row_dicts(rows: Sequence[Any]) -> list[dict[str, Any]]:
+    """Rows of one kind (flat dataclasses of plain values) as dicts: what ``asdict`` gives them."""
+    if not rows:
+        return []
+    names = [f.name for f in fields(rows[0])]
+    return [{n: getattr(r, n) for n in names} for r in rows]
 
 
 # Figures of an arm and of each rank: name -> value (finite values only).
@@ -221,13 +231,10 @@ def _arm_rows(case: CaseView, arm: ArmView) -> tuple[ArmRow, list[FigureRow], li
     return row, figs, steps
 
 
-def _case_code(manifest: Manifest, case_id: str) -> Optional[CodeVersion]:
-    """The code version of the last start that ran ``case_id`` (None: none recorded)."""
-    for start in reversed(manifest.starts):
-        for version in start.code:
-            if case_id in version.cases:
-                return version
-    return None
+def case_codes(manifest: Manifest) -> dict[str, CodeVersion]:
+    """Case id -> the code version of the last start that ran it (a case no start ran: absent)."""
+    return {case_id: version for start in manifest.starts for version in reversed(start.code)
+            for case_id in version.cases}
 
 
 def _main_code(start: SweepStart) -> Optional[CodeVersion]:
@@ -256,9 +263,10 @@ def sweep_record(view: SweepView, manifest: Optional[Manifest]) -> SweepRecord:
     first, last = manifest.starts[0], manifest.starts[-1]
     cases, pairs, arms, figures, steps = [], [], [], [], []
     platforms: list[str] = []
+    codes, listed = case_codes(manifest), {c.id: c for c in reversed(manifest.cases)}
     for case in view.cases:
-        code = _case_code(manifest, case.case_id)
-        entry = manifest.case(case.case_id)
+        code = codes.get(case.case_id)
+        entry = listed.get(case.case_id)
         rows = [_arm_rows(case, arm) for arm in case.arms.values()]
         case_platforms = sorted({r.platform for r, _, _ in rows if r.platform})
         platforms += case_platforms

@@ -9,7 +9,8 @@ since (resumed, collected) replaces its rows (``updated``); else it is ``added``
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+import operator
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, Optional, Sequence
@@ -23,7 +24,7 @@ from harness.results import ResultsError, read_manifest
 
 from . import schema
 from .db import History, open_history
-from .extract import FigureRow, SweepRecord, sweep_record
+from .extract import FigureRow, SweepRecord, row_dicts, sweep_record
 
 RecordStatus = Literal["added", "updated", "unchanged"]
 
@@ -64,7 +65,7 @@ def read_sweep(sweep_dir: Path, view: Optional[SweepView] = None) -> SweepRecord
 
 
 def _rows(rows: Sequence[object], sweep_id: int) -> list[dict]:
-    return [{**asdict(r), "sweep_id": sweep_id} for r in rows]  # type: ignore[call-overload]
+    return [{**r, "sweep_id": sweep_id} for r in row_dicts(rows)]
 
 
 def store(conn: Connection, rec: SweepRecord) -> tuple[int, RecordStatus]:
@@ -102,10 +103,7 @@ def store(conn: Connection, rec: SweepRecord) -> tuple[int, RecordStatus]:
 
 
 _KEY = ("case_id", "kind", "subject", "rank", "metric", "platform")
-
-
-def _key(row: object) -> tuple:
-    return tuple(getattr(row, k) for k in _KEY)
+_key = operator.attrgetter(*_KEY)  # a figure's (or a series row's) series key, as a tuple
 
 
 def series_ids(conn: Connection, figures: Sequence[FigureRow]) -> dict[tuple, int]:

@@ -8,8 +8,9 @@ collect, again while the backend re-submitted cases, then :func:`deliver`: each 
 ``Callable[[Collection], None]`` the CLI passes in: the history database recording the sweep,
 ``cli.sinks``) gets the finished collection (its sweep folder, the verdicts, the reports and the
 sweep view they came from) once per finished collection (every case judged, nothing queued,
-running or re-submitted). ``dcp-harness run`` and ``submit --wait`` are :func:`run_to_end`,
-``collect`` is :func:`finish`, whichever backend runs the folder.
+running or re-submitted). ``dcp-harness run`` and ``submit`` are :func:`run_to_end` (``submit``
+without ``--wait`` collects once, what has ended by then: the cases it could not queue),
+``collect`` is :func:`finish` on the backend that runs the folder (``launch.backends``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from harness.caseplan import CasePlan
-from harness.launch.sweep_backend import Collection, SweepBackend
+from harness.launch.sweep_backend import Collection, Queued, SweepBackend
 from harness.results import SweepStart
 
 # Called with the finished collection (its sweep folder, the verdicts, the reports and the sweep
@@ -60,9 +61,13 @@ def finish(backend: SweepBackend, out_dir: Path, sinks: Sequence[SweepSink] = ()
 
 def run_to_end(backend: SweepBackend, plans: Sequence[CasePlan], out_dir: Path,
                start: Optional[SweepStart] = None, sinks: Sequence[SweepSink] = (), *,
-               timeout_s: Optional[float] = None,
+               wait: bool = True, timeout_s: Optional[float] = None,
+               on_submit: Optional[Callable[[tuple[Queued, ...]], None]] = None,
                on_collect: Optional[Callable[[Collection], None]] = None) -> Collection:
-    """Submit ``plans`` to ``backend``, wait for them, collect them and deliver the sweep to
-    ``sinks`` (:func:`finish`)."""
-    backend.submit(plans, Path(out_dir), start)
-    return finish(backend, out_dir, sinks, timeout_s=timeout_s, on_collect=on_collect)
+    """Submit ``plans`` to ``backend`` (``on_submit`` sees what it queued), then :func:`finish`:
+    wait for them (unless not ``wait``: collect what has ended by now), collect them and deliver
+    the sweep to ``sinks``."""
+    queued = backend.submit(plans, Path(out_dir), start)
+    if on_submit is not None:
+        on_submit(queued)
+    return finish(backend, out_dir, sinks, wait=wait, timeout_s=timeout_s, on_collect=on_collect)

@@ -17,16 +17,22 @@ later process can ``state`` / ``wait`` / ``collect`` what an earlier one submitt
   sweep's reports from those verdicts, and answers with a :class:`Collection`: the verdicts it
   judged, the report files and the sweep view they were written from (the one the history sink
   and the gate reuse: nothing judges a case again in the same process).
+
+A backend is a folder beside ``local/`` and ``slurm/`` whose ``backend`` module is a
+:class:`BackendKind`: ``owns(sweep_dir)`` tells its sweep folders apart, ``follow(options)``
+gives a backend that follows a folder some earlier command started (``status``, ``collect``:
+``launch.backends.backend_of``); the command that starts a sweep (``run``, ``submit``) makes its
+backend itself.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Protocol, Sequence
+from typing import Callable, Mapping, Optional, Protocol, Sequence
 
 from harness.caseplan import CasePlan
-from harness.compare import CaseVerdict
+from harness.compare import DEFAULT_ALLOWED_SKIPS, CaseVerdict
 from harness.launch.case_status import CaseStatus
 from harness.report import ReportFiles, SweepView
 from harness.results import SweepStart
@@ -84,3 +90,29 @@ class SweepBackend(Protocol):
     def wait(self, out_dir: Path, timeout_s: Optional[float] = None) -> None: ...
 
     def collect(self, out_dir: Path) -> Collection: ...
+
+
+@dataclass(frozen=True)
+class FollowOptions:
+    """How a command follows a sweep folder (``status``, ``collect``): the skip kinds the gate
+    accepts, how often an infrastructure failure is queued again (a backend that cannot queue
+    again refuses a nonzero ``retry_infra``), the concurrency of such re-submissions, the seconds
+    between two polls while waiting, and who sees every poll's statuses."""
+
+    allowed_skips: tuple[str, ...] = DEFAULT_ALLOWED_SKIPS
+    retry_infra: int = 0
+    max_parallel: Optional[int] = None
+    poll_s: float = 2.0
+    on_poll: Optional[Callable[[list[CaseStatus]], None]] = None
+
+
+class BackendKind(Protocol):
+    """A backend's module (``launch/<name>/backend.py``) as ``launch.backends`` sees it."""
+
+    NAME: str
+
+    def owns(self, sweep_dir: Path) -> bool:
+        """Whether ``sweep_dir`` holds a sweep this backend started."""
+
+    def follow(self, options: FollowOptions) -> SweepBackend:
+        """A backend that follows (``state`` / ``wait`` / ``collect``) a sweep it started."""

@@ -16,7 +16,7 @@ segments, not the most bytes live at once. :class:`PoolSim` follows the rules of
   ``kMinLargeAlloc``), else the request rounded up to 2 MiB (``kRoundLarge``);
 * a freed block merges with its free neighbours in its segment; a segment is never unmapped.
 
-Checked against the pool segments measured on an H200 (bench/RESULTS.md, issue 42).
+Checked against the pool segments measured on an H200 (bench/RESULTS-log.md, issue 42).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A meta run sees every tensor an op returns, not the buffers the op's CUDA implementation takes
 from the caching allocator for itself and frees before it returns. Inside a graph capture those
 land in the graph's pool, so the plan adds them, each re-derived from PyTorch's sources (torch
-2.11; bench/RESULTS.md has the measured check, issue 42):
+2.11; bench/RESULTS-log.md has the measured check, issue 42):
 
 * :func:`flash_varlen_bwd_scratch`: ``mha_varlen_bwd``
   (``aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp``) allocates, after dq / dk /

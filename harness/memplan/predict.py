@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 from typing import Optional, Sequence
 
-from harness.graphplan import case_graph_layout, pipeline_plans
+from harness.graphplan.layout import case_graph_layout, pipeline_plans
 from harness.memplan.megatron import megatron_estimate
 from harness.memplan.records import CaseMemory, MemoryTarget, RankMemory, VariantMemory
 from harness.memplan.schedule import held_in_flight

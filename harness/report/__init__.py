@@ -30,16 +30,17 @@ from .console import console_table, make_console, show_table
 from .gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, GateResult, exit_code, gate, gate_result
 from .index import build_index
 from .junit import render_junit
-from .load import ArmView, CaseView, PlanCheck, SweepView, load_sweep
+from .load import (EVERY_CASE_UP_TO, ArmView, CaseView, PlanCheck, SweepView, load_sweep,
+                   shown_in_full)
 from .page import PAGE_FILE, render_page
 from .pair_figures import entry_svg
 from .plots import NO_MATPLOTLIB, matplotlib_available, write_plots
 from .summary import render_summary
 
 __all__ = [
-    "ArmView", "CaseView", "EXIT_ERROR", "EXIT_FAIL", "EXIT_PASS", "GateResult", "PAGE_FILE", "PlanCheck",
+    "ArmView", "CaseView", "EVERY_CASE_UP_TO", "EXIT_ERROR", "EXIT_FAIL", "EXIT_PASS", "GateResult", "PAGE_FILE", "PlanCheck",
     "ReportFiles", "SweepView", "console_table", "gate", "gate_result", "load_sweep",
-    "make_console", "show_table", "write_reports",
+    "make_console", "show_table", "shown_in_full", "write_reports",
 ]
 
 
@@ -58,12 +59,15 @@ class ReportFiles:
 def write_reports(sweep_dir: PathLike, *, plots: bool = True, passing_plots: bool = True,
                   check_plan: Optional[PlanCheck] = None,
                   judged: Optional[Mapping[str, CaseVerdict]] = None,
-                  allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS) -> ReportFiles:
+                  allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS,
+                  every_case_up_to: int = EVERY_CASE_UP_TO) -> ReportFiles:
     """Write summary.md, junit.xml, index.json, index.html (and plots/<case>.png and the page's
     figures with matplotlib; ``passing_plots`` False: plots/ only of the cases that did not
     pass, ``plots.write_plots``) into the sweep folder, atomically, from what the records prove
     (``load_sweep``: ``judged`` are the verdicts this process made already, the other cases are
-    judged here). Raises ConfigError when the folder does not exist."""
+    judged here). A sweep of more than ``every_case_up_to`` cases has only the cases that did not
+    pass drawn and shown in full (``shown_in_full``); the page holds the others collapsed.
+    Raises ConfigError when the folder does not exist."""
     sweep = load_sweep(sweep_dir, check_plan, judged=judged, allowed_skips=allowed_skips)
     if not sweep.exists:
         raise ConfigError(f"no sweep folder at {sweep_dir}: give the --out folder of a "
@@ -71,7 +75,12 @@ def write_reports(sweep_dir: PathLike, *, plots: bool = True, passing_plots: boo
     root = sweep.sweep_dir
     now = datetime.now(timezone.utc)
     code = exit_code(sweep)
-    plot_paths = write_plots(sweep, passing_plots) if plots else ()
+    full = shown_in_full(sweep, every_case_up_to)
+    # `run` (passing_plots False) draws plots/ of the cases that did not pass only; the page
+    # still draws every case of ``full``
+    drawn = full if passing_plots else frozenset(
+        c.case_id for c in sweep.cases if c.case_id in full and c.verdict.status != "pass")
+    plot_paths = write_plots(sweep, drawn) if plots else ()
     notes = (NO_MATPLOTLIB,) if plots and not matplotlib_available() else ()
     figures = entry_svg if plots and not notes else None
     page_note = (notes[0] if notes else None if plots
@@ -79,6 +88,6 @@ def write_reports(sweep_dir: PathLike, *, plots: bool = True, passing_plots: boo
     write_text_atomic(root / SUMMARY_FILE, render_summary(sweep, code))
     write_bytes_atomic(root / JUNIT_FILE, render_junit(sweep, now))
     write_json_atomic(root / INDEX_FILE, build_index(sweep, code, now, plot_paths))
-    write_text_atomic(root / PAGE_FILE, render_page(sweep, now, figures, page_note))
+    write_text_atomic(root / PAGE_FILE, render_page(sweep, now, figures, page_note, full))
     return ReportFiles(root / SUMMARY_FILE, root / JUNIT_FILE, root / INDEX_FILE, plot_paths, code,
                        sweep, notes, root / PAGE_FILE)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import statistics
 from dataclasses import dataclass
@@ -199,6 +200,22 @@ class SweepView:
         return tuple(w for c in self.parked if c.parked and (w := c.parked.warning(c.case_id)))
 
 
+# --------------------------------------------------------------------------- what is drawn
+# A sweep of up to this many cases has every case drawn and shown in full; a larger one only the
+# cases that did not pass (its page collapses the others, its plots/ leaves them out).
+EVERY_CASE_UP_TO = 50
+
+
+def shown_in_full(sweep: SweepView, every_case_up_to: int = EVERY_CASE_UP_TO) -> frozenset[str]:
+    """The ids of the cases the reports draw (plots, the page's curves) and the page shows in full:
+    every case of a sweep of at most ``every_case_up_to`` cases, else each case that did not pass
+    (a failure, an error, a skip) or is parked."""
+    if len(sweep.cases) <= every_case_up_to:
+        return frozenset(c.case_id for c in sweep.cases)
+    return frozenset(c.case_id for c in sweep.cases
+                     if c.verdict.status != "pass" or c.parked is not None)
+
+
 # --------------------------------------------------------------------------- figures
 def _num(value: Any) -> Optional[float]:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -300,6 +317,11 @@ class _Judging:
     judged: Mapping[str, CaseVerdict]
     allowed_skips: tuple[str, ...]
 
+    @functools.cached_property
+    def listed(self) -> dict[str, ManifestCase]:
+        """Case id -> the manifest's entry (``Manifest.case`` of every id, looked up once)."""
+        return {c.id: c for c in reversed(self.manifest.cases)} if self.manifest else {}
+
 
 _UNREADABLE = object()  # what read_noting gives for a file it could not read (noted already)
 
@@ -345,7 +367,7 @@ def _verdict(case_id: str, path: Path, case: Optional[Mapping[str, Any]], plan: 
             how.check_plan(plan)
     except ResultsError as exc:  # a plan that does not belong to the case: the reason as it is
         return error_verdict(case_id, plan.arm_names, str(exc))
-    entry = how.manifest.case(case_id) if how.manifest is not None else None
+    entry = how.listed.get(case_id) if how.manifest is not None else None
     departs = manifest_problems(entry, plan) if entry is not None else []
     if departs:
         return error_verdict(case_id, plan.arm_names, "the case folder does not hold what the "

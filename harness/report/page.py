@@ -10,11 +10,16 @@ SVG through ``render.figure_svg``), and per arm and rank its figures. Everything
 
 from __future__ import annotations
 
+import base64
+import gzip
+import base64
+import gzip
 import html
+import json
 import re
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Collection, Iterable, Optional, Sequence
 
 from harness.compare import SKIP_KINDS, Check, PairVerdict
 from harness.compare.series import memory_probes
@@ -63,7 +68,42 @@ font-weight:600;padding:8px 12px;border-radius:6px}.gate.pass{background:#dafbe1
 .note{color:#57606a}.figure svg{max-width:100%;height:auto}section.case{margin-top:26px}
 nav a{margin-right:12px}td.pair{padding-left:22px}details>summary{cursor:pointer}
 section.case{content-visibility:auto;contain-intrinsic-size:auto 1200px}
+details.lazy{margin:4px 0}details.lazy>summary{font-weight:600}
 """
+
+# The collapsed cases of a large sweep: each one's section, kept as text in the page's own JSON
+# (``#lazy-cases``: gzip, base64; the browser's DecompressionStream opens it once, when first
+# needed), is put in when its <details> opens, or when a link (``#case-...``) names it or one of
+# its entries. No network: the page holds everything.
+LAZY_SCRIPT = """(function () {
+const lazy = Array.from(document.querySelectorAll('details.lazy'));
+let data = null;
+function cases() {
+  if (!data) {
+    const text = atob(document.getElementById('lazy-cases').textContent.trim());
+    const bytes = Uint8Array.from(text, c => c.charCodeAt(0));
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
+    data = new Response(stream).text().then(JSON.parse);
+  }
+  return data;
+}
+async function fill(d) {
+  if (d.dataset.filled) return;
+  d.dataset.filled = '1';
+  d.insertAdjacentHTML('beforeend', (await cases())[d.dataset.case]);
+}
+lazy.forEach(d => d.addEventListener('toggle', () => { if (d.open) fill(d); }));
+async function reveal() {
+  const id = decodeURIComponent(location.hash.slice(1));
+  const d = id && lazy.find(x => id === x.id || id.startsWith(x.id + '--'));
+  if (!d) return;
+  d.open = true;
+  await fill(d);
+  (document.getElementById(id) || d).scrollIntoView();
+}
+window.addEventListener('hashchange', reveal);
+reveal();
+})();"""
 
 
 def _e(text: object) -> str:
@@ -289,12 +329,14 @@ def _rank_table(case: CaseView) -> list[str]:
             *rows, "</table></details>"]
 
 
-def _case(case: CaseView, root: Path, figure: Optional[FigureFn]) -> list[str]:
+def _case(case: CaseView, root: Path, figure: Optional[FigureFn], named: bool = True) -> list[str]:
+    """One case's section (``named``: with its anchor as id; a collapsed case's <details> has it)."""
     files = " ".join(x for x in (_link(case.dir / CASE_FILE, root, CASE_FILE),
                                  _link(case.dir / PLAN_FILE, root, PLAN_FILE),
                                  _link(case.dir / VERDICT_FILE, root, VERDICT_FILE)) if x != DASH)
     label = case.parked.outcome if case.parked is not None else None
-    out = [f'<section class="case" id="{anchor(case.case_id)}" data-case="{_e(case.case_id)}">',
+    name = f' id="{anchor(case.case_id)}"' if named else ""
+    out = [f'<section class="case"{name} data-case="{_e(case.case_id)}">',
            f"<h2>{_e(case.title)} {_badge(case.verdict.status, label)}</h2>",
            f"<p class=note>{files}</p>"]
     if case.emulated:
@@ -317,10 +359,29 @@ def _case(case: CaseView, root: Path, figure: Optional[FigureFn]) -> list[str]:
     return out + _rank_table(case) + ["</section>"]
 
 
+def _collapsed(sweep: SweepView, cases: Sequence[CaseView]) -> list[str]:
+    """The passing cases of a large sweep, each a closed <details> whose section (without curves)
+    the page's script puts in when it opens (``LAZY_SCRIPT``), from one gzip of their sections'
+    JSON in base64 (no "<" in it, so nothing in it can end its <script>)."""
+    out = [f'<h3 id="collapsed">Passing cases ({len(cases)}), collapsed</h3>',
+           f"<p class=note>This sweep has {len(sweep.cases)} cases: the ones that did not pass are "
+           "shown above in full with their curves; each passing case opens here with its arms, "
+           "checks and per-rank figures (its curves are not drawn, nor its plots/ PNG).</p>"]
+    for case in cases:
+        out.append(f'<details class="lazy" id="{anchor(case.case_id)}" data-case="{_e(case.case_id)}">'
+                   f"<summary>{_e(case.title)} {_badge(case.verdict.status)}</summary></details>")
+    data = {case.case_id: "\n".join(_case(case, sweep.sweep_dir, None, named=False))
+            for case in cases}
+    packed = gzip.compress(json.dumps(data).encode(), compresslevel=6, mtime=0)  # ~1/18 the size
+    return out + [f'<script type="application/gzip+base64" id="lazy-cases">'
+                  f"{base64.b64encode(packed).decode()}</script>", f"<script>{LAZY_SCRIPT}</script>"]
+
+
 def render_page(sweep: SweepView, generated_at: datetime, figure: Optional[FigureFn],
-                note: Optional[str] = None) -> str:
+                note: Optional[str] = None, full: Optional[Collection[str]] = None) -> str:
     """The page's HTML text; ``figure`` draws an entry's curves (None: no figures, ``note``
-    says why)."""
+    says why). ``full`` (default: every case) are the cases shown in full, with curves, first;
+    the others are collapsed below them (:func:`_collapsed`)."""
     status = sweep.status.upper()
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -336,7 +397,11 @@ def render_page(sweep: SweepView, generated_at: datetime, figure: Optional[Figur
             out += section(sweep) + ["</section>"]
         out += _parked(sweep)
         out.append('<h2 id="cases">Per case</h2>')
-        for case in sweep.cases:
+        shown = [c for c in sweep.cases if full is None or c.case_id in full]
+        for case in shown:
             out += _case(case, sweep.sweep_dir, figure)
+        rest = [c for c in sweep.cases if full is not None and c.case_id not in full]
+        if rest:
+            out += _collapsed(sweep, rest)
     out.append("</body></html>")
     return "\n".join(out) + "\n"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Optional
+from typing import Collection, Optional
 
 from harness.compare import step_series
 from harness.compare.series import memory_probes
@@ -142,17 +142,16 @@ def _memory_bars(probes: dict[str, dict[int, MemoryProbe]], ax,  # type: ignore[
     ax.legend(fontsize="small", loc="upper center", ncol=min(len(arms), 2))
 
 
-def write_plots(sweep: SweepView, passing: bool = True) -> tuple[Path, ...]:
-    """One PNG per case with step records; () when matplotlib is not installed. ``passing``
-    False (``dcp-harness run``): only the cases that did not pass, whose curves someone opens
-    (the page draws every pair's curves anyway); a passing case's older PNG is removed, so none
-    is stale (``dcp-harness report`` draws every case)."""
+def write_plots(sweep: SweepView, drawn: Optional[Collection[str]] = None) -> tuple[Path, ...]:
+    """One PNG per case with step records (of the cases in ``drawn``, default every case); ()
+    when matplotlib is not installed. A case not drawn loses its older PNG, so none is stale
+    (e.g. of a run that failed before it passed on resume)."""
     if not matplotlib_available():
         return ()
     out = []
     for case in sweep.cases:
         path = sweep.sweep_dir / PLOTS_DIR / f"{case.case_id}.png"
-        if not passing and case.verdict.status == "pass":
+        if drawn is not None and case.case_id not in drawn:
             path.unlink(missing_ok=True)
             continue
         written = plot_case(case, path)

@@ -15,6 +15,12 @@ from .records import StepRecord
 from .typed import record_json
 
 
+def _may_name_nonfinite(raw: bytes) -> bool:
+    """Whether a line may hold a non-finite name (``"NaN"``, ``"Infinity"``, or any string written
+    with ``\\u`` escapes): one without is parsed as it is, the walk through it skipped."""
+    return b"NaN" in raw or b"Infinity" in raw or b"\\u" in raw
+
+
 def _parse_lines(path: Path, data: bytes) -> tuple[list[tuple[int, dict[str, Any]]], int]:
     """Parse complete lines of a JSONL file. Returns ((line number, JSON object) of each record,
     byte length of the good prefix); non-finite names are decoded to floats.
@@ -46,7 +52,7 @@ def _parse_lines(path: Path, data: bytes) -> tuple[list[tuple[int, dict[str, Any
                     f"{path}:{lineno}: corrupt step record ({exc}); the file was edited or two "
                     f"writers shared it. Delete the arm folder {path.parent} and re-run."
                 ) from exc
-            records.append((lineno, decode_nonfinite(rec)))
+            records.append((lineno, decode_nonfinite(rec) if _may_name_nonfinite(raw) else rec))
         pos = end + 1
         good = pos
     return records, good

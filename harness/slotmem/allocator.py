@@ -5,7 +5,7 @@ setting that cannot be switched off raises :class:`AllocatorUnsupported` before 
 Process-wide state changed for a capture (garbage collector, ``expandable_segments``) is restored on
 exit, also when the capture fails.
 
-Facts relied on (checked on an H200 with torch 2.11, see bench/RESULTS.md):
+Facts relied on (checked on an H200 with torch 2.11, see bench/RESULTS-log.md):
 * ``_cuda_getCheckpointState(device, pool_id)`` snapshots a live pool's block layout;
 * ``_cuda_setCheckpointPoolState(device, state, stale_storages, storages_to_add_deleters_to)`` rewinds
   it, stripping the deleters of the given stale storages;

@@ -1,6 +1,6 @@
 """Slot-shared CUDA graph capture across dynamic-CP variants in ONE ``torch.cuda.MemPool``.
 
-Design (measurements in bench/RESULTS.md):
+Design (measurements in bench/RESULTS-log.md):
 * everything that outlives one graph lives in one *backing* allocation inside the pool, carved into
   explicit arenas: per saved colour (static inputs, outputs, native saved tensors of a frame), per
   grad colour (returned input grads), and two scratch regions (incoming output grads, param grads);

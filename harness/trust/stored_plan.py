@@ -19,12 +19,15 @@ the same from any directory or machine.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import Optional
 
 from harness.arms import plan_case
 from harness.caseplan import CasePlan, PlanError, case_hash
 from harness.compare import Pair, StoredPair
 from harness.errors import ConfigError
+from harness.spec import Case
 from harness.spec.derive import as_emulated, as_emulated_instead
 from harness.trust.golden_folders import golden_folder_problems
 
@@ -65,16 +68,28 @@ def plan_differences(stored: CasePlan, expected: CasePlan) -> list[str]:
     return out
 
 
+@functools.lru_cache(maxsize=16)
+def _source_cases(source: str, text: str) -> tuple[Case, ...]:
+    """The cases of the case file ``source`` whose text is ``text``: ``load_cases`` once per file
+    and text, not once per case (the cases of a matrix file are checked against one load)."""
+    from harness.spec.loader import load_cases
+
+    return tuple(load_cases([source]))
+
+
 def check_source(plan: CasePlan) -> None:
     """PlanError when the case file the plan was made from is readable here and no longer
     defines that case (a file that is not there, e.g. on another machine, is not checked)."""
-    from harness.spec.loader import load_cases
-
     source = Path(plan.source)
     if not source.is_file():
         return
     try:
-        cases = load_cases([source])
+        text: Optional[str] = source.read_bytes().decode("utf-8", "replace")
+    except OSError:
+        text = None  # unreadable after all: load_cases says why
+    try:
+        cases = (_source_cases(plan.source, text) if text is not None
+                 else _source_cases.__wrapped__(plan.source, ""))
     except ConfigError as exc:
         raise PlanError(f"the case file {source} this sweep ran no longer loads ({exc}); the "
                         "verdict cannot be checked against it: fix it or re-run") from None

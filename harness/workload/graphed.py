@@ -26,7 +26,7 @@ import torch
 from harness.results import FrameReplays, GraphStats
 from harness.spec.schema import GraphScope
 from harness.workload.comm import GroupHandle
-from harness.graphplan import GraphLayout, rank_plans
+from harness.graphplan.layout import GraphLayout, rank_plans
 from harness.workload.model import GraphableBlock, ModelChunk
 from harness.workload.moe import moe_scalars
 from harness.workload.static import static_layout

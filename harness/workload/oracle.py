@@ -23,7 +23,7 @@ tokens divided by their count, as ours. Where the mapping cannot be exact:
   step (Megatron's formula in other code: step s runs at the rate after s - 1 steps);
 * rounding: HF runs each sequence as a batch of one, fused ``gate_up_proj`` expert GEMMs and its
   own attention and RoPE kernels, so the two sides agree to rounding, not bitwise (the bounds of
-  ``compare.oracle`` are measured: bench/RESULTS.md).
+  ``compare.oracle`` are measured: bench/RESULTS-log.md).
 
 Each step record of the arm carries an :class:`~harness.results.OracleStep`: the oracle's loss,
 aux loss and grad norm, and the largest relative differences of the logits (before the step), the

@@ -23,7 +23,7 @@ from harness.workload.batch import local_batch, static_batch
 from harness.workload.comm import all_reduce_
 from harness.workload.data import Table, successor_table
 from harness.workload.graphed import LayerGraphs, capture
-from harness.graphplan import case_graph_layout
+from harness.graphplan.layout import case_graph_layout
 from harness.workload.model import (
     GraphableBlock,
     LayerContext,

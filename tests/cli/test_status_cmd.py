@@ -1,6 +1,6 @@
 """`dcp-harness status` through the sweep's backend: a local sweep (``dcp-harness run``) read from
-its folder while it runs, once it ended and once it was interrupted; the backend picked by what
-the folder holds. The Slurm table: ``tests/launch/slurm/test_status_table.py``."""
+its folder while it runs, once it ended and once it was interrupted (the backend picked by what
+the folder holds: ``tests/launch/test_backends.py``). The Slurm table: ``tests/launch/slurm/test_status_table.py``."""
 
 from __future__ import annotations
 
@@ -11,10 +11,7 @@ import pytest
 
 from harness.arms import plan_cases
 from harness.cli import main
-from harness.cli.status_cmd import sweep_backend
-from harness.errors import ConfigError
 from harness.launch.local.backend import LocalBackend, run_sweep
-from harness.launch.slurm.backend import SlurmBackend
 from harness.spec import load_cases
 from tests.launch.cases import write_case_file
 from tests.launch.local.test_sweep import RecordingLauncher
@@ -76,14 +73,3 @@ def test_an_interrupted_run_leaves_errors_that_say_how_to_resume(tmp_path, capsy
     assert "interrupted" in seen["b"].detail and f"--out {out}" in seen["c"].detail
     assert main(["status", str(out)]) == 0
     assert "1 done, 0 failed, 2 error" in capsys.readouterr().out
-
-
-def test_the_backend_is_the_one_that_wrote_the_folder(tmp_path):
-    out = tmp_path / "out"
-    run_sweep(sweep_of(tmp_path, "a"), out, RecordingLauncher())
-    assert isinstance(sweep_backend(out), LocalBackend)
-    (out / "slurm").mkdir()
-    (out / "slurm" / "jobs.json").write_text("{}")
-    assert isinstance(sweep_backend(out), SlurmBackend)
-    with pytest.raises(ConfigError, match="holds no sweep .*`dcp-harness run` or `dcp-harness submit`"):
-        sweep_backend(tmp_path / "cases")

@@ -1,5 +1,5 @@
 """bench/history_speed.py on a small scale: it adds a real sweep three ways and builds, shows and
-checks a synthetic history through the history's own code (the figures are for bench/RESULTS.md;
+checks a synthetic history through the history's own code (the figures are for bench/RESULTS-log.md;
 here only that it measures what it says)."""
 
 from __future__ import annotations

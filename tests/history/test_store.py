@@ -195,3 +195,24 @@ def test_a_series_missing_from_the_newest_sweeps_still_gives_its_last_points(url
     assert [(p.sweep, p.value) for p in points] == [("a1", pytest.approx(0.2)),
                                                     ("a2", pytest.approx(0.3))]
     assert sorted(k.case_id for k in both) == ["new-case", "old-case"]
+
+
+def test_the_fingerprint_is_the_hash_of_the_record_as_asdict_gives_it(tmp_path: Path):
+    """What earlier versions stored, so a sweep they added is still ``unchanged`` when added
+    again (the rows are made without ``asdict``'s deep copies now)."""
+    import dataclasses
+    import hashlib
+    import json
+
+    from harness.history.store import read_sweep
+
+    record_golden(tmp_path)
+    sweep = make_sweep(tmp_path, tmp_path / "s1", started=started(0), commit="c" * 40)
+    rec = read_sweep(sweep)
+    assert rec.figures and rec.steps and rec.code
+    data = dataclasses.asdict(rec)
+    data.pop("path")
+    want = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+    assert rec.fingerprint == want
+    other = dataclasses.replace(rec, steps=rec.steps[:-1])
+    assert other.fingerprint != want

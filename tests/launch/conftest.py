@@ -1,3 +1,5 @@
+import sys
+from collections import Counter
 from pathlib import Path
 from typing import Callable
 
@@ -30,3 +32,24 @@ def _no_inherited_fault(monkeypatch):
 def sweep(tmp_path: Path):
     """A sweep of one tiny case submitted as Slurm job 41 an hour ago: (folder, plan, job)."""
     return submitted_sweep(tmp_path)
+
+
+@pytest.fixture
+def judgments(monkeypatch) -> Counter:
+    """Case id -> how many times this process judged it: every call of the one judge
+    (``harness.judge.judge``), wherever a module of the harness imported it (the CLI's, loaded
+    first, with everything it runs)."""
+    import harness.cli  # noqa: F401  (every module a command runs, so each holds the judge now)
+    import harness.judge as judge_module
+
+    counted: Counter = Counter()
+    real = judge_module.judge
+
+    def judge(plan, *args, **kwargs):
+        counted[plan.case_id] += 1
+        return real(plan, *args, **kwargs)
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith("harness") and getattr(module, "judge", None) is real:
+            monkeypatch.setattr(module, "judge", judge)
+    return counted

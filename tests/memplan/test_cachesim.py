@@ -1,5 +1,5 @@
 """harness.memplan.cachesim and .kernels: the caching allocator's rules and the kernels' own
-buffers, each against what PyTorch's sources say and what an H200 measured (bench/RESULTS.md)."""
+buffers, each against what PyTorch's sources say and what an H200 measured (bench/RESULTS-log.md)."""
 
 from __future__ import annotations
 

@@ -126,7 +126,7 @@ def test_plan_memory_json(tmp_path: Path) -> None:
 
 
 def test_a_small_model_with_a_large_vocabulary_peaks_at_the_optimizer_step() -> None:
-    # measured on one H200 (bench/RESULTS.md): rank 0 of this case peaked at 13,520 MiB, where the
+    # measured on one H200 (bench/RESULTS-log.md): rank 0 of this case peaked at 13,520 MiB, where the
     # activations in flight come to about 11,200: the gradient norm's fp64 copy and square of the
     # embedding's gradient (16 bytes x vocab x hidden) sit over the static bytes and the pool
     (case,) = list(load_cases(ROOT / "cases/focused/gpu1-emulated-dcp12-pp2-vpp2-ep2-graphs.yaml"))
@@ -138,7 +138,7 @@ def test_a_small_model_with_a_large_vocabulary_peaks_at_the_optimizer_step() -> 
 
 
 def test_an_eager_arm_of_a_graph_case_is_predicted_its_own_peak_and_no_pool() -> None:
-    # measured on one H100 (bench/RESULTS.md): the eager `dcp` arm of this case's rank 0 peaked at
+    # measured on one H100 (bench/RESULTS-log.md): the eager `dcp` arm of this case's rank 0 peaked at
     # 11,308 MiB, its `graph` arm at 13,520; the eager arm keeps the case's graphs: section but
     # holds no graph pool, so it must be predicted the eager peak, not the graph arm's
     from harness.arms import plan_case
@@ -163,7 +163,7 @@ def test_an_eager_arm_of_a_graph_case_is_predicted_its_own_peak_and_no_pool() ->
     ("cases/focused/gpu1-emulated-dcp12-pp2-vpp2-ep2-graphs.yaml", None, "graph-fixed-cp2", 3, 1_864),
 ])
 def test_the_graph_pool_is_what_the_gpus_reserved(path, part, arm, rank, pool_mib) -> None:
-    # measured on one H100 and again on one H200 (bench/RESULTS.md, issue 42), torch 2.11 (K/V
+    # measured on one H100 and again on one H200 (bench/RESULTS-log.md, issue 42), torch 2.11 (K/V
     # heads repeated for flash varlen): the pool is the allocator's segments over the backing
     # and the capture's own requests, flash's and the reductions' scratch and cuBLAS's workspace
     from harness.arms import plan_case

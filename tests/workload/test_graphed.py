@@ -10,7 +10,7 @@ from harness.spec.schema import GraphScope
 from harness.workload.attention import static_packed_attention
 from harness.workload.comm import GroupHandle
 from harness.workload.graphed import LayerGraphs
-from harness.graphplan import GraphLayout, rank_plans, reachable_microbatch_counts
+from harness.graphplan.layout import GraphLayout, rank_plans, reachable_microbatch_counts
 from harness.workload.static import StaticLayoutError, static_layout
 
 STATS = GraphStats("s", 2, 4, 8, 1, 1, 1, 1, 1, 0.0, 0.0, 0, 0)

@@ -16,7 +16,7 @@ step: the update itself), ``lr`` (the step's learning rate against transformers'
 the case's ``train.lr_schedule``), and ``aux_loss`` by its own definition (Megatron's, computed from the
 oracle's router: transformers' built-in aux loss is another quantity, ``docs/oracle.md``). The
 default bounds are measured from the two implementations' honest difference on CPU (fp32, the
-focused case; bench/RESULTS.md, "The oracle") x 10 to 30; a case may declare its own. Without
+focused case; bench/RESULTS-log.md, "The oracle") x 10 to 30; a case may declare its own. Without
 transformers the pair is skipped (kind ``needs-package``) with the install command.
 """
 
@@ -42,7 +42,7 @@ from ..verdicts import Check
 
 class OracleContract(Strict):
     """Bounds of the comparison with the oracle (relative; module doc). Defaults: measured on CPU
-    in fp32 (bench/RESULTS.md, "The oracle"): the honest difference x 10 to 30."""
+    in fp32 (bench/RESULTS-log.md, "The oracle"): the honest difference x 10 to 30."""
 
     # measured (tiny preset, 2 layers, CPU, 2026-12-06): loss 8.5e-8, logits 6.1e-6, grads
     # 3.5e-6, grad norm 2.8e-7, parameters after a step 3.3e-6, aux loss 1.3e-7 at most

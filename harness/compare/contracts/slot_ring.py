@@ -154,7 +154,7 @@ def ring_figures(case: ArmCase) -> list[dict[str, int]]:
     """Per PP rank, what the slot planner gives a graph arm of ``case``: its physical slots and
     its saved-arena and input-grad-arena counts (``slotmem.plan_pipeline``, as the capture plans
     it: ``harness.graphplan``)."""
-    from harness.graphplan import case_graph_layout, rank_plans
+    from harness.graphplan.layout import case_graph_layout, rank_plans
 
     out = []
     for rank in range(case.layout.pp):

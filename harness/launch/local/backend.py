@@ -4,16 +4,22 @@ run on this machine, in this process's lanes, through an arm launcher (``launche
 * ``submit``: takes the sweep folder's run lock (held until ``collect`` or ``close``: a second
   ``run`` into the same folder is refused meanwhile), lists every case in the manifest; nothing
   runs yet.
-* ``wait``: runs every arm not yet complete and judges each case once its arms ended
-  (``lanes.run_cases``: two lanes, progress, resume); returns when every case is judged.
+* ``wait``: in the process that submitted, runs every arm not yet complete and judges each case
+  once its arms ended (``lanes.run_cases``: two lanes, progress, resume); returns when every case
+  is judged. In any other process (``dcp-harness collect --wait`` of a folder ``run`` writes):
+  waits until no run holds the folder's lock (or the time is up), polling its ``state``.
 * ``state``: from the sweep folder alone, so any process can ask (``dcp-harness status`` while
   ``run`` writes the folder): every case of the manifest; a case with a verdict is ``done`` /
   ``failed`` / ``error`` (by its verdict); while a run holds the folder's lock, a case whose
   folder it has written is ``running`` (the arm in flight and its steps), any other ``pending``;
   with no run holding it, a case without a verdict is an ``error`` (the run was interrupted: a
   ``run`` into the same folder resumes it). A backend without a launcher only reads.
-* ``collect``: the reports, from the verdicts ``wait`` judged (cases of earlier runs into the same
-  folder judged from their files); the lock is released.
+* ``collect``: judges, once, every case of the manifest whose arms all ended and that has no
+  verdict yet (none after this process's ``wait``: it judged each case it ran; an interrupted
+  run's cases whose arms had all ended), writes the reports from those verdicts and the ones
+  ``wait`` judged (the other cases judged from their files, once), and releases the lock. In a
+  process that did not submit, it takes the lock for that time: a run still writing the folder
+  is a ConfigError saying to wait for it.
 
 Use it as a context manager (``with LocalBackend(...) as backend``) so the lock is released
 however the sweep ends. :func:`run_sweep` is the whole of it: the pipeline's ``run_to_end`` on
@@ -23,9 +29,10 @@ this backend (``dcp-harness run``, the tests, the benchmarks).
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import AbstractSet, Callable, Optional, Sequence
 
 from harness.caseplan import PLAN_FILE, CasePlan
 from harness.compare import DEFAULT_ALLOWED_SKIPS, CaseVerdict
@@ -36,10 +43,11 @@ from harness.launch.local.gpu_lane import GpuSetting
 from harness.launch.local.lanes import run_cases, runs_again
 from harness.launch.local.progress import NullProgress, SweepProgress
 from harness.launch.pipeline import SweepSink, run_to_end
-from harness.launch.sweep_backend import Collection, Queued
-from harness.launch.sweep_folder import check_resumable, record_manifest
+from harness.launch.sweep_backend import Collection, FollowOptions, Queued
+from harness.launch.sweep_folder import check_resumable, finalize_or_error, record_manifest
 from harness.report import write_reports
-from harness.results import ManifestCase, SweepStart, lock_holder, read_manifest, sweep_lock
+from harness.results import (MANIFEST_FILE, ManifestCase, ResultsError, SweepStart, lock_holder,
+                             read_manifest, sweep_lock)
 from harness.trust.stored_plan import check_stored_plan
 
 _INTERRUPTED = ("no verdict and no run writes the sweep folder (interrupted?): "
@@ -68,13 +76,31 @@ def case_status(out_dir: Path, entry: ManifestCase, running: bool) -> CaseStatus
     return CaseStatus(state="error", terminal=True, detail=_INTERRUPTED.format(out=out_dir), **base)
 
 
+NAME = "local"
+
+
+def owns(sweep_dir: Path) -> bool:
+    """Any sweep folder with a manifest (``launch.backends`` asks the other backends first)."""
+    return (Path(sweep_dir) / MANIFEST_FILE).is_file()
+
+
+def follow(options: FollowOptions) -> "LocalBackend":
+    """A backend following a local sweep from another process (``status``, ``collect``). A local
+    sweep queues nothing again: a nonzero ``retry_infra`` is a ConfigError saying how to re-run."""
+    if options.retry_infra:
+        raise ConfigError("--retry-infra re-submits Slurm jobs; a sweep of `dcp-harness run` runs "
+                          "its failed arms again when you run the same cases with the same --out")
+    return LocalBackend(allowed_skips=options.allowed_skips, poll_s=options.poll_s,
+                        on_poll=options.on_poll)
+
+
 @dataclass
 class LocalBackend:
     """This machine's backend (module doc). ``beside(plan)``: the cases run in the second lane
     (``placement.runs_beside_gpu_arms``). ``gpu``: the GPU lane's setting on a machine with
     ``gpus`` GPUs (``gpu_lane.gpu_setting``: ``run --gpu-jobs``); None: arms side by side within
     ``cores`` CPU cores (``cpu_lane``; 1: one arm after another), nothing recorded of their
-    placement."""
+    placement. ``poll_s`` / ``on_poll``: how ``wait`` follows a run of another process."""
 
     launcher: Optional[ArmLauncher] = None
     progress: Optional[SweepProgress] = None
@@ -82,6 +108,10 @@ class LocalBackend:
     beside: Callable[[CasePlan], bool] = lambda plan: False
     gpu: Optional[GpuSetting] = None
     gpus: int = 0
+    poll_s: float = 2.0
+    on_poll: Optional[Callable[[list[CaseStatus]], None]] = None
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+    sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
     cores: int = 1
     _submitted: bool = field(default=False, init=False, repr=False)
     _plans: tuple[CasePlan, ...] = field(default=(), init=False, repr=False)
@@ -116,12 +146,14 @@ class LocalBackend:
 
     def wait(self, out_dir: Path, timeout_s: Optional[float] = None) -> None:
         """Run the submitted cases to their verdicts (``timeout_s``: the arms' own limits bound
-        a local sweep; there is nothing else to give up on)."""
+        a local sweep; there is nothing else to give up on); in a process that submitted nothing,
+        wait until no run holds the folder (module doc)."""
         if not self._submitted:
-            raise ConfigError("LocalBackend.wait before submit: nothing was submitted")
+            self._wait_for_run(Path(out_dir), timeout_s)
+            return
         if self.launcher is None:
-            raise ConfigError("LocalBackend.wait without a launcher: this backend only reads "
-                              "the sweep folder (state)")
+            raise ConfigError("LocalBackend.wait without a launcher: this backend cannot run the "
+                              "cases it submitted")
         prewarm = getattr(self.launcher, "prewarm", None)  # LocalLauncher: its warm servers
         if prewarm is not None:  # they import beside the first arms, not before each lane's first
             prewarm(self._plans, Path(out_dir), runs_again)
@@ -129,14 +161,51 @@ class LocalBackend:
                                          self.progress or NullProgress(), self.beside,
                                          self.gpu, self.gpus, self.cores))
 
+    def _wait_for_run(self, out_dir: Path, timeout_s: Optional[float]) -> None:
+        deadline = None if timeout_s is None else self.clock() + timeout_s
+        while lock_holder(out_dir) is not None:
+            if self.on_poll is not None:
+                self.on_poll(list(self.state(out_dir).values()))
+            if deadline is not None and self.clock() >= deadline:
+                return
+            self.sleep(self.poll_s if deadline is None
+                       else max(0.0, min(self.poll_s, deadline - self.clock())))
+
     def collect(self, out_dir: Path) -> Collection:
+        out_dir = Path(out_dir)
+        busy = (f"wait for it to end: `dcp-harness collect {out_dir} --wait` (or follow it with "
+                f"`dcp-harness status {out_dir} --watch`)")
         try:
-            reports = write_reports(out_dir, check_plan=check_stored_plan, passing_plots=False,
-                                    allowed_skips=self.allowed_skips,
-                                    judged={v.case_id: v for v in self._verdicts})
+            with contextlib.nullcontext() if self._submitted else sweep_lock(out_dir, busy=busy):
+                verdicts = self._verdicts + judge_ended(out_dir, {v.case_id for v in self._verdicts})
+                reports = write_reports(out_dir, check_plan=check_stored_plan, passing_plots=False,
+                                        allowed_skips=self.allowed_skips,
+                                        judged={v.case_id: v for v in verdicts})
         finally:
             self.close()
-        return Collection(out_dir=Path(out_dir), reports=reports, verdicts=self._verdicts)
+        return Collection(out_dir=out_dir, reports=reports, verdicts=verdicts)
+
+
+def judge_ended(out_dir: Path, skip: AbstractSet[str]) -> tuple[CaseVerdict, ...]:
+    """Judge, once, every case of the manifest outside ``skip`` whose arms all ended (each a
+    final outcome) and that has no verdict: a run interrupted after a case's last arm, before it
+    was judged."""
+    try:
+        manifest = read_manifest(out_dir)
+    except ResultsError:  # the reports name it
+        return ()
+    out = []
+    for entry in manifest.cases if manifest else ():
+        case_dir = Path(out_dir) / entry.id
+        if entry.id in skip or not (case_dir / PLAN_FILE).is_file():
+            continue
+        try:
+            folder = folder_progress(case_dir)
+        except ResultsError:  # a plan that cannot be read: the reports name it
+            continue
+        if folder.judged is None and not folder.pending_arms:
+            out.append(finalize_or_error(entry.id, case_dir))
+    return tuple(out)
 
 
 def run_sweep(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
@@ -150,5 +219,5 @@ def run_sweep(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
     each case once, write reports from those verdicts (cases of earlier runs into the same folder
     are judged from their files), and hand the folder to ``sinks`` (``pipeline.deliver``)."""
     out_dir = Path(out_dir)
-    with LocalBackend(launcher, progress, allowed_skips, beside, gpu, gpus, cores) as backend:
+    with LocalBackend(launcher, progress, allowed_skips, beside, gpu, gpus, cores=cores) as backend:
         return run_to_end(backend, plans, out_dir, start, sinks)

@@ -18,9 +18,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from types import MappingProxyType
+from typing import Mapping, Optional, Sequence
 
-from harness.compare import DEFAULT_ALLOWED_SKIPS
+from harness.compare import DEFAULT_ALLOWED_SKIPS, CaseVerdict
 from harness.launch.ranks.completion import arm_needs_run
 from harness.launch.ranks.failures import classify_failure, ended_with_job, tail_text
 from harness.launch.ranks.rank_main import remove_empty_stacks
@@ -124,22 +125,34 @@ def outcomes_for_ended_job(case_dir: Path, ref: JobRef, sched: Optional[SchedSta
 
 @dataclass(frozen=True)
 class CollectResult:
+    """What one collect did: every case's status, the verdicts it judged, the cases still
+    queued or running, the cases it could not judge (a line each), the reports it wrote."""
+
     statuses: tuple[CaseStatus, ...]
-    finalized: tuple[str, ...]
+    verdicts: tuple[CaseVerdict, ...]
     still_active: tuple[str, ...]
     problems: tuple[str, ...] = field(default_factory=tuple)
     reports: Optional[ReportFiles] = None  # None when collected without reports
 
+    @property
+    def finalized(self) -> tuple[str, ...]:
+        """The cases judged by this collect."""
+        return tuple(v.case_id for v in self.verdicts)
+
 
 def collect(sweep_dir: Path, runner: Runner = run_command, reports: bool = True,
-            allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS) -> CollectResult:
+            allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS,
+            judged: Mapping[str, CaseVerdict] = MappingProxyType({})) -> CollectResult:
     """Give every ended case its missing outcomes and a verdict, remove the checkpoints of its
     complete arms, write the reports. Cases whose job is still queued or running are left alone
-    (listed in ``still_active``)."""
+    (listed in ``still_active``). Each case is judged once: the ones judged here
+    (``CollectResult.verdicts``) and ``judged`` (judged earlier in this process: ``submit``'s
+    skipped cases) go to the reports as they are, every other one is judged there.""" 
     sweep_dir = Path(sweep_dir)
     refs = latest_jobs(sweep_dir)
     view = SchedulerPoller(runner).view(r.job_id for r in refs.values())
-    finalized, active, problems = [], [], []
+    finalized: dict[str, CaseVerdict] = {}
+    active, problems = [], []
     for cid, ref in sorted(refs.items()):
         case_dir = sweep_dir / cid
         status = case_status(case_dir, ref, view)
@@ -157,11 +170,11 @@ def collect(sweep_dir: Path, runner: Runner = run_command, reports: bool = True,
         try:  # a damaged events file or unreadable results: the report counts the case as an error
             for arm, outcome in outcomes_for_ended_job(case_dir, ref, view.get(ref.job_id)).items():
                 write_outcome(case_dir / arm, outcome)
-            finalize_case(case_dir)
-            finalized.append(cid)
+            finalized[cid] = finalize_case(case_dir)
         except Exception as exc:
             problems.append(f"{cid}: could not evaluate: {type(exc).__name__}: {exc}")
-    files = (write_reports(sweep_dir, check_plan=check_stored_plan, allowed_skips=allowed_skips)
-             if reports else None)
+    files = (write_reports(sweep_dir, check_plan=check_stored_plan, allowed_skips=allowed_skips,
+                           judged={**judged, **finalized}) if reports else None)
     statuses = statuses_in_view(sweep_dir, refs, view)
-    return CollectResult(tuple(statuses), tuple(finalized), tuple(active), tuple(problems), files)
+    return CollectResult(tuple(statuses), tuple(finalized.values()), tuple(active),
+                         tuple(problems), files)

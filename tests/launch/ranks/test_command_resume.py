@@ -3,7 +3,7 @@ lines, and the resume pair on them.
 
 ``tests/metrics/data/megatron_h100_*.log`` are the iteration and memory lines Megatron-LM
 (``d98e8a6``, ``pretrain_gpt.py`` of ``cases/megatron/pretrain-gpt-tiny.yaml``) printed on one
-H100 (bench/RESULTS.md, 2026-12-06): the eager arm, and its -resumed twin saved at iteration
+H100 (bench/RESULTS-log.md, 2026-12-06): the eager arm, and its -resumed twin saved at iteration
 10, exited and loaded (the launcher's "second run" line between its runs). Megatron's TensorBoard
 scalars of that run are bitwise the same on every iteration; its log line of iteration 12 (the
 second run's second iteration) prints the mean of iterations 11 and 12, as its line of iteration

@@ -85,7 +85,7 @@ def test_collect_wait_of_the_cli_calls_its_sinks_once(sweep, monkeypatch, capsys
     out, plan, ref = sweep
     finished_arms(out / "t")
     got: list[Path] = []
-    monkeypatch.setattr(submit_cmd, "SlurmBackend", functools.partial(SlurmBackend, runner=ENDED))
+    monkeypatch.setattr(backend_mod, "SlurmBackend", functools.partial(SlurmBackend, runner=ENDED))
     monkeypatch.setattr(submit_cmd, "sweep_sinks", lambda args: [lambda c: got.append(c.out_dir)])
     assert main(["collect", str(out), "--wait", "--poll-s", "0.01"]) == 0
     assert got == [out.resolve()]

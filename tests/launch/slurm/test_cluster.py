@@ -145,6 +145,26 @@ def test_focused_case_end_to_end(tmp_path):
     assert not list((out / "tiny-moe-eager").rglob("*.pt"))
 
 
+def test_one_judgment_per_case_from_submit_to_the_gate(tmp_path, judgments, capsys):
+    """``submit --wait`` of a tiny case and of a GPU case the CPU profile skips: this process
+    judges each once (the job judges nothing; ``collect`` the case that ran, ``submit`` the
+    skipped one), and the reports, the history sink and the gate reuse those verdicts. A later
+    ``collect`` and ``gate`` check each stored verdict against its records, once."""
+    out = tmp_path / "sweep"
+    write_tiny(tmp_path, "once")
+    write_case_file(tmp_path / "cases", "gpu", resources={"device": "cuda", "profile": "local"})
+    code = cli("submit", tmp_path / "cases", "--profile", "local", "--out", out, "--wait",
+               "--poll-s", "1")
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "history: added" in printed and "gate: PASS" in printed
+    assert dict(judgments) == {"once": 1, "gpu": 1}
+    for again in (lambda: cli("collect", out), lambda: gate(out)):
+        judgments.clear()
+        assert again() == 0
+        assert dict(judgments) == {"once": 1, "gpu": 1}
+
+
 def test_multi_rank_case_with_one_rank_reference_and_a_gpu_case_on_a_cpu_profile(
         tmp_path, capsys, monkeypatch):
     """The focused suite's 2-rank case (its reference arm runs on one of the job's two tasks) and

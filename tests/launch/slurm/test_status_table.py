@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-import harness.cli.status_cmd as status_cmd
+import harness.launch.slurm.backend as slurm_backend
 from harness.cli import main
 from harness.cli.status_cmd import status_renderable
 from harness.launch.slurm.backend import SlurmBackend
@@ -28,7 +28,7 @@ def test_status_of_a_submitted_sweep_asks_the_slurm_backend(sweep, monkeypatch, 
     out, plan, ref = sweep
     steps(out / "t" / "eager", 2)
     running = Scheduler(squeue="41|RUNNING|None\n", sacct="41|RUNNING|\n")
-    monkeypatch.setattr(status_cmd, "SlurmBackend", functools.partial(SlurmBackend, runner=running))
+    monkeypatch.setattr(slurm_backend, "SlurmBackend", functools.partial(SlurmBackend, runner=running))
     assert main(["status", str(out)]) == 0
     text = capsys.readouterr().out
     lines = [[w for w in line.split() if w not in "┃│"] for line in text.splitlines()]
