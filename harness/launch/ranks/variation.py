@@ -77,5 +77,9 @@ def describe(v: Variation) -> str:
     """One log line's worth: what this start varies."""
     if v == FIRST:
         return f"{HASH_SEED}={v.hash_seed}"
-    return (f"varied start: {HASH_SEED}={v.hash_seed}, last rank first, own working and "
-            f"temporary folders ({PROC_DIR}/), environment reversed, cold start")
+    parts = [f"{HASH_SEED}={v.hash_seed}"]
+    parts += ["last rank first"] if v.last_rank_first else []
+    parts += [f"own working and temporary folders ({PROC_DIR}/)"] if v.own_folders else []
+    parts += ["environment reversed"] if v.reversed_env else []
+    parts += ["cold start"] if v.cold_start else []
+    return "varied start: " + ", ".join(parts)

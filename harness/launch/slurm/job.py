@@ -50,6 +50,7 @@ import io
 import os
 import random
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -70,7 +71,9 @@ from harness.launch.ranks.command_resume import (Checkpointed, Leg, read_iterati
 from harness.launch.ranks.completion import arm_needs_run
 from harness.launch.ranks.emulated import EmulatedLauncher
 from harness.launch.ranks.failures import ending_signal, infra_reason, log_cause, tail_text
-from harness.launch.ranks.processes import RankCommand, cuda_device_count, run_ranks
+from harness.launch.ranks.processes import (RankCommand, cuda_device_count, rank_main_argv,
+                                            run_ranks)
+from harness.launch.ranks.variation import FIRST, VARIED, Variation, describe
 from harness.launch.slurm.events import (ArmEnd, ArmStart, ProcessEnd, TaskStart, append_event,
                                          read_events)
 from harness.metrics import source_mark
@@ -372,7 +375,10 @@ def run_rank_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path, ident: Task
             def leg(index: int, stop: Optional[int]) -> ArmOutcome:
                 os.environ.update(distributed_env(arm_ident, arm_port(
                     ident.job_id, leg_name(arm, index), ident.restarts)))
-                rank_main.run_rank(arm, arm_dir, resume=True, stop_after=stop)
+                if arm.case.execution.vary_processes:
+                    run_varied_rank(arm, arm_dir, ident.rank, stop)
+                else:
+                    rank_main.run_rank(arm, arm_dir, resume=True, stop_after=stop)
                 return ArmOutcome(status="ok")  # a leg that fails raises
 
             run_legs(arm, leg)
@@ -395,6 +401,41 @@ def run_rank_in_job(plan: CasePlan, arm: PlannedArm, case_dir: Path, ident: Task
             write_outcome(arm_dir, outcome)
         append_event(case_dir, ArmEnd(**_stamp(ident, arm), wall_s=wall))
     return outcome
+
+
+# A varied start inside a Slurm task: srun starts the tasks, so their order is Slurm's.
+IN_JOB_VARIATION: Variation = dataclasses.replace(VARIED, last_rank_first=False)
+
+
+def in_job_variation(arm: PlannedArm) -> Variation:
+    """How this task starts its process of ``arm``: varied where its case says
+    ``execution.vary_processes`` (all of ``launch.ranks.variation`` but the start order)."""
+    return IN_JOB_VARIATION if arm.case.execution.vary_processes else FIRST
+
+
+def run_varied_rank(arm: PlannedArm, arm_dir: Path, rank: int, stop: Optional[int],
+                    variation: Variation = IN_JOB_VARIATION) -> None:
+    """This task's rank of an arm whose case says ``execution.vary_processes`` (the repeat and
+    reference arms) in a process of its own, started as ``launch.ranks.variation`` varies it:
+    another hash seed, its own working and temporary folders, the environment reversed, a cold
+    interpreter. The task's own process runs every other arm with one hash seed, so running
+    this arm in it would vary nothing. The rank's output goes to this task's (teed) stdout; a
+    rank that fails raises."""
+    argv = [*rank_main_argv(sys.executable, Path(arm_dir).parent / CASE_FILE, arm.name, arm_dir),
+            *(("--stop-after", str(stop)) if stop is not None else ())]
+    print(f"[launcher] rank {rank} of arm '{arm.name}': {describe(variation)}", flush=True)
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            env=variation.environment(os.environ, arm_dir),
+                            cwd=variation.cwd(arm_dir, None))
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        sys.stdout.write(line)
+    code = proc.wait()
+    sys.stdout.flush()
+    if code != 0:
+        raise RuntimeError(f"arm '{arm.name}': rank {rank}'s process ({describe(variation)}) "
+                           f"exited with code {code}")
 
 
 def _stamp(ident: TaskIdentity, arm: PlannedArm) -> dict:
@@ -516,7 +557,8 @@ def _run_process(plan: CasePlan, arm: PlannedArm, case_dir: Path, ident: TaskIde
         RankCommand(argv=cmd.argv, world_size=starters(plan, arm), arm_dir=arm_dir,
                     timeout_s=limit_s, env=cmd.env, repro=repro, ranks=(ident.rank,),
                     cwd=cmd.cwd, redact=cmd.secrets, label=process_label(plan),
-                    rendezvous=rendezvous_env(plan, arm, place)),
+                    rendezvous=rendezvous_env(plan, arm, place),
+                    variation=in_job_variation(arm)),
         port_retries=0))
     outcome = dataclasses.replace(outcome, restarts=ident.restarts, detail=(
         f"{outcome.detail} (slurm job {ident.job_id})" if outcome.detail

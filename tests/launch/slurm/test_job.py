@@ -1,5 +1,6 @@
 """The in-allocation side of a Slurm job, exercised without Slurm (a TaskIdentity by hand)."""
 
+import os
 import pickle
 import socket
 import subprocess
@@ -192,3 +193,36 @@ def test_an_interrupted_arm_runs_in_two_legs_on_their_own_ports(tmp_path, monkey
     assert [(a, s) for a, s, _ in calls] == [("eager-resumed", 1), ("eager-resumed", None),
                                              ("eager", None)]
     assert calls[0][2] != calls[1][2]  # a fresh rendezvous for the second leg
+
+
+TASK_SCRIPT = """
+import sys
+from harness.launch.slurm.job import TaskIdentity, run_case_arms
+from harness.launch.sweep_folder import load_plan
+case_dir = sys.argv[1]
+print(run_case_arms(load_plan(case_dir), case_dir, TaskIdentity("9", 0, 0, 1, "127.0.0.1",
+                                                                restarts=0)))
+"""
+
+
+def test_a_varied_arm_runs_in_a_varied_process_of_its_own_inside_the_task(tmp_path):
+    """A Slurm task runs the first arm in its own process; the repeat arm in a process started as
+    ``launch.ranks.variation`` varies it, so a grad norm that follows the hash seed differs."""
+    from harness.results import read_steps
+    from tests.launch.faults import patch_env
+
+    plan, case_dir = make_case(tmp_path)
+    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1",
+           **patch_env("hash-order-grad-norm")}
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(REPO)])
+    done = subprocess.run([sys.executable, "-c", TASK_SCRIPT, str(case_dir)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    first, repeat = (read_steps(case_dir / arm)[0] for arm in ("eager", "eager-repeat"))
+    assert len(first) == len(repeat) == 2
+    assert [s.grad_norm for s in first] != [s.grad_norm for s in repeat]
+    log = (case_dir / "eager-repeat" / "log.txt").read_text()
+    assert ("varied start: PYTHONHASHSEED=1, own working and temporary folders (proc/), "
+            "environment reversed, cold start") in log
+    assert (case_dir / "eager-repeat" / "proc" / "cwd").is_dir()
+    assert "varied start" not in (case_dir / "eager" / "log.txt").read_text()
