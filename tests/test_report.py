@@ -228,6 +228,20 @@ def test_plots_written_when_matplotlib_is_present(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "index.json").read_text())["cases"][0]["plot"] == "plots/a-pass.png"
 
 
+def test_run_draws_plots_of_the_cases_that_did_not_pass_only(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    passing(tmp_path)
+    failing(tmp_path)
+    every = write_reports(tmp_path)  # `dcp-harness report`: every case
+    assert [p.name for p in every.plots] == ["a-pass.png", "b-nan.png"]
+    files = write_reports(tmp_path, passing_plots=False)  # `dcp-harness run`
+    assert files.plots == (tmp_path / "plots" / "b-nan.png",)
+    assert not (tmp_path / "plots" / "a-pass.png").exists()  # no stale PNG of a passing case
+    cases = {c["id"]: c for c in json.loads((tmp_path / "index.json").read_text())["cases"]}
+    assert cases["a-pass"]["plot"] is None and cases["b-nan"]["plot"] == "plots/b-nan.png"
+    assert 'id="series-a-pass_repeat_loss_eager"' in (tmp_path / "index.html").read_text()  # the page still draws it
+
+
 def test_plot_legends_cover_no_data_and_steps_are_whole(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     from harness.report.plots import case_figure

@@ -24,6 +24,7 @@ from harness.cli.skips import add_allow_skip_argument, allowed_skips
 from harness.errors import ConfigError
 from harness.launch.local.launcher import LocalLauncher
 from harness.launch.local.backend import run_sweep
+from harness.launch.local.cpu_lane import cpu_cores
 from harness.launch.local.gpu_lane import gpu_setting
 from harness.launch.local.progress import make_progress
 from harness.launch.ranks.placement import runs_beside_gpu_arms
@@ -62,7 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "many as the GPU's memory holds by their predicted peaks (plan --memory), "
                         "up to 8; an arm whose judged step time or whole-device memory a "
                         "neighbour would move runs alone (placement.json records where each arm "
-                        "ran)")
+                        "ran); on a machine without GPUs, arms side by side within the CPU "
+                        "cores (a rank a core; --gpu-jobs 1: one after another)")
     add_allow_skip_argument(p)
     add_history_arguments(p)
     add_label_argument(p)
@@ -166,7 +168,8 @@ def _run(args: argparse.Namespace) -> int:
                            progress=make_progress(sys.stderr, plans, RESULTS_ROOT / LATEST),
                            start=start, allowed_skips=allowed,
                            beside=lambda plan: runs_beside_gpu_arms(plan, gpus),
-                           sinks=sweep_sinks(args), gpu=gpu, gpus=gpus)
+                           sinks=sweep_sinks(args), gpu=gpu, gpus=gpus,
+                           cores=1 if gpus or args.gpu_jobs == 1 else cpu_cores())
     if not args.no_latest:
         point_latest(RESULTS_ROOT, out)
     files = result.reports  # the sweep's reports, from the verdicts it judged once

@@ -56,13 +56,14 @@ class ReportFiles:
     page: Optional[Path] = None  # index.html
 
 
-def write_reports(sweep_dir: PathLike, *, plots: bool = True,
+def write_reports(sweep_dir: PathLike, *, plots: bool = True, passing_plots: bool = True,
                   check_plan: Optional[PlanCheck] = None,
                   judged: Optional[Mapping[str, CaseVerdict]] = None,
                   allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS,
                   every_case_up_to: int = EVERY_CASE_UP_TO) -> ReportFiles:
     """Write summary.md, junit.xml, index.json, index.html (and plots/<case>.png and the page's
-    figures with matplotlib) into the sweep folder, atomically, from what the records prove
+    figures with matplotlib; ``passing_plots`` False: plots/ only of the cases that did not
+    pass, ``plots.write_plots``) into the sweep folder, atomically, from what the records prove
     (``load_sweep``: ``judged`` are the verdicts this process made already, the other cases are
     judged here). A sweep of more than ``every_case_up_to`` cases has only the cases that did not
     pass drawn and shown in full (``shown_in_full``); the page holds the others collapsed.
@@ -75,7 +76,11 @@ def write_reports(sweep_dir: PathLike, *, plots: bool = True,
     now = datetime.now(timezone.utc)
     code = exit_code(sweep)
     full = shown_in_full(sweep, every_case_up_to)
-    plot_paths = write_plots(sweep, full) if plots else ()
+    # `run` (passing_plots False) draws plots/ of the cases that did not pass only; the page
+    # still draws every case of ``full``
+    drawn = full if passing_plots else frozenset(
+        c.case_id for c in sweep.cases if c.case_id in full and c.verdict.status != "pass")
+    plot_paths = write_plots(sweep, drawn) if plots else ()
     notes = (NO_MATPLOTLIB,) if plots and not matplotlib_available() else ()
     figures = entry_svg if plots and not notes else None
     page_note = (notes[0] if notes else None if plots

@@ -92,7 +92,10 @@ def pair_figure(case: CaseView, pair: PairVerdict):  # type: ignore[no-untyped-d
                         label=label)
         # an emulated rank's loss and grad norm are its own local figures, not the model's
         local = case.emulated and m.field != "max_allocated_bytes"
-        top.set_title(f"local {m.title} (emulated ranks)" if local else m.title, fontsize="medium")
+        # y given: matplotlib then skips measuring the axes' decorations to place the title
+        # (nothing sits above the axes here), a third of the figure's drawing time.
+        top.set_title(f"local {m.title} (emulated ranks)" if local else m.title, fontsize="medium",
+                      y=1.0)
         if two:
             low = axes[1][col]
             for j, r in enumerate(ranks):

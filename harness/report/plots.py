@@ -65,8 +65,9 @@ def case_figure(case: CaseView):  # type: ignore[no-untyped-def]
             pts = [(k, v) for k, v in s.items() if math.isfinite(v)]
             if pts:
                 ax.plot([k for k, _ in pts], [v for _, v in pts], marker=".", label=name)
-    ax_loss.set_title("local loss (emulated ranks)" if case.emulated else "loss")
-    ax_gn.set_title("local grad norm (emulated ranks)" if case.emulated else "grad norm")
+    # y given: the title is not placed by measuring the axes' decorations (none sit above them)
+    ax_loss.set_title("local loss (emulated ranks)" if case.emulated else "loss", y=1.0)
+    ax_gn.set_title("local grad norm (emulated ranks)" if case.emulated else "grad norm", y=1.0)
     for ax in (ax_loss, ax_gn):
         ax.set_xlabel("step")
         ax.grid(True, alpha=0.3)
@@ -133,7 +134,7 @@ def _memory_bars(probes: dict[str, dict[int, MemoryProbe]], ax,  # type: ignore[
     names = [short_label(r, case.world) if case.emulated else f"rank {r}" for r in ranks]
     small = {"fontsize": "x-small"} if case.emulated else {}
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(ranks))], names, **small)
-    ax.set_title("device used after empty_cache (GiB)", fontsize="small")
+    ax.set_title("device used after empty_cache (GiB)", fontsize="small", y=1.0)
     # The legend sits above the bars, in room made for it, never on them.
     rows = -(-len(arms) // 2)
     top = max((p.device_used_bytes for ps in probes.values() for p in ps.values()), default=0)
@@ -143,14 +144,17 @@ def _memory_bars(probes: dict[str, dict[int, MemoryProbe]], ax,  # type: ignore[
 
 def write_plots(sweep: SweepView, drawn: Optional[Collection[str]] = None) -> tuple[Path, ...]:
     """One PNG per case with step records (of the cases in ``drawn``, default every case); ()
-    when matplotlib is not installed."""
+    when matplotlib is not installed. A case not drawn loses its older PNG, so none is stale
+    (e.g. of a run that failed before it passed on resume)."""
     if not matplotlib_available():
         return ()
     out = []
     for case in sweep.cases:
+        path = sweep.sweep_dir / PLOTS_DIR / f"{case.case_id}.png"
         if drawn is not None and case.case_id not in drawn:
+            path.unlink(missing_ok=True)
             continue
-        written = plot_case(case, sweep.sweep_dir / PLOTS_DIR / f"{case.case_id}.png")
+        written = plot_case(case, path)
         if written is not None:
             out.append(written)
     return tuple(out)

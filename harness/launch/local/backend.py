@@ -98,9 +98,9 @@ def follow(options: FollowOptions) -> "LocalBackend":
 class LocalBackend:
     """This machine's backend (module doc). ``beside(plan)``: the cases run in the second lane
     (``placement.runs_beside_gpu_arms``). ``gpu``: the GPU lane's setting on a machine with
-    ``gpus`` GPUs (``gpu_lane.gpu_setting``: ``run --gpu-jobs``); None: one arm after another,
-    nothing recorded of their placement. ``poll_s`` / ``on_poll``: how ``wait`` follows a run
-    of another process."""
+    ``gpus`` GPUs (``gpu_lane.gpu_setting``: ``run --gpu-jobs``); None: arms side by side within
+    ``cores`` CPU cores (``cpu_lane``; 1: one arm after another), nothing recorded of their
+    placement. ``poll_s`` / ``on_poll``: how ``wait`` follows a run of another process."""
 
     launcher: Optional[ArmLauncher] = None
     progress: Optional[SweepProgress] = None
@@ -112,6 +112,7 @@ class LocalBackend:
     on_poll: Optional[Callable[[list[CaseStatus]], None]] = None
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    cores: int = 1
     _submitted: bool = field(default=False, init=False, repr=False)
     _plans: tuple[CasePlan, ...] = field(default=(), init=False, repr=False)
     _verdicts: tuple[CaseVerdict, ...] = field(default=(), init=False, repr=False)
@@ -158,7 +159,7 @@ class LocalBackend:
             prewarm(self._plans, Path(out_dir), runs_again)
         self._verdicts = tuple(run_cases(self._plans, Path(out_dir), self.launcher,
                                          self.progress or NullProgress(), self.beside,
-                                         self.gpu, self.gpus))
+                                         self.gpu, self.gpus, self.cores))
 
     def _wait_for_run(self, out_dir: Path, timeout_s: Optional[float]) -> None:
         deadline = None if timeout_s is None else self.clock() + timeout_s
@@ -177,7 +178,7 @@ class LocalBackend:
         try:
             with contextlib.nullcontext() if self._submitted else sweep_lock(out_dir, busy=busy):
                 verdicts = self._verdicts + judge_ended(out_dir, {v.case_id for v in self._verdicts})
-                reports = write_reports(out_dir, check_plan=check_stored_plan,
+                reports = write_reports(out_dir, check_plan=check_stored_plan, passing_plots=False,
                                         allowed_skips=self.allowed_skips,
                                         judged={v.case_id: v for v in verdicts})
         finally:
@@ -212,11 +213,11 @@ def run_sweep(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
               allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS,
               beside: Callable[[CasePlan], bool] = lambda plan: False,
               sinks: Sequence[SweepSink] = (), gpu: Optional[GpuSetting] = None,
-              gpus: int = 0) -> Collection:
+              gpus: int = 0, cores: int = 1) -> Collection:
     """List every case in the sweep's manifest, then run every planned arm of every case into
     ``out_dir`` (resuming; cases ``beside`` selects in a second lane, ``lanes.run_cases``), judge
     each case once, write reports from those verdicts (cases of earlier runs into the same folder
     are judged from their files), and hand the folder to ``sinks`` (``pipeline.deliver``)."""
     out_dir = Path(out_dir)
-    with LocalBackend(launcher, progress, allowed_skips, beside, gpu, gpus) as backend:
+    with LocalBackend(launcher, progress, allowed_skips, beside, gpu, gpus, cores=cores) as backend:
         return run_to_end(backend, plans, out_dir, start, sinks)

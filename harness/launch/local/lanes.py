@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from harness.caseplan import CasePlan, PlannedArm
 from harness.compare import CaseVerdict
 from harness.launch.arm_launcher import ArmLauncher
+from harness.launch.local.cpu_lane import run_cpu_lane
 from harness.launch.local.gpu_demand import timing_judged_arms
 from harness.launch.local.gpu_lane import GpuSetting, run_gpu_lane
 from harness.launch.local.progress import SweepProgress
@@ -136,19 +137,22 @@ def _run_case(index: int, total: int, plan: CasePlan, out_dir: Path, launcher: A
 
 def run_cases(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
                shown: SweepProgress, beside: Callable[[CasePlan], bool] = lambda plan: False,
-               gpu: Optional[GpuSetting] = None, gpus: int = 0) -> list[CaseVerdict]:
+               gpu: Optional[GpuSetting] = None, gpus: int = 0,
+               cores: int = 1) -> list[CaseVerdict]:
     """Every case, in plan order. Cases ``beside`` selects (CPU ranks on a machine with GPUs) run
     in a second lane beside the others, one after another there too; the first lane asks the
     second to stand still while an arm whose step time is judged runs. With ``gpu`` (a machine
     with ``gpus`` GPUs: ``gpu_lane.gpu_setting``) the first lane is the GPU lane
     (``gpu_lane.run_gpu_lane``: arms side by side where their figures allow it, their placement
-    recorded). Ctrl-C stops both lanes (``launcher.stop()`` ends the other lanes' ranks)."""
+    recorded); without ``gpu``, ``cores`` > 1 runs the first lane's arms side by side within that
+    many CPU cores (``cpu_lane.run_cpu_lane``). Ctrl-C stops both lanes (``launcher.stop()`` ends the other lanes' ranks)."""
     verdicts: dict[str, CaseVerdict] = {}
     indexed = list(enumerate(plans))
     second = [(i, p) for i, p in indexed if beside(p)]
     first = [(i, p) for i, p in indexed if not beside(p)]
     quiet = _Quiet()
-    shown = _Serialized(shown) if second or gpu is not None else shown
+    side_by_side = gpu is None and cores > 1 and not second
+    shown = _Serialized(shown) if second or gpu is not None or side_by_side else shown
     shown.sweep_started(len(plans))
     failure: list[BaseException] = []
     interrupted = threading.Event()
@@ -172,7 +176,10 @@ def run_cases(plans: Sequence[CasePlan], out_dir: Path, launcher: ArmLauncher,
         if gpu is not None:
             run_gpu_lane(first, len(plans), out_dir, launcher, shown, verdicts, gpu, gpus,
                          quiet.quiet, runs_again, run_arm_into)
-        for i, plan in first if gpu is None else ():
+        if side_by_side:
+            run_cpu_lane(first, len(plans), out_dir, launcher, shown, verdicts, cores,
+                         runs_again, run_arm_into)
+        for i, plan in first if gpu is None and not side_by_side else ():
             judged = timing_judged_arms(plan)
             _run_case(i, len(plans), plan, out_dir, launcher, shown, verdicts,
                       lambda arm: quiet.quiet() if arm.name in judged else nullcontext())
