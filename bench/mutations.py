@@ -200,8 +200,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("adam-betas-swapped", "harness/workload/optim.py",
              "the optimizer gets (beta2, beta1) for (beta1, beta2) (the first step is the same: "
              "Adam's bias correction cancels the betas there)",
-             "        list(params), lr=train.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay,",
-             "        list(params), lr=train.lr, betas=(o.beta2, o.beta1), eps=o.eps, weight_decay=o.weight_decay,",
+             "    return cls([g for g in groups if g[\"params\"]], lr=train.lr, betas=(o.beta1, o.beta2),",
+             "    return cls([g for g in groups if g[\"params\"]], lr=train.lr, betas=(o.beta2, o.beta1),",
              select="tiny-moe-oracle"),
     # The static-shape path both arms of a graph case share (graph_vs_eager cannot see these).
     Mutation("static-cu-seqlens", "harness/workload/static.py",

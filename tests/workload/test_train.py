@@ -15,7 +15,7 @@ from tests.workload.factories import eager_arm, make_case
 CPU = RankContext(0, 1, 0, "cpu", "none")
 KEYS = {
     "step", "loss", "aux_loss", "grad_norm", "nan", "skipped", "tokens", "microbatches", "cp_sizes",
-    "lr", "step_time_s", "device", "platform", "allocated_bytes", "reserved_bytes", "active_bytes",
+    "lr", "step_time_s", "cpu_time_s", "device", "platform", "allocated_bytes", "reserved_bytes", "active_bytes",
     "max_allocated_bytes", "graphed", "memory_probe", "graph_stats", "replays", "packed",
     "environment", "resumed_from", "checkpoint_step", "attention_work", "memory_predicted",
 }
