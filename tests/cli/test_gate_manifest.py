@@ -172,7 +172,8 @@ def test_a_run_cut_between_two_cases_does_not_pass(tmp_path: Path, capsys, monke
 
     monkeypatch.setattr(run_cmd.LocalLauncher, "run_arm", cut_after_the_first_case)
     out = tmp_path / "sweep"
-    assert main(["run", str(cases), "--out", str(out)]) == 130  # "interrupted"
+    # one arm after another (--gpu-jobs 1): the cut falls between the two cases
+    assert main(["run", str(cases), "--out", str(out), "--gpu-jobs", "1"]) == 130  # "interrupted"
     assert calls == {"one-rank": 2, "two-ranks": 1}
     code, text = gate(capsys, out)
     assert code == 2 and "two-ranks" in text and "1 pass" in text.splitlines()[0]
