@@ -24,7 +24,8 @@ from harness.caseplan import CasePlan, PlannedArm
 from harness.compare import CaseVerdict
 from harness.launch.arm_launcher import ArmLauncher
 from harness.launch.local.gpu_demand import timing_judged_arms
-from harness.launch.sweep_folder import finalize_or_error, prepare_case_dir
+from harness.launch.local.side_by_side import judge_into, stopping_on_exit
+from harness.launch.sweep_folder import prepare_case_dir
 from harness.results import CASE_FILE, VERDICT_FILE, ArmOutcome
 
 
@@ -88,38 +89,29 @@ def run_cpu_lane(cases: Sequence[tuple[int, CasePlan]], total: int, out_dir: Pat
             pending += mine
             left[plan.case_id] = len(mine)
         else:
-            _judge(plan, case_dir, shown, verdicts)
+            judge_into(plan, case_dir, shown, verdicts)
     pending.sort(key=lambda a: not a.arm.case.execution.vary_processes)  # stable: cold first
     running: dict[Future, CpuArm] = {}
     pool = ThreadPoolExecutor(max_workers=max(1, cores), thread_name_prefix="cpu-arm")
     try:
-        while pending or running:
-            a = next_arm(pending, list(running.values()), cores)
-            if a is not None:
-                pending.remove(a)
-                arm_dir = a.case_dir / a.arm.name
-                running[pool.submit(
-                    run_arm, launcher, a.plan, a.arm, arm_dir, a.case_dir / CASE_FILE,
-                    lambda a=a, arm_dir=arm_dir: shown.arm_started(
-                        a.plan.title, a.arm.name, arm_dir, a.plan.steps))] = a
-                continue
-            done, _ = wait(list(running), timeout=1.0, return_when=FIRST_COMPLETED)
-            for fut in done:
-                a = running.pop(fut)
-                shown.arm_finished(a.plan.title, a.arm.name, fut.result())
-                left[a.plan.case_id] -= 1
-                if not left[a.plan.case_id]:
-                    _judge(a.plan, a.case_dir, shown, verdicts)
-    except BaseException:
-        stop = getattr(launcher, "stop", None)
-        if stop is not None:
-            stop()
-        raise
+        with stopping_on_exit(launcher):
+            while pending or running:
+                a = next_arm(pending, list(running.values()), cores)
+                if a is not None:
+                    pending.remove(a)
+                    arm_dir = a.case_dir / a.arm.name
+                    running[pool.submit(
+                        run_arm, launcher, a.plan, a.arm, arm_dir, a.case_dir / CASE_FILE,
+                        lambda a=a, arm_dir=arm_dir: shown.arm_started(
+                            a.plan.title, a.arm.name, arm_dir, a.plan.steps))] = a
+                    continue
+                done, _ = wait(list(running), timeout=1.0, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    a = running.pop(fut)
+                    shown.arm_finished(a.plan.title, a.arm.name, fut.result())
+                    left[a.plan.case_id] -= 1
+                    if not left[a.plan.case_id]:
+                        judge_into(a.plan, a.case_dir, shown, verdicts)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
-
-def _judge(plan: CasePlan, case_dir: Path, shown: Any, verdicts: dict[str, CaseVerdict]) -> None:
-    verdict = finalize_or_error(plan.case_id, case_dir)
-    verdicts[plan.case_id] = verdict
-    shown.case_finished(plan.title, verdict)

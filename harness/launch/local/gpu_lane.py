@@ -39,7 +39,8 @@ from harness.launch.local.gpu_jobs import (
     order,
 )
 from harness.launch.ranks.placement import runs_on_cuda, skip_reason
-from harness.launch.sweep_folder import finalize_or_error, prepare_case_dir
+from harness.launch.local.side_by_side import judge_into, stopping_on_exit
+from harness.launch.sweep_folder import prepare_case_dir
 from harness.memplan.records import MemoryTarget
 from harness.results import CASE_FILE, VERDICT_FILE, ArmOutcome
 from harness.results.placement import PlacedArm, Placement, record_placed
@@ -217,7 +218,7 @@ def run_gpu_lane(cases: Sequence[tuple[int, CasePlan]], total: int, out_dir: Pat
             tasks += mine
             left[plan.case_id] = len(mine)
         else:
-            _judge(plan, case_dir, shown, verdicts)
+            judge_into(plan, case_dir, shown, verdicts)
     if not tasks:
         return
     record = Placement(setting.jobs, setting.capacity, setting.per_process_memory, (), setting.note)
@@ -241,60 +242,51 @@ def run_gpu_lane(cases: Sequence[tuple[int, CasePlan]], total: int, out_dir: Pat
     running: dict[Future, _Task] = {}
     pending: Optional[list[ArmDemand]] = None
     try:
-        while first or later or last or running:
-            started = False
-            if first and not running:
-                _start(first.pop(0), pool, running, launcher, shown, hold_still, run_arm)
-                continue
-            if not first and not later and last and not running:
-                _start(last.pop(0), pool, running, launcher, shown, hold_still, run_arm)
-                continue
-            if not first and later:
-                if pending is None:
-                    demands = predicted.result()
-                    for t in later:
-                        t.demand = demands[t.key]
-                    pending = [t.demand for t in later if t.demand is not None]
-                    if setting.jobs > 1:
-                        pending = order(pending, setting.per_process_memory)
-                arm = next_arm(pending, [t.demand for t in running.values() if t.demand is not None],
-                               setting.capacity, setting.jobs, setting.per_process_memory)
-                if arm is not None:
-                    pending.remove(arm)
-                    later.remove(by_key[arm.key])
-                    _start(by_key[arm.key], pool, running, launcher, shown, hold_still, run_arm)
-                    started = True
-            if started:
-                continue
-            done, _ = wait(list(running), timeout=1.0, return_when=FIRST_COMPLETED)
-            for fut in done:
-                t = running.pop(fut)
-                outcome = fut.result()  # KeyboardInterrupt of a stopped arm: raised here
-                ended = time.time()
-                shown.arm_finished(t.plan.title, t.arm.name, outcome)
-                demand = t.demand or ArmDemand(t.key, 0, t.moved, predicted=False)
-                record_placed(out_dir, record, PlacedArm(
-                    case_id=t.plan.case_id, arm=t.arm.name, bytes=demand.bytes,
-                    predicted=demand.predicted, ranks_at_once=t.together, started_at=t.started,
-                    ended_at=ended, alone=t.alone or (alone_reason(demand, setting.per_process_memory)
-                                                      if setting.jobs > 1 else "--gpu-jobs 1"),
-                    beside=tuple(sorted(t.beside))))
-                left[t.plan.case_id] -= 1
-                if not left[t.plan.case_id]:
-                    _judge(t.plan, t.case_dir, shown, verdicts)
-    except BaseException:
-        stop = getattr(launcher, "stop", None)
-        if stop is not None:
-            stop()
-        raise
+        with stopping_on_exit(launcher):
+            while first or later or last or running:
+                started = False
+                if first and not running:
+                    _start(first.pop(0), pool, running, launcher, shown, hold_still, run_arm)
+                    continue
+                if not first and not later and last and not running:
+                    _start(last.pop(0), pool, running, launcher, shown, hold_still, run_arm)
+                    continue
+                if not first and later:
+                    if pending is None:
+                        demands = predicted.result()
+                        for t in later:
+                            t.demand = demands[t.key]
+                        pending = [t.demand for t in later if t.demand is not None]
+                        if setting.jobs > 1:
+                            pending = order(pending, setting.per_process_memory)
+                    arm = next_arm(pending, [t.demand for t in running.values() if t.demand is not None],
+                                   setting.capacity, setting.jobs, setting.per_process_memory)
+                    if arm is not None:
+                        pending.remove(arm)
+                        later.remove(by_key[arm.key])
+                        _start(by_key[arm.key], pool, running, launcher, shown, hold_still, run_arm)
+                        started = True
+                if started:
+                    continue
+                done, _ = wait(list(running), timeout=1.0, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    t = running.pop(fut)
+                    outcome = fut.result()  # KeyboardInterrupt of a stopped arm: raised here
+                    ended = time.time()
+                    shown.arm_finished(t.plan.title, t.arm.name, outcome)
+                    demand = t.demand or ArmDemand(t.key, 0, t.moved, predicted=False)
+                    record_placed(out_dir, record, PlacedArm(
+                        case_id=t.plan.case_id, arm=t.arm.name, bytes=demand.bytes,
+                        predicted=demand.predicted, ranks_at_once=t.together, started_at=t.started,
+                        ended_at=ended, alone=t.alone or (alone_reason(demand, setting.per_process_memory)
+                                                          if setting.jobs > 1 else "--gpu-jobs 1"),
+                        beside=tuple(sorted(t.beside))))
+                    left[t.plan.case_id] -= 1
+                    if not left[t.plan.case_id]:
+                        judge_into(t.plan, t.case_dir, shown, verdicts)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
-
-def _judge(plan: CasePlan, case_dir: Path, shown: Any, verdicts: dict[str, CaseVerdict]) -> None:
-    verdict = finalize_or_error(plan.case_id, case_dir)
-    verdicts[plan.case_id] = verdict
-    shown.case_finished(plan.title, verdict)
 
 
 def _start(t: _Task, pool: ThreadPoolExecutor, running: dict[Future, _Task],
