@@ -143,7 +143,7 @@ def synthesize(work: Path, cases: int, steps: int = STEPS) -> tuple[Path, Path, 
                         paths=[str(case_dir)])
     t = time.perf_counter()
     record_manifest(plans, sweep, start)
-    folders = [prepare_case_dir(plan, sweep) for plan in plans]
+    folders = [prepare_case_dir(plan, sweep, listed=True) for plan in plans]  # as the backends do
     prepared = time.perf_counter() - t
     t = time.perf_counter()
     with no_fsync():

@@ -75,7 +75,7 @@ def run_cpu_lane(cases: Sequence[tuple[int, CasePlan]], total: int, out_dir: Pat
     pending: list[CpuArm] = []
     left: dict[str, int] = {}
     for index, plan in cases:
-        case_dir = prepare_case_dir(plan, Path(out_dir))
+        case_dir = prepare_case_dir(plan, Path(out_dir), listed=True)
         shown.case_started(plan.title, index, len(plan.arms))
         timed = timing_judged_arms(plan)
         mine = []

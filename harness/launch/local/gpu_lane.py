@@ -204,7 +204,7 @@ def run_gpu_lane(cases: Sequence[tuple[int, CasePlan]], total: int, out_dir: Pat
     tasks: list[_Task] = []
     left: dict[str, int] = {}
     for index, plan in cases:
-        case_dir = prepare_case_dir(plan, out_dir)
+        case_dir = prepare_case_dir(plan, out_dir, listed=True)
         shown.case_started(plan.title, index, len(plan.arms))
         moved = moved_figures(plan)
         mine = []

@@ -116,7 +116,7 @@ def _run_case(index: int, total: int, plan: CasePlan, out_dir: Path, launcher: A
               hold: Callable[[PlannedArm], Any]) -> None:
     """Run the case's arms not yet complete, one after another, then judge it. ``hold(arm)`` is
     the context an arm runs in (the lanes' rule of what may run beside it)."""
-    case_dir = prepare_case_dir(plan, out_dir)
+    case_dir = prepare_case_dir(plan, out_dir, listed=True)
     title = plan.title  # the case id, with its emulated ranks where it has them
     shown.case_started(title, index, len(plan.arms))
     for arm in plan.arms:

@@ -206,7 +206,7 @@ class SlurmBackend:
             start = start.model_copy(update={"gpus": todo.gpus})
         record_manifest(plans, out, start)
         for plan in plans:
-            prepare_case_dir(plan, out)
+            prepare_case_dir(plan, out, listed=True)
         if todo.skips:
             record_skipped(out, todo.skips)
             for plan in plans:
