@@ -7,22 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-
-from harness.arms import plan_cases
 from harness.launch.local.backend import run_sweep
 from harness.launch.local.cpu_lane import CpuArm, arm_cores, next_arm
-from harness.spec import load_cases
-from tests.launch.local.test_gpu_lane import verdicts_of
+from tests.launch.local.test_gpu_lane import cases, verdicts_of  # noqa: F401 (cases: a fixture)
 from tests.launch.local.test_lanes import TimedLauncher, overlap
-
-
-@pytest.fixture
-def cases(write_case):
-    paths = [write_case("judged", compare={"repeat": {}, "golden": {}}),
-             write_case("plain-a", compare={"repeat": {}}),
-             write_case("plain-b", compare={"repeat": {}})]
-    return plan_cases(load_cases(paths))
 
 
 def test_one_rank_arms_run_side_by_side_but_a_judged_step_time_alone(cases, tmp_path):
