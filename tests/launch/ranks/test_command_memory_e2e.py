@@ -8,13 +8,14 @@ tests/compare/test_pair_memory.py's, on Megatron's own log)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.launch.ranks.cli_runs import run_and_gate
 
 pytestmark = pytest.mark.slow  # two-rank trainer runs (about 10 s each on two CPU cores)
 
@@ -45,14 +46,7 @@ compare:
 
 
 def _run(case: Path, out: Path) -> tuple[int, str, dict]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    run = subprocess.run([sys.executable, "-m", "harness", "run", str(case), "--out", str(out),
-                          "--no-history"], env=env, capture_output=True, text=True, timeout=600)
-    gate = subprocess.run([sys.executable, "-m", "harness", "gate", str(out)], env=env,
-                          capture_output=True, text=True, timeout=120)
-    verdict = json.loads((out / "mem" / "verdict.json").read_text())
-    pairs = {p["pair"]: {c["name"]: c for c in p["checks"]} | {"": p} for p in verdict["pairs"]}
-    return gate.returncode, run.stdout + run.stderr + gate.stdout + gate.stderr, pairs
+    return run_and_gate(case, out, "mem")
 
 
 LOG = ', --log-memory-interval, "1"', "{source: megatron_log, tags: {aux_loss: z_loss}}"
