@@ -53,3 +53,20 @@ def judgments(monkeypatch) -> Counter:
         if name.startswith("harness") and getattr(module, "judge", None) is real:
             monkeypatch.setattr(module, "judge", judge)
     return counted
+
+
+@pytest.fixture(autouse=True)
+def _cpu_pins_restored(monkeypatch):
+    """A Slurm task run in the test's own process (``run_case_arms``) pins CPU ranks' settings
+    into ``os.environ`` (``slurm.job.pin_cpu_task``), as the task's process would: each test
+    gets them back as they were."""
+    import os
+
+    from harness.launch.ranks.processes import CPU_RANK_SETTINGS
+
+    for key in CPU_RANK_SETTINGS:
+        if key in os.environ:
+            monkeypatch.setenv(key, os.environ[key])
+        else:
+            monkeypatch.setenv(key, "unset-after-the-test")
+            monkeypatch.delenv(key)

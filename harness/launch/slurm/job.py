@@ -57,7 +57,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, TextIO, TypeVar
+from typing import TYPE_CHECKING, Callable, MutableMapping, Optional, TextIO, TypeVar
 
 from harness.caseplan import CasePlan, PlannedArm
 from harness.launch.ranks import rank_main
@@ -71,8 +71,8 @@ from harness.launch.ranks.command_resume import (Checkpointed, Leg, read_iterati
 from harness.launch.ranks.completion import arm_needs_run
 from harness.launch.ranks.emulated import EmulatedLauncher
 from harness.launch.ranks.failures import ending_signal, infra_reason, log_cause, tail_text
-from harness.launch.ranks.processes import (RankCommand, cuda_device_count, rank_main_argv,
-                                            run_ranks)
+from harness.launch.ranks.processes import (CPU_RANK_SETTINGS, RankCommand, cuda_device_count,
+                                            rank_main_argv, run_ranks)
 from harness.launch.ranks.variation import FIRST, VARIED, Variation, describe
 from harness.launch.slurm.events import (ArmEnd, ArmStart, ProcessEnd, TaskStart, append_event,
                                          read_events)
@@ -237,6 +237,19 @@ def _sit_out(arm_dir: Path, limit_s: float, poll_s: float = 2.0) -> None:
         time.sleep(poll_s)
 
 
+# Variables Slurm sets in a task that was given GPUs (``--gpus-per-node``, ``--gres``).
+_GPU_TASK_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS")
+
+
+def pin_cpu_task(environ: MutableMapping[str, str]) -> None:
+    """A task without GPUs runs built-in CPU ranks: give them what the local launcher gives its CPU
+    ranks (``processes.CPU_RANK_SETTINGS``: one intra-op thread, MKL's COMPATIBLE branch), where
+    the job's environment does not set them, so golden values are judged bitwise here too."""
+    if not any(environ.get(name) for name in _GPU_TASK_VARS):
+        for key, value in CPU_RANK_SETTINGS.items():
+            environ.setdefault(key, value)
+
+
 def run_case_arms(plan: CasePlan, case_dir: Path, ident: TaskIdentity, retry_round: int = 0) -> dict:
     """Run every planned arm of the case that still needs it (``completion.arm_needs_run``, final
     outcomes kept) through this task's :class:`TaskLauncher` (see module doc)."""
@@ -244,6 +257,7 @@ def run_case_arms(plan: CasePlan, case_dir: Path, ident: TaskIdentity, retry_rou
     # Load the workload (torch) before any arm's clock starts: the per-arm limit is for training,
     # not for this task's one-off imports (harness.workload loads lazily).
     if plan.case.command is None:
+        pin_cpu_task(os.environ)  # before torch loads MKL
         importlib.import_module("harness.workload.train")
     launcher = TaskLauncher(dataclasses.replace(ident, restarts=ident.restarts + retry_round))
     ran, skipped = [], []

@@ -226,3 +226,19 @@ def test_a_varied_arm_runs_in_a_varied_process_of_its_own_inside_the_task(tmp_pa
             "environment reversed, cold start") in log
     assert (case_dir / "eager-repeat" / "proc" / "cwd").is_dir()
     assert "varied start" not in (case_dir / "eager" / "log.txt").read_text()
+
+
+def test_a_task_without_gpus_pins_what_local_cpu_ranks_pin():
+    from harness.launch.ranks.processes import CPU_RANK_SETTINGS
+    from harness.launch.slurm.job import pin_cpu_task
+
+    cpu = {"PATH": "/usr/bin"}
+    pin_cpu_task(cpu)
+    assert cpu == {"PATH": "/usr/bin", **CPU_RANK_SETTINGS}
+    own = {"OMP_NUM_THREADS": "4"}  # the job's own setting stays
+    pin_cpu_task(own)
+    assert own["OMP_NUM_THREADS"] == "4" and own["MKL_CBWR"] == CPU_RANK_SETTINGS["MKL_CBWR"]
+    for var in ("CUDA_VISIBLE_DEVICES", "SLURM_GPUS_ON_NODE"):  # a task given GPUs: untouched
+        gpu = {var: "0"}
+        pin_cpu_task(gpu)
+        assert gpu == {var: "0"}
