@@ -16,6 +16,7 @@ from .files import Golden, GoldenError
 from .metrics import LOSS, METRICS, TIME, Steps, metric_series, steady_window
 from .spread import MAX_CV, RTOL_FACTOR, measure_spread
 
+
 def covered(golden: Golden, metric: str, run: Mapping[int, float], arm: str, steps: int
             ) -> Mapping[int, float]:
     """The golden series of ``metric``, checked to cover the case's steps (``steps``, for a

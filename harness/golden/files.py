@@ -32,6 +32,7 @@ from .metrics import (LOSS, METRICS, TIME, Steps, environment_of, metric_series,
                       steady_window)
 from .spread import measure_spread
 
+
 class GoldenError(ValueError):
     """A golden file is missing, unreadable, or does not cover the run (names the file)."""
 
@@ -72,20 +73,6 @@ class Golden:
         rank's, of every repeat); empty when the file does not say (recorded before dcp-harness
         kept them)."""
         return self.devices.get(metric, ())
-
-
-def same_kernels(golden: "Golden", env: Optional[RunEnvironment]) -> bool:
-    """Whether ``env`` (a run's environment) takes the kernels ``golden`` was recorded with."""
-    if golden.environment is None or env is None:
-        return False
-    return not kern.differences(kernels_of(golden.environment)[0], kernels_of(env)[0])
-
-
-def pick_kernels(candidates: Sequence["Golden"], env: Optional[RunEnvironment]) -> "Golden":
-    """Of the golden files of one key (the key's own first, :func:`keys_of`), the one recorded
-    with ``env``'s kernels, else the key's own (else the first): side-by-side files of other
-    kernel identities, the matching one chosen."""
-    return next((g for g in candidates if same_kernels(g, env)), candidates[0])
 
 
 def _entry(values: Mapping[int, float]) -> dict[str, Any]:
@@ -239,3 +226,17 @@ def read_golden(path: PathLike) -> Golden:
     except (OSError, ResultsError) as exc:
         raise GoldenError(f"unreadable golden values: {exc}") from None
     return golden_from_document(path, doc)
+
+
+def same_kernels(golden: Golden, env: Optional[RunEnvironment]) -> bool:
+    """Whether ``env`` (a run's environment) takes the kernels ``golden`` was recorded with."""
+    if golden.environment is None or env is None:
+        return False
+    return not kern.differences(kernels_of(golden.environment)[0], kernels_of(env)[0])
+
+
+def pick_kernels(candidates: Sequence[Golden], env: Optional[RunEnvironment]) -> Golden:
+    """Of the golden files of one key (the key's own first, :func:`keys_of`), the one recorded
+    with ``env``'s kernels, else the key's own (else the first): side-by-side files of other
+    kernel identities, the matching one chosen."""
+    return next((g for g in candidates if same_kernels(g, env)), candidates[0])

@@ -16,6 +16,7 @@ from harness.results import PathLike, RunEnvironment
 
 from .metrics import Steps, environment_of
 
+
 def golden_key(platform: str, environment: Optional[str] = None) -> str:
     """The key of a golden file: the platform, or ``<environment>_<platform>`` (Megatron's
     ``{environment}_{platform}``)."""
@@ -56,6 +57,7 @@ def keys_of(files: Iterable[str], key: str) -> list[str]:
                   key=lambda k: (k != key, k))
 
 
+# A golden file's name; its group is the key (``golden_values_<key>.json``).
 GOLDEN_NAME = re.compile(r"^golden_values_([a-z0-9][a-z0-9._-]*)\.json$")
 # Words of a CUDA device name that say nothing about the chip ("NVIDIA GeForce RTX 4090").
 _VENDOR_WORDS = ("nvidia", "geforce", "tesla", "quadro")

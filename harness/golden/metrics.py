@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from harness.results import RunEnvironment, StepRecord, field_of
 
+
 Steps = Mapping[int, Sequence[StepRecord]]  # rank -> that rank's step records
 
 LOSS, TIME, MEMORY = "loss", "time", "memory"  # metric kinds

@@ -16,6 +16,7 @@ from harness.results import PathLike
 from .files import Golden, GoldenError, golden_from_document
 from .keys import GOLDEN_NAME
 
+
 class GoldenCopy(BaseModel):
     """One golden file as a sweep found it when it ran: where it was, its content hash and its
     parsed document (or why it could not be parsed). Kept in the sweep's plan, so a gate run from

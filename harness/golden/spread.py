@@ -12,6 +12,7 @@ from typing import Mapping, Optional, Sequence
 
 from .metrics import TIME_METRIC, window_median
 
+
 # Megatron-LM's compute_golden_statistics.py: a tolerance is the largest relative deviation seen
 # over N repeats x 1.5, at least 0.1 %; its MoE performance check refuses a baseline whose
 # std/mean is above 2 %.
