@@ -39,6 +39,7 @@ from harness.launch.local.gpu_jobs import (
     order,
 )
 from harness.launch.ranks.placement import runs_on_cuda, skip_reason
+from harness.launch.ranks.rank_main import arm_legs
 from harness.launch.local.side_by_side import judge_into, stopping_on_exit
 from harness.launch.sweep_folder import prepare_case_dir
 from harness.memplan.records import MemoryTarget
@@ -139,11 +140,18 @@ class _Task:
         return f"{self.plan.case_id} / {self.arm.name}"
 
 
+COLD_START_S = 10.0  # a rank process that imports torch itself (no warm server): 10-12 s on a GPU host
+
+
 def _seconds(arm: PlannedArm, together: int = 1) -> float:
     """A stand-in for the arm's time, for the order only (longest first): process starts and
-    steps, its emulated ranks one after another (``together`` at a time)."""
+    steps, for each of its legs (an interrupted arm: two, ``arm_legs``), its emulated ranks one
+    after another (``together`` at a time); an arm that starts cold (``vary_processes``) its
+    imports too. (On one H100, 2026-12-07, the two-leg ``graph-resumed`` arms took 33 s against
+    the graph arms' 14-18 s, and ended the packed group when offered among them.)"""
     runs = -(-len(arm.ranks) // max(1, together)) if arm.emulated else 1
-    return runs * (10.0 + 0.5 * arm.case.train.steps)
+    cold = COLD_START_S if arm.case.execution.vary_processes else 0.0
+    return len(arm_legs(arm)) * runs * (10.0 + 0.5 * arm.case.train.steps + cold)
 
 
 def _alone(plan: CasePlan, arm: PlannedArm, moved: frozenset[str], setting: GpuSetting,

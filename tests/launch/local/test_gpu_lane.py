@@ -148,3 +148,15 @@ def test_the_sweep_starts_ahead_the_warm_server_of_every_arm_the_gpu_lane_runs(m
     assert {ranks_at_once(plans[0], a, moved[a.name], packed(1), 1) for a in plans[0].arms} == {1}
     assert used() - prewarmed() != set()  # what the sweep started before: one server missing
     assert used() <= prewarmed(ranks_per_gpu=per_gpu)
+
+
+def test_the_order_counts_an_interrupted_arms_two_legs_and_a_cold_start():
+    """Longest first: the resumed arm (two processes one after another) and the reference arm
+    (imports torch itself) before the graph arm of as many steps."""
+    from harness.launch.local.gpu_lane import _seconds
+
+    (plan, _) = plan_cases(load_cases([EMULATED.with_name("gpu1-qwen3-graphs.yaml")]))
+    seconds = {a.name: _seconds(a) for a in plan.arms}
+    assert seconds["graph-resumed"] == 2 * seconds["graph"]
+    assert seconds["graph"] < seconds["reference"] < seconds["graph-resumed"]
+    assert seconds["eager"] == seconds["graph"]
