@@ -129,11 +129,20 @@ def no_fsync() -> Iterator[None]:
         os.fsync = real  # type: ignore[assignment]
 
 
-def synthesize(work: Path, cases: int, steps: int = STEPS) -> tuple[Path, Path, dict[str, float]]:
-    """(case folder, sweep folder, seconds taken by planning / preparing / writing records)."""
+SYNTHESIZED = "synthesized.json"  # in a size's folder: its sweep is complete (the seconds it took)
+
+
+def synthesize(work: Path, cases: int, steps: int = STEPS, reuse: bool = False
+               ) -> tuple[Path, Path, dict[str, float]]:
+    """(case folder, sweep folder, seconds taken by planning / preparing / writing records).
+    ``reuse``: a sweep this function completed in ``work`` before is taken as it is."""
     case_dir, sweep = work / "cases", work / "sweep"
+    done = work / SYNTHESIZED
+    if reuse and done.is_file() and sweep.is_dir():
+        return case_dir, sweep, json.loads(done.read_text())
     if sweep.exists():
-        raise SystemExit(f"{sweep} exists: give a new --work folder")
+        raise SystemExit(f"{sweep} exists but is not a complete sweep of this bench: give a new "
+                         "--work folder")
     write_case_files(case_dir, cases, steps)
     t = time.perf_counter()
     loaded = load_cases([case_dir])
@@ -151,7 +160,9 @@ def synthesize(work: Path, cases: int, steps: int = STEPS) -> tuple[Path, Path, 
             drift = plan.arms[0].name if n % FAIL_EVERY == 0 else None
             write_arms(plan, folder, drift, f"dcp-harness submit {case_dir} -k {plan.case_id}")
     written = time.perf_counter() - t
-    return case_dir, sweep, {"plan_s": planned, "prepare_s": prepared, "records_s": written}
+    seconds = {"plan_s": planned, "prepare_s": prepared, "records_s": written}
+    done.write_text(json.dumps(seconds))
+    return case_dir, sweep, seconds
 
 
 # --------------------------------------------------------------------------- timing
@@ -259,22 +270,25 @@ def limits(pairs: Sequence[str]) -> dict[str, int]:
 
 def run_sizes(sizes: Sequence[int], work: Path, baseline: Optional[Path], profile: Optional[Path],
               browser: bool, steps: int = STEPS, limit: Optional[dict[str, int]] = None,
-              old_limit: Optional[dict[str, int]] = None) -> dict[str, Any]:
+              old_limit: Optional[dict[str, int]] = None, keep: bool = False,
+              only: Sequence[str] = ()) -> dict[str, Any]:
     results: dict[int, dict[str, Any]] = {}
     for n in sizes:
         folder = work / f"n{n}"
-        case_dir, sweep, synth = synthesize(folder, n, steps)
+        case_dir, sweep, synth = synthesize(folder, n, steps, reuse=keep)
         entry: dict[str, Any] = {"synthesis": {k: round(v, 2) for k, v in synth.items()}}
         codes = {"new": ROOT, **({"old": baseline} if baseline else {})}
         # The old code first, then the new: each judges the same records and writes its own files.
         for label in sorted(codes, reverse=True):
             most = {**(limit or {}), **((old_limit or {}) if label == "old" else {})}
             skip = [step for step, m in most.items() if n > m]
+            skip += [step for step in STEP_NAMES if only and step not in only]
             entry[label] = measure(codes[label], case_dir, sweep, folder, f"{n}-{label}",
                                    profile, browser, skip)
             print(json.dumps({"cases": n, label: entry[label]}), flush=True)
         results[n] = entry
-        shutil.rmtree(folder / "sweep", ignore_errors=True)  # hundreds of MB at 1,000 cases
+        if not keep:
+            shutil.rmtree(folder / "sweep", ignore_errors=True)  # hundreds of MB at 1,000 cases
     summary: dict[str, Any] = {"sizes": list(sizes), "results": results,
                                "growth": {c: growth(results, c) for c in results[sizes[0]]
                                           if c in ("new", "old")} if len(sizes) > 1 else {},
@@ -297,12 +311,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="run STEP only at sizes up to N (e.g. validate=100)")
     parser.add_argument("--old-limit", nargs="*", default=[], metavar="STEP=N", dest="old_limit",
                         help="the same for the --baseline code only")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep each size's sweep in --work and reuse one kept there before "
+                             "(the 1,000-case sweep takes minutes to make)")
+    parser.add_argument("--steps", nargs="+", default=[], choices=STEP_NAMES, dest="only",
+                        metavar="STEP", help=f"time only these steps (of {', '.join(STEP_NAMES)})")
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     summary = run_sizes(args.sizes, args.work, args.baseline, args.profile, not args.no_browser,
-                        limit=limits(args.limit), old_limit=limits(args.old_limit))
+                        limit=limits(args.limit), old_limit=limits(args.old_limit),
+                        keep=args.keep, only=args.only)
     text = json.dumps(summary, indent=1)
     if args.json:
         args.json.write_text(text)

@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
+from pydantic import TypeAdapter, ValidationError
+
 from .files import PathLike, ResultsError, decode_nonfinite, encode_nonfinite, fsync_dir
 from .paths import rank_file, rank_files
 from .records import StepRecord
@@ -69,11 +71,29 @@ def _typed(path: Path, lines: list[tuple[int, dict[str, Any]]]) -> list[StepReco
     return out
 
 
+_RECORD = TypeAdapter(StepRecord)
+
+
+def _whole_lines(data: bytes) -> Optional[list[StepRecord]]:
+    """The records of a rank file whose every line is whole and a valid record naming no
+    non-finite value, each line parsed and validated by pydantic from its bytes at once (the
+    same rules as ``StepRecord.from_dict`` of ``json.loads``, in half the time); None for any
+    other file (a torn or bad line, a non-finite name): the line-by-line reading says what."""
+    if data and not data.endswith(b"\n") or _may_name_nonfinite(data):
+        return None
+    try:
+        return [_RECORD.validate_json(raw) for raw in data.split(b"\n") if raw.strip()]
+    except ValidationError:
+        return None
+
+
 def read_rank_file(path: PathLike) -> list[StepRecord]:
     """The typed records of one rank file (a torn last line ignored); ResultsError naming
     file:line (and the field) for a line that is not a valid step record."""
     p = Path(path)
-    return _typed(p, _parse_lines(p, p.read_bytes())[0])
+    data = p.read_bytes()
+    whole = _whole_lines(data)
+    return whole if whole is not None else _typed(p, _parse_lines(p, data)[0])
 
 
 def parse_step_line(raw: bytes) -> Optional[StepRecord]:
