@@ -59,8 +59,8 @@ def read_sweep(sweep_dir: Path, view: Optional[SweepView] = None) -> SweepRecord
         manifest = read_manifest(root)
     except (ResultsError, OSError) as exc:
         raise ConfigError(f"{root} is not a sweep the history can keep: {exc}") from None
-    if view is None:
-        view = load_sweep(root, check_stored_plan)
+    if view is None:  # each case as the gate judges it, or as the sweep judged it (current stamp)
+        view = load_sweep(root, check_stored_plan, stamped=True)
     return sweep_record(view, manifest)
 
 

@@ -58,6 +58,7 @@ from .outcome import ARM_STATUSES, ArmOutcome, ArmStatus, read_outcome, write_ou
 from .paths import (
     CASE_FILE,
     INDEX_FILE,
+    JUDGED_FILE,
     JUNIT_FILE,
     LOG_FILE,
     OUTCOME_FILE,
@@ -89,7 +90,7 @@ __all__ = [
     "ARM_STATUSES", "ArmOutcome", "AttentionWork", "ArmStatus", "CASE_FILE", "LOCK_FILE", "MANIFEST_FILE", "Manifest",
     "ManifestArm", "ManifestCase", "SweepStart", "add_to_manifest", "lock_holder", "read_manifest",
     "sweep_lock", "FrameReplays", "GraphStats", "INDEX_FILE", "PredictedMemory",
-    "JUNIT_FILE", "LOG_FILE", "MemoryProbe", "OUTCOME_FILE", "OracleStep", "PackedGroup", "PackedMicrobatch",
+    "JUDGED_FILE", "JUNIT_FILE", "LOG_FILE", "MemoryProbe", "OUTCOME_FILE", "OracleStep", "PackedGroup", "PackedMicrobatch",
     "PathLike", "ResultsError", "RunEnvironment",
     "SUMMARY_FILE", "StateDigest", "StepRecord", "StepWriter", "VERDICT_FILE", "arm_dir", "case_dir",
     "current_umask", "decode_float", "decode_nonfinite", "dumps", "encode_nonfinite", "field_of",
