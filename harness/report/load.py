@@ -36,6 +36,7 @@ from harness.results import (
     read_json,
     read_manifest,
     read_noting,
+    reading_many,
 )
 
 from harness.caseplan import PLAN_FILE, CasePlan, plan_from_files
@@ -456,8 +457,9 @@ def load_sweep(sweep_dir: PathLike, check_plan: Optional[PlanCheck] = None,
     except (ResultsError, OSError) as exc:
         manifest_error = f"the sweep's manifest cannot be read: {exc}"
     how = _Judging(check_plan, manifest, judged or {}, tuple(allowed_skips), stamped)
-    found = {child.name: load_case(child, how, today) for child in sorted(root.iterdir())
-             if is_case_dir(child)}
+    with reading_many():
+        found = {child.name: load_case(child, how, today) for child in sorted(root.iterdir())
+                 if is_case_dir(child)}
     listed = manifest.case_ids if manifest is not None else tuple(found)
     cases = [found[cid] if cid in found else _absent_case(root, manifest.case(cid))
              for cid in listed]

@@ -4,10 +4,12 @@ for a line that is JSON but not a step record, the field)."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -104,6 +106,20 @@ def parse_step_line(raw: bytes) -> Optional[StepRecord]:
         return StepRecord.from_dict(decode_nonfinite(data)) if isinstance(data, dict) else None
     except (ValueError, ResultsError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return None
+
+
+@contextlib.contextmanager
+def reading_many() -> Iterator[None]:
+    """Python's cycle collector paused while many records are read and used (a sweep's): they
+    hold no cycles, and each collection walks every object read so far (at 640,000 records a
+    third of the time of reading them). It runs as before afterwards."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def read_steps(arm_dir_: PathLike) -> dict[int, list[StepRecord]]:
