@@ -59,10 +59,9 @@ def read_sweep(sweep_dir: Path, view: Optional[SweepView] = None) -> SweepRecord
         manifest = read_manifest(root)
     except (ResultsError, OSError) as exc:
         raise ConfigError(f"{root} is not a sweep the history can keep: {exc}") from None
-    with reading_many():  # the sweep's records stay in use until its rows are made
-        if view is None:  # each case as the gate judges it, or as the sweep judged it (its stamp)
-            view = load_sweep(root, check_stored_plan, stamped=True)
-        return sweep_record(view, manifest)
+    if view is None:  # each case as the gate judges it, or as the sweep judged it (its stamp)
+        view = load_sweep(root, check_stored_plan, stamped=True)
+    return sweep_record(view, manifest)
 
 
 _MARKS = {"qmark": "?", "format": "%s", "pyformat": "%s"}  # DB-API paramstyle -> a placeholder
@@ -155,7 +154,7 @@ def remove(conn: Connection, sweep_id: int) -> None:
 
 def write_record(history: History, rec: SweepRecord) -> Recorded:
     """Write a sweep's rows into an open history, in one transaction of their own."""
-    with history.write() as conn:
+    with history.write() as conn, reading_many():  # its rows: many objects, no cycles
         sweep_id, status = store(conn, rec)
     return Recorded(sweep_id, rec.key, status, rec.path, len(rec.cases), len(rec.arms),
                     len(rec.figures), history.shown)
@@ -163,7 +162,8 @@ def write_record(history: History, rec: SweepRecord) -> Recorded:
 
 def add(history: History, sweep_dir: Path, view: Optional[SweepView] = None) -> Recorded:
     """Read one sweep folder and write it into an open history."""
-    return write_record(history, read_sweep(sweep_dir, view))
+    with reading_many():  # the sweep's records and rows: many objects, no cycles
+        return write_record(history, read_sweep(sweep_dir, view))
 
 
 def record_sweep(sweep_dir: Path, *, url: Optional[str] = None,
@@ -175,7 +175,8 @@ def record_sweep(sweep_dir: Path, *, url: Optional[str] = None,
     ``gate`` judges it. ``label``: the label it is kept under (default its own: ``labels``). A
     ConfigError (HistoryError for the database) for a folder that is not a sweep or a database
     that cannot be used; nothing is written then."""
-    rec = read_sweep(Path(sweep_dir), view)  # before the database: a bad folder creates nothing
+    with reading_many():  # the sweep's records and rows: many objects, no cycles
+        rec = read_sweep(Path(sweep_dir), view)  # before the database: a bad folder creates nothing
     if label is not None:  # kept under this label whatever its manifest says (bisect's steps)
         rec = replace(rec, label=label)
     history = open_history(url)
