@@ -1,9 +1,12 @@
 """Adding sweeps to the history: :func:`record_sweep` (idempotent) and :func:`rebuild`.
 
-A sweep is read as the gate reads it (``load_sweep`` with ``check_stored_plan``) unless the
-caller hands the view it judged already (``run`` at its end). In one write transaction the sweep
-is looked up by its key: the same record again is a no-op (``unchanged``); a sweep that changed
-since (resumed, collected) replaces its rows (``updated``); else it is ``added``.
+A sweep is read as the gate reads it (``load_sweep`` with ``check_stored_plan``), except that a
+case whose stored verdict is still the sweep's own judgment of its files (``judged.json``:
+``judge.stored_is_current``) keeps it instead of being judged again, unless the caller hands the
+view it judged already (``run`` at its end). In one write transaction the sweep is looked up by
+its key: the same record again is a no-op (``unchanged``); a sweep that changed since (resumed,
+collected) replaces its rows (``updated``); else it is ``added``; the rows go in as plain tuples
+through the driver's own executemany (:func:`insert_many`).
 """
 
 from __future__ import annotations

@@ -220,6 +220,8 @@ def shown_in_full(sweep: SweepView, every_case_up_to: int = EVERY_CASE_UP_TO) ->
 
 # --------------------------------------------------------------------------- figures
 def _num(value: Any) -> Optional[float]:
+    if type(value) is float:  # most figures: the checks below are for the others
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)

@@ -8,6 +8,7 @@ import contextlib
 import gc
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -19,10 +20,13 @@ from .records import StepRecord
 from .typed import record_json
 
 
+_NONFINITE_NAME = re.compile(rb"NaN|Infinity|\\u")
+
+
 def _may_name_nonfinite(raw: bytes) -> bool:
     """Whether a line may hold a non-finite name (``"NaN"``, ``"Infinity"``, or any string written
     with ``\\u`` escapes): one without is parsed as it is, the walk through it skipped."""
-    return b"NaN" in raw or b"Infinity" in raw or b"\\u" in raw
+    return _NONFINITE_NAME.search(raw) is not None
 
 
 def _parse_lines(path: Path, data: bytes) -> tuple[list[tuple[int, dict[str, Any]]], int]:
