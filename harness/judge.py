@@ -287,8 +287,11 @@ def judge_identity() -> str:
     """The judging code, as the sha256 of every source file of the ``harness`` package (any
     change of the code makes every stamp stale: its verdicts are judged again)."""
     root = Path(__file__).resolve().parent
+    sources = sorted(root.rglob("*.py"))
+    if not sources:  # not importable from source files (a zip): no stamp is ever current
+        return ""
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
+    for path in sources:
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
@@ -335,6 +338,7 @@ def stored_is_current(case_dir: Path, plan: CasePlan) -> bool:
     that cannot be read (the reader judges the case then)."""
     try:
         stamp = read_json_record(Path(case_dir) / JUDGED_FILE, JudgedStamp, "stamp")
-        return stamp is not None and _stamp_of(Path(case_dir), plan) == stamp
+        return (stamp is not None and stamp.judge != ""
+                and _stamp_of(Path(case_dir), plan) == stamp)
     except (ResultsError, OSError):
         return False

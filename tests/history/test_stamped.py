@@ -15,7 +15,7 @@ from sqlalchemy import select
 from harness.history import open_history, record_sweep, schema
 from harness.history.extract import sweep_record
 from harness.history.store import write_record
-from harness.judge import stored_is_current
+from harness.judge import stored_is_current, write_stamp
 from harness.launch.sweep_folder import finalize_case, load_plan
 from harness.report import load_sweep
 from harness.results import JUDGED_FILE, VERDICT_FILE, read_manifest
@@ -132,5 +132,9 @@ def test_no_stamp_or_another_judging_code_is_judged_again(sweep: Path, tmp_path:
         monkeypatch.setattr("harness.judge.judge_identity", lambda: "another harness")
         record_sweep(sweep, url=f"sqlite:///{tmp_path / 'b.sqlite'}")
         assert calls == [first.name, second.name]
+        calls.clear()  # a harness without source files to hash: no stamp it writes is current
+        monkeypatch.setattr("harness.judge.judge_identity", lambda: "")
+        write_stamp(second, load_plan(second))
+        assert not stored_is_current(second, load_plan(second))
     finally:
         (second / JUDGED_FILE).write_bytes(stamp)
