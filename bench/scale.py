@@ -252,14 +252,18 @@ def measure(code: Path, case_dir: Path, sweep: Path, work: Path, label: str,
     return out
 
 
+NOT_COMPARED = ("recorded", "fingerprint")  # columns of `sweeps` two codes may fill differently
+
+
 def table_rows(db: Path) -> dict[str, list[tuple]]:
     """Every row of every table of a history file, in rowid order, but the time each sweep was
-    added (``sweeps.recorded``)."""
+    added (``sweeps.recorded``) and its fingerprint (a hash each code may make its own way:
+    ``SweepRecord.fingerprint``; the rows it stands for are compared)."""
     conn = sqlite3.connect(db)
     try:
         out = {}
         for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
-            cols = [c[1] for c in conn.execute(f'PRAGMA table_info("{table}")') if c[1] != "recorded"]
+            cols = [c[1] for c in conn.execute(f'PRAGMA table_info("{table}")') if c[1] not in NOT_COMPARED]
             names = ", ".join(f'"{c}"' for c in cols)
             out[table] = conn.execute(f'SELECT {names} FROM "{table}" ORDER BY rowid').fetchall()
         return out
