@@ -22,7 +22,8 @@ user runs it), its wall and CPU time and the load average beside it:
 * ``gate``: ``dcp-harness gate SWEEP`` (every case re-judged from its records; with
   ``--baseline``: ``same_gate_output`` says whether both codes printed the same bytes);
 * ``history``: ``dcp-harness history add SWEEP`` into a fresh SQLite file (with ``--baseline``:
-  ``same_rows`` says whether both codes stored the same rows, every table, but when each was added).
+  ``same_rows`` says whether both codes stored the same rows, every table, but when each was added
+  and the sweep's fingerprint, each code's own hash of them).
 
 ``--baseline DIR`` (a copy of another commit's tree, e.g. ``git archive BASE | tar -x -C DIR``)
 runs the same steps with that code on the same sweep, side by side (new / old), in one run.
