@@ -143,7 +143,9 @@ def _run(args: argparse.Namespace) -> int:
     allowed = allowed_skips(args)
     gpus = cuda_device_count()  # without torch on a machine without GPUs
     with LocalLauncher(timeout_min=args.timeout_min, warm=not args.cold_start) as launcher:
-        launcher.prewarm_cpu()  # no GPU: the CPU ranks' warm server imports beside the planning
+        prewarm_cpu = getattr(launcher, "prewarm_cpu", None)  # LocalLauncher: without GPUs, the
+        if prewarm_cpu is not None:  # CPU ranks' warm server imports beside the planning
+            prewarm_cpu()
         return _plan_and_run(args, allowed, gpus, launcher)
 
 

@@ -32,7 +32,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AbstractSet, Callable, Optional, Sequence
+from typing import AbstractSet, Any, Callable, Optional, Sequence
 
 from harness.caseplan import PLAN_FILE, CasePlan
 from harness.compare import DEFAULT_ALLOWED_SKIPS, CaseVerdict
@@ -45,7 +45,7 @@ from harness.launch.local.progress import NullProgress, SweepProgress
 from harness.launch.pipeline import SweepSink, run_to_end
 from harness.launch.sweep_backend import Collection, FollowOptions, Queued
 from harness.launch.sweep_folder import check_resumable, finalize_or_error, record_manifest
-from harness.report import write_reports
+from harness.report import FiguresAhead, write_reports
 from harness.results import (MANIFEST_FILE, ManifestCase, ResultsError, SweepStart, lock_holder,
                              read_manifest, sweep_lock)
 from harness.trust.stored_plan import check_stored_plan
@@ -117,6 +117,7 @@ class LocalBackend:
     _plans: tuple[CasePlan, ...] = field(default=(), init=False, repr=False)
     _verdicts: tuple[CaseVerdict, ...] = field(default=(), init=False, repr=False)
     _lock: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, init=False, repr=False)
+    _ahead: Optional[FiguresAhead] = field(default=None, init=False, repr=False)
 
     def __enter__(self) -> "LocalBackend":
         return self
@@ -125,7 +126,10 @@ class LocalBackend:
         self.close()
 
     def close(self) -> None:
-        """Release the sweep folder's run lock (the sweep stays resumable)."""
+        """Release the sweep folder's run lock (the sweep stays resumable) and stop drawing the
+        page's figures ahead."""
+        if self._ahead is not None:
+            self._ahead.close()
         self._lock.close()
 
     def submit(self, plans: Sequence[CasePlan], out_dir: Path,
@@ -157,9 +161,11 @@ class LocalBackend:
         prewarm = getattr(self.launcher, "prewarm", None)  # LocalLauncher: its warm servers
         if prewarm is not None:  # they import beside the first arms, not before each lane's first
             prewarm(self._plans, Path(out_dir), runs_again)
-        self._verdicts = tuple(run_cases(self._plans, Path(out_dir), self.launcher,
-                                         self.progress or NullProgress(), self.beside,
-                                         self.gpu, self.gpus, self.cores))
+        # the page's figures of each case drawn once it is judged, beside the arms still running
+        self._ahead = FiguresAhead(Path(out_dir), len(self._plans), self.allowed_skips)
+        shown = _DrawingAhead(self.progress or NullProgress(), self._ahead)
+        self._verdicts = tuple(run_cases(self._plans, Path(out_dir), self.launcher, shown,
+                                         self.beside, self.gpu, self.gpus, self.cores))
 
     def _wait_for_run(self, out_dir: Path, timeout_s: Optional[float]) -> None:
         deadline = None if timeout_s is None else self.clock() + timeout_s
@@ -180,10 +186,26 @@ class LocalBackend:
                 verdicts = self._verdicts + judge_ended(out_dir, {v.case_id for v in self._verdicts})
                 reports = write_reports(out_dir, check_plan=check_stored_plan, passing_plots=False,
                                         allowed_skips=self.allowed_skips,
-                                        judged={v.case_id: v for v in verdicts})
+                                        judged={v.case_id: v for v in verdicts},
+                                        ahead=self._ahead)
         finally:
             self.close()
         return Collection(out_dir=out_dir, reports=reports, verdicts=verdicts)
+
+
+class _DrawingAhead:
+    """A sweep's progress display that also hands each judged case to the page's figures drawn
+    ahead (``report.figures_ahead``)."""
+
+    def __init__(self, inner: SweepProgress, ahead: FiguresAhead) -> None:
+        self._inner, self._ahead = inner, ahead
+
+    def case_finished(self, case_id: str, verdict: CaseVerdict) -> None:
+        self._inner.case_finished(case_id, verdict)
+        self._ahead.case_judged(verdict)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 def judge_ended(out_dir: Path, skip: AbstractSet[str]) -> tuple[CaseVerdict, ...]:
