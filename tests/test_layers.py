@@ -1,5 +1,6 @@
 """The floors of docs/internals.md's map: a package imports only packages on floors below its own
-(every import of every module, lazy ones inside functions included); inside ``harness.launch`` the
+(every import of every module, lazy ones inside functions included), and a module that stands
+above its package's floor (``MODULE_FLOORS``) only those below its own; inside ``harness.launch`` the
 same for its sub-floors (``ranks`` < the sweep folder and the seams < the backends ``local`` and
 ``slurm``, which never import each other); and no import loop
 between any two modules of ``harness/``."""
@@ -19,7 +20,7 @@ FLOORS = {
     "results": 2, "graphplan": 2,
     "kernels": 2,
     "golden": 3, "sites": 3, "environment": 3,
-    "compare": 4, "golden_diff": 4, "metrics": 4,
+    "compare": 4, "metrics": 4,
     "caseplan": 5,
     "arms": 6, "judge": 6, "workload": 6,
     "report": 7, "trust": 7, "memplan": 7,
@@ -30,11 +31,24 @@ FLOORS = {
     "__main__": 12,
 }
 
+# Modules above their package's floor, each with the floor of what it imports: the golden
+# package's review of a refresh (``diff``: it reads ``environment``) and its recording workflow
+# (``record``: it reads plans and the golden pair's settings; what runs an arm again comes in as a
+# parameter, so it stays below ``launch``). The rest of the package imports neither.
+MODULE_FLOORS = {"golden.diff": 4, "golden.record": 6}
+
 
 def package_of(module: str) -> str:
-    """``harness.spec.loader`` -> ``spec``; ``harness`` itself (its ``__version__``) -> ''."""
+    """``harness.spec.loader`` -> ``spec``; ``harness`` itself (its ``__version__``) -> '';
+    a module of ``MODULE_FLOORS`` by its own name: ``harness.golden.record`` -> ``golden.record``."""
     parts = module.split(".")
+    if len(parts) > 2 and f"{parts[1]}.{parts[2]}" in MODULE_FLOORS:
+        return f"{parts[1]}.{parts[2]}"
     return parts[1] if len(parts) > 1 else ""
+
+
+def floor_of(part: str) -> int | None:
+    return MODULE_FLOORS.get(part, FLOORS.get(part))
 
 
 def imports_of(path: Path) -> list[tuple[int, str]]:
@@ -55,16 +69,16 @@ def upward_imports(root: Path) -> list[str]:
     bad = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
-        own = rel.parts[0].removesuffix(".py")
-        if own == "__init__":
+        if rel.parts[0] == "__init__.py":
             continue
+        own = package_of(".".join(("harness",) + rel.with_suffix("").parts))
         for line, module in imports_of(path):
             target = package_of(module)
             if target in ("", own):
                 continue
-            if target not in FLOORS or FLOORS[target] >= FLOORS[own]:
-                bad.append(f"harness/{rel}:{line}: {own} (floor {FLOORS[own]}) imports {module} "
-                           f"(floor {FLOORS.get(target, '?')})")
+            if floor_of(target) is None or floor_of(target) >= floor_of(own):
+                bad.append(f"harness/{rel}:{line}: {own} (floor {floor_of(own)}) imports {module} "
+                           f"(floor {floor_of(target) if floor_of(target) is not None else '?'})")
     return bad
 
 
@@ -82,8 +96,17 @@ def test_an_upward_import_is_found(tmp_path: Path) -> None:
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "x.py").write_text("def f():\n    from harness.compare import Check\n")
     (tmp_path / "compare.py").write_text("from harness.arms import plan_case\nimport harness.textfmt\n")
+    (tmp_path / "golden").mkdir()  # a module above its package's floor, and the rest below it
+    (tmp_path / "golden" / "record.py").write_text("from harness.caseplan import read_plan\n"
+                                                   "from harness.golden.files import Golden\n"
+                                                   "from harness.launch.local import lanes\n")
+    (tmp_path / "golden" / "files.py").write_text("from harness.golden.record import x\n"
+                                                  "from harness.compare import Check\n")
     assert upward_imports(tmp_path) == [
         "harness/compare.py:1: compare (floor 4) imports harness.arms (floor 6)",
+        "harness/golden/files.py:1: golden (floor 3) imports harness.golden.record (floor 6)",
+        "harness/golden/files.py:2: golden (floor 3) imports harness.compare (floor 4)",
+        "harness/golden/record.py:3: golden.record (floor 6) imports harness.launch.local (floor 9)",
         "harness/results/x.py:2: results (floor 2) imports harness.compare (floor 4)"]
 
 

@@ -103,9 +103,18 @@ def run_gate(args: argparse.Namespace) -> int:
                 as_is=args.as_is)
     if not args.drift:
         return code
-    print(record_sweep(sweep, url=args.history).line())
+    if code == 2:
+        # A sweep the gate cannot judge (a case or arm missing, records cut) would put its partial
+        # figures into every later sweep's trend: it is kept out, and its drift is not judged.
+        print("history: not added, drift not judged: the gate could not judge this sweep (exit 2; "
+              "fix or re-run it, then `dcp-harness gate --history` again)")
+        return code
+    recorded = record_sweep(sweep, url=args.history)
+    print(recorded.line())
     cases = [c.name for c in sweep.iterdir() if is_case_dir(c)]
-    report = drift_report(argparse.Namespace(**vars(args), case=None, metric=None, platform=None),
+    # The sweep is judged against the series it joined (its own label), unless --label asks.
+    asked = vars(args) | {"label": args.label or recorded.label}
+    report = drift_report(argparse.Namespace(**asked, case=None, metric=None, platform=None),
                           cases=cases)
     if report.exit_code == 2 and not report.drifted:
         # A new series (the first nights of a case): nothing to judge is not an error of the sweep.

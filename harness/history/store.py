@@ -32,7 +32,8 @@ RecordStatus = Literal["added", "updated", "unchanged"]
 @dataclass(frozen=True)
 class Recorded:
     """What :func:`record_sweep` did: the sweep's row id and key, ``added`` / ``updated`` /
-    ``unchanged``, how many cases, arms and figures it holds, and the database (password hidden)."""
+    ``unchanged``, how many cases, arms and figures it holds, the database (password hidden) and
+    the label the sweep is kept under."""
 
     sweep_id: int
     key: str
@@ -42,6 +43,7 @@ class Recorded:
     arms: int
     figures: int
     database: str
+    label: str
 
     def line(self) -> str:
         return (f"history: {self.status} {self.sweep} ({self.cases} case(s), {self.arms} arm(s), "
@@ -131,7 +133,7 @@ def write_record(history: History, rec: SweepRecord) -> Recorded:
     with history.write() as conn:
         sweep_id, status = store(conn, rec)
     return Recorded(sweep_id, rec.key, status, rec.path, len(rec.cases), len(rec.arms),
-                    len(rec.figures), history.shown)
+                    len(rec.figures), history.shown, rec.label or schema.DEFAULT_LABEL)
 
 
 def add(history: History, sweep_dir: Path, view: Optional[SweepView] = None) -> Recorded:

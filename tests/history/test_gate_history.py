@@ -7,6 +7,7 @@ checks its cases' drift; a first sweep has nothing to judge yet and keeps the ga
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,38 @@ def test_gate_history_judges_clean_nights_and_passes(url, tmp_path, capsys, monk
     assert main(["gate", str(nights[-1]), "--history", "--history-url", url]) == 0
     out = capsys.readouterr().out
     assert "history: added" in out and "history check: PASS (exit 0)" in out
+
+
+def test_gate_history_judges_the_sweep_against_its_own_label(url, tmp_path, capsys, monkeypatch):
+    """Steady nightly sweeps beside ad-hoc sweeps that creep: the gate of the last ad-hoc sweep
+    follows its own label (adhoc) and fails on the creep; asked for nightly, it passes."""
+    monkeypatch.chdir(tmp_path)
+    record_golden(tmp_path)
+    nightly = [make_sweep(tmp_path, tmp_path / f"night{i}", started=started(i), label="nightly")
+               for i in range(5)]
+    adhoc = [make_sweep(tmp_path, tmp_path / f"try{i}", started=started(i), commit=f"{i:x}" * 40,
+                        time_s=0.2 * 1.03 ** i) for i in range(5)]
+    assert main(["history", "add", *map(str, nightly + adhoc[:-1]), "--history", url]) == 0
+    capsys.readouterr()
+    assert main(["gate", str(adhoc[-1]), "--history", "--history-url", url]) == 1
+    out = capsys.readouterr().out
+    assert "history check: FAIL (exit 1)" in out
+    assert "DRIFT  drift-case / eager step_time_median_s [h100]" in out
+    assert main(["gate", str(adhoc[-1]), "--history", "--history-url", url,
+                 "--label", "nightly"]) == 0
+    assert "history check: PASS (exit 0)" in capsys.readouterr().out
+
+
+def test_a_sweep_the_gate_cannot_judge_stays_out_of_the_history(url, sweep, tmp_path, capsys,
+                                                                 monkeypatch):
+    """A damaged copy of a real sweep (an arm's folder deleted): the gate is an error (exit 2),
+    and the sweep is neither added nor judged for drift."""
+    monkeypatch.chdir(tmp_path)
+    damaged = tmp_path / "damaged"
+    shutil.copytree(sweep, damaged, symlinks=True)
+    shutil.rmtree(damaged / "gate-history" / "eager-repeat")
+    assert main(["gate", str(damaged), "--history", "--history-url", url]) == 2
+    out = capsys.readouterr().out
+    assert "history: not added, drift not judged: the gate could not judge this sweep" in out
+    assert "history: added" not in out
+    assert main(["history", "show", "--no-plot", "--history", url]) == 2  # the database is empty

@@ -6,7 +6,8 @@ difference (NEW - OLD) / |OLD| and the largest one with its step; for step time 
 difference of the medians over the steady window (what the verdict compares), and the bound each
 file carries (``rtol``); the metrics and steps only one of them has, and what changed in the
 recorded environment. A review may choose its metrics (``diff_golden(..., metrics=...)``) and, over
-two folders, the platform of the files (:func:`on_platform`). Pure Python.
+two folders, the platform of the files (:func:`on_platform`); :func:`diff_files` pairs the files
+of two folders (or takes two files) and diffs each. Pure Python.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection, Optional
+from typing import Collection, Iterator, Optional
 
 from harness.environment import differences
-from harness.golden import TIME_METRIC, Golden, METRIC, steady_window, window_median
+from harness.errors import ConfigError
+from harness.golden import (TIME_METRIC, Golden, GoldenError, METRIC, read_golden, steady_window,
+                            window_median)
 from harness.textfmt import collapse_runs
 
 
@@ -143,3 +146,57 @@ def render_diff(d: GoldenDiff) -> str:
     else:
         notes.append("environment: the same in both files")
     return "\n".join(lines + [""] + [f"- {n}" for n in notes]) + "\n"
+
+
+@dataclass(frozen=True)
+class FileDiff:
+    """One pair of files of a review: their diff, or None when one side is missing."""
+
+    old: Path
+    new: Path
+    diff: Optional[GoldenDiff]
+
+    @property
+    def missing(self) -> Path:
+        """The side that is missing (a file ``diff`` is None for)."""
+        return self.old if not self.old.is_file() else self.new
+
+
+def file_pairs(old: Path, new: Path, platform: Optional[str]) -> list[tuple[Path, Path]]:
+    """(old file, new file) to compare: the two files, or every golden file of two folders (of
+    ``platform`` only, when given); ConfigError for what cannot be compared."""
+    for side, path in (("OLD", old), ("NEW", new)):
+        if not path.exists():
+            raise ConfigError(f"golden diff: {side} {path} does not exist; give two golden files "
+                              "or two folders of them")
+    if old.is_dir() and new.is_dir():
+        names = sorted({p.relative_to(old) for p in old.glob("*/golden_values_*.json")}
+                       | {p.relative_to(new) for p in new.glob("*/golden_values_*.json")})
+        if platform is not None:
+            names = [n for n in names if on_platform(n, platform)]
+        if not names:
+            raise ConfigError(f"neither {old} nor {new} holds */golden_values_*.json files"
+                              + (f" of platform '{platform}'" if platform is not None else ""))
+        return [(old / n, new / n) for n in names]
+    if old.is_dir() or new.is_dir():
+        raise ConfigError(f"give two golden files or two folders, not a file and a folder "
+                          f"({old}, {new})")
+    if platform is not None:
+        raise ConfigError(f"--platform {platform} chooses the files of two folders; two files "
+                          "are compared as they are (drop --platform)")
+    return [(old, new)]
+
+
+def diff_files(old: Path, new: Path, platform: Optional[str] = None,
+               metrics: Optional[Collection[str]] = None) -> Iterator[FileDiff]:
+    """Each pair of :func:`file_pairs` diffed, one at a time (a review prints each as it comes);
+    ConfigError naming the file for one that cannot be read."""
+    for old_path, new_path in file_pairs(old, new, platform):
+        if not old_path.is_file() or not new_path.is_file():
+            yield FileDiff(old_path, new_path, None)
+            continue
+        try:
+            diff = diff_golden(read_golden(old_path), read_golden(new_path), metrics)
+        except GoldenError as exc:
+            raise ConfigError(str(exc)) from None
+        yield FileDiff(old_path, new_path, diff)
