@@ -143,16 +143,16 @@ def _run(args: argparse.Namespace) -> int:
     allowed = allowed_skips(args)
     gpus = cuda_device_count()  # without torch on a machine without GPUs
     with LocalLauncher(timeout_min=args.timeout_min, warm=not args.cold_start) as launcher:
-        prewarm_cpu = getattr(launcher, "prewarm_cpu", None)  # LocalLauncher: without GPUs, the
-        if prewarm_cpu is not None:  # CPU ranks' warm server imports beside the planning
-            prewarm_cpu()
         return _plan_and_run(args, allowed, gpus, launcher)
 
 
 def _plan_and_run(args: argparse.Namespace, allowed: tuple[str, ...], gpus: int,
                   launcher: LocalLauncher) -> int:
+    # LocalLauncher, no GPU: the CPU ranks' warm server imports beside the preflight's packing
+    prewarm_cpu = getattr(launcher, "prewarm_cpu", lambda plans: 0)
     # each case planned once, its steps packed (an arm or a step it cannot have: a CaseError)
-    plans = selected_plans(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks)
+    plans = selected_plans(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks,
+                           planned=prewarm_cpu)
     plans, notes = emulated_on_too_few_gpus(plans, gpus)
     for note in notes:
         print(note)

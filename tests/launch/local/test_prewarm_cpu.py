@@ -1,5 +1,6 @@
-"""The CPU ranks' warm server started before any case is planned (``LocalLauncher.prewarm_cpu``)
-is the one the planned arms fork from, and a machine without a GPU's device file counts no GPU
+"""The CPU ranks' warm server started before preflight packs the planned cases' steps
+(``LocalLauncher.prewarm_cpu``) is the one their arms fork from, none is started where no arm
+would fork from it, and a machine without a GPU's device file counts no GPU
 without importing torch (``processes.cuda_device_count``)."""
 
 import os
@@ -40,15 +41,18 @@ def _first_keys(launcher, plan, tmp_path):
             for cmd in launcher._first_commands(plan, arm, tmp_path / plan.case_id, 0)}
 
 
-def test_the_server_started_before_planning_is_the_one_every_unvaried_cpu_arm_forks_from(
+def _plans(*paths):
+    return [plan_case(c) for c in load_cases(list(paths))]
+
+
+def test_the_server_started_before_the_packing_is_the_one_every_unvaried_cpu_arm_forks_from(
         tmp_path, write_case, monkeypatch):
     monkeypatch.setattr(launcher_module, "cuda_device_count", lambda: 0)
     launcher = LocalLauncher(starter=_Recorded())
-    assert launcher.prewarm_cpu() == 1
+    plans = _plans(write_case("one", compare={"repeat": {}}),
+                   write_case("two", parallel={"cp": 2}, resources={"gpus_per_node": 2}))
+    assert launcher.prewarm_cpu(plans) == 1
     (early,) = launcher.starter.asked
-    plans = [plan_case(c) for c in load_cases([
-        write_case("one", compare={"repeat": {}}),
-        write_case("two", parallel={"cp": 2}, resources={"gpus_per_node": 2})])]
     keys = {}
     for plan in plans:
         keys.update({(plan.case_id, a): k for a, k in _first_keys(launcher, plan, tmp_path).items()})
@@ -57,12 +61,17 @@ def test_the_server_started_before_planning_is_the_one_every_unvaried_cpu_arm_fo
     assert keys[("one", "eager-repeat")] != early  # a varied start has a server of its own
 
 
-def test_no_server_before_planning_on_a_machine_with_gpus_or_without_warm_starts(monkeypatch):
+def test_no_server_ahead_with_gpus_without_warm_starts_or_without_an_arm_to_fork(
+        write_case, monkeypatch):
+    cpu = _plans(write_case("cpu"))
     monkeypatch.setattr(launcher_module, "cuda_device_count", lambda: 1)
     launcher = LocalLauncher(starter=_Recorded())
-    assert launcher.prewarm_cpu() == 0 and launcher.starter.asked == []
+    assert launcher.prewarm_cpu(cpu) == 0 and launcher.starter.asked == []
     monkeypatch.setattr(launcher_module, "cuda_device_count", lambda: 0)
-    assert LocalLauncher(warm=False).prewarm_cpu() == 0
+    assert LocalLauncher(warm=False).prewarm_cpu(cpu) == 0
+    nothing_here = _plans(write_case("gpu", resources={"device": "cuda"}))  # skipped on the CPU
+    assert launcher.prewarm_cpu(nothing_here) == 0 and launcher.starter.asked == []
+    assert launcher.prewarm_cpu(nothing_here + cpu) == 1
 
 
 @pytest.mark.parametrize("name, found", [("nvidia0", True), ("nvidiactl", True), ("kfd", True),
