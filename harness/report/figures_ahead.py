@@ -40,7 +40,7 @@ class FiguresAhead:
         self.sweep_dir = Path(sweep_dir)
         self.allowed_skips = tuple(allowed_skips)
         self.only_not_passing = total_cases > every_case_up_to
-        self.enabled = matplotlib_available()
+        self.enabled = True  # until finish(); without matplotlib the drawing thread draws nothing
         self._drawn: dict[tuple[str, str], tuple[PairVerdict, Mapping[str, ArmView],
                                                  Optional[str]]] = {}
         self._lock = threading.Lock()
@@ -56,6 +56,8 @@ class FiguresAhead:
             self._pool.submit(self._draw, verdict)
 
     def _draw(self, verdict: CaseVerdict) -> None:
+        if not matplotlib_available():  # imported here, in the drawing thread, not on the way
+            return  # to the first arm (0.3-1 s); the page says there are no figures
         try:
             case = judged_case(self.sweep_dir / verdict.case_id, verdict, self.allowed_skips)
             for pair in case.verdict.pairs:

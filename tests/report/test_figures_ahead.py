@@ -69,3 +69,13 @@ def test_a_large_sweep_draws_ahead_only_the_cases_that_did_not_pass(sweep):
     failing.case_judged(dataclasses.replace(verdict, status="fail"))
     failing.finish()
     assert len(failing.drawn()) == 1
+
+
+def test_nothing_is_drawn_or_imported_before_a_case_is_judged(tmp_path):
+    import subprocess
+    import sys
+    code = ("import sys; from harness.report.figures_ahead import FiguresAhead; "
+            f"FiguresAhead({str(tmp_path)!r}, 3); print('matplotlib' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "False", out.stderr  # not on the way to the first arm
