@@ -7,16 +7,9 @@
 # 3. PACKED_K's selections (space-separated groups, `,` inside a group reads ` or `), each group a
 #    `run` of its own, all at once on the same GPU: how much their arms slow each other down.
 # Into $OUT: busy.log (everything printed), nvml_exact.json, busy.tgz (the sweeps, the samples).
-set -o pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/gpu-logs}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-PY=${PYTHON:-python3}
-LOG="$OUT/busy.log"
-W=$(mktemp -d)/busy
-mkdir -p "$W"
-say() { echo "== $* ($(date -u +%H:%M:%S))" | tee -a "$LOG"; }
+LOG_NAME=busy W_NAME=busy
+source bench/gpu_sweep_common.sh
 SERIAL_K=${SERIAL_K-"gpu1-emulated or scope-attn or gpu1-qwen3-perf or tiny-moe-eager"}
 PACKED_K=${PACKED_K-"gpu4 gpu2-dcp12 slot-ring scope-full"}
 

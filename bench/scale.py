@@ -19,12 +19,16 @@ user runs it), its wall and CPU time and the load average beside it:
   (``launch.sweep.finalize_case``: what ``run`` does at the end of each case);
 * ``report``: ``dcp-harness report SWEEP`` (summary, JUnit, index.json, index.html, plots), then
   index.html's size and the time headless Chromium takes to open it (``tests/browser.py``);
-* ``gate``: ``dcp-harness gate SWEEP`` (every case re-judged from its records);
-* ``history``: ``dcp-harness history add SWEEP`` into a fresh SQLite file.
+* ``gate``: ``dcp-harness gate SWEEP`` (every case re-judged from its records; with
+  ``--baseline``: ``same_gate_output`` says whether both codes printed the same bytes);
+* ``history``: ``dcp-harness history add SWEEP`` into a fresh SQLite file (with ``--baseline``:
+  ``same_rows`` says whether both codes stored the same rows, every table, but when each was added).
 
 ``--baseline DIR`` (a copy of another commit's tree, e.g. ``git archive BASE | tar -x -C DIR``)
 runs the same steps with that code on the same sweep, side by side (new / old), in one run.
-``--profile DIR`` writes each step's cProfile (``DIR/<n>-<step>.prof``).
+``--profile DIR`` writes each step's cProfile (``DIR/<n>-<step>.prof``). ``--keep`` keeps each
+size's sweep in ``--work`` and takes one kept there by an earlier run (the 1,000-case sweep takes
+minutes to write); ``--steps`` times only the steps named.
 
     python bench/scale.py --sizes 10 100 1000 --work /tmp/scale [--baseline /tmp/old] [--json OUT]
 
@@ -36,10 +40,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import resource
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -129,11 +135,20 @@ def no_fsync() -> Iterator[None]:
         os.fsync = real  # type: ignore[assignment]
 
 
-def synthesize(work: Path, cases: int, steps: int = STEPS) -> tuple[Path, Path, dict[str, float]]:
-    """(case folder, sweep folder, seconds taken by planning / preparing / writing records)."""
+SYNTHESIZED = "synthesized.json"  # in a size's folder: its sweep is complete (the seconds it took)
+
+
+def synthesize(work: Path, cases: int, steps: int = STEPS, reuse: bool = False
+               ) -> tuple[Path, Path, dict[str, float]]:
+    """(case folder, sweep folder, seconds taken by planning / preparing / writing records).
+    ``reuse``: a sweep this function completed in ``work`` before is taken as it is."""
     case_dir, sweep = work / "cases", work / "sweep"
+    done = work / SYNTHESIZED
+    if reuse and done.is_file() and sweep.is_dir():
+        return case_dir, sweep, json.loads(done.read_text())
     if sweep.exists():
-        raise SystemExit(f"{sweep} exists: give a new --work folder")
+        raise SystemExit(f"{sweep} exists but is not a complete sweep of this bench: give a new "
+                         "--work folder")
     write_case_files(case_dir, cases, steps)
     t = time.perf_counter()
     loaded = load_cases([case_dir])
@@ -151,7 +166,9 @@ def synthesize(work: Path, cases: int, steps: int = STEPS) -> tuple[Path, Path, 
             drift = plan.arms[0].name if n % FAIL_EVERY == 0 else None
             write_arms(plan, folder, drift, f"dcp-harness submit {case_dir} -k {plan.case_id}")
     written = time.perf_counter() - t
-    return case_dir, sweep, {"plan_s": planned, "prepare_s": prepared, "records_s": written}
+    seconds = {"plan_s": planned, "prepare_s": prepared, "records_s": written}
+    done.write_text(json.dumps(seconds))
+    return case_dir, sweep, seconds
 
 
 # --------------------------------------------------------------------------- timing
@@ -169,7 +186,8 @@ def run_step(code: Path, argv: Sequence[str], profile: Optional[Path] = None) ->
     proc = subprocess.run(cmd, env=env, cwd=str(code), capture_output=True, text=True)
     wall, cpu = time.perf_counter() - t0, _child_cpu() - cpu0
     out = {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
-           "load": [round(load0, 2), round(os.getloadavg()[0], 2)], "rc": proc.returncode}
+           "load": [round(load0, 2), round(os.getloadavg()[0], 2)], "rc": proc.returncode,
+           "stdout_sha256": hashlib.sha256(proc.stdout.encode()).hexdigest()[:16]}
     if proc.returncode not in (0, 1):
         out["tail"] = (proc.stdout + proc.stderr)[-2000:]
     last = proc.stdout.strip().splitlines()[-1:] or [""]
@@ -234,6 +252,26 @@ def measure(code: Path, case_dir: Path, sweep: Path, work: Path, label: str,
     return out
 
 
+def table_rows(db: Path) -> dict[str, list[tuple]]:
+    """Every row of every table of a history file, in rowid order, but the time each sweep was
+    added (``sweeps.recorded``)."""
+    conn = sqlite3.connect(db)
+    try:
+        out = {}
+        for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
+            cols = [c[1] for c in conn.execute(f'PRAGMA table_info("{table}")') if c[1] != "recorded"]
+            names = ", ".join(f'"{c}"' for c in cols)
+            out[table] = conn.execute(f'SELECT {names} FROM "{table}" ORDER BY rowid').fetchall()
+        return out
+    finally:
+        conn.close()
+
+
+def same_rows(old: Path, new: Path) -> bool:
+    """Whether two codes' `history add` of one sweep stored the same rows (module doc)."""
+    return table_rows(old) == table_rows(new)
+
+
 def growth(results: dict[int, dict[str, Any]], code: str) -> dict[str, list[Optional[float]]]:
     """Per step, each size's wall time over the previous size's (10x the cases: <= 10 is linear)."""
     sizes = sorted(results)
@@ -259,22 +297,32 @@ def limits(pairs: Sequence[str]) -> dict[str, int]:
 
 def run_sizes(sizes: Sequence[int], work: Path, baseline: Optional[Path], profile: Optional[Path],
               browser: bool, steps: int = STEPS, limit: Optional[dict[str, int]] = None,
-              old_limit: Optional[dict[str, int]] = None) -> dict[str, Any]:
+              old_limit: Optional[dict[str, int]] = None, keep: bool = False,
+              only: Sequence[str] = ()) -> dict[str, Any]:
     results: dict[int, dict[str, Any]] = {}
     for n in sizes:
         folder = work / f"n{n}"
-        case_dir, sweep, synth = synthesize(folder, n, steps)
+        case_dir, sweep, synth = synthesize(folder, n, steps, reuse=keep)
         entry: dict[str, Any] = {"synthesis": {k: round(v, 2) for k, v in synth.items()}}
         codes = {"new": ROOT, **({"old": baseline} if baseline else {})}
         # The old code first, then the new: each judges the same records and writes its own files.
         for label in sorted(codes, reverse=True):
             most = {**(limit or {}), **((old_limit or {}) if label == "old" else {})}
             skip = [step for step, m in most.items() if n > m]
+            skip += [step for step in STEP_NAMES if only and step not in only]
             entry[label] = measure(codes[label], case_dir, sweep, folder, f"{n}-{label}",
                                    profile, browser, skip)
             print(json.dumps({"cases": n, label: entry[label]}), flush=True)
+        if "gate" in entry.get("new", {}) and "gate" in entry.get("old", {}):
+            entry["same_gate_output"] = (entry["new"]["gate"]["stdout_sha256"]
+                                         == entry["old"]["gate"]["stdout_sha256"])
+        if "history" in entry.get("new", {}) and "history" in entry.get("old", {}):
+            entry["same_rows"] = same_rows(folder / f"history-{n}-old.sqlite",
+                                           folder / f"history-{n}-new.sqlite")
+            print(json.dumps({"cases": n, "same_rows": entry["same_rows"]}), flush=True)
         results[n] = entry
-        shutil.rmtree(folder / "sweep", ignore_errors=True)  # hundreds of MB at 1,000 cases
+        if not keep:
+            shutil.rmtree(folder / "sweep", ignore_errors=True)  # hundreds of MB at 1,000 cases
     summary: dict[str, Any] = {"sizes": list(sizes), "results": results,
                                "growth": {c: growth(results, c) for c in results[sizes[0]]
                                           if c in ("new", "old")} if len(sizes) > 1 else {},
@@ -297,12 +345,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="run STEP only at sizes up to N (e.g. validate=100)")
     parser.add_argument("--old-limit", nargs="*", default=[], metavar="STEP=N", dest="old_limit",
                         help="the same for the --baseline code only")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep each size's sweep in --work and reuse one kept there before "
+                             "(the 1,000-case sweep takes minutes to make)")
+    parser.add_argument("--steps", nargs="+", default=[], choices=STEP_NAMES, dest="only",
+                        metavar="STEP", help=f"time only these steps (of {', '.join(STEP_NAMES)})")
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     summary = run_sizes(args.sizes, args.work, args.baseline, args.profile, not args.no_browser,
-                        limit=limits(args.limit), old_limit=limits(args.old_limit))
+                        limit=limits(args.limit), old_limit=limits(args.old_limit),
+                        keep=args.keep, only=args.only)
     text = json.dumps(summary, indent=1)
     if args.json:
         args.json.write_text(text)

@@ -14,18 +14,26 @@ is made, whether a sweep writes it (``launch.sweep_folder``, ``collect``) or the
   the difference (a fail where the records themselves show a regression).
 * :func:`manifest_problems` says where a case folder's plan departs from the sweep's manifest
   (another case hash, arms, ranks or pairs than the sweep was to run).
+* :func:`write_stamp` / :func:`stored_is_current`: the stamp (``judged.json``) a sweep writes
+  beside the verdict it judged (the judging code, the verdict's bytes, each file it was made
+  from by size and modification time, the case file the plan was made from) and the one rule
+  that says a stored verdict is still that judgment, so a reader that trusts the sweep's own
+  judgment (``history add``) takes it instead of judging again. The gate judges every case.
 
 A leaf above the plan: no torch, no launch, no workload.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from harness.caseplan import CasePlan
+from harness.caseplan import PLAN_FILE, CasePlan
 from harness.compare import (
     ARM_CHECKS_CONTRACT,
     ARM_CHECKS_PAIR,
@@ -38,12 +46,20 @@ from harness.compare import (
     pair_status,
 )
 from harness.results import (
+    CASE_FILE,
+    JUDGED_FILE,
+    OUTCOME_FILE,
+    VERDICT_FILE,
     ArmOutcome,
     ManifestCase,
+    ResultsError,
     StepRecord,
+    rank_files,
+    read_json_record,
     read_noting,
     read_outcome,
     read_steps,
+    write_json_record,
 )
 from harness.spec.source_facts import source_facts
 
@@ -253,3 +269,76 @@ def with_skip_policy(verdict: CaseVerdict, allowed: Sequence[str]) -> CaseVerdic
         if p.status == "skipped" and p.skip not in allowed else p
         for p in verdict.pairs)
     return CaseVerdict(verdict.case_id, pairs, combine_status([p.status for p in pairs]))
+
+
+# --------------------------------------------------------------------------- the stamp
+@dataclass(frozen=True)
+class JudgedStamp:
+    """What a stored verdict was judged from (``judged.json``, written beside it)."""
+
+    judge: str  # the judging code: :func:`judge_identity`
+    sweep_dir: str  # the sweep folder it was judged in (named in skipped entries' commands)
+    verdict: str  # sha256 of verdict.json as written
+    files: dict[str, tuple[int, int]]  # each input file -> (size, mtime in ns): :func:`_inputs`
+
+
+@functools.cache
+def judge_identity() -> str:
+    """The judging code, as the sha256 of every source file of the ``harness`` package (any
+    change of the code makes every stamp stale: its verdicts are judged again)."""
+    root = Path(__file__).resolve().parent
+    sources = sorted(root.rglob("*.py"))
+    if not sources:  # not importable from source files (a zip): no stamp is ever current
+        return ""
+    digest = hashlib.sha256()
+    for path in sources:
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _inputs(case_dir: Path, plan: CasePlan) -> dict[str, tuple[int, int]]:
+    """(size, mtime in ns) of every file a verdict of the case is made from and trusted by:
+    ``case.json``, ``plan.json``, each planned arm's ``outcome.json`` and rank files (the
+    files ``judge`` reads) and the case file the plan was made from (what the plan check reads);
+    keyed by their path (inside the case folder: relative to it)."""
+    paths = [case_dir / CASE_FILE, case_dir / PLAN_FILE]
+    for arm in plan.arm_names:
+        paths += [case_dir / arm / OUTCOME_FILE, *rank_files(case_dir / arm).values()]
+    out: dict[str, tuple[int, int]] = {}
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # absent: a file that appears later makes the stamp stale
+        out[str(path.relative_to(case_dir))] = (st.st_size, st.st_mtime_ns)
+    try:
+        st = os.stat(plan.source)
+        out[plan.source] = (st.st_size, st.st_mtime_ns)
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def _stamp_of(case_dir: Path, plan: CasePlan) -> JudgedStamp:
+    verdict = hashlib.sha256((case_dir / VERDICT_FILE).read_bytes()).hexdigest()
+    return JudgedStamp(judge_identity(), str(case_dir.resolve().parent), verdict,
+                       _inputs(case_dir, plan))
+
+
+def write_stamp(case_dir: Path, plan: CasePlan) -> None:
+    """Stamp the verdict just judged and written in ``case_dir`` from its files by ``plan``
+    (trusted: the sweep made it), so a later reader can take it (:func:`stored_is_current`)."""
+    write_json_record(Path(case_dir) / JUDGED_FILE, _stamp_of(Path(case_dir), plan))
+
+
+def stored_is_current(case_dir: Path, plan: CasePlan) -> bool:
+    """Whether the stored verdict of ``case_dir`` is the judgment this code made of the files
+    there now: its stamp names this judging code and sweep folder, the verdict's bytes, and
+    every input file (none added, removed, resized or touched since). False for no stamp or one
+    that cannot be read (the reader judges the case then)."""
+    try:
+        stamp = read_json_record(Path(case_dir) / JUDGED_FILE, JudgedStamp, "stamp")
+        return (stamp is not None and stamp.judge != ""
+                and _stamp_of(Path(case_dir), plan) == stamp)
+    except (ResultsError, OSError):
+        return False

@@ -163,10 +163,9 @@ def ranks_agree(arm: str, steps: Steps, not_applicable: Optional[str] = None) ->
     bad: list[str] = []
     compared = 0
     for step in sorted(by_step):
-        recs = by_step[step]
+        recs = sorted(by_step[step].items())
         for field in SHARED_FIELDS:
-            values = {r: getattr(rec, field) for r, rec in sorted(recs.items())
-                      if getattr(rec, field) is not None}
+            values = {r: v for r, rec in recs if (v := getattr(rec, field)) is not None}
             if len(values) < 2:
                 continue
             compared += 1

@@ -114,11 +114,15 @@ def _no_rank_values(pair: Pair, writer: Optional[OneWriter]) -> Optional[str]:
 
 
 def evaluate_pair(case_id: str, pair: Pair, arm_data: ArmData,
-                  expected: Expected = Expected()) -> PairVerdict:
+                  expected: Expected = Expected(),
+                  arms_judged: Optional[dict[tuple, tuple[Check, ...]]] = None) -> PairVerdict:
     """Arm checks and sanity checks of the pair's arms + the contract's checks -> one
     PairVerdict, by what the case ``expected``. A pair with an arm that was not run here, or
     whose contract does not apply (:class:`ContractSkipped`, e.g. no golden values for this
-    platform), is ``skipped`` with the reason and no checks."""
+    platform), is ``skipped`` with the reason and no checks. ``arms_judged``: the arms' own
+    checks made for the case's other pairs (filled here), so an arm of several pairs is
+    checked once."""
+    arms_judged = {} if arms_judged is None else arms_judged
     expected_steps, expected_ranks = expected.steps, expected.ranks
     sweep_dir, packing, memory_bound = expected.sweep_dir, expected.packing, expected.memory_bound
     sanity = expected.sanity if expected.sanity is not None else SanitySpec()
@@ -137,14 +141,19 @@ def evaluate_pair(case_id: str, pair: Pair, arm_data: ArmData,
         if err:
             errors.append(err)
         writer = (expected.shared or {}).get(arm)
-        checks.extend(arm_checks(arm, steps, expected_steps, _ranks_of(expected_ranks, arm),
-                                 pair.rank_name if pair.emulated is not None else None, writer))
-        checks.append(ranks_agree(arm, steps, _no_rank_values(pair, writer)))
-        if packing is not None and arm in packing:
-            checks.append(packing_check(arm, steps, packing[arm]))
-        checks.extend(memory_model_check(arm, steps, memory_bound,
-                                         pair.rank_name if pair.emulated is not None else None))
-        checks.extend(sanity_checks(arm, steps, sanity, writer))
+        rank_name = pair.rank_name if pair.emulated is not None else None
+        no_values = _no_rank_values(pair, writer)
+        key = (arm, rank_name, writer, no_values)
+        if key not in arms_judged:  # an arm of several pairs: its own checks made once
+            own = list(arm_checks(arm, steps, expected_steps, _ranks_of(expected_ranks, arm),
+                                  rank_name, writer))
+            own.append(ranks_agree(arm, steps, no_values))
+            if packing is not None and arm in packing:
+                own.append(packing_check(arm, steps, packing[arm]))
+            own.extend(memory_model_check(arm, steps, memory_bound, rank_name))
+            own.extend(sanity_checks(arm, steps, sanity, writer))
+            arms_judged[key] = tuple(own)
+        checks.extend(arms_judged[key])
     if pair.contract != ARM_CHECKS_CONTRACT:
         fn = CONTRACTS.get(pair.contract)
         if fn is None:
@@ -194,7 +203,8 @@ def evaluate_case(
     series stands for every rank (``Expected.shared``)."""
     expected = Expected(expected_steps, expected_ranks, sanity, sweep_dir, packing, memory_bound,
                         shared)
-    verdicts = [evaluate_pair(case_id, p, arm_data, expected) for p in pairs]
+    arms_judged: dict[tuple, tuple[Check, ...]] = {}
+    verdicts = [evaluate_pair(case_id, p, arm_data, expected, arms_judged) for p in pairs]
     in_pairs = {a for p, v in zip(pairs, verdicts) for a in p.arms
                 if v.status != "skipped" or _arms_skipped(p, arm_data) is not None}
     loose = tuple(a for a in sorted(arm_data) if a not in in_pairs)
@@ -204,5 +214,5 @@ def evaluate_case(
             verdicts.append(PairVerdict(case_id, ARM_CHECKS_PAIR, ARM_CHECKS_CONTRACT, (), (), "error",
                                         "the case has no arms with results"))
         else:
-            verdicts.append(evaluate_pair(case_id, extra, arm_data, expected))
+            verdicts.append(evaluate_pair(case_id, extra, arm_data, expected, arms_judged))
     return CaseVerdict(case_id, tuple(verdicts), combine_status([v.status for v in verdicts]))

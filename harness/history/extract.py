@@ -1,7 +1,7 @@
 """A sweep folder as the rows the history keeps (pure: a judged ``SweepView`` in, typed rows out).
 
 The sweep is read as the gate reads it (``harness.report.load_sweep`` with the stored-plan check,
-by ``store``); nothing here judges again. Per case its status and the commit of the code it ran
+by ``store``; a case whose stored verdict is current keeps it); nothing here judges again. Per case its status and the commit of the code it ran
 (the manifest's last start that ran it); per pair its status, skip kind and failed checks, and the
 value of each check as a figure; per arm its outcome, platform and figures (``arm_figures`` of the
 reports, plus device used, graph pool and the capture line's counts), and the same per rank;
@@ -20,7 +20,14 @@ from typing import Any, Optional, Sequence
 from harness.errors import ConfigError
 from harness.report import SweepView
 from harness.report.gate import exit_code
-from harness.report.load import ArmView, CaseView, arm_figures, steady_step_times, value_series
+from harness.report.load import (
+    ArmFigures,
+    ArmView,
+    CaseView,
+    arm_figures,
+    steady_step_times,
+    value_series,
+)
 from harness.results import MANIFEST_FILE, Manifest, StepRecord, SweepStart
 from harness.results.code import CodeVersion
 
@@ -172,11 +179,13 @@ def spreads_of(steps: dict[int, list[StepRecord]]) -> dict[str, float]:
     return out
 
 
-def figures_of(steps: dict[int, list[StepRecord]], *, loss: bool) -> dict[str, float]:
+def figures_of(steps: dict[int, list[StepRecord]], *, loss: bool,
+               figures: Optional[ArmFigures] = None) -> dict[str, float]:
     """The figures of records of one arm (every rank) or of one rank: final loss (``loss``),
     median step time and median process CPU time per step (the steady steps: ``steady_step_times``),
-    peak allocated / reserved, device used, graph pool, capture counts."""
-    f = arm_figures(steps)
+    peak allocated / reserved, device used, graph pool, capture counts. ``figures``: the
+    records' ``arm_figures`` where the caller has them (an ``ArmView``'s)."""
+    f = figures if figures is not None else arm_figures(steps)
     records = [r for rank in sorted(steps) for r in steps[rank]]
     probes = [r.memory_probe.device_used_bytes for r in records if r.memory_probe is not None]
     graph = _last(records, lambda r: r.graph_stats)
@@ -207,7 +216,7 @@ def _arm_rows(case: CaseView, arm: ArmView) -> tuple[ArmRow, list[FigureRow], li
     graph = _last(records, lambda r: r.graph_stats)
     row = ArmRow(case.case_id, arm.name, arm.outcome.status if arm.outcome else None, platform,
                  len(arm.steps), arm.figures.steps, graph.summary if graph else None, arm.problem)
-    whole = figures_of(dict(arm.steps), loss=not case.emulated)
+    whole = figures_of(dict(arm.steps), loss=not case.emulated, figures=arm.figures)
     if arm.outcome is not None and arm.outcome.status != "skipped":
         whole["wall_s"] = arm.outcome.wall_s
     spread = spreads_of(dict(arm.steps))

@@ -1,30 +1,33 @@
 """Adding sweeps to the history: :func:`record_sweep` (idempotent) and :func:`rebuild`.
 
-A sweep is read as the gate reads it (``load_sweep`` with ``check_stored_plan``) unless the
-caller hands the view it judged already (``run`` at its end). In one write transaction the sweep
-is looked up by its key: the same record again is a no-op (``unchanged``); a sweep that changed
-since (resumed, collected) replaces its rows (``updated``); else it is ``added``.
+A sweep is read as the gate reads it (``load_sweep`` with ``check_stored_plan``), except that a
+case whose stored verdict is still the sweep's own judgment of its files (``judged.json``:
+``judge.stored_is_current``) keeps it instead of being judged again, unless the caller hands the
+view it judged already (``run`` at its end). In one write transaction the sweep is looked up by
+its key: the same record again is a no-op (``unchanged``); a sweep that changed since (resumed,
+collected) replaces its rows (``updated``); else it is ``added``; the rows go in as plain tuples
+through the driver's own executemany (:func:`insert_many`).
 """
 
 from __future__ import annotations
 
 import json
 import operator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, Optional, Sequence
 
-from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy import Connection, Table, delete, insert, select
 
 from harness.errors import ConfigError
 from harness.trust.stored_plan import check_stored_plan
 from harness.report import SweepView, load_sweep
-from harness.results import ResultsError, read_manifest
+from harness.results import ResultsError, read_manifest, reading_many
 
 from . import schema
 from .db import History, open_history
-from .extract import FigureRow, SweepRecord, row_dicts, sweep_record
+from .extract import FigureRow, SweepRecord, sweep_record
 
 RecordStatus = Literal["added", "updated", "unchanged"]
 
@@ -61,13 +64,39 @@ def read_sweep(sweep_dir: Path, view: Optional[SweepView] = None) -> SweepRecord
         manifest = read_manifest(root)
     except (ResultsError, OSError) as exc:
         raise ConfigError(f"{root} is not a sweep the history can keep: {exc}") from None
-    if view is None:
-        view = load_sweep(root, check_stored_plan)
+    if view is None:  # each case as the gate judges it, or as the sweep judged it (its stamp)
+        view = load_sweep(root, check_stored_plan, stamped=True)
     return sweep_record(view, manifest)
 
 
-def _rows(rows: Sequence[object], sweep_id: int) -> list[dict]:
-    return [{**r, "sweep_id": sweep_id} for r in row_dicts(rows)]
+_MARKS = {"qmark": "?", "format": "%s", "pyformat": "%s"}  # DB-API paramstyle -> a placeholder
+
+
+def insert_many(conn: Connection, table: Table, columns: Sequence[str],
+                rows: Sequence[tuple]) -> None:
+    """``rows`` (plain tuples, in ``columns``' order) into ``table`` by the driver's own
+    executemany (sqlite3, psycopg): one statement, none of SQLAlchemy's per-row parameter
+    processing (most of the inserts' time at 400,000 rows); the values are the driver's plain
+    types (str, int, float, bool, None), stored as SQLAlchemy stores them."""
+    if not rows:
+        return
+    mark = _MARKS.get(conn.dialect.paramstyle)
+    if mark is None:  # a driver of another paramstyle: SQLAlchemy's own executemany
+        conn.execute(insert(table), [dict(zip(columns, row)) for row in rows])
+        return
+    quote = conn.dialect.identifier_preparer
+    sql = (f"INSERT INTO {quote.format_table(table)} ({', '.join(map(quote.quote, columns))}) "
+           f"VALUES ({', '.join([mark] * len(columns))})")
+    conn.exec_driver_sql(sql, list(rows))
+
+
+def _insert_rows(conn: Connection, table: Table, rows: Sequence[object], sweep_id: int) -> None:
+    """Rows of one kind (flat dataclasses: ``extract``) with ``sweep_id`` into ``table``."""
+    if not rows:
+        return
+    names = [f.name for f in fields(rows[0])]  # type: ignore[arg-type]
+    values = operator.attrgetter(*names)
+    insert_many(conn, table, ["sweep_id", *names], [(sweep_id, *values(r)) for r in rows])
 
 
 def store(conn: Connection, rec: SweepRecord) -> tuple[int, RecordStatus]:
@@ -94,13 +123,12 @@ def store(conn: Connection, rec: SweepRecord) -> tuple[int, RecordStatus]:
     sweep_id = conn.execute(insert(t).values(**values)).inserted_primary_key[0]
     for table, rows in ((schema.cases, rec.cases), (schema.pairs, rec.pairs),
                         (schema.arms, rec.arms), (schema.steps, rec.steps)):
-        if rows:
-            conn.execute(insert(table), _rows(rows, sweep_id))
+        _insert_rows(conn, table, rows, sweep_id)
     if rec.figures:
         ids = series_ids(conn, rec.figures)
-        conn.execute(insert(schema.figures), [
-            {"sweep_id": sweep_id, "series_id": ids[_key(f)], "started": rec.started,
-             "value": f.value, "spread": f.spread} for f in rec.figures])
+        insert_many(conn, schema.figures, ("sweep_id", "series_id", "started", "value", "spread"),
+                    [(sweep_id, ids[_key(f)], rec.started, f.value, f.spread)
+                     for f in rec.figures])
     return sweep_id, "added" if old is None else "updated"
 
 
@@ -113,11 +141,12 @@ def series_ids(conn: Connection, figures: Sequence[FigureRow]) -> dict[tuple, in
     write transaction, so no other writer makes them meanwhile)."""
     s = schema.series
     cases = sorted({f.case_id for f in figures})
-    known = {_key(r): r.id for r in conn.execute(select(s).where(s.c.case_id.in_(cases)))}
+    query = select(s.c.id, *(s.c[k] for k in _KEY)).where(s.c.case_id.in_(cases))
+    known = {tuple(r[1:]): r[0] for r in conn.execute(query)}
     new = sorted({_key(f) for f in figures} - set(known))
     if new:
-        conn.execute(insert(s), [dict(zip(_KEY, k)) for k in new])
-        known = {_key(r): r.id for r in conn.execute(select(s).where(s.c.case_id.in_(cases)))}
+        insert_many(conn, s, _KEY, new)
+        known = {tuple(r[1:]): r[0] for r in conn.execute(query)}
     return known
 
 
@@ -130,7 +159,7 @@ def remove(conn: Connection, sweep_id: int) -> None:
 
 def write_record(history: History, rec: SweepRecord) -> Recorded:
     """Write a sweep's rows into an open history, in one transaction of their own."""
-    with history.write() as conn:
+    with history.write() as conn, reading_many():  # its rows: many objects, no cycles
         sweep_id, status = store(conn, rec)
     return Recorded(sweep_id, rec.key, status, rec.path, len(rec.cases), len(rec.arms),
                     len(rec.figures), history.shown, rec.label or schema.DEFAULT_LABEL)
@@ -138,7 +167,8 @@ def write_record(history: History, rec: SweepRecord) -> Recorded:
 
 def add(history: History, sweep_dir: Path, view: Optional[SweepView] = None) -> Recorded:
     """Read one sweep folder and write it into an open history."""
-    return write_record(history, read_sweep(sweep_dir, view))
+    with reading_many():  # the sweep's records and rows: many objects, no cycles
+        return write_record(history, read_sweep(sweep_dir, view))
 
 
 def record_sweep(sweep_dir: Path, *, url: Optional[str] = None,
@@ -150,7 +180,8 @@ def record_sweep(sweep_dir: Path, *, url: Optional[str] = None,
     ``gate`` judges it. ``label``: the label it is kept under (default its own: ``labels``). A
     ConfigError (HistoryError for the database) for a folder that is not a sweep or a database
     that cannot be used; nothing is written then."""
-    rec = read_sweep(Path(sweep_dir), view)  # before the database: a bad folder creates nothing
+    with reading_many():  # the sweep's records and rows: many objects, no cycles
+        rec = read_sweep(Path(sweep_dir), view)  # before the database: a bad folder creates nothing
     if label is not None:  # kept under this label whatever its manifest says (bisect's steps)
         rec = replace(rec, label=label)
     history = open_history(url)

@@ -9,7 +9,8 @@ machine: ``local``; Slurm: ``slurm``), it writes the folder with these functions
 a resumed sweep judges by the golden values as they are now), ``load_plan``,
 ``remove_checkpoints_if_complete`` (the one clean-up rule), and ``finalize_case`` /
 ``finalize_or_error`` (judge a case from its folder alone, ``harness.judge``, and write
-``verdict.json``; unreadable results an ``error`` verdict naming the folder).
+``verdict.json`` and its stamp ``judged.json``; unreadable results an ``error`` verdict naming
+the folder).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from harness.compare import (
     write_verdict,
 )
 from harness.errors import ConfigError
-from harness.judge import judge, read_arms
+from harness.judge import judge, read_arms, write_stamp
 from harness.launch.ranks.completion import arm_is_complete
 from harness.launch.ranks.rank_main import CHECKPOINT_DIR
 from harness.results import (
@@ -140,6 +141,7 @@ def finalize_case(case_dir: Path) -> CaseVerdict:
     plan = load_plan(case_dir)
     verdict = judge(plan, read_arms(case_dir, plan), sweep_dir=str(case_dir.resolve().parent))
     write_verdict(case_dir, verdict)
+    write_stamp(case_dir, plan)  # what it was judged from: `history add` takes it while current
     return verdict
 
 

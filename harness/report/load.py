@@ -36,6 +36,7 @@ from harness.results import (
     read_json,
     read_manifest,
     read_noting,
+    reading_many,
 )
 
 from harness.caseplan import PLAN_FILE, CasePlan, plan_from_files
@@ -46,6 +47,7 @@ from harness.judge import (
     judge,
     manifest_problems,
     read_arm,
+    stored_is_current,
     verify,
     with_skip_policy,
 )
@@ -218,6 +220,8 @@ def shown_in_full(sweep: SweepView, every_case_up_to: int = EVERY_CASE_UP_TO) ->
 
 # --------------------------------------------------------------------------- figures
 def _num(value: Any) -> Optional[float]:
+    if type(value) is float:  # most figures: the checks below are for the others
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
@@ -310,12 +314,14 @@ def emulated_of(case: Optional[Mapping[str, Any]], plan: Optional[CasePlan]
 @dataclass(frozen=True)
 class _Judging:
     """How a sweep's cases are judged: the plan check, the manifest (None: the sweep has none),
-    verdicts judged already in this process (case id -> verdict), the accepted skip kinds."""
+    verdicts judged already in this process (case id -> verdict), the accepted skip kinds, and
+    whether a stored verdict whose stamp is current is taken as it is (``stamped``)."""
 
     check_plan: Optional[PlanCheck]
     manifest: Optional[Manifest]
     judged: Mapping[str, CaseVerdict]
     allowed_skips: tuple[str, ...]
+    stamped: bool = False
 
     @functools.cached_property
     def listed(self) -> dict[str, ManifestCase]:
@@ -362,8 +368,11 @@ def _verdict(case_id: str, path: Path, case: Optional[Mapping[str, Any]], plan: 
         return error_verdict(case_id, names, f"{path} has no {PLAN_FILE} (written by an older "
                              "dcp-harness, or removed), so its arms and pairs are unknown; re-run "
                              "the sweep with the same --out to plan it again")
+    # The sweep's own judgment of these very files (its stamp is current): trusted as the run's.
+    current = (how.stamped and stored is not None and case_id not in how.judged
+               and stored_is_current(path, plan))
     try:
-        if how.check_plan is not None and case_id not in how.judged:
+        if how.check_plan is not None and case_id not in how.judged and not current:
             how.check_plan(plan)
     except ResultsError as exc:  # a plan that does not belong to the case: the reason as it is
         return error_verdict(case_id, plan.arm_names, str(exc))
@@ -375,6 +384,8 @@ def _verdict(case_id: str, path: Path, case: Optional[Mapping[str, Any]], plan: 
                              + " (written by another sweep into this folder?); re-run the case")
     if case_id in how.judged:
         return how.judged[case_id]
+    if current and stored is not None:
+        return stored
     files = {name: ArmFiles(a.outcome, a.steps, a.problem) for name, a in arms.items()}
     return verify(stored, judge(plan, files, sweep_dir=str(path.resolve().parent)))
 
@@ -436,14 +447,17 @@ def _sweep_problems(root: Path, manifest: Optional[Manifest], manifest_error: Op
 def load_sweep(sweep_dir: PathLike, check_plan: Optional[PlanCheck] = None,
                today: Optional[date] = None, *, judged: Optional[Mapping[str, CaseVerdict]] = None,
                allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS,
-               running: Optional[str] = None) -> SweepView:
+               running: Optional[str] = None, stamped: bool = False) -> SweepView:
     """Every case the sweep's manifest lists and every case folder (one holding case.json or
     verdict.json), sorted by id, each judged once: ``judged`` holds verdicts this process made
     already (a ``dcp-harness run``), the others are judged from their records by their stored
     plans (``check_plan`` checks each plan first). A listed case without a folder, a folder the
     manifest does not list, a missing or unreadable manifest and a sweep ``running`` (the run
     lock's holder) are errors. Entries skipped for a kind outside ``allowed_skips`` are errors.
-    ``today`` (default: the date now) is what parked cases' ``expect.until`` is compared with."""
+    ``today`` (default: the date now) is what parked cases' ``expect.until`` is compared with.
+    ``stamped``: a case whose stored verdict is the sweep's own judgment of its files as they
+    are now (``judge.stored_is_current``) keeps it, neither judged nor its plan checked again
+    (``history add``; the gate judges every case)."""
     root = Path(sweep_dir)
     if not root.is_dir():
         return SweepView(root, False, ())
@@ -452,9 +466,10 @@ def load_sweep(sweep_dir: PathLike, check_plan: Optional[PlanCheck] = None,
         manifest = read_manifest(root)
     except (ResultsError, OSError) as exc:
         manifest_error = f"the sweep's manifest cannot be read: {exc}"
-    how = _Judging(check_plan, manifest, judged or {}, tuple(allowed_skips))
-    found = {child.name: load_case(child, how, today) for child in sorted(root.iterdir())
-             if is_case_dir(child)}
+    how = _Judging(check_plan, manifest, judged or {}, tuple(allowed_skips), stamped)
+    with reading_many():
+        found = {child.name: load_case(child, how, today) for child in sorted(root.iterdir())
+                 if is_case_dir(child)}
     listed = manifest.case_ids if manifest is not None else tuple(found)
     cases = [found[cid] if cid in found else _absent_case(root, manifest.case(cid))
              for cid in listed]

@@ -9,7 +9,8 @@ Modules, one job each (this package is a leaf: no torch, no launch, no workload)
 * ``records``: the typed step record (``StepRecord`` with ``MemoryProbe``, ``GraphStats``,
   ``FrameReplays``, ``PackedMicrobatch`` / ``PackedGroup``: what a step's microbatches held),
   parsed through pydantic; ``field_of`` reads a field named by a string;
-* ``steps``: the step store (``StepWriter`` appends durably per step, ``read_steps``);
+* ``steps``: the step store (``StepWriter`` appends durably per step, ``read_steps``,
+  ``reading_many``);
 * ``outcome``: how an arm's run ended (``ArmOutcome``, ``write_outcome``, ``read_outcome``);
 * ``typed``: ``read_typed``, the one way a stored record is read (pydantic; a bad field named);
 * ``inherited_env``: the environment a command inherits, recorded (redacted) and replayed.
@@ -58,6 +59,7 @@ from .outcome import ARM_STATUSES, ArmOutcome, ArmStatus, read_outcome, write_ou
 from .paths import (
     CASE_FILE,
     INDEX_FILE,
+    JUDGED_FILE,
     JUNIT_FILE,
     LOG_FILE,
     OUTCOME_FILE,
@@ -83,18 +85,18 @@ from .records import (
     StepRecord,
     field_of,
 )
-from .steps import StepWriter, parse_step_line, read_rank_file, read_steps
+from .steps import StepWriter, parse_step_line, read_rank_file, read_steps, reading_many
 
 __all__ = [
     "ARM_STATUSES", "ArmOutcome", "AttentionWork", "ArmStatus", "CASE_FILE", "LOCK_FILE", "MANIFEST_FILE", "Manifest",
     "ManifestArm", "ManifestCase", "SweepStart", "add_to_manifest", "lock_holder", "read_manifest",
     "sweep_lock", "FrameReplays", "GraphStats", "INDEX_FILE", "PredictedMemory",
-    "JUNIT_FILE", "LOG_FILE", "MemoryProbe", "OUTCOME_FILE", "OracleStep", "PackedGroup", "PackedMicrobatch",
+    "JUDGED_FILE", "JUNIT_FILE", "LOG_FILE", "MemoryProbe", "OUTCOME_FILE", "OracleStep", "PackedGroup", "PackedMicrobatch",
     "PathLike", "ResultsError", "RunEnvironment",
     "SUMMARY_FILE", "StateDigest", "StepRecord", "StepWriter", "VERDICT_FILE", "arm_dir", "case_dir",
     "current_umask", "decode_float", "decode_nonfinite", "dumps", "encode_nonfinite", "field_of",
     "file_mode", "list_arm_dirs", "parse_step_line", "rank_file", "rank_files", "read_json",
-    "read_json_record", "read_noting", "read_typed", "record_json", "read_outcome", "read_rank_file", "read_steps", "write_bytes_atomic",
+    "read_json_record", "read_noting", "read_typed", "record_json", "read_outcome", "read_rank_file", "read_steps", "reading_many", "write_bytes_atomic",
     "write_json_atomic", "write_json_record", "write_outcome", "write_text_atomic",
     "ARM_ENV_FILE", "differences", "inherited", "read_arm_env", "read_arm_set_env", "replayable", "write_arm_env",
 ]

@@ -8,6 +8,7 @@
     <sweep>/<case_id>/<arm>/outcome.json      ArmOutcome
     <sweep>/<case_id>/<arm>/log.txt
     <sweep>/<case_id>/verdict.json            harness.compare.CaseVerdict
+    <sweep>/<case_id>/judged.json             harness.judge.JudgedStamp (what it was judged from)
     <sweep>/summary.md, junit.xml, index.json, index.html
 """
 
@@ -20,6 +21,7 @@ from .files import PathLike
 
 CASE_FILE = "case.json"
 VERDICT_FILE = "verdict.json"
+JUDGED_FILE = "judged.json"
 OUTCOME_FILE = "outcome.json"
 LOG_FILE = "log.txt"
 SUMMARY_FILE = "summary.md"

@@ -39,7 +39,7 @@ from harness.compare import DEFAULT_ALLOWED_SKIPS, CaseVerdict
 from harness.errors import ConfigError
 from harness.launch.arm_launcher import ArmLauncher
 from harness.launch.case_status import CaseStatus, folder_progress
-from harness.launch.local.gpu_lane import GpuSetting
+from harness.launch.local.gpu_lane import GpuSetting, lane_ranks_at_once
 from harness.launch.local.lanes import run_cases, runs_again
 from harness.launch.local.progress import NullProgress, SweepProgress
 from harness.launch.pipeline import SweepSink, run_to_end
@@ -160,7 +160,8 @@ class LocalBackend:
                               "cases it submitted")
         prewarm = getattr(self.launcher, "prewarm", None)  # LocalLauncher: its warm servers
         if prewarm is not None:  # they import beside the first arms, not before each lane's first
-            prewarm(self._plans, Path(out_dir), runs_again)
+            per_gpu = lane_ranks_at_once(self.gpu, self.gpus) if self.gpu is not None else None
+            prewarm(self._plans, Path(out_dir), runs_again, per_gpu)
         # the page's figures of each case drawn once it is judged, beside the arms still running
         self._ahead = FiguresAhead(Path(out_dir), len(self._plans), self.allowed_skips)
         shown = _DrawingAhead(self.progress or NullProgress(), self._ahead)

@@ -39,6 +39,7 @@ from harness.launch.local.gpu_jobs import (
     order,
 )
 from harness.launch.ranks.placement import runs_on_cuda, skip_reason
+from harness.launch.ranks.rank_main import arm_legs
 from harness.launch.local.side_by_side import judge_into, stopping_on_exit
 from harness.launch.sweep_folder import prepare_case_dir
 from harness.memplan.records import MemoryTarget
@@ -139,23 +140,57 @@ class _Task:
         return f"{self.plan.case_id} / {self.arm.name}"
 
 
+COLD_START_S = 10.0  # a rank process that imports torch itself (no warm server): 10-12 s on a GPU host
+
+
 def _seconds(arm: PlannedArm, together: int = 1) -> float:
     """A stand-in for the arm's time, for the order only (longest first): process starts and
-    steps, its emulated ranks one after another (``together`` at a time)."""
+    steps, for each of its legs (an interrupted arm: two, ``arm_legs``), its emulated ranks one
+    after another (``together`` at a time); an arm that starts cold (``vary_processes``) its
+    imports too. (On one H100, 2026-12-07, the two-leg ``graph-resumed`` arms took 33 s against
+    the graph arms' 14-18 s, and ended the packed group when offered among them.)"""
     runs = -(-len(arm.ranks) // max(1, together)) if arm.emulated else 1
-    return runs * (10.0 + 0.5 * arm.case.train.steps)
+    cold = COLD_START_S if arm.case.execution.vary_processes else 0.0
+    return len(arm_legs(arm)) * runs * (10.0 + 0.5 * arm.case.train.steps + cold)
+
+
+def _alone(plan: CasePlan, arm: PlannedArm, moved: frozenset[str], setting: GpuSetting,
+           gpus: int) -> Optional[str]:
+    """Why ``arm`` runs with nothing beside it on the GPU, or None."""
+    if plan.case.command is not None and skip_reason(plan, gpus) is None:
+        return COMMAND_CASE
+    return alone_reason(ArmDemand((plan.case_id, arm.name), 0, moved), setting.per_process_memory)
+
+
+def ranks_at_once(plan: CasePlan, arm: PlannedArm, moved: frozenset[str], setting: GpuSetting,
+                  gpus: int) -> int:
+    """How many of ``arm``'s ranks the lane runs at once on one GPU: every emulated rank of an
+    arm that may share the GPU, else one (``moved``: the figures a neighbour would move,
+    ``gpu_demand.moved_figures``). The warm servers the sweep starts ahead use it too: an
+    emulated rank's environment (its CPU threads) depends on it (``ranks.emulated``)."""
+    shares = (setting.jobs > 1 and _alone(plan, arm, moved, setting, gpus) is None
+              and arm.emulated and runs_on_cuda(plan, gpus))
+    return len(arm.ranks) if shares else 1
+
+
+def lane_ranks_at_once(setting: GpuSetting, gpus: int) -> Callable[[CasePlan, PlannedArm], int]:
+    """:func:`ranks_at_once` of any planned arm under ``setting`` (what the lane will choose),
+    for the warm servers the sweep starts before the lane runs (``LocalLauncher.prewarm``)."""
+    moved: dict[str, dict[str, frozenset[str]]] = {}
+
+    def of(plan: CasePlan, arm: PlannedArm) -> int:
+        if plan.case_id not in moved:
+            moved[plan.case_id] = moved_figures(plan)
+        return ranks_at_once(plan, arm, moved[plan.case_id][arm.name], setting, gpus)
+
+    return of
 
 
 def _task(index: int, plan: CasePlan, arm: PlannedArm, case_dir: Path, moved: frozenset[str],
           setting: GpuSetting, gpus: int) -> _Task:
-    alone: Optional[str] = None
-    if plan.case.command is not None and skip_reason(plan, gpus) is None:
-        alone = COMMAND_CASE
-    else:
-        probe = ArmDemand((plan.case_id, arm.name), 0, moved)
-        alone = alone_reason(probe, setting.per_process_memory)
-    shares = setting.jobs > 1 and alone is None and arm.emulated and runs_on_cuda(plan, gpus)
-    task = _Task(index, plan, arm, case_dir, moved, len(arm.ranks) if shares else 1, alone)
+    alone = _alone(plan, arm, moved, setting, gpus)
+    task = _Task(index, plan, arm, case_dir, moved,
+                 ranks_at_once(plan, arm, moved, setting, gpus), alone)
     if alone is not None:  # nothing starts beside it: the rule sees an arm that runs alone
         task.demand = ArmDemand(task.key, 0, moved | {STEP_TIME}, _seconds(arm), False)
     return task

@@ -142,11 +142,15 @@ class LocalLauncher:
         return joined(run_legs(arm, leg), arm)
 
     def prewarm(self, plans: Sequence[CasePlan], out_dir: Path,
-                needs_run: Callable[[PlannedArm, Path], bool]) -> int:
+                needs_run: Callable[[PlannedArm, Path], bool],
+                ranks_per_gpu: Optional[Callable[[CasePlan, PlannedArm], int]] = None) -> int:
         """Start, without waiting for them, the warm servers the arms of ``plans`` that
         ``needs_run(arm, arm_dir)`` will fork their ranks from (each imports torch and the
         workload: 5-12 s that the first arm of each rank environment would otherwise wait for).
-        Nothing without a warm starter; the number of servers started."""
+        ``ranks_per_gpu(plan, arm)``: the emulated ranks the GPU lane will run at once on one
+        GPU (``gpu_lane.lane_ranks_at_once``; default this launcher's ``ranks_per_gpu``): their
+        environment, hence their server, depends on it. Nothing without a warm starter; the
+        number of servers started."""
         if self.starter is None:
             return 0
         gpus = cuda_device_count()
@@ -158,7 +162,9 @@ class LocalLauncher:
             for arm in plan.arms:
                 if not needs_run(arm, case_dir / arm.name):
                     continue
-                for cmd in self._first_commands(plan, arm, case_dir, gpus):
+                runner = (self if ranks_per_gpu is None
+                          else self.with_ranks_per_gpu(ranks_per_gpu(plan, arm)))
+                for cmd in runner._first_commands(plan, arm, case_dir, gpus):
                     if cmd.variation.cold_start:  # started cold: no server to wait for
                         continue
                     rank = cmd.started[0]

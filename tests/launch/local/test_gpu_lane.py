@@ -6,6 +6,8 @@ serial run."""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -14,12 +16,16 @@ from harness.errors import ConfigError
 from harness.launch.local.backend import run_sweep
 from harness.launch.local.gpu_demand import moved_figures
 from harness.launch.local.gpu_jobs import DEVICE_USED, STEP_TIME
-from harness.launch.local.gpu_lane import GpuSetting, gpu_setting
+from harness.launch.local import launcher as launcher_module
+from harness.launch.local.gpu_lane import GpuSetting, gpu_setting, lane_ranks_at_once, ranks_at_once
+from harness.launch.local.launcher import LocalLauncher
+from harness.launch.ranks.warm import WarmStarter
 from harness.results.placement import PLACEMENT_FILE, read_placement
 from harness.spec import load_cases
 from tests.launch.local.test_lanes import TimedLauncher, overlap
 
 GIB = 2**30
+EMULATED = Path(__file__).resolve().parents[3] / "cases/focused/gpu1-emulated-dcp12-pp2-vpp2-ep2-graphs.yaml"
 
 
 @pytest.fixture
@@ -93,3 +99,64 @@ def test_gpu_jobs_must_be_at_least_one():
 
 def test_no_gpu_no_packing():
     assert gpu_setting(None, 0).jobs == 1
+
+
+class _KeyRecorder(WarmStarter):
+    """A warm starter that starts no server: it records the environment key of each it would."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.keys: list[tuple] = []
+
+    def prewarm(self, argv, env) -> int:
+        if not self.runs(argv):
+            return 0
+        self.keys.append(self.key(env))
+        return 1
+
+
+def test_the_sweep_starts_ahead_the_warm_server_of_every_arm_the_gpu_lane_runs(monkeypatch,
+                                                                                tmp_path):
+    """The emulated ranks of an arm that shares the GPU run side by side, with fewer CPU threads
+    each (``ranks.emulated``): another environment, so another warm server. Measured on one H100
+    (2026-12-07): five arms waited 12.4 s for that server's imports when the sweep had started
+    only the one of ranks run one at a time."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the launch tests' pin hides the threads
+    monkeypatch.setattr(launcher_module, "cuda_device_count", lambda: 1)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    plans = plan_cases(load_cases([EMULATED]))
+    setting = packed(8, per_process=False)
+    per_gpu = lane_ranks_at_once(setting, 1)
+
+    def used() -> set[tuple]:  # the servers the lane's arms fork their first rank from
+        keys = set()
+        launcher = LocalLauncher(starter=_KeyRecorder())
+        for plan in plans:
+            for arm in plan.arms:
+                runner = launcher.with_ranks_per_gpu(per_gpu(plan, arm))
+                for cmd in runner._first_commands(plan, arm, tmp_path / plan.case_id, 1):
+                    keys.add(launcher.starter.key(cmd.env_of(os.environ, cmd.started[0], 0)))
+        return keys
+
+    def prewarmed(**kwargs) -> set[tuple]:
+        starter = _KeyRecorder()
+        LocalLauncher(starter=starter).prewarm(plans, tmp_path, lambda arm, d: True, **kwargs)
+        return set(starter.keys)
+
+    moved = moved_figures(plans[0])
+    assert {per_gpu(plans[0], a) for a in plans[0].arms} == {1, 2}  # alone: 1; shared: 2 at once
+    assert {ranks_at_once(plans[0], a, moved[a.name], packed(1), 1) for a in plans[0].arms} == {1}
+    assert used() - prewarmed() != set()  # what the sweep started before: one server missing
+    assert used() <= prewarmed(ranks_per_gpu=per_gpu)
+
+
+def test_the_order_counts_an_interrupted_arms_two_legs_and_a_cold_start():
+    """Longest first: the resumed arm (two processes one after another) and the reference arm
+    (imports torch itself) before the graph arm of as many steps."""
+    from harness.launch.local.gpu_lane import _seconds
+
+    (plan, _) = plan_cases(load_cases([EMULATED.with_name("gpu1-qwen3-graphs.yaml")]))
+    seconds = {a.name: _seconds(a) for a in plan.arms}
+    assert seconds["graph-resumed"] == 2 * seconds["graph"]
+    assert seconds["graph"] < seconds["reference"] < seconds["graph-resumed"]
+    assert seconds["eager"] == seconds["graph"]
