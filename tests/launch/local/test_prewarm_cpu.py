@@ -14,24 +14,10 @@ from harness.arms import plan_case
 from harness.launch.local import launcher as launcher_module
 from harness.launch.local.launcher import LocalLauncher
 from harness.launch.ranks.processes import gpu_device_files
-from harness.launch.ranks.warm import WarmStarter
 from harness.spec.loader import load_cases
+from tests.launch.local.key_recorder import KeyRecorder
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-class _Recorded(WarmStarter):
-    """A starter that records what it was asked to prewarm and starts nothing."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.asked: list[tuple] = []
-
-    def prewarm(self, argv, env) -> int:
-        if not self.runs(argv):
-            return 0
-        self.asked.append(self.key(env))
-        return 1
 
 
 def _first_keys(launcher, plan, tmp_path):
@@ -48,11 +34,11 @@ def _plans(*paths):
 def test_the_server_started_before_the_packing_is_the_one_every_unvaried_cpu_arm_forks_from(
         tmp_path, write_case, monkeypatch):
     monkeypatch.setattr(launcher_module, "cuda_device_count", lambda: 0)
-    launcher = LocalLauncher(starter=_Recorded())
+    launcher = LocalLauncher(starter=KeyRecorder())
     plans = _plans(write_case("one", compare={"repeat": {}}),
                    write_case("two", parallel={"cp": 2}, resources={"gpus_per_node": 2}))
     assert launcher.prewarm_cpu(plans) == 1
-    (early,) = launcher.starter.asked
+    (early,) = launcher.starter.keys
     keys = {}
     for plan in plans:
         keys.update({(plan.case_id, a): k for a, k in _first_keys(launcher, plan, tmp_path).items()})
@@ -65,12 +51,12 @@ def test_no_server_ahead_with_gpus_without_warm_starts_or_without_an_arm_to_fork
         write_case, monkeypatch):
     cpu = _plans(write_case("cpu"))
     monkeypatch.setattr(launcher_module, "cuda_device_count", lambda: 1)
-    launcher = LocalLauncher(starter=_Recorded())
-    assert launcher.prewarm_cpu(cpu) == 0 and launcher.starter.asked == []
+    launcher = LocalLauncher(starter=KeyRecorder())
+    assert launcher.prewarm_cpu(cpu) == 0 and launcher.starter.keys == []
     monkeypatch.setattr(launcher_module, "cuda_device_count", lambda: 0)
     assert LocalLauncher(warm=False).prewarm_cpu(cpu) == 0
     nothing_here = _plans(write_case("gpu", resources={"device": "cuda"}))  # skipped on the CPU
-    assert launcher.prewarm_cpu(nothing_here) == 0 and launcher.starter.asked == []
+    assert launcher.prewarm_cpu(nothing_here) == 0 and launcher.starter.keys == []
     assert launcher.prewarm_cpu(nothing_here + cpu) == 1
 
 
