@@ -12,7 +12,10 @@ the one drawing everything at the end would give. One thread draws, and nothing 
 until it finished (matplotlib keeps caches that are not shared safely between threads). A
 figure that failed to draw ahead is drawn again by the page (which reports what went wrong).
 Only the cases the page draws are drawn ahead (``load.shown_in_full``: every case of a sweep of
-up to ``every_case_up_to`` cases, else the ones that did not pass).
+up to ``every_case_up_to`` cases, else the ones that did not pass). Nothing is drawn while an
+arm that must run alone runs (its step time is judged: ``launch.local.gpu_demand.
+timing_judged_arms``): :meth:`FiguresAhead.hold` waits for the figure being drawn, then keeps the
+thread still until :meth:`FiguresAhead.release`.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ class FiguresAhead:
                                                  Optional[str]]] = {}
         self._lock = threading.Lock()
         self._pool: Optional[ThreadPoolExecutor] = None
+        self._held: set[object] = set()  # what holds the drawing still (hold / release)
+        self._still = threading.Condition()  # guards _held; held by the thread while it draws
 
     def case_judged(self, verdict: CaseVerdict) -> None:
         """Draw the figures of the case judged to ``verdict`` (in the drawing thread)."""
@@ -61,23 +66,41 @@ class FiguresAhead:
         try:
             case = judged_case(self.sweep_dir / verdict.case_id, verdict, self.allowed_skips)
             for pair in case.verdict.pairs:
-                self._drawn[(case.case_id, pair.pair)] = (pair, case.arms, entry_svg(case, pair))
+                with self._still:  # one figure at a time, none while an arm runs alone
+                    self._still.wait_for(lambda: not self._held)
+                    self._drawn[(case.case_id, pair.pair)] = (pair, case.arms,
+                                                              entry_svg(case, pair))
         except Exception:  # noqa: BLE001  the page draws it again, and says what is wrong
             return
 
+    def hold(self, key: object) -> None:
+        """Keep the drawing still for ``key`` (an arm that runs alone): returns once the figure
+        being drawn, if any, is done; nothing is drawn until every key is released."""
+        with self._still:
+            self._held.add(key)
+
+    def release(self, key: object) -> None:
+        """Let the drawing go on as far as ``key`` is concerned (a key not held: nothing)."""
+        with self._still:
+            self._held.discard(key)
+            self._still.notify_all()
+
     def finish(self) -> None:
         """Wait for every figure asked for so far (nothing is drawn ahead after this)."""
-        with self._lock:
-            pool, self._pool, self.enabled = self._pool, None, False
-        if pool is not None:
-            pool.shutdown(wait=True)
+        self._stop(cancel=False)
 
     def close(self) -> None:
         """Stop drawing: figures not started yet are left out, the one being drawn finishes."""
+        self._stop(cancel=True)
+
+    def _stop(self, cancel: bool) -> None:
         with self._lock:
             pool, self._pool, self.enabled = self._pool, None, False
+        with self._still:  # nothing runs alone any more: a held thread goes on (or stops)
+            self._held.clear()
+            self._still.notify_all()
         if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.shutdown(wait=True, cancel_futures=cancel)
 
     def figure(self, case: CaseView, pair: PairVerdict) -> Optional[str]:
         """``pair``'s figure in ``case`` (``page.FigureFn``): the one drawn ahead where its pair

@@ -79,3 +79,32 @@ def test_nothing_is_drawn_or_imported_before_a_case_is_judged(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "False", out.stderr  # not on the way to the first arm
+
+
+def test_nothing_is_drawn_while_an_arm_that_runs_alone_runs(sweep, monkeypatch):
+    import threading
+    import time
+    verdict = read_verdict(sweep / "quick")
+    drawing = threading.Event()
+    drawn_at: list[float] = []
+
+    def slow_svg(case, pair):
+        drawing.set()
+        time.sleep(0.3)
+        drawn_at.append(time.monotonic())
+        return "<svg/>"
+
+    monkeypatch.setattr(ahead_module, "entry_svg", slow_svg)
+    ahead = FiguresAhead(sweep, total_cases=1)
+    ahead.case_judged(verdict)
+    assert drawing.wait(10)
+    ahead.hold("alone-arm")  # waits for the figure being drawn
+    held_at = time.monotonic()
+    assert len(drawn_at) == 1 and drawn_at[0] <= held_at
+    ahead.case_judged(verdict)  # asked while held: not drawn until released
+    time.sleep(0.5)
+    assert len(drawn_at) == 1
+    released_at = time.monotonic()
+    ahead.release("alone-arm")
+    ahead.finish()
+    assert len(drawn_at) == 2 and drawn_at[1] > released_at

@@ -40,14 +40,15 @@ from harness.errors import ConfigError
 from harness.launch.arm_launcher import ArmLauncher
 from harness.launch.case_status import CaseStatus, folder_progress
 from harness.launch.local.gpu_lane import GpuSetting, lane_ranks_at_once
+from harness.launch.local.gpu_demand import timing_judged_arms
 from harness.launch.local.lanes import run_cases, runs_again
 from harness.launch.local.progress import NullProgress, SweepProgress
 from harness.launch.pipeline import SweepSink, run_to_end
 from harness.launch.sweep_backend import Collection, FollowOptions, Queued
 from harness.launch.sweep_folder import check_resumable, finalize_or_error, record_manifest
 from harness.report import FiguresAhead, write_reports
-from harness.results import (MANIFEST_FILE, ManifestCase, ResultsError, SweepStart, lock_holder,
-                             read_manifest, sweep_lock)
+from harness.results import (MANIFEST_FILE, ArmOutcome, ManifestCase, ResultsError, SweepStart,
+                             lock_holder, read_manifest, sweep_lock)
 from harness.trust.stored_plan import check_stored_plan
 
 _INTERRUPTED = ("no verdict and no run writes the sweep folder (interrupted?): "
@@ -164,7 +165,8 @@ class LocalBackend:
             prewarm(self._plans, Path(out_dir), runs_again, per_gpu)
         # the page's figures of each case drawn once it is judged, beside the arms still running
         self._ahead = FiguresAhead(Path(out_dir), len(self._plans), self.allowed_skips)
-        shown = _DrawingAhead(self.progress or NullProgress(), self._ahead)
+        alone = {(plan.title, arm) for plan in self._plans for arm in timing_judged_arms(plan)}
+        shown = _DrawingAhead(self.progress or NullProgress(), self._ahead, alone)
         self._verdicts = tuple(run_cases(self._plans, Path(out_dir), self.launcher, shown,
                                          self.beside, self.gpu, self.gpus, self.cores))
 
@@ -196,10 +198,22 @@ class LocalBackend:
 
 class _DrawingAhead:
     """A sweep's progress display that also hands each judged case to the page's figures drawn
-    ahead (``report.figures_ahead``)."""
+    ahead (``report.figures_ahead``), and holds that drawing still while an arm of ``alone``
+    ((case title, arm): those whose step time is judged, ``gpu_demand.timing_judged_arms``) runs:
+    it runs alone, the drawing thread included."""
 
-    def __init__(self, inner: SweepProgress, ahead: FiguresAhead) -> None:
-        self._inner, self._ahead = inner, ahead
+    def __init__(self, inner: SweepProgress, ahead: FiguresAhead,
+                 alone: AbstractSet[tuple[str, str]] = frozenset()) -> None:
+        self._inner, self._ahead, self._alone = inner, ahead, alone
+
+    def arm_started(self, case_id: str, arm: str, arm_dir: Path, steps: int) -> None:
+        if (case_id, arm) in self._alone:  # before its ranks start: the figure being drawn ends
+            self._ahead.hold((case_id, arm))
+        self._inner.arm_started(case_id, arm, arm_dir, steps)
+
+    def arm_finished(self, case_id: str, arm: str, outcome: ArmOutcome) -> None:
+        self._inner.arm_finished(case_id, arm, outcome)
+        self._ahead.release((case_id, arm))
 
     def case_finished(self, case_id: str, verdict: CaseVerdict) -> None:
         self._inner.case_finished(case_id, verdict)
