@@ -141,9 +141,18 @@ def _run(args: argparse.Namespace) -> int:
     if args.gpu_jobs is not None and args.gpu_jobs < 1:
         raise ConfigError(f"--gpu-jobs must be at least 1 (1: one arm after another), got {args.gpu_jobs}")
     allowed = allowed_skips(args)
+    gpus = cuda_device_count()  # without torch on a machine without GPUs
+    with LocalLauncher(timeout_min=args.timeout_min, warm=not args.cold_start) as launcher:
+        return _plan_and_run(args, allowed, gpus, launcher)
+
+
+def _plan_and_run(args: argparse.Namespace, allowed: tuple[str, ...], gpus: int,
+                  launcher: LocalLauncher) -> int:
+    # LocalLauncher, no GPU: the CPU ranks' warm server imports beside the preflight's packing
+    prewarm_cpu = getattr(launcher, "prewarm_cpu", lambda plans: 0)
     # each case planned once, its steps packed (an arm or a step it cannot have: a CaseError)
-    plans = selected_plans(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks)
-    gpus = cuda_device_count()
+    plans = selected_plans(args.paths, k=args.k, tags=args.tags, emulate_ranks=args.emulate_ranks,
+                           planned=prewarm_cpu)
     plans, notes = emulated_on_too_few_gpus(plans, gpus)
     for note in notes:
         print(note)
@@ -163,13 +172,12 @@ def _run(args: argparse.Namespace) -> int:
               "neighbour would move runs alone")
     start = sweep_start("run", cases, gpus, paths=args.paths, k=args.k,
                         tags=args.tags, emulate_ranks=args.emulate_ranks, label=args.label)
-    with LocalLauncher(timeout_min=args.timeout_min, warm=not args.cold_start) as launcher:
-        result = run_sweep(plans, out, launcher,
-                           progress=make_progress(sys.stderr, plans, RESULTS_ROOT / LATEST),
-                           start=start, allowed_skips=allowed,
-                           beside=lambda plan: runs_beside_gpu_arms(plan, gpus),
-                           sinks=sweep_sinks(args), gpu=gpu, gpus=gpus,
-                           cores=1 if gpus or args.gpu_jobs == 1 else cpu_cores())
+    result = run_sweep(plans, out, launcher,
+                       progress=make_progress(sys.stderr, plans, RESULTS_ROOT / LATEST),
+                       start=start, allowed_skips=allowed,
+                       beside=lambda plan: runs_beside_gpu_arms(plan, gpus),
+                       sinks=sweep_sinks(args), gpu=gpu, gpus=gpus,
+                       cores=1 if gpus or args.gpu_jobs == 1 else cpu_cores())
     if not args.no_latest:
         point_latest(RESULTS_ROOT, out)
     files = result.reports  # the sweep's reports, from the verdicts it judged once

@@ -6,7 +6,7 @@ have passed every check made before running: preflight (the loader), their arms'
 from __future__ import annotations
 
 import argparse
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from harness.arms import plan_case
 from harness.caseplan import CasePlan
@@ -115,10 +115,15 @@ def emulated_on_too_few_gpus(plans: Sequence[CasePlan], gpus: int) -> tuple[list
 
 def selected_plans(paths: Sequence[str], k: Optional[str] = None,
                    tags: Optional[Sequence[str]] = None,
-                   emulate_ranks: Optional[str] = None) -> list[CasePlan]:
+                   emulate_ranks: Optional[str] = None,
+                   planned: Callable[[Sequence[CasePlan]], object] = lambda plans: None
+                   ) -> list[CasePlan]:
     """The plans of :func:`selected_cases` (each case planned once: an arm a case cannot have is
     a CaseError here), after preflight packed every step of every arm (``workload.datacheck``):
-    what ``run``, ``submit`` and ``validate`` start from, before anything is written."""
+    what ``run``, ``submit`` and ``validate`` start from, before anything is written.
+    ``planned(plans)`` is called between the planning and the packing (which imports torch:
+    ``run`` starts its CPU ranks' warm server there)."""
     plans = [plan_case(case) for case in selected_cases(paths, k, tags, emulate_ranks)]
+    planned(plans)
     check_packing(plans)
     return plans

@@ -27,6 +27,7 @@ from harness.results import (
 )
 
 from .console import console_table, make_console, show_table
+from .figures_ahead import FiguresAhead
 from .gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, GateResult, exit_code, gate, gate_result
 from .index import build_index
 from .junit import render_junit
@@ -38,7 +39,8 @@ from .plots import NO_MATPLOTLIB, matplotlib_available, write_plots
 from .summary import render_summary
 
 __all__ = [
-    "ArmView", "CaseView", "EVERY_CASE_UP_TO", "EXIT_ERROR", "EXIT_FAIL", "EXIT_PASS", "GateResult", "PAGE_FILE", "PlanCheck",
+    "ArmView", "CaseView", "EVERY_CASE_UP_TO", "EXIT_ERROR", "EXIT_FAIL", "EXIT_PASS",
+    "FiguresAhead", "GateResult", "PAGE_FILE", "PlanCheck",
     "ReportFiles", "SweepView", "console_table", "gate", "gate_result", "load_sweep",
     "make_console", "show_table", "shown_in_full", "write_reports",
 ]
@@ -60,14 +62,16 @@ def write_reports(sweep_dir: PathLike, *, plots: bool = True, passing_plots: boo
                   check_plan: Optional[PlanCheck] = None,
                   judged: Optional[Mapping[str, CaseVerdict]] = None,
                   allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS,
-                  every_case_up_to: int = EVERY_CASE_UP_TO) -> ReportFiles:
+                  every_case_up_to: int = EVERY_CASE_UP_TO,
+                  ahead: Optional[FiguresAhead] = None) -> ReportFiles:
     """Write summary.md, junit.xml, index.json, index.html (and plots/<case>.png and the page's
     figures with matplotlib; ``passing_plots`` False: plots/ only of the cases that did not
     pass, ``plots.write_plots``) into the sweep folder, atomically, from what the records prove
     (``load_sweep``: ``judged`` are the verdicts this process made already, the other cases are
     judged here). A sweep of more than ``every_case_up_to`` cases has only the cases that did not
     pass drawn and shown in full (``shown_in_full``); the page holds the others collapsed.
-    Raises ConfigError when the folder does not exist."""
+    ``ahead``: the page's figures drawn while the sweep ran (``figures_ahead``), used where
+    they are the page's. Raises ConfigError when the folder does not exist."""
     sweep = load_sweep(sweep_dir, check_plan, judged=judged, allowed_skips=allowed_skips)
     if not sweep.exists:
         raise ConfigError(f"no sweep folder at {sweep_dir}: give the --out folder of a "
@@ -80,9 +84,11 @@ def write_reports(sweep_dir: PathLike, *, plots: bool = True, passing_plots: boo
     # still draws every case of ``full``
     drawn = full if passing_plots else frozenset(
         c.case_id for c in sweep.cases if c.case_id in full and c.verdict.status != "pass")
+    if ahead is not None:
+        ahead.finish()  # nothing else draws while its thread does
     plot_paths = write_plots(sweep, drawn) if plots else ()
     notes = (NO_MATPLOTLIB,) if plots and not matplotlib_available() else ()
-    figures = entry_svg if plots and not notes else None
+    figures = (ahead.figure if ahead is not None else entry_svg) if plots and not notes else None
     page_note = (notes[0] if notes else None if plots
                  else "figures left out (reports written without plots)")
     write_text_atomic(root / SUMMARY_FILE, render_summary(sweep, code))

@@ -428,6 +428,14 @@ def load_case(path: Path, how: _Judging, today: Optional[date] = None) -> CaseVi
                     *emulated_of(case, plan), parked=parked, kept_rows=kept)
 
 
+def judged_case(path: Path, verdict: CaseVerdict,
+                allowed_skips: Sequence[str] = DEFAULT_ALLOWED_SKIPS) -> CaseView:
+    """The case folder ``path`` as :func:`load_sweep` shows it, with the ``verdict`` this process
+    judged it to (no plan check, no manifest: what :func:`load_sweep` adds is checked there)."""
+    return load_case(Path(path), _Judging(None, None, {verdict.case_id: verdict},
+                                          tuple(allowed_skips)))
+
+
 def _absent_case(root: Path, entry: ManifestCase) -> CaseView:
     """A case the manifest lists whose folder is not there: an error naming it."""
     arms = tuple(a.name for a in entry.arms)

@@ -32,7 +32,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AbstractSet, Callable, Optional, Sequence
+from typing import AbstractSet, Any, Callable, Optional, Sequence
 
 from harness.caseplan import PLAN_FILE, CasePlan
 from harness.compare import DEFAULT_ALLOWED_SKIPS, CaseVerdict
@@ -40,14 +40,15 @@ from harness.errors import ConfigError
 from harness.launch.arm_launcher import ArmLauncher
 from harness.launch.case_status import CaseStatus, folder_progress
 from harness.launch.local.gpu_lane import GpuSetting, lane_ranks_at_once
+from harness.launch.local.gpu_demand import timing_judged_arms
 from harness.launch.local.lanes import run_cases, runs_again
 from harness.launch.local.progress import NullProgress, SweepProgress
 from harness.launch.pipeline import SweepSink, run_to_end
 from harness.launch.sweep_backend import Collection, FollowOptions, Queued
 from harness.launch.sweep_folder import check_resumable, finalize_or_error, record_manifest
-from harness.report import write_reports
-from harness.results import (MANIFEST_FILE, ManifestCase, ResultsError, SweepStart, lock_holder,
-                             read_manifest, sweep_lock)
+from harness.report import FiguresAhead, write_reports
+from harness.results import (MANIFEST_FILE, ArmOutcome, ManifestCase, ResultsError, SweepStart,
+                             lock_holder, read_manifest, sweep_lock)
 from harness.trust.stored_plan import check_stored_plan
 
 _INTERRUPTED = ("no verdict and no run writes the sweep folder (interrupted?): "
@@ -117,6 +118,7 @@ class LocalBackend:
     _plans: tuple[CasePlan, ...] = field(default=(), init=False, repr=False)
     _verdicts: tuple[CaseVerdict, ...] = field(default=(), init=False, repr=False)
     _lock: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, init=False, repr=False)
+    _ahead: Optional[FiguresAhead] = field(default=None, init=False, repr=False)
 
     def __enter__(self) -> "LocalBackend":
         return self
@@ -125,7 +127,10 @@ class LocalBackend:
         self.close()
 
     def close(self) -> None:
-        """Release the sweep folder's run lock (the sweep stays resumable)."""
+        """Release the sweep folder's run lock (the sweep stays resumable) and stop drawing the
+        page's figures ahead."""
+        if self._ahead is not None:
+            self._ahead.close()
         self._lock.close()
 
     def submit(self, plans: Sequence[CasePlan], out_dir: Path,
@@ -158,9 +163,12 @@ class LocalBackend:
         if prewarm is not None:  # they import beside the first arms, not before each lane's first
             per_gpu = lane_ranks_at_once(self.gpu, self.gpus) if self.gpu is not None else None
             prewarm(self._plans, Path(out_dir), runs_again, per_gpu)
-        self._verdicts = tuple(run_cases(self._plans, Path(out_dir), self.launcher,
-                                         self.progress or NullProgress(), self.beside,
-                                         self.gpu, self.gpus, self.cores))
+        # the page's figures of each case drawn once it is judged, beside the arms still running
+        self._ahead = FiguresAhead(Path(out_dir), len(self._plans), self.allowed_skips)
+        alone = {(plan.title, arm) for plan in self._plans for arm in timing_judged_arms(plan)}
+        shown = _DrawingAhead(self.progress or NullProgress(), self._ahead, alone)
+        self._verdicts = tuple(run_cases(self._plans, Path(out_dir), self.launcher, shown,
+                                         self.beside, self.gpu, self.gpus, self.cores))
 
     def _wait_for_run(self, out_dir: Path, timeout_s: Optional[float]) -> None:
         deadline = None if timeout_s is None else self.clock() + timeout_s
@@ -181,10 +189,38 @@ class LocalBackend:
                 verdicts = self._verdicts + judge_ended(out_dir, {v.case_id for v in self._verdicts})
                 reports = write_reports(out_dir, check_plan=check_stored_plan, passing_plots=False,
                                         allowed_skips=self.allowed_skips,
-                                        judged={v.case_id: v for v in verdicts})
+                                        judged={v.case_id: v for v in verdicts},
+                                        ahead=self._ahead)
         finally:
             self.close()
         return Collection(out_dir=out_dir, reports=reports, verdicts=verdicts)
+
+
+class _DrawingAhead:
+    """A sweep's progress display that also hands each judged case to the page's figures drawn
+    ahead (``report.figures_ahead``), and holds that drawing still while an arm of ``alone``
+    ((case title, arm): those whose step time is judged, ``gpu_demand.timing_judged_arms``) runs:
+    it runs alone, the drawing thread included."""
+
+    def __init__(self, inner: SweepProgress, ahead: FiguresAhead,
+                 alone: AbstractSet[tuple[str, str]] = frozenset()) -> None:
+        self._inner, self._ahead, self._alone = inner, ahead, alone
+
+    def arm_started(self, case_id: str, arm: str, arm_dir: Path, steps: int) -> None:
+        if (case_id, arm) in self._alone:  # before its ranks start: the figure being drawn ends
+            self._ahead.hold((case_id, arm))
+        self._inner.arm_started(case_id, arm, arm_dir, steps)
+
+    def arm_finished(self, case_id: str, arm: str, outcome: ArmOutcome) -> None:
+        self._inner.arm_finished(case_id, arm, outcome)
+        self._ahead.release((case_id, arm))
+
+    def case_finished(self, case_id: str, verdict: CaseVerdict) -> None:
+        self._inner.case_finished(case_id, verdict)
+        self._ahead.case_judged(verdict)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 def judge_ended(out_dir: Path, skip: AbstractSet[str]) -> tuple[CaseVerdict, ...]:

@@ -172,6 +172,31 @@ class LocalLauncher:
                                                     cmd.env_of(os.environ, rank, 0))
         return started
 
+    def prewarm_cpu(self, plans: Sequence[CasePlan]) -> int:
+        """Start, before preflight packs the steps of ``plans`` (which imports torch), the warm
+        server that the built-in ranks on the CPU of a machine without GPUs fork from, where an
+        arm of ``plans`` will (a built-in case placed here, an arm not started cold:
+        ``ranks.variation``): their environment is the same for every arm there
+        (:meth:`cpu_rank_command`), so the server imports beside the preflight instead of beside
+        the first arms, on a core the preflight leaves idle. :meth:`prewarm` then finds it
+        started. 1 when a server was started."""
+        if self.starter is None or cuda_device_count():
+            return 0
+        if not any(skip_reason(plan, 0) is None and plan.case.command is None
+                   and not variation(arm.case.execution.vary_processes).cold_start
+                   for plan in plans for arm in plan.arms):
+            return 0
+        cmd = self.cpu_rank_command()
+        return self.starter.prewarm(cmd.argv, cmd.env_of(os.environ, 0, 0))
+
+    def cpu_rank_command(self, case_json: Path = Path(CASE_FILE), arm: str = "arm",
+                         arm_dir: Path = Path("arm"), world_size: int = 1) -> RankCommand:
+        """The rank processes of a built-in arm on the CPU of a machine without GPUs, started
+        as every arm but the varied ones (``ranks.variation.FIRST``)."""
+        return RankCommand(argv=rank_main_argv(self.python, case_json, arm, arm_dir),
+                           world_size=world_size, arm_dir=arm_dir, timeout_s=1.0,
+                           env=cpu_pinned(device_env(world_size, 0)[0]))
+
     def _first_commands(self, plan: CasePlan, arm: PlannedArm, case_dir: Path,
                         gpus: int) -> list[RankCommand]:
         arm_dir, case_json = case_dir / arm.name, case_dir / CASE_FILE

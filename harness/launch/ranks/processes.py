@@ -24,6 +24,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -128,8 +129,22 @@ def rank_main_argv(python: str, case_json: Path, arm: str, arm_dir: Path) -> tup
             "--out", str(Path(arm_dir).absolute()))
 
 
+# The device files a GPU torch.cuda can use has on Linux: NVIDIA's (/dev/nvidiactl, /dev/nvidia0,
+# ...), AMD ROCm's (/dev/kfd) and WSL's (/dev/dxg). With none of them there is no such GPU.
+GPU_DEVICE_FILES = ("nvidia*", "kfd", "dxg")
+
+
+def gpu_device_files(dev: Path = Path("/dev")) -> bool:
+    """Whether ``dev`` holds a device file of :data:`GPU_DEVICE_FILES`."""
+    return any(next(dev.glob(pattern), None) is not None for pattern in GPU_DEVICE_FILES)
+
+
 def cuda_device_count() -> int:
-    """CUDA GPUs visible to this process (0 without CUDA); does not create a CUDA context."""
+    """CUDA GPUs visible to this process (0 without CUDA); does not create a CUDA context. On
+    Linux without a GPU's device file (:func:`gpu_device_files`) it is 0 without importing torch
+    (1-2 s a process that needs no torch before its first arm, e.g. to start a warm server)."""
+    if sys.platform.startswith("linux") and not gpu_device_files():
+        return 0
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a dependency

@@ -83,3 +83,27 @@ def test_dcp_harness_run_calls_the_cli_s_sinks_once(write_case, tmp_path, monkey
     out = tmp_path / "out"
     assert main(["run", str(write_case("a")), "--out", str(out)]) == 0
     assert got == [out]
+
+
+def test_the_figures_drawn_ahead_stand_still_while_an_arm_that_runs_alone_runs(tmp_path):
+    from harness.launch.local.backend import _DrawingAhead
+    from harness.launch.local.progress import NullProgress
+    from harness.results import ArmOutcome
+
+    class Ahead:
+        def __init__(self):
+            self.calls = []
+
+        def hold(self, key):
+            self.calls.append(("hold", key))
+
+        def release(self, key):
+            self.calls.append(("release", key))
+
+    ahead = Ahead()
+    shown = _DrawingAhead(NullProgress(), ahead, {("case", "dcp")})
+    for arm in ("dcp", "fixed-cp2"):
+        shown.arm_started("case", arm, tmp_path, 4)
+        shown.arm_finished("case", arm, ArmOutcome(status="ok"))
+    assert ahead.calls == [("hold", ("case", "dcp")), ("release", ("case", "dcp")),
+                           ("release", ("case", "fixed-cp2"))]  # releasing a key not held: nothing

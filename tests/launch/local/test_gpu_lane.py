@@ -19,9 +19,9 @@ from harness.launch.local.gpu_jobs import DEVICE_USED, STEP_TIME
 from harness.launch.local import launcher as launcher_module
 from harness.launch.local.gpu_lane import GpuSetting, gpu_setting, lane_ranks_at_once, ranks_at_once
 from harness.launch.local.launcher import LocalLauncher
-from harness.launch.ranks.warm import WarmStarter
 from harness.results.placement import PLACEMENT_FILE, read_placement
 from harness.spec import load_cases
+from tests.launch.local.key_recorder import KeyRecorder
 from tests.launch.local.test_lanes import TimedLauncher, overlap
 
 GIB = 2**30
@@ -101,20 +101,6 @@ def test_no_gpu_no_packing():
     assert gpu_setting(None, 0).jobs == 1
 
 
-class _KeyRecorder(WarmStarter):
-    """A warm starter that starts no server: it records the environment key of each it would."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.keys: list[tuple] = []
-
-    def prewarm(self, argv, env) -> int:
-        if not self.runs(argv):
-            return 0
-        self.keys.append(self.key(env))
-        return 1
-
-
 def test_the_sweep_starts_ahead_the_warm_server_of_every_arm_the_gpu_lane_runs(monkeypatch,
                                                                                 tmp_path):
     """The emulated ranks of an arm that shares the GPU run side by side, with fewer CPU threads
@@ -130,7 +116,7 @@ def test_the_sweep_starts_ahead_the_warm_server_of_every_arm_the_gpu_lane_runs(m
 
     def used() -> set[tuple]:  # the servers the lane's arms fork their first rank from
         keys = set()
-        launcher = LocalLauncher(starter=_KeyRecorder())
+        launcher = LocalLauncher(starter=KeyRecorder())
         for plan in plans:
             for arm in plan.arms:
                 runner = launcher.with_ranks_per_gpu(per_gpu(plan, arm))
@@ -139,7 +125,7 @@ def test_the_sweep_starts_ahead_the_warm_server_of_every_arm_the_gpu_lane_runs(m
         return keys
 
     def prewarmed(**kwargs) -> set[tuple]:
-        starter = _KeyRecorder()
+        starter = KeyRecorder()
         LocalLauncher(starter=starter).prewarm(plans, tmp_path, lambda arm, d: True, **kwargs)
         return set(starter.keys)
 
