@@ -22,7 +22,8 @@ user runs it), its wall and CPU time and the load average beside it:
 * ``gate``: ``dcp-harness gate SWEEP`` (every case re-judged from its records; with
   ``--baseline``: ``same_gate_output`` says whether both codes printed the same bytes);
 * ``history``: ``dcp-harness history add SWEEP`` into a fresh SQLite file (with ``--baseline``:
-  ``same_rows`` says whether both codes stored the same rows, every table, but when each was added).
+  ``same_rows`` says whether both codes stored the same rows, every table, but when each was added
+  and the sweep's fingerprint, each code's own hash of them).
 
 ``--baseline DIR`` (a copy of another commit's tree, e.g. ``git archive BASE | tar -x -C DIR``)
 runs the same steps with that code on the same sweep, side by side (new / old), in one run.
@@ -252,14 +253,18 @@ def measure(code: Path, case_dir: Path, sweep: Path, work: Path, label: str,
     return out
 
 
+NOT_COMPARED = ("recorded", "fingerprint")  # columns of `sweeps` two codes may fill differently
+
+
 def table_rows(db: Path) -> dict[str, list[tuple]]:
     """Every row of every table of a history file, in rowid order, but the time each sweep was
-    added (``sweeps.recorded``)."""
+    added (``sweeps.recorded``) and its fingerprint (a hash each code may make its own way:
+    ``SweepRecord.fingerprint``; the rows it stands for are compared)."""
     conn = sqlite3.connect(db)
     try:
         out = {}
         for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
-            cols = [c[1] for c in conn.execute(f'PRAGMA table_info("{table}")') if c[1] != "recorded"]
+            cols = [c[1] for c in conn.execute(f'PRAGMA table_info("{table}")') if c[1] not in NOT_COMPARED]
             names = ", ".join(f'"{c}"' for c in cols)
             out[table] = conn.execute(f'SELECT {names} FROM "{table}" ORDER BY rowid').fetchall()
         return out

@@ -48,6 +48,7 @@ from harness.compare import (
 from harness.results import (
     CASE_FILE,
     JUDGED_FILE,
+    KEPT_ROWS_FILE,
     OUTCOME_FILE,
     VERDICT_FILE,
     ArmOutcome,
@@ -280,6 +281,9 @@ class JudgedStamp:
     sweep_dir: str  # the sweep folder it was judged in (named in skipped entries' commands)
     verdict: str  # sha256 of verdict.json as written
     files: dict[str, tuple[int, int]]  # each input file -> (size, mtime in ns): :func:`_inputs`
+    # sha256 of the rows kept for the history beside the verdict (``KEPT_ROWS_FILE``: what
+    # ``history.extract`` makes of the case's arms), "" where none were kept
+    rows: str = ""
 
 
 @functools.cache
@@ -319,26 +323,43 @@ def _inputs(case_dir: Path, plan: CasePlan) -> dict[str, tuple[int, int]]:
     return out
 
 
+def _digest(path: Path) -> str:
+    """sha256 of a file's bytes, "" where it is not there."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return ""
+
+
 def _stamp_of(case_dir: Path, plan: CasePlan) -> JudgedStamp:
     verdict = hashlib.sha256((case_dir / VERDICT_FILE).read_bytes()).hexdigest()
     return JudgedStamp(judge_identity(), str(case_dir.resolve().parent), verdict,
-                       _inputs(case_dir, plan))
+                       _inputs(case_dir, plan), _digest(case_dir / KEPT_ROWS_FILE))
 
 
 def write_stamp(case_dir: Path, plan: CasePlan) -> None:
     """Stamp the verdict just judged and written in ``case_dir`` from its files by ``plan``
-    (trusted: the sweep made it), so a later reader can take it (:func:`stored_is_current`)."""
+    (trusted: the sweep made it), and the history rows kept beside it if any
+    (``KEPT_ROWS_FILE``, written first), so a later reader can take them
+    (:func:`stored_is_current`)."""
     write_json_record(Path(case_dir) / JUDGED_FILE, _stamp_of(Path(case_dir), plan))
 
 
-def stored_is_current(case_dir: Path, plan: CasePlan) -> bool:
-    """Whether the stored verdict of ``case_dir`` is the judgment this code made of the files
-    there now: its stamp names this judging code and sweep folder, the verdict's bytes, and
-    every input file (none added, removed, resized or touched since). False for no stamp or one
-    that cannot be read (the reader judges the case then)."""
+def current_stamp(case_dir: Path, plan: CasePlan) -> Optional[JudgedStamp]:
+    """The stamp of ``case_dir`` when the stored verdict (and the rows kept beside it: its
+    ``rows`` digest, "" for none) is the judgment this code made of the files there now: it
+    names this judging code and sweep folder, the verdict's bytes, the kept rows' bytes and every
+    input file (none added, removed, resized or touched since). None for no stamp, a stale one
+    or one that cannot be read (the reader judges the case then)."""
     try:
         stamp = read_json_record(Path(case_dir) / JUDGED_FILE, JudgedStamp, "stamp")
-        return (stamp is not None and stamp.judge != ""
-                and _stamp_of(Path(case_dir), plan) == stamp)
+        if stamp is not None and stamp.judge != "" and _stamp_of(Path(case_dir), plan) == stamp:
+            return stamp
     except (ResultsError, OSError):
-        return False
+        pass
+    return None
+
+
+def stored_is_current(case_dir: Path, plan: CasePlan) -> bool:
+    """Whether the stored verdict of ``case_dir`` is current (:func:`current_stamp`)."""
+    return current_stamp(case_dir, plan) is not None

@@ -14,8 +14,8 @@ import hashlib
 import json
 import math
 import statistics
-from dataclasses import dataclass, fields
-from typing import Any, Optional, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any, Mapping, Optional, Sequence
 
 from harness.errors import ConfigError
 from harness.report import SweepView
@@ -28,7 +28,7 @@ from harness.report.load import (
     steady_step_times,
     value_series,
 )
-from harness.results import MANIFEST_FILE, Manifest, StepRecord, SweepStart
+from harness.results import KEPT_ROWS_FILE, MANIFEST_FILE, Manifest, StepRecord, SweepStart
 from harness.results.code import CodeVersion
 
 from .labels import sweep_label
@@ -124,15 +124,24 @@ class SweepRecord:
     steps: tuple[StepRow, ...]
     label: str = ""  # the series it belongs to (``labels.sweep_label``)
     position: Optional[int] = None  # its main commit's place in the first-parent history
+    # per case, the digest of its arms' rows (``ArmRows.digest``: of the rows kept beside its
+    # stamp, or of the rows made from its records: the same bytes for the same rows)
+    arm_digests: tuple[str, ...] = ()
 
     @property
     def fingerprint(self) -> str:
         """What was recorded, as a hash: the same sweep read twice gives the same (its folder's
-        place aside), so adding it again is a no-op. The hash of ``dataclasses.asdict`` of the
-        record, made without its deep copy of every row."""
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "path"}
+        place aside) whether its cases' arm rows were kept or made again, so adding it again is
+        a no-op. The hash of the record's fields and rows, its arms' rows (arms, their figures,
+        steps) by their digests per case (``arm_digests``; a record without them: the rows)."""
+        heavy = ("arms", "figures", "steps") if self.arm_digests else ()
+        data = {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name != "path" and f.name not in heavy}
         for name in ("cases", "pairs", "arms", "figures", "steps"):
-            data[name] = row_dicts(data[name])
+            if name in data:
+                data[name] = row_dicts(data[name])
+        if heavy:  # the figures that are not an arm's: its pairs' checks
+            data["pair_figures"] = row_dicts([f for f in self.figures if f.kind == PAIR])
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -210,20 +219,21 @@ def _platform(arm: ArmView) -> str:
                  lambda r: r.platform) or ""
 
 
-def _arm_rows(case: CaseView, arm: ArmView) -> tuple[ArmRow, list[FigureRow], list[StepRow]]:
+def _arm_rows(case_id: str, emulated: bool, arm: ArmView
+              ) -> tuple[ArmRow, list[FigureRow], list[StepRow]]:
     platform = _platform(arm)
     records = [r for rank in sorted(arm.steps) for r in arm.steps[rank]]
     graph = _last(records, lambda r: r.graph_stats)
-    row = ArmRow(case.case_id, arm.name, arm.outcome.status if arm.outcome else None, platform,
+    row = ArmRow(case_id, arm.name, arm.outcome.status if arm.outcome else None, platform,
                  len(arm.steps), arm.figures.steps, graph.summary if graph else None, arm.problem)
-    whole = figures_of(dict(arm.steps), loss=not case.emulated, figures=arm.figures)
+    whole = figures_of(dict(arm.steps), loss=not emulated, figures=arm.figures)
     if arm.outcome is not None and arm.outcome.status != "skipped":
         whole["wall_s"] = arm.outcome.wall_s
     spread = spreads_of(dict(arm.steps))
-    figs = [FigureRow(case.case_id, arm.name, ARM, WHOLE, m, platform, v, spread.get(m))
+    figs = [FigureRow(case_id, arm.name, ARM, WHOLE, m, platform, v, spread.get(m))
             for m, v in whole.items()]
     if len(arm.steps) > 1:
-        figs += [FigureRow(case.case_id, arm.name, ARM, rank, m, platform, v)
+        figs += [FigureRow(case_id, arm.name, ARM, rank, m, platform, v)
                  for rank in sorted(arm.steps)
                  for m, v in figures_of({rank: arm.steps[rank]}, loss=False).items()]
     steps: list[StepRow] = []
@@ -235,9 +245,59 @@ def _arm_rows(case: CaseView, arm: ArmView) -> tuple[ArmRow, list[FigureRow], li
             for got, value in ((times, _finite(rec.step_time_s)), (cpu, _finite(rec.cpu_time_s))):
                 if value is not None:
                     got[rec.step] = max(got.get(rec.step, value), value)
-        steps = [StepRow(case.case_id, arm.name, s, _finite(loss.get(s)), _finite(grad.get(s)),
+        steps = [StepRow(case_id, arm.name, s, _finite(loss.get(s)), _finite(grad.get(s)),
                          times.get(s), cpu.get(s)) for s in sorted(set(loss) | set(grad) | set(times))]
     return row, figs, steps
+
+
+@dataclass(frozen=True)
+class ArmRows:
+    """What the history keeps of a case's arms (their step records made into rows): each arm's
+    row, figures and steps, arm after arm; ``digest``: the sha256 of :meth:`encoded`, what the
+    sweep's fingerprint holds of them."""
+
+    arms: tuple[ArmRow, ...]
+    figures: tuple[FigureRow, ...]
+    steps: tuple[StepRow, ...]
+    digest: str = ""
+
+    def encoded(self) -> bytes:
+        """The rows as compact JSON (each row a list of its fields): the kept file's bytes."""
+        data = [[_values(r) for r in rows] for rows in (self.arms, self.figures, self.steps)]
+        return json.dumps(data, separators=(",", ":")).encode()
+
+
+def _values(row: Any) -> list[Any]:
+    return [getattr(row, f.name) for f in fields(row)]
+
+
+def arm_rows(case_id: str, emulated: bool, arms: Mapping[str, ArmView]) -> ArmRows:
+    """The rows of a case's arms (``emulated``: no loss figures), with their digest."""
+    made = [_arm_rows(case_id, emulated, arm) for arm in arms.values()]
+    rows = ArmRows(tuple(r for r, _, _ in made), tuple(f for _, figs, _ in made for f in figs),
+                   tuple(s for _, _, steps in made for s in steps))
+    return replace(rows, digest=hashlib.sha256(rows.encoded()).hexdigest())
+
+
+def decode_arm_rows(data: bytes) -> ArmRows:
+    """The rows :meth:`ArmRows.encoded` wrote (``KEPT_ROWS_FILE``); a ConfigError for bytes that
+    are not such rows."""
+    try:
+        arms, figures, steps = json.loads(data)
+        return ArmRows(tuple(ArmRow(*r) for r in arms), tuple(FigureRow(*r) for r in figures),
+                       tuple(StepRow(*r) for r in steps), hashlib.sha256(data).hexdigest())
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"kept history rows that cannot be read ({exc}): remove "
+                          f"{KEPT_ROWS_FILE} and judged.json of the case to read its records "
+                          "again") from None
+
+
+def case_arm_rows(case: CaseView) -> ArmRows:
+    """The rows of a case's arms: kept beside its stamped verdict when the sweep read none of
+    its records (``CaseView.kept_rows``), else made from its records."""
+    if case.kept_rows:
+        return decode_arm_rows((case.dir / KEPT_ROWS_FILE).read_bytes())
+    return arm_rows(case.case_id, case.emulated, case.arms)
 
 
 def case_codes(manifest: Manifest) -> dict[str, CodeVersion]:
@@ -271,13 +331,15 @@ def sweep_record(view: SweepView, manifest: Optional[Manifest]) -> SweepRecord:
                           "`dcp-harness run` or `submit`")
     first, last = manifest.starts[0], manifest.starts[-1]
     cases, pairs, arms, figures, steps = [], [], [], [], []
+    digests: list[str] = []
     platforms: list[str] = []
     codes, listed = case_codes(manifest), {c.id: c for c in reversed(manifest.cases)}
     for case in view.cases:
         code = codes.get(case.case_id)
         entry = listed.get(case.case_id)
-        rows = [_arm_rows(case, arm) for arm in case.arms.values()]
-        case_platforms = sorted({r.platform for r, _, _ in rows if r.platform})
+        rows = case_arm_rows(case)
+        digests.append(rows.digest)
+        case_platforms = sorted({r.platform for r in rows.arms if r.platform})
         platforms += case_platforms
         cases.append(CaseRow(case.case_id, entry.case_hash if entry else "", case.verdict.status,
                              code.commit if code else None, code.dirty if code else None,
@@ -289,10 +351,9 @@ def sweep_record(view: SweepView, manifest: Optional[Manifest]) -> SweepRecord:
                                  ",".join(c.name for c in p.failed_checks)))
             figures += [FigureRow(case.case_id, p.pair, PAIR, WHOLE, c.name, ",".join(case_platforms),
                                   v) for c in p.checks if (v := _finite(c.value)) is not None]
-        for row, figs, srows in rows:
-            arms.append(row)
-            figures += figs
-            steps += srows
+        arms += rows.arms
+        figures += rows.figures
+        steps += rows.steps
     main = _main_code(last)
     selection = {"paths": list(last.paths), "k": last.k,
                  "tags": list(last.tags) if last.tags is not None else None,
@@ -304,6 +365,6 @@ def sweep_record(view: SweepView, manifest: Optional[Manifest]) -> SweepRecord:
         dirty=main.dirty if main else None, repo=main.repo if main else None,
         status=view.status, exit_code=exit_code(view), code=tuple(last.code),
         cases=tuple(cases), pairs=tuple(pairs), arms=tuple(arms), figures=tuple(figures),
-        steps=tuple(steps),
+        steps=tuple(steps), arm_digests=tuple(digests),
         label=sweep_label(last.label, any(v.dirty for v in last.code)),
         position=main.position if main else None)

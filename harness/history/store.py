@@ -136,18 +136,46 @@ _KEY = ("case_id", "kind", "subject", "rank", "metric", "platform")
 _key = operator.attrgetter(*_KEY)  # a figure's (or a series row's) series key, as a tuple
 
 
+def select_in(conn: Connection, table: Table, columns: Sequence[str], column: str,
+              values: Sequence[object]) -> list[tuple]:
+    """``columns`` of ``table``'s rows whose ``column`` is one of ``values``, as plain tuples
+    through the driver's own cursor (SQLAlchemy's result rows cost most of the lookup at
+    400,000 series); a driver of another paramstyle: through SQLAlchemy."""
+    mark = _MARKS.get(conn.dialect.paramstyle)
+    if mark is None or not values:
+        query = select(*(table.c[c] for c in columns)).where(table.c[column].in_(values))
+        return [tuple(r) for r in conn.execute(query)]
+    quote = conn.dialect.identifier_preparer
+    sql = (f"SELECT {', '.join(map(quote.quote, columns))} FROM {quote.format_table(table)} "
+           f"WHERE {quote.quote(column)} IN ({', '.join([mark] * len(values))})")
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute(sql, list(values))
+        return cursor.fetchall()
+    finally:
+        cursor.close()
+
+
 def series_ids(conn: Connection, figures: Sequence[FigureRow]) -> dict[tuple, int]:
     """Series key -> id for every figure's series, the missing ones made (in the caller's
     write transaction, so no other writer makes them meanwhile)."""
-    s = schema.series
-    cases = sorted({f.case_id for f in figures})
-    query = select(s.c.id, *(s.c[k] for k in _KEY)).where(s.c.case_id.in_(cases))
-    known = {tuple(r[1:]): r[0] for r in conn.execute(query)}
-    new = sorted({_key(f) for f in figures} - set(known))
+    keys: dict[str, set[tuple]] = {}  # case id -> its figures' series keys
+    for f in figures:
+        keys.setdefault(f.case_id, set()).add(_key(f))
+    cases = sorted(keys)
+
+    def known() -> dict[tuple, int]:
+        return {r[:-1]: r[-1] for r in select_in(conn, schema.series, (*_KEY, "id"),
+                                                 "case_id", cases)}
+
+    ids = known()
+    # the new keys in sorted order (the case id first: each case's keys sorted alone, 4x faster
+    # than one sort of 400,000 keys)
+    new = [k for case in cases for k in sorted(keys[case].difference(ids))]
     if new:
-        insert_many(conn, s, _KEY, new)
-        known = {tuple(r[1:]): r[0] for r in conn.execute(query)}
-    return known
+        insert_many(conn, schema.series, _KEY, new)
+        ids = known()
+    return ids
 
 
 def remove(conn: Connection, sweep_id: int) -> None:

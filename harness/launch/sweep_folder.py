@@ -31,16 +31,20 @@ from harness.compare import (
     write_verdict,
 )
 from harness.errors import ConfigError
+from harness.history.extract import arm_rows
 from harness.judge import judge, read_arms, write_stamp
 from harness.launch.ranks.completion import arm_is_complete
 from harness.launch.ranks.rank_main import CHECKPOINT_DIR
+from harness.report.load import load_arms
 from harness.results import (
     CASE_FILE,
+    KEPT_ROWS_FILE,
     ResultsError,
     SweepStart,
     add_to_manifest,
     inherited,
     read_json,
+    write_bytes_atomic,
     write_json_atomic,
 )
 from harness.results.code import HARNESS_REPO, code_versions
@@ -136,11 +140,17 @@ def remove_checkpoints_if_complete(arm: PlannedArm, arm_dir: Path) -> bool:
 
 def finalize_case(case_dir: Path) -> CaseVerdict:
     """Judge a case from its folder alone (its plan, outcomes and step records:
-    ``harness.judge``) and write ``verdict.json``. The gate checks it with the same judge."""
+    ``harness.judge``) and write ``verdict.json``, then the rows the history keeps of its arms
+    (``KEPT_ROWS_FILE``: ``history.extract.arm_rows`` of the records just read) and the stamp
+    of both. The gate checks the verdict with the same judge; `history add` takes verdict and
+    rows while the stamp is current."""
     case_dir = Path(case_dir)
     plan = load_plan(case_dir)
-    verdict = judge(plan, read_arms(case_dir, plan), sweep_dir=str(case_dir.resolve().parent))
+    files = read_arms(case_dir, plan)
+    verdict = judge(plan, files, sweep_dir=str(case_dir.resolve().parent))
     write_verdict(case_dir, verdict)
+    rows = arm_rows(plan.case_id, bool(plan.case.emulated_ranks), load_arms(case_dir, files))
+    write_bytes_atomic(case_dir / KEPT_ROWS_FILE, rows.encoded())
     write_stamp(case_dir, plan)  # what it was judged from: `history add` takes it while current
     return verdict
 

@@ -42,12 +42,13 @@ from harness.results import (
 from harness.caseplan import PLAN_FILE, CasePlan, plan_from_files
 from harness.judge import (
     ArmFiles,
+    JudgedStamp,
     Steps,
+    current_stamp,
     error_verdict,
     judge,
     manifest_problems,
     read_arm,
-    stored_is_current,
     verify,
     with_skip_policy,
 )
@@ -110,6 +111,9 @@ class CaseView:
     world: int = 0
     labels: tuple[str, ...] = ()
     parked: Optional[Parked] = None  # a parked case (expect:): shown, not counted by the gate
+    # Its verdict is the sweep's stamped one and the sweep kept its arms' rows for the history
+    # beside it (``KEPT_ROWS_FILE``, in the stamp): its arms' files were not read (``arms`` empty)
+    kept_rows: bool = False
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -289,7 +293,20 @@ PlanCheck = Callable[[CasePlan], None]
 
 
 def _load_arm(name: str, path: Path) -> ArmView:
-    files = read_arm(path)
+    return arm_view(name, path, read_arm(path))
+
+
+def load_arms(case_dir: Path, read: Optional[Mapping[str, ArmFiles]] = None
+              ) -> dict[str, ArmView]:
+    """Every arm folder of a case (``list_arm_dirs``) as the reports see it; ``read``: arms
+    whose files the caller has read already (``read_arm``)."""
+    read = read or {}
+    return {name: arm_view(name, d, read[name]) if name in read else _load_arm(name, d)
+            for name, d in list_arm_dirs(case_dir).items()}
+
+
+def arm_view(name: str, path: Path, files: ArmFiles) -> ArmView:
+    """An arm folder's files (``read_arm``) as the reports see it (its sites tables too)."""
     problems = [files.problem] if files.problem else []
     sites: Mapping[int, SiteTable] = read_noting(lambda: read_sites(path), problems, {})
     return ArmView(name, path, files.outcome, files.steps, arm_figures(files.steps),
@@ -352,12 +369,21 @@ def _read_case_files(path: Path) -> tuple[Optional[Mapping[str, Any]], Optional[
     return case, plan, stored, problems
 
 
+def _current_stamp(case_id: str, path: Path, plan: Optional[CasePlan],
+                   stored: Optional[CaseVerdict], how: _Judging) -> Optional[JudgedStamp]:
+    """The case's stamp when its stored verdict is to be taken as it is: the sweep's own
+    judgment of these very files (its stamp is current), trusted as the run's."""
+    if not how.stamped or plan is None or stored is None or case_id in how.judged:
+        return None
+    return current_stamp(path, plan)
+
+
 def _verdict(case_id: str, path: Path, case: Optional[Mapping[str, Any]], plan: Optional[CasePlan],
              stored: Optional[CaseVerdict], problems: list[str], arms: Mapping[str, ArmView],
-             how: _Judging) -> CaseVerdict:
+             how: _Judging, current: bool = False) -> CaseVerdict:
     """The verdict every report and the gate use for one case folder: judged once (by this
-    process's sweep, or here from the records by the stored plan) and checked against the
-    manifest."""
+    process's sweep, or here from the records by the stored plan; ``current``: the stored one,
+    its stamp current) and checked against the manifest."""
     names = sorted(arms)
     if problems:
         return error_verdict(case_id, names, "; ".join(problems))
@@ -368,9 +394,6 @@ def _verdict(case_id: str, path: Path, case: Optional[Mapping[str, Any]], plan: 
         return error_verdict(case_id, names, f"{path} has no {PLAN_FILE} (written by an older "
                              "dcp-harness, or removed), so its arms and pairs are unknown; re-run "
                              "the sweep with the same --out to plan it again")
-    # The sweep's own judgment of these very files (its stamp is current): trusted as the run's.
-    current = (how.stamped and stored is not None and case_id not in how.judged
-               and stored_is_current(path, plan))
     try:
         if how.check_plan is not None and case_id not in how.judged and not current:
             how.check_plan(plan)
@@ -393,12 +416,16 @@ def _verdict(case_id: str, path: Path, case: Optional[Mapping[str, Any]], plan: 
 def load_case(path: Path, how: _Judging, today: Optional[date] = None) -> CaseView:
     case, plan, stored, problems = _read_case_files(path)
     case_id = str((case or {}).get("id") or path.name)
-    arms = {name: _load_arm(name, d) for name, d in list_arm_dirs(path).items()}
-    verdict = with_skip_policy(_verdict(case_id, path, case, plan, stored, problems, arms, how),
-                               how.allowed_skips)
+    stamp = None if problems else _current_stamp(case_id, path, plan, stored, how)
+    kept = stamp is not None and stamp.rows != ""  # its arms' rows kept: their files unread
+    arms = {} if kept else load_arms(path)
+    judged = _verdict(case_id, path, case, plan, stored, problems, arms, how, stamp is not None)
+    if kept and judged is not stored:  # not the stamped verdict after all: the arms as they are
+        kept, arms = False, load_arms(path)
+    verdict = with_skip_policy(judged, how.allowed_skips)
     parked = parked_of(case, verdict.status, today or date.today())
     return CaseView(case_id, path, case, verdict, stored is not None, arms, stored, plan,
-                    *emulated_of(case, plan), parked=parked)
+                    *emulated_of(case, plan), parked=parked, kept_rows=kept)
 
 
 def judged_case(path: Path, verdict: CaseVerdict,

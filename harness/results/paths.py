@@ -22,6 +22,7 @@ from .files import PathLike
 CASE_FILE = "case.json"
 VERDICT_FILE = "verdict.json"
 JUDGED_FILE = "judged.json"
+KEPT_ROWS_FILE = "history-rows.json"  # the case's arm rows for the history, kept when judged
 OUTCOME_FILE = "outcome.json"
 LOG_FILE = "log.txt"
 SUMMARY_FILE = "summary.md"

@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
 from harness.history import open_history, record_sweep, schema
-from harness.history.extract import sweep_record
-from harness.history.store import write_record
+from harness.history.extract import case_arm_rows, decode_arm_rows, sweep_record
+from harness.history.store import read_sweep, write_record
 from harness.judge import stored_is_current, write_stamp
 from harness.launch.sweep_folder import finalize_case, load_plan
 from harness.report import load_sweep
-from harness.results import JUDGED_FILE, VERDICT_FILE, read_manifest
+from harness.results import JUDGED_FILE, KEPT_ROWS_FILE, VERDICT_FILE, read_manifest
 from harness.trust.stored_plan import check_stored_plan
 from tests.benches import load_bench
 
@@ -87,6 +88,63 @@ def test_stamped_and_judged_again_store_the_same_rows(sweep: Path, url: str,
     assert mine == reference
     assert [r[3] for r in mine["cases"]] == ["fail", "pass"]  # (id, sweep, case, status, ...)
     assert len(mine["figures"]) == 2 * 394 and len(mine["steps"]) == 2 * 4 * 20
+    # the same sweep judged again (its arm rows made from the records) is the same record
+    history = open_history(url)
+    try:
+        again = write_record(history, sweep_record(load_sweep(sweep, check_stored_plan),
+                                                   read_manifest(sweep)))
+    finally:
+        history.close()
+    assert again.status == "unchanged"
+
+
+def test_a_stamped_case_is_read_from_its_kept_rows(sweep: Path) -> None:
+    """While its stamp holds, a case's arm files are not read: its arms' rows are the ones the
+    run kept (``history-rows.json``), the same rows the records give, and the same digest."""
+    stamped = load_sweep(sweep, check_stored_plan, stamped=True)
+    judged = load_sweep(sweep, check_stored_plan)
+    assert [c.kept_rows for c in stamped.cases] == [True, True]
+    assert all(not c.arms for c in stamped.cases)
+    assert not any(c.kept_rows for c in judged.cases)
+    for kept, made in zip(stamped.cases, judged.cases):
+        assert case_arm_rows(kept) == case_arm_rows(made)
+        assert len(case_arm_rows(kept).steps) == 4 * 20
+    assert (sweep_record(stamped, read_manifest(sweep)).fingerprint
+            == sweep_record(judged, read_manifest(sweep)).fingerprint)
+
+
+def test_changed_kept_rows_or_records_are_read_again(sweep: Path, tmp_path: Path) -> None:
+    """Kept rows edited after the stamp make it stale (the records are read again, their rows
+    stored); records changed and judged again make new kept rows: a new fingerprint."""
+    case_dir = case_dirs(sweep)[1]
+    kept_path = case_dir / KEPT_ROWS_FILE
+    kept = kept_path.read_bytes()
+    rank = case_dir / "graph" / "rank0.jsonl"
+    records = rank.read_bytes()
+    before = read_sweep(sweep)
+    try:
+        rows = decode_arm_rows(kept)
+        edited = replace(rows, steps=(replace(rows.steps[0], loss=0.5), *rows.steps[1:]))
+        kept_path.write_bytes(edited.encoded())
+        assert kept_path.read_bytes() != kept
+        assert not stored_is_current(case_dir, load_plan(case_dir))
+        view = load_sweep(sweep, check_stored_plan, stamped=True)
+        assert [c.kept_rows for c in view.cases] == [True, False]
+        assert read_sweep(sweep) == before  # the rows of its records, not of the edited file
+        lines = records.decode().splitlines(keepends=True)
+        first = json.loads(lines[0])
+        first["loss"] = first["loss"] + 1.0
+        rank.write_text(json.dumps(first) + "\n" + "".join(lines[1:]))
+        finalize_case(case_dir)
+        changed = read_sweep(sweep)
+        assert [c.kept_rows for c in load_sweep(sweep, check_stored_plan, stamped=True).cases] \
+            == [True, True]
+        assert changed.fingerprint != before.fingerprint
+        assert changed.steps != before.steps
+    finally:
+        rank.write_bytes(records)
+        finalize_case(case_dir)
+    assert read_sweep(sweep).fingerprint == before.fingerprint
 
 
 def test_a_stale_stamp_is_judged_again(sweep: Path, tmp_path: Path) -> None:

@@ -197,22 +197,25 @@ def test_a_series_missing_from_the_newest_sweeps_still_gives_its_last_points(url
     assert sorted(k.case_id for k in both) == ["new-case", "old-case"]
 
 
-def test_the_fingerprint_is_the_hash_of_the_record_as_asdict_gives_it(tmp_path: Path):
-    """What earlier versions stored, so a sweep they added is still ``unchanged`` when added
-    again (the rows are made without ``asdict``'s deep copies now)."""
+def test_the_fingerprint_holds_each_case_s_arm_rows_by_their_digest(tmp_path: Path):
+    """The record's fields and its cases' and pairs' rows are hashed as ``asdict`` gives them;
+    each case's arm rows by the digest of their bytes (kept beside a stamp, or made again)."""
     import dataclasses
     import hashlib
     import json
 
+    from harness.history.extract import PAIR, row_dicts
     from harness.history.store import read_sweep
 
     record_golden(tmp_path)
     sweep = make_sweep(tmp_path, tmp_path / "s1", started=started(0), commit="c" * 40)
     rec = read_sweep(sweep)
-    assert rec.figures and rec.steps and rec.code
-    data = dataclasses.asdict(rec)
-    data.pop("path")
+    assert rec.figures and rec.steps and rec.code and len(rec.arm_digests) == len(rec.cases)
+    data = dataclasses.asdict(dataclasses.replace(rec, arms=(), figures=(), steps=()))
+    for name in ("path", "arms", "figures", "steps"):
+        data.pop(name)
+    data["pair_figures"] = row_dicts([f for f in rec.figures if f.kind == PAIR])
     want = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
     assert rec.fingerprint == want
-    other = dataclasses.replace(rec, steps=rec.steps[:-1])
+    other = dataclasses.replace(rec, arm_digests=("0" * 64,) + rec.arm_digests[1:])
     assert other.fingerprint != want
