@@ -62,7 +62,9 @@ def test_bisect_finds_the_seeded_commit_skips_a_broken_one_and_resumes(tmp_path:
     assert [s.verdict for s in state.steps] == [Verdict.GOOD, Verdict.BAD, Verdict.SKIP, None]
     assert state.steps[2].sha == shas[broken] and "exit 2" in state.steps[2].detail
     assert not (out / "worktrees").exists()  # the step ended before its worktree was removed
-    assert "nterrupt" in step_log.read_text()  # the step's dcp-harness got the SIGINT
+    # the step's dcp-harness got the SIGINT (on failure: its log and any traceback it wrote)
+    traces = [t.read_text() for t in (out / "steps").glob("04-*/sweep/internal-error-*.txt")]
+    assert "nterrupt" in step_log.read_text(), (step_log.read_text(), traces)
 
     # the same command resumes; it re-runs step 4 into its own folder and finds the seeded commit
     code = main(argv)
