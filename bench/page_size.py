@@ -133,15 +133,7 @@ def measure(sweep: Path, repeats: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as profile:
         browser = start_browser(Path(profile))
         try:
-            walls, loads = [], []
-            for _ in range(repeats):
-                browser.driver.get("about:blank")
-                t = time.perf_counter()
-                browser.open(page)
-                walls.append(time.perf_counter() - t)
-                loads.append(browser.js(
-                    "const n = performance.getEntriesByType('navigation')[0];"
-                    "return n.loadEventEnd - n.startTime;") / 1000)
+            walls, loads = browser.timed_opens(page, repeats)
             rows = browser.count("#entry-table tr.entry")
         finally:
             browser.driver.quit()

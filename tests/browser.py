@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -77,6 +78,21 @@ class Browser:
     def open(self, path: Path) -> None:
         """Load a local file (``file://``) and wait until it has loaded."""
         self.driver.get(Path(path).resolve().as_uri())
+
+    def timed_opens(self, path: Path, repeats: int) -> tuple[list[float], list[float]]:
+        """Open ``path`` ``repeats`` times (each from a blank page): the wall seconds of each open
+        (WebDriver's ``get`` returns after the load event) and the browser's own ``loadEventEnd``
+        of each, in seconds. The benchmarks' one timing loop (``bench/page_size.py``,
+        ``bench/scale.py``)."""
+        walls, loads = [], []
+        for _ in range(repeats):
+            self.driver.get("about:blank")
+            t = time.perf_counter()
+            self.open(path)
+            walls.append(time.perf_counter() - t)
+            loads.append(self.js("const n = performance.getEntriesByType('navigation')[0];"
+                                 "return n.loadEventEnd - n.startTime;") / 1000)
+        return walls, loads
 
     def all(self, css: str) -> list:  # type: ignore[type-arg]
         """Every element matching the CSS selector (Selenium WebElements)."""
