@@ -24,9 +24,8 @@ from harness.caseplan import CasePlan, PlannedArm
 from harness.compare import CaseVerdict
 from harness.launch.arm_launcher import ArmLauncher
 from harness.launch.local.gpu_demand import timing_judged_arms
-from harness.launch.local.side_by_side import judge_into, stopping_on_exit
-from harness.launch.sweep_folder import prepare_case_dir
-from harness.results import CASE_FILE, VERDICT_FILE, ArmOutcome
+from harness.launch.local.side_by_side import arms_to_run, judge_into, stopping_on_exit
+from harness.results import CASE_FILE, ArmOutcome
 
 
 @dataclass(frozen=True)
@@ -75,21 +74,11 @@ def run_cpu_lane(cases: Sequence[tuple[int, CasePlan]], total: int, out_dir: Pat
     pending: list[CpuArm] = []
     left: dict[str, int] = {}
     for index, plan in cases:
-        case_dir = prepare_case_dir(plan, Path(out_dir), listed=True)
-        shown.case_started(plan.title, index, len(plan.arms))
         timed = timing_judged_arms(plan)
-        mine = []
-        for arm in plan.arms:
-            if needs_run(arm, case_dir / arm.name):
-                mine.append(CpuArm(plan, arm, case_dir, arm_cores(arm, cores), arm.name in timed))
-            else:
-                shown.arm_skipped(plan.title, arm.name, "already complete")
-        if mine:
-            (case_dir / VERDICT_FILE).unlink(missing_ok=True)
-            pending += mine
-            left[plan.case_id] = len(mine)
-        else:
-            judge_into(plan, case_dir, shown, verdicts)
+        pending += arms_to_run(
+            index, plan, Path(out_dir), shown, verdicts, left, needs_run,
+            lambda arm, case_dir: CpuArm(plan, arm, case_dir, arm_cores(arm, cores),
+                                         arm.name in timed))
     pending.sort(key=lambda a: not a.arm.case.execution.vary_processes)  # stable: cold first
     running: dict[Future, CpuArm] = {}
     pool = ThreadPoolExecutor(max_workers=max(1, cores), thread_name_prefix="cpu-arm")

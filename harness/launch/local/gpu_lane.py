@@ -40,10 +40,9 @@ from harness.launch.local.gpu_jobs import (
 )
 from harness.launch.ranks.placement import runs_on_cuda, skip_reason
 from harness.launch.ranks.rank_main import arm_legs
-from harness.launch.local.side_by_side import judge_into, stopping_on_exit
-from harness.launch.sweep_folder import prepare_case_dir
+from harness.launch.local.side_by_side import arms_to_run, judge_into, stopping_on_exit
 from harness.memplan.records import MemoryTarget
-from harness.results import CASE_FILE, VERDICT_FILE, ArmOutcome
+from harness.results import CASE_FILE, ArmOutcome
 from harness.results.placement import PlacedArm, Placement, record_placed
 
 AUTO_JOBS = 8  # the most arms at once by default (each arm is one or a few rank processes)
@@ -239,21 +238,10 @@ def run_gpu_lane(cases: Sequence[tuple[int, CasePlan]], total: int, out_dir: Pat
     tasks: list[_Task] = []
     left: dict[str, int] = {}
     for index, plan in cases:
-        case_dir = prepare_case_dir(plan, out_dir, listed=True)
-        shown.case_started(plan.title, index, len(plan.arms))
         moved = moved_figures(plan)
-        mine = []
-        for arm in plan.arms:
-            if not needs_run(arm, case_dir / arm.name):
-                shown.arm_skipped(plan.title, arm.name, "already complete")
-                continue
-            mine.append(_task(index, plan, arm, case_dir, moved[arm.name], setting, gpus))
-        if mine:
-            (case_dir / VERDICT_FILE).unlink(missing_ok=True)
-            tasks += mine
-            left[plan.case_id] = len(mine)
-        else:
-            judge_into(plan, case_dir, shown, verdicts)
+        tasks += arms_to_run(
+            index, plan, out_dir, shown, verdicts, left, needs_run,
+            lambda arm, case_dir: _task(index, plan, arm, case_dir, moved[arm.name], setting, gpus))
     if not tasks:
         return
     record = Placement(setting.jobs, setting.capacity, setting.per_process_memory, (), setting.note)
